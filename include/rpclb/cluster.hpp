@@ -1,0 +1,226 @@
+// One node of an rpclb cluster: identity, mesh, groups, RPC, balancers.
+#pragma once
+
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/plugin_registry.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rpclb {
+
+/// Options of a node. Durations are std::chrono; defaults from DESIGN.md "Time".
+struct ClusterOptions {
+    /// Node name `short@host`. Required; must contain exactly one '@' with non-empty parts.
+    std::string name;
+    /// Listener "HOST:PORT"; port 0 picks a free port (see Cluster::listen_endpoint).
+    /// Ignored for client nodes.
+    std::string listen = "127.0.0.1:0";
+    /// "HOST:PORT" of nodes to join through. Re-dialled every `reconnect_interval`
+    /// while not connected.
+    std::vector<std::string> seeds;
+    /// Shared secret; every node of a cluster must hold the same. Required, non-empty.
+    std::string cookie;
+    /// A client node (Erlang's hidden node): no listener, dials every node it learns of,
+    /// hosts no group members.
+    bool client = false;
+    /// Plugin directories searched before RPCLB_PLUGIN_PATH and the install directory.
+    std::vector<std::filesystem::path> plugin_path;
+    /// Threads running the network (io_context). Range 1..64.
+    std::size_t network_threads = 1;
+    /// Threads running handlers. Range 1..1024.
+    std::size_t worker_threads = 2;
+    /// A peer silent for this long is gone (WebSocket keep-alive pings are sent at half
+    /// of it). Default 3 s.
+    std::chrono::milliseconds idle_timeout{3000};
+    /// Longest time for a connection's WebSocket and cookie handshakes. Default 5 s.
+    std::chrono::milliseconds handshake_timeout{5000};
+    /// How often unconnected seeds are dialled again. Default 1 s.
+    std::chrono::milliseconds reconnect_interval{1000};
+    /// Largest frame sent or accepted, in bytes. Default 16 MiB.
+    std::size_t max_message_size = 16u * 1024u * 1024u;
+};
+
+/// Options of one call (seed §1.4).
+struct CallOptions {
+    /// Deadline of the call, from the moment it is made. Default 10 s (seed).
+    std::chrono::milliseconds timeout{10000};
+    /// Route through this balancer; empty = call the given node directly.
+    std::string load_balancer;
+    /// Routing key forwarded to the balancer's algorithm.
+    std::optional<std::string> key;
+};
+
+/// A registered function: takes the call's JSON array of arguments, returns a JSON value
+/// or an ErrorMessage. Runs on the worker pool. An exception it throws becomes an
+/// `internal_server_error` whose message is the exception's what().
+using Handler = std::function<CallResult(const boost::json::array& args)>;
+
+/// Counters a node keeps about its own health.
+struct ClusterStats {
+    std::uint64_t bad_frames = 0;       ///< frames refused by the codec
+    std::uint64_t auth_failures = 0;    ///< handshakes that failed the cookie check
+    std::uint64_t peers_lost = 0;       ///< established peers that went away
+};
+
+/// One node of a cluster.
+///
+/// Start it, register functions, start balancers, make calls; stop() (or the destructor)
+/// closes every connection, fails pending calls with `service_unavailable` and joins the
+/// threads.
+///
+/// Thread safety: distinct objects safe; shared objects safe (every public member may be
+/// called from any thread, except that a blocking call() from a network thread fails at
+/// once with `internal_server_error` instead of deadlocking).
+class Cluster {
+public:
+    /// Validates options. Throws std::invalid_argument naming the bad option.
+    explicit Cluster(ClusterOptions options);
+    ~Cluster();
+
+    Cluster(const Cluster&) = delete;
+    Cluster& operator=(const Cluster&) = delete;
+
+    /// Opens the listener, starts the threads and dials the seeds. Returns at once (does
+    /// not wait for peers). Throws std::system_error if the address can't be bound.
+    void start();
+
+    /// Stops every balancer (leave, drain), closes every connection, fails pending calls,
+    /// joins the threads. Idempotent; must not be called from a handler or network thread.
+    void stop();
+
+    /// `short@host`.
+    const std::string& name() const noexcept;
+
+    /// Random id drawn at construction; a restarted node has a new one.
+    const std::string& incarnation() const noexcept;
+
+    /// The bound listener (with the chosen port); nullopt for a client node or before start.
+    std::optional<boost::asio::ip::tcp::endpoint> listen_endpoint() const;
+
+    /// Names of the nodes with an established connection, ascending.
+    std::vector<std::string> connected_nodes() const;
+
+    /// The replicated groups.
+    Groups& groups() noexcept;
+
+    /// The plugin loader (search path from options, environment, install directory).
+    PluginRegistry& plugins() noexcept;
+
+    /// Health counters.
+    ClusterStats stats() const noexcept;
+
+    /// Registers `module.function`; replaces an existing registration.
+    void register_function(std::string module, std::string function, Handler handler);
+
+    /// Calls `module.function(args...)` on `node` and waits for the result.
+    ///
+    /// With `options.load_balancer` set, `node` is ignored and the balancer picks the
+    /// target (see the overload without node). A call to the local node runs the handler
+    /// in the calling thread, without the network.
+    ///
+    /// Errors (DESIGN.md "Contracts → Errors"): `request_timeout` "timeout" when the
+    /// deadline passes; `service_unavailable` "noconnection" at once when the node is
+    /// unknown, not connected, or its connection drops while waiting; `not_found` when
+    /// the target has no such function; `bad_request` for a request over the size limit;
+    /// `internal_server_error` with the exception text when the handler threw; a
+    /// handler's own ErrorMessage as is. Details always name node, module and function.
+    CallResult call(std::string_view node, std::string_view module, std::string_view function,
+                    boost::json::array args = {}, const CallOptions& options = {});
+
+    /// A load-balanced call: `options.load_balancer` names the balancer (required).
+    /// Errors besides call()'s: `service_unavailable` "no members registered" with details
+    /// {"load_balancer"} when the balancer has no members (or is unknown), and
+    /// `service_unavailable` naming the algorithm when its plugin can't be loaded.
+    CallResult call(std::string_view module, std::string_view function, boost::json::array args,
+                    const CallOptions& options);
+
+    /// Fire-and-forget (seed §1.5). Returns once the request is queued; a cast to an
+    /// unknown or unconnected node is `service_unavailable`; a load-balanced cast with no
+    /// members gives the balancer error. Handler errors are logged at debug, not returned.
+    Result<void> cast(std::string_view node, std::string_view module, std::string_view function,
+                      boost::json::array args = {}, const CallOptions& options = {});
+
+    /// Asynchronous call(). Completion signature `void(CallResult)`; the handler runs on
+    /// its associated executor (default: the worker pool), never inline.
+    template <class CompletionToken>
+    auto async_call(std::string node, std::string module, std::string function,
+                    boost::json::array args, CallOptions options, CompletionToken&& token) {
+        return boost::asio::async_initiate<CompletionToken, void(CallResult)>(
+            [this](auto handler, std::string node, std::string module, std::string function,
+                   boost::json::array args, CallOptions options) {
+                auto ex = boost::asio::get_associated_executor(handler, worker_executor());
+                auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+                start_call(std::move(node), std::move(module), std::move(function),
+                           std::move(args), std::move(options),
+                           [shared, ex](CallResult result) mutable {
+                               boost::asio::post(ex, [shared, r = std::move(result)]() mutable {
+                                   (*shared)(std::move(r));
+                               });
+                           });
+            },
+            token, std::move(node), std::move(module), std::move(function), std::move(args),
+            std::move(options));
+    }
+
+    /// Starts a balancer hosted on this node (seed §1.1): loads the algorithm plugin,
+    /// runs its init, starts its services, joins the group when `node_match_list` matches
+    /// (client nodes never join). Returns once it is registered and selectable.
+    /// Throws std::invalid_argument (bad options, name already started) or
+    /// std::runtime_error (plugin not found or refused, init failed) naming the balancer.
+    std::shared_ptr<LoadBalancer> start_balancer(LoadBalancerOptions options);
+
+    /// Stops a hosted balancer: leave, drain, stop its services. Returns false when it
+    /// did not exist. Blocks up to its drain_timeout.
+    bool stop_balancer(std::string_view name);
+
+    /// The balancer used to route through `name`: the hosted one, else a routing-only one
+    /// built from what its members announce. Errors: no members ("no members registered"),
+    /// an announced algorithm that can't be loaded.
+    Result<std::shared_ptr<LoadBalancer>> balancer(std::string_view name);
+
+    /// Hosted balancers' names.
+    std::vector<std::string> balancer_names() const;
+
+    /// `balancer(name)` then `select_node` (seed §1.3).
+    Result<std::string> select_node(std::string_view balancer, const PickOptions& options = {});
+
+    /// Members of a balancer's group (seed §1.2); "no members registered" when empty.
+    Result<std::vector<std::string>> get_members(std::string_view balancer) const;
+
+    /// Executor of the worker pool (handlers, default completion executor).
+    boost::asio::any_io_executor worker_executor() const;
+
+    /// Executor of the network io_context.
+    boost::asio::any_io_executor network_executor() const;
+
+    /// Internal: starts a call; `done` runs exactly once, on a network or worker thread.
+    void start_call(std::string node, std::string module, std::string function,
+                    boost::json::array args, CallOptions options,
+                    std::function<void(CallResult)> done);
+
+    struct Impl;
+
+private:
+    std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace rpclb

@@ -1,0 +1,86 @@
+// Mutual authentication with a shared cookie (sans-I/O state machine).
+//
+// Both sides prove they hold the cookie with HMAC-SHA256 (OpenSSL) over fresh nonces
+// from each side; the cookie itself never crosses the wire.
+//
+//   dialer   -> Hello{nonce Nd}
+//   acceptor -> Hello{nonce Na, proof = HMAC(cookie, "rpclb-acceptor\n"+Nd+"\n"+Na+"\n"+A+"\n"+D)}
+//   dialer   -> Auth{proof = HMAC(cookie, "rpclb-dialer\n"+Na+"\n"+Nd+"\n"+D+"\n"+A)}
+//   acceptor -> Ready
+//
+// where A and D are the acceptor's and dialer's node names. Each side checks the other's
+// proof in constant time; a mismatch ends the handshake with an error.
+#pragma once
+
+#include <rpclb/detail/wire.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rpclb::detail {
+
+/// 32 bytes from OpenSSL's RAND_bytes, hex-encoded (64 lower-case characters).
+/// Throws std::runtime_error if OpenSSL's generator fails.
+std::string make_nonce();
+
+/// HMAC-SHA256 (RFC 2104) of `message` under `key`, lower-case hex (64 characters).
+/// Throws std::runtime_error if OpenSSL fails.
+std::string hmac_sha256_hex(std::string_view key, std::string_view message);
+
+/// Compares two strings in time that depends only on their lengths.
+bool constant_time_equal(std::string_view a, std::string_view b) noexcept;
+
+/// Which end of the connection this side is.
+enum class Role { dialer, acceptor };
+
+/// The handshake of one connection, driven by frames. Not thread-safe: one connection's
+/// strand drives it.
+class Handshake {
+public:
+    /// What to do after a step: frames to send (in order), whether the handshake is
+    /// complete, or an error (then close the connection and log the error once).
+    struct Step {
+        std::vector<wire::Frame> send;
+        bool done = false;
+        std::optional<std::string> error;
+    };
+
+    Handshake(Role role, wire::PeerInfo local, std::string cookie);
+
+    /// The first step: the dialer sends its Hello; the acceptor sends nothing. Call it
+    /// once, before on_frame, in both roles (a frame before start() is an error).
+    Step start();
+
+    /// Feeds a frame from the peer. After `done` or an error, further frames are errors.
+    /// Errors: "wrong cookie" (the peer's proof did not verify; the message names the
+    /// peer), "protocol version N, expected 1", "unexpected <type> frame during handshake".
+    /// A peer Hello whose nonce is not 64 lower-case hex digits or whose node name is
+    /// empty or holds a newline is refused too (they would make the HMAC input ambiguous).
+    /// Never throws: an OpenSSL failure is reported as an error step.
+    Step on_frame(const wire::Frame& frame);
+
+    /// The peer's identity; valid once the peer's Hello has arrived.
+    const wire::PeerInfo& peer() const noexcept { return peer_; }
+
+    Role role() const noexcept { return role_; }
+
+private:
+    enum class State { initial, awaiting_hello, awaiting_auth, awaiting_ready, done, failed };
+
+    Step on_hello(const wire::Hello& hello);
+    Step on_auth(const wire::Auth& auth);
+    Step wrong_cookie();
+    Step fail(std::string message);  ///< enters `failed` and reports `message`
+
+    Role role_;
+    wire::PeerInfo local_;
+    std::string cookie_;
+    std::string local_nonce_;
+    std::string peer_nonce_;
+    wire::PeerInfo peer_;
+    State state_ = State::initial;
+};
+
+}  // namespace rpclb::detail

@@ -1,0 +1,21 @@
+// Internal loggers: one Boost.Log channel per component. Nothing is logged per call.
+#pragma once
+
+#include <boost/log/sources/record_ostream.hpp>
+#include <boost/log/sources/severity_channel_logger.hpp>
+#include <boost/log/trivial.hpp>
+
+#include <string>
+
+namespace rpclb::detail {
+
+using Logger = boost::log::sources::severity_channel_logger_mt<boost::log::trivial::severity_level,
+                                                               std::string>;
+
+/// The logger of one component channel ("mesh", "rpc", ...). Thread-safe.
+Logger& logger(const char* channel);
+
+}  // namespace rpclb::detail
+
+#define RPCLB_LOG(channel, level) \
+    BOOST_LOG_SEV(::rpclb::detail::logger(channel), ::boost::log::trivial::level)

@@ -1,0 +1,137 @@
+// The mesh wire protocol: one Boost.JSON object per WebSocket text frame.
+//
+// Every frame is a JSON object with a string member "t" naming its type. This header is
+// the codec only (sans-I/O): the connection code reads a frame's text, decodes it here,
+// and encodes replies here.
+#pragma once
+
+#include <rpclb/error.hpp>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/system/result.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace rpclb::detail::wire {
+
+/// Protocol version carried in Hello; peers with another version are refused.
+inline constexpr int protocol_version = 1;
+
+/// Default maximum size of one frame (16 MiB).
+inline constexpr std::size_t default_max_message_size = 16u * 1024u * 1024u;
+
+/// A node as peers describe it. `listen` is "host:port", empty for a client node.
+struct PeerInfo {
+    std::string node;         ///< "short@host"
+    std::string incarnation;  ///< random id drawn when the node started
+    std::string listen;       ///< "host:port" or "" (client nodes have no listener)
+    bool client = false;      ///< a client (hidden) node: hosts no group members
+    friend bool operator==(const PeerInfo&, const PeerInfo&) = default;
+};
+
+/// "hello": {"t","v","node","inc","listen","client","nonce"[,"proof"]}. Sent first by
+/// the dialer (no proof) and answered by the acceptor (with proof).
+struct Hello {
+    int version = protocol_version;
+    PeerInfo peer;
+    std::string nonce;                 ///< hex, fresh per connection
+    std::optional<std::string> proof;  ///< hex HMAC-SHA256, acceptor only
+};
+
+/// "auth": {"t","proof"} — the dialer's proof.
+struct Auth {
+    std::string proof;
+};
+
+/// "ready": {"t"} — the acceptor accepted the dialer's proof.
+struct Ready {};
+
+/// "nodes": {"t","nodes":[PeerInfo...]} — gossip of the nodes the sender knows.
+struct Nodes {
+    std::vector<PeerInfo> nodes;
+};
+
+/// "gsync": {"t","groups":[{"group","meta"}...]} — every group the sender is a member of.
+struct GroupSync {
+    std::vector<std::pair<std::string, boost::json::object>> groups;
+};
+
+/// "gjoin": {"t","group","meta"} — the sender joined `group`; `meta` is what it announces
+/// (a balancer's {"algorithm","algorithm_opts"}).
+struct GroupJoin {
+    std::string group;
+    boost::json::object meta;
+};
+
+/// "gleave": {"t","group"} — the sender left `group`.
+struct GroupLeave {
+    std::string group;
+};
+
+/// "req": {"t","id","m","f","a"[,"lb"]} — call `m.f(a...)` and answer with "res".
+struct Request {
+    std::uint64_t id = 0;
+    std::string module;
+    std::string function;
+    boost::json::array args;
+    std::string load_balancer;  ///< empty when the call was not load-balanced
+};
+
+/// "cast": {"t","m","f","a"[,"lb"]} — like Request but unanswered.
+struct Cast {
+    std::string module;
+    std::string function;
+    boost::json::array args;
+    std::string load_balancer;
+};
+
+/// "res": {"t","id","ok":value} or {"t","id","err":ErrorMessage-json}.
+struct Response {
+    std::uint64_t id = 0;
+    CallResult result;
+};
+
+using Frame = std::variant<Hello, Auth, Ready, Nodes, GroupSync, GroupJoin, GroupLeave,
+                           Request, Cast, Response>;
+
+/// Why a frame was refused.
+enum class DecodeErrorKind {
+    too_large,     ///< over the size limit; the text was not parsed
+    bad_json,      ///< not valid JSON, or not a JSON object
+    bad_shape,     ///< a known type with missing or mistyped members
+    unknown_type,  ///< "t" missing, not a string, or not a known type
+};
+
+/// A decoding failure. `request_id` is set when the frame was a "req" whose id could be
+/// read, so the receiver can answer that call with `bad_request`.
+struct DecodeError {
+    DecodeErrorKind kind;
+    std::string message;  ///< human-readable, names the type and member at fault
+    std::optional<std::uint64_t> request_id;
+};
+
+/// The name of a DecodeErrorKind ("too_large", ...).
+std::string_view to_string(DecodeErrorKind kind) noexcept;
+
+/// Decodes one frame's text. Never throws.
+boost::system::result<Frame, DecodeError> decode(std::string_view text,
+                                                 std::size_t max_size = default_max_message_size);
+
+/// Encodes a frame as compact JSON text.
+std::string encode(const Frame& frame);
+
+/// The "t" value of a frame ("hello", "req", ...).
+std::string_view type_name(const Frame& frame) noexcept;
+
+[[noreturn]] void throw_exception_from_error(const DecodeError& e,
+                                             const boost::source_location& loc);
+
+}  // namespace rpclb::detail::wire

@@ -1,0 +1,78 @@
+// rpclb's data-path error type, the C++ form of the seed's ErrorMessage.
+#pragma once
+
+#include <boost/assert/source_location.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <boost/system/result.hpp>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace rpclb {
+
+/// Error codes named after HTTP statuses (DESIGN.md "Contracts → Errors"; the seed's
+/// ErrorMessage codes plus `not_found` and `internal_server_error`, reference §10.1).
+/// The numeric value is the HTTP status.
+enum class ErrorCode : int {
+    bad_request = 400,            ///< malformed arguments or frame
+    not_found = 404,              ///< no such function registered on the target node
+    request_timeout = 408,        ///< the call's deadline passed before a reply arrived
+    internal_server_error = 500,  ///< the handler threw; message is the exception text
+    service_unavailable = 503,    ///< node unknown / not connected / connection lost / no members
+};
+
+/// The snake_case name of `code` ("service_unavailable"), as used on the wire and in JSON.
+std::string_view to_string(ErrorCode code) noexcept;
+
+/// Parses a code name; nullopt for an unknown name.
+std::optional<ErrorCode> error_code_from_string(std::string_view name) noexcept;
+
+/// A data-path error: `{code, message, details}` as the seed's ErrorMessage.
+///
+/// `details` is a JSON object. For calls it always holds `node`, `module` and `function`;
+/// for balancer errors it holds `load_balancer`.
+///
+/// Thread safety: a value type; distinct objects safe, shared objects safe for reads.
+struct ErrorMessage {
+    ErrorCode code = ErrorCode::internal_server_error;
+    std::string message;
+    boost::json::object details;
+
+    /// `{"code": "...", "message": "...", "details": {...}}`.
+    boost::json::value to_json() const;
+
+    /// Inverse of to_json(); nullopt when `v` is not such an object or names an unknown code.
+    static std::optional<ErrorMessage> from_json(const boost::json::value& v);
+
+    friend bool operator==(const ErrorMessage&, const ErrorMessage&) = default;
+};
+
+/// Builds an ErrorMessage whose details name `node`, `module` and `function`.
+ErrorMessage call_error(ErrorCode code, std::string message, std::string_view node,
+                        std::string_view module, std::string_view function);
+
+/// Thrown by `CallResult::value()` on an error, carrying the ErrorMessage.
+class CallError : public std::runtime_error {
+public:
+    explicit CallError(ErrorMessage error);
+    const ErrorMessage& error() const noexcept { return error_; }
+
+private:
+    ErrorMessage error_;
+};
+
+/// Lets `boost::system::result<T, ErrorMessage>::value()` throw CallError.
+[[noreturn]] void throw_exception_from_error(const ErrorMessage& e,
+                                             const boost::source_location& loc);
+
+/// The value-or-ErrorMessage that every data-path operation returns.
+template <class T>
+using Result = boost::system::result<T, ErrorMessage>;
+
+/// Result of a call: the handler's JSON value or an ErrorMessage.
+using CallResult = Result<boost::json::value>;
+
+}  // namespace rpclb

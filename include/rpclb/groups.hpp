@@ -1,0 +1,117 @@
+// Replicated named groups of nodes: the `:pg` equivalent.
+#pragma once
+
+#include <rpclb/selection_algorithm.hpp>
+
+#include <boost/json/object.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rpclb {
+
+/// Named groups of nodes, replicated to every connected node (Erlang's `:pg`, strong
+/// eventual consistency). A node joins or leaves groups for itself; the mesh sends a
+/// full sync of a node's groups when a connection is established and deltas afterwards;
+/// when a peer is lost all its memberships leave at once and monitors are told.
+///
+/// Each membership carries an announcement (a JSON object): a LoadBalancer announces its
+/// algorithm and options so nodes without an instance of it can route the same way.
+///
+/// Thread safety: distinct objects safe; shared objects safe. Monitor callbacks run on a
+/// network or control thread, one at a time, in the order changes were applied; they
+/// must not block and must not call join/leave/monitor/demonitor.
+class Groups {
+public:
+    /// Called with the group, the direction, and the nodes that joined or left it.
+    using MonitorCallback =
+        std::function<void(const std::string& group, NodeChange change,
+                            const std::vector<std::string>& nodes)>;
+
+    /// Sends a frame to every established peer (set by the mesh).
+    using Broadcast = std::function<void(std::string frame)>;
+
+    explicit Groups(std::string local_node);
+
+    const std::string& local_node() const noexcept { return local_node_; }
+
+    /// The local node joins `group` announcing `meta`. Joining again replaces `meta`.
+    void join(const std::string& group, boost::json::object meta = {});
+
+    /// The local node leaves `group`; no effect when it is not a member.
+    void leave(const std::string& group);
+
+    /// Distinct member node names in ascending order, with a version that changes with
+    /// the set. Never null (an unknown group gives an empty snapshot).
+    std::shared_ptr<const MemberSnapshot> members(std::string_view group) const;
+
+    /// What `node` announced when it joined `group`; nullopt when it is not a member.
+    std::optional<boost::json::object> announcement(std::string_view group,
+                                                    std::string_view node) const;
+
+    /// Names of the groups the local node is in.
+    std::vector<std::string> local_groups() const;
+
+    /// Registers `callback` for changes of `group`. Returns an id for demonitor().
+    std::uint64_t monitor(const std::string& group, MonitorCallback callback);
+
+    /// Removes a monitor; after it returns the callback is not running and won't run.
+    void demonitor(std::uint64_t id);
+
+    // ---- used by the mesh -------------------------------------------------------------
+
+    /// Installs the function that sends deltas to every peer.
+    void set_broadcast(Broadcast broadcast);
+
+    /// The "gsync" frame of the local node's memberships.
+    std::string local_sync_frame() const;
+
+    /// `node` says it is in exactly `groups` (a full sync).
+    void apply_sync(const std::string& node,
+                    const std::vector<std::pair<std::string, boost::json::object>>& groups);
+
+    /// `node` joined `group` announcing `meta`.
+    void apply_join(const std::string& node, const std::string& group, boost::json::object meta);
+
+    /// `node` left `group`.
+    void apply_leave(const std::string& node, const std::string& group);
+
+    /// `node` is gone: it leaves every group at once.
+    void remove_node(const std::string& node);
+
+private:
+    struct Group {
+        std::map<std::string, boost::json::object, std::less<>> members;  // node -> meta
+        std::shared_ptr<const MemberSnapshot> snapshot;
+    };
+    struct Change {
+        std::string group;
+        NodeChange change;
+        std::vector<std::string> nodes;
+    };
+
+    // Applies one membership edit under mutex_; records the change in `changes`.
+    void set_member(const std::string& group, const std::string& node,
+                    std::optional<boost::json::object> meta, std::vector<Change>& changes);
+    void notify(std::vector<Change> changes);
+
+    std::string local_node_;
+    mutable std::mutex mutex_;
+    std::map<std::string, Group, std::less<>> groups_;
+    std::map<std::string, boost::json::object> local_;  // local memberships
+    Broadcast broadcast_;
+    std::uint64_t next_version_ = 1;
+
+    std::mutex monitor_mutex_;  // held while callbacks run: serialises notifications
+    std::map<std::uint64_t, std::pair<std::string, MonitorCallback>> monitors_;
+    std::uint64_t next_monitor_ = 1;
+};
+
+}  // namespace rpclb

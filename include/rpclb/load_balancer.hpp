@@ -1,0 +1,120 @@
+// A named load balancer: an algorithm, a group of member nodes, routing and draining.
+#pragma once
+
+#include <rpclb/error.hpp>
+#include <rpclb/node_filter.hpp>
+#include <rpclb/selection_algorithm.hpp>
+
+#include <boost/json/object.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rpclb {
+
+class Cluster;
+
+/// Options of a balancer (seed §1.1; `selection_algorithm` is named `algorithm` here and
+/// is a plugin name).
+struct LoadBalancerOptions {
+    /// Balancer name; also the name of its group. Required, non-empty.
+    std::string name;
+    /// Plugin name of the selection algorithm, e.g. "round_robin". Default "random".
+    std::string algorithm = "random";
+    /// Options forwarded to the algorithm's `init` (a JSON object).
+    boost::json::object algorithm_opts;
+    /// Whether this node registers as a target (seed §3.3). Default: all nodes.
+    NodeMatchList node_match_list;
+    /// Longest wait for in-flight calls when stopping. Default 15 s (seed).
+    std::chrono::milliseconds drain_timeout{15000};
+};
+
+/// One balancer on one node. Obtain it from `Cluster::start_balancer` (hosted: it may
+/// join the group) or implicitly when routing through a balancer that only other nodes
+/// host (routing-only: built from the algorithm its members announce, never joins).
+///
+/// Picking reads an atomically published member snapshot and calls the algorithm: no
+/// lock, no allocation on success.
+///
+/// Thread safety: distinct objects safe; shared objects safe.
+class LoadBalancer : public std::enable_shared_from_this<LoadBalancer> {
+public:
+    /// Used by Cluster. `hosted` = started on this node by the user.
+    LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
+                 std::shared_ptr<SelectionAlgorithm> algorithm, bool hosted);
+    ~LoadBalancer();
+
+    LoadBalancer(const LoadBalancer&) = delete;
+    LoadBalancer& operator=(const LoadBalancer&) = delete;
+
+    const std::string& name() const noexcept { return options_.name; }
+    const LoadBalancerOptions& options() const noexcept { return options_; }
+
+    /// True when this node is a member of the balancer's group.
+    bool joined() const noexcept { return joined_.load(); }
+
+    /// True when started on this node with Cluster::start_balancer.
+    bool hosted() const noexcept { return hosted_; }
+
+    /// The current members (never null; possibly empty).
+    std::shared_ptr<const MemberSnapshot> members() const { return members_.load(); }
+
+    /// Members as a list (seed §1.2). Error: `service_unavailable` "no members registered"
+    /// with details {"load_balancer": name} when the group is empty.
+    Result<std::vector<std::string>> get_members() const;
+
+    /// Picks a member with the algorithm (seed §1.3). Does not call release_node.
+    /// Errors: the empty-group error of get_members(); an algorithm failure.
+    Result<std::string> select_node(const PickOptions& options = {});
+
+    /// Picks up to `count` distinct members, best first (`choose_nodes`).
+    Result<std::vector<std::string>> select_nodes(std::size_t count, const PickOptions& options = {});
+
+    /// Tells the algorithm a call routed to `node` has finished.
+    void release_node(std::string_view node) noexcept;
+
+    /// The algorithm instance (lives as long as the balancer).
+    SelectionAlgorithm& algorithm() noexcept { return *algorithm_; }
+
+    /// Load-balanced calls from this node through this balancer still in flight.
+    std::int64_t in_flight() const noexcept { return in_flight_.load(); }
+
+    // ---- used by Cluster ----------------------------------------------------------------
+
+    /// Initialises the algorithm, starts its services, follows the group, and joins it
+    /// when hosted and `node_match_list` matches this node. Throws std::exception with a
+    /// message naming the balancer on failure (then nothing is left running).
+    void start();
+
+    /// Leaves the group, waits for in-flight calls up to `drain_timeout`, stops the
+    /// services. Returns true when everything drained in time. Idempotent.
+    bool stop();
+
+    /// Counts a call dispatched through this balancer (the seed's Drainer track/release).
+    void track_call() noexcept { in_flight_.fetch_add(1); }
+    void release_call() noexcept { in_flight_.fetch_sub(1); }
+
+    /// The announcement this balancer joins with: {"algorithm": ..., "algorithm_opts": ...}.
+    boost::json::object announcement() const;
+
+private:
+    void on_change(NodeChange change, const std::vector<std::string>& nodes);
+
+    Cluster& cluster_;
+    LoadBalancerOptions options_;
+    std::shared_ptr<SelectionAlgorithm> algorithm_;
+    bool hosted_;
+    std::atomic<std::shared_ptr<const MemberSnapshot>> members_;
+    std::atomic<bool> joined_{false};
+    std::atomic<std::int64_t> in_flight_{0};
+    std::vector<std::shared_ptr<Service>> services_;
+    std::uint64_t monitor_id_ = 0;
+    bool started_ = false;
+};
+
+}  // namespace rpclb

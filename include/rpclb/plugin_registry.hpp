@@ -1,0 +1,77 @@
+// Finds, checks and loads selection-algorithm plugins with Boost.DLL.
+#pragma once
+
+#include <rpclb/selection_algorithm.hpp>
+
+#include <boost/system/result.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rpclb {
+
+/// Error from the plugin loader: a message naming the file and, for a version mismatch,
+/// both versions.
+struct PluginError {
+    std::string message;
+};
+
+/// Loads `librpclb_<name>.so` plugins.
+///
+/// Search path, first match wins: the directories given to the constructor, then each
+/// directory of the `RPCLB_PLUGIN_PATH` environment variable (colon-separated), then the
+/// install directory compiled into the library (`<prefix>/lib/rpclb/plugins`).
+///
+/// Before creating anything the loader calls the plugin's `rpclb_plugin_info` and refuses
+/// a plugin whose ABI version, name or compiler identity differs from this library's.
+/// Each algorithm object returned holds a reference to its library, so the library stays
+/// loaded while the object lives (its vtable is in the `.so`).
+///
+/// Thread safety: distinct objects safe; shared objects safe (an internal mutex guards
+/// the cache of opened libraries).
+class PluginRegistry {
+public:
+    /// `search_path`: directories searched before `RPCLB_PLUGIN_PATH` and the install
+    /// directory. Directories that don't exist are reported by `missing_directories()`
+    /// and skipped.
+    explicit PluginRegistry(std::vector<std::filesystem::path> search_path = {});
+
+    /// The full search path in order (constructor's, then environment, then install).
+    const std::vector<std::filesystem::path>& search_path() const noexcept { return path_; }
+
+    /// Directories given to the constructor or by the environment that don't exist.
+    std::vector<std::filesystem::path> missing_directories() const;
+
+    /// The file that `load(name)` would open, or an error listing the directories searched.
+    boost::system::result<std::filesystem::path, PluginError> find(std::string_view name) const;
+
+    /// Creates a fresh algorithm named `name` (e.g. "round_robin").
+    /// Errors: unknown name (no file on the search path), a file that fails to open, a
+    /// missing `rpclb_plugin_info` or `rpclb_create_algorithm`, an ABI/compiler/name
+    /// mismatch, or a factory that threw or returned null.
+    boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> create(
+        std::string_view name);
+
+    /// Like create(), from an explicit file; `expected_name` empty = accept any name.
+    static boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError>
+    create_from_file(const std::filesystem::path& file, std::string_view expected_name = {});
+
+    /// The plugin file name for an algorithm: "librpclb_<name>.so".
+    static std::string file_name(std::string_view name);
+
+private:
+    std::vector<std::filesystem::path> path_;
+    std::vector<std::filesystem::path> given_;
+};
+
+}  // namespace rpclb
+
+namespace rpclb {
+/// Lets `boost::system::result<T, PluginError>::value()` throw std::runtime_error.
+[[noreturn]] void throw_exception_from_error(const PluginError& e,
+                                             const boost::source_location& loc);
+}  // namespace rpclb

@@ -1,0 +1,142 @@
+// The selection-algorithm plugin interface (the seed's SelectionAlgorithm behaviour).
+#pragma once
+
+#include <rpclb/error.hpp>
+#include <rpclb/service.hpp>
+#include <rpclb/version.hpp>
+
+#include <boost/config.hpp>
+#include <boost/dll/alias.hpp>
+#include <boost/json/object.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rpclb {
+
+class Cluster;
+
+/// An immutable view of a balancer's members at one moment: distinct node names in
+/// ascending order, and a version that changes whenever the set changes. Algorithms may
+/// cache state derived from `nodes` and key it by `version` (reference §10.2).
+struct MemberSnapshot {
+    std::vector<std::string> nodes;
+    std::uint64_t version = 0;
+};
+
+/// Per-pick options (the seed forwards `key` to the algorithm).
+struct PickOptions {
+    /// Routing key; algorithms that don't hash ignore it. Empty optional = no key.
+    std::optional<std::string_view> key;
+};
+
+/// What a balancer tells its algorithm at `init`.
+struct AlgorithmContext {
+    std::string balancer;    ///< balancer name, e.g. "workers"
+    std::string local_node;  ///< this node's name, `short@host`
+    Cluster* cluster = nullptr;  ///< the owning cluster; outlives the algorithm
+};
+
+/// Which way a membership change went.
+enum class NodeChange { joined, left };
+
+/// A load-balancing algorithm. One instance serves one balancer on one node.
+///
+/// Implementations live in plugins (`librpclb_<name>.so`) and export a factory with
+/// RPCLB_PLUGIN (see doc/how-to and plugins/round_robin for a model).
+///
+/// Threading: `init` runs once, before any other hook. `choose_from_nodes`,
+/// `choose_nodes` and `release_node` may run concurrently from many threads and with
+/// `on_node_change`; they must not block, lock a lock shared between threads, allocate
+/// or log. Hooks must not throw; rpclb catches what escapes anyway and reports it as an
+/// `internal_server_error`.
+class BOOST_SYMBOL_VISIBLE SelectionAlgorithm {
+public:
+    virtual ~SelectionAlgorithm() = default;
+
+    /// Configures the algorithm from `algorithm_opts` (a JSON object, possibly empty).
+    /// Throws std::invalid_argument with a message naming the bad option; the
+    /// balancer's start then fails with that message.
+    virtual void init(const AlgorithmContext& context, const boost::json::object& options) {
+        (void)context;
+        (void)options;
+    }
+
+    /// Picks one member. Returns the index of the chosen node in `members.nodes`, or an
+    /// ErrorMessage (`service_unavailable`) when `members.nodes` is empty. Required.
+    virtual Result<std::size_t> choose_from_nodes(const MemberSnapshot& members,
+                                                  const PickOptions& options) = 0;
+
+    /// Picks up to `count` distinct members, best first. The default is a random sample.
+    /// Returns indices into `members.nodes`; `min(count, size)` of them.
+    virtual Result<std::vector<std::size_t>> choose_nodes(const MemberSnapshot& members,
+                                                          std::size_t count,
+                                                          const PickOptions& options);
+
+    /// Membership of the balancer's group changed: `nodes` joined or left.
+    virtual void on_node_change(NodeChange change, std::span<const std::string> nodes) {
+        (void)change;
+        (void)nodes;
+    }
+
+    /// A call routed to `node` (a value returned by a pick) has finished.
+    virtual void release_node(std::string_view node) { (void)node; }
+
+    /// True when load-balanced calls should run on the calling node without selection
+    /// (the seed's CallDirect `local?`).
+    virtual bool local() const { return false; }
+
+    /// Services the algorithm wants started before its balancer joins and stopped after
+    /// it has drained (the seed's `child_specs`). Called once, after `init`.
+    virtual std::vector<std::shared_ptr<Service>> services() { return {}; }
+};
+
+/// The error every algorithm returns for an empty member list (reference §10.6).
+ErrorMessage empty_members_error(std::string_view balancer);
+
+/// Identity a plugin exports so the loader can refuse a mismatch before creating
+/// anything. Plain C data so it can be read whatever the C++ ABI of the plugin.
+struct PluginInfo {
+    std::uint32_t abi_version;   ///< RPCLB_PLUGIN_ABI_VERSION the plugin was built with
+    const char* name;            ///< algorithm name, e.g. "round_robin"
+    const char* rpclb_version;   ///< RPCLB_VERSION_STRING the plugin was built against
+    const char* compiler;        ///< compiler and standard-library identity
+};
+
+/// The compiler/standard-library identity string that plugins and the loader compare.
+#define RPCLB_COMPILER_ID BOOST_COMPILER " / " BOOST_STDLIB
+
+/// The factory signature a plugin exports under the alias `rpclb_create_algorithm`.
+using AlgorithmFactory = std::unique_ptr<SelectionAlgorithm>();
+
+namespace detail {
+using PluginInfoFunction = const PluginInfo*();
+}  // namespace detail
+
+}  // namespace rpclb
+
+/// Exports a plugin: `RPCLB_PLUGIN(round_robin, rpclb::plugins::RoundRobin)` in exactly
+/// one source of the plugin's shared object. Defines the handshake function
+/// `rpclb_plugin_info` and the factory `rpclb_create_algorithm`.
+///
+/// The functions are deliberately not `inline`: g++ makes a static local of an inline
+/// function a GNU "unique" symbol, and a library holding one is never unloaded by dlclose.
+#define RPCLB_PLUGIN(NAME, TYPE)                                                          \
+    namespace rpclb_plugin_##NAME {                                                       \
+    const ::rpclb::PluginInfo* info() {                                                   \
+        static const ::rpclb::PluginInfo i{RPCLB_PLUGIN_ABI_VERSION, #NAME,               \
+                                           RPCLB_VERSION_STRING, RPCLB_COMPILER_ID};      \
+        return &i;                                                                        \
+    }                                                                                     \
+    std::unique_ptr<::rpclb::SelectionAlgorithm> create() {                               \
+        return std::make_unique<TYPE>();                                                  \
+    }                                                                                     \
+    }                                                                                     \
+    BOOST_DLL_ALIAS(rpclb_plugin_##NAME::info, rpclb_plugin_info)                         \
+    BOOST_DLL_ALIAS(rpclb_plugin_##NAME::create, rpclb_create_algorithm)

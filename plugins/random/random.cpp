@@ -1,0 +1,40 @@
+#include "random.hpp"
+
+#include <boost/random/taus88.hpp>
+#include <boost/random/uniform_int_distribution.hpp>
+
+#include <random>
+
+namespace rpclb::plugins {
+namespace {
+
+// One small generator per thread: 12 bytes of state, trivially destructible (so a
+// thread's copy never pins the plugin in memory after the algorithm is gone).
+boost::random::taus88& thread_rng() {
+    thread_local boost::random::taus88 rng = [] {
+        std::random_device device;
+        std::seed_seq seed{device(), device(), device(), device()};
+        return boost::random::taus88(seed);
+    }();
+    return rng;
+}
+
+}  // namespace
+
+void Random::init(const AlgorithmContext& context, const boost::json::object& options) {
+    (void)options;
+    balancer_ = context.balancer;
+}
+
+Result<std::size_t> Random::choose_from_nodes(const MemberSnapshot& members,
+                                              const PickOptions& options) {
+    (void)options;
+    const std::size_t size = members.nodes.size();
+    if (size == 0) return empty_members_error(balancer_);
+    boost::random::uniform_int_distribution<std::size_t> pick(0, size - 1);
+    return pick(thread_rng());
+}
+
+}  // namespace rpclb::plugins
+
+RPCLB_PLUGIN(random, rpclb::plugins::Random)

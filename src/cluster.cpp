@@ -1,0 +1,366 @@
+// Cluster life cycle, the public call API and balancer bookkeeping.
+#include "cluster_impl.hpp"
+
+#include <rpclb/detail/log.hpp>
+
+#include <boost/asio/post.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <future>
+#include <random>
+#include <sstream>
+
+namespace rpclb {
+namespace asio = boost::asio;
+namespace wire = detail::wire;
+
+namespace {
+
+std::string draw_incarnation() {
+    std::random_device rd;
+    std::uniform_int_distribution<std::uint64_t> dist;
+    std::ostringstream out;
+    out << std::hex << dist(rd);
+    return out.str();
+}
+
+void validate(const ClusterOptions& o) {
+    const auto at = o.name.find('@');
+    if (at == std::string::npos || at == 0 || at + 1 == o.name.size() ||
+        o.name.find('@', at + 1) != std::string::npos)
+        throw std::invalid_argument("node name \"" + o.name + "\" must be short@host");
+    if (o.cookie.empty()) throw std::invalid_argument("cookie must not be empty");
+    if (o.network_threads < 1 || o.network_threads > 64)
+        throw std::invalid_argument("network_threads must be in 1..64");
+    if (o.worker_threads < 1 || o.worker_threads > 1024)
+        throw std::invalid_argument("worker_threads must be in 1..1024");
+    if (o.idle_timeout.count() <= 0) throw std::invalid_argument("idle_timeout must be positive");
+    if (o.max_message_size < 1024) throw std::invalid_argument("max_message_size must be at least 1024");
+}
+
+ErrorMessage no_members(std::string_view balancer) {
+    return ErrorMessage{ErrorCode::service_unavailable, "no members registered",
+                        boost::json::object{{"load_balancer", balancer}}};
+}
+
+}  // namespace
+
+Cluster::Impl::Impl(Cluster& o, ClusterOptions opts)
+    : owner(o),
+      options(std::move(opts)),
+      incarnation(draw_incarnation()),
+      workers(options.worker_threads),
+      reconnect_timer(ioc),
+      groups(options.name),
+      plugins(options.plugin_path) {
+    settings.local = wire::PeerInfo{options.name, incarnation, "", options.client};
+    settings.cookie = options.cookie;
+    settings.max_message_size = options.max_message_size;
+    settings.idle_timeout = options.idle_timeout;
+    settings.handshake_timeout = options.handshake_timeout;
+}
+
+Cluster::Impl::~Impl() = default;
+
+void Cluster::Impl::start() {
+    if (running.exchange(true)) return;
+    for (const auto& dir : plugins.missing_directories())
+        RPCLB_LOG("plugins", error) << "plugin directory " << dir << " does not exist";
+    if (!options.client) start_listener();
+    groups.set_broadcast([weak = weak_from_this()](std::string frame) {
+        if (auto self = weak.lock()) self->broadcast(frame);
+    });
+    work.emplace(ioc.get_executor());
+    for (std::size_t i = 0; i < options.network_threads; ++i) threads.emplace_back([this] { ioc.run(); });
+    for (const auto& seed : options.seeds) dial(seed);
+    asio::post(ioc, [self = shared_from_this()] { self->schedule_reconnect(); });
+    RPCLB_LOG("mesh", info) << options.name << " started"
+                            << (bound ? " listening on " + settings.local.listen : std::string(" as a client"));
+}
+
+void Cluster::Impl::stop() {
+    if (!running || stopping.exchange(true)) return;
+    std::vector<std::shared_ptr<LoadBalancer>> balancers;
+    {
+        std::lock_guard lock(balancers_mutex);
+        for (auto& [name, b] : hosted) balancers.push_back(b);
+        for (auto& [name, b] : routing) balancers.push_back(b);
+        hosted.clear();
+        routing.clear();
+    }
+    for (auto& b : balancers) b->stop();
+    balancers.clear();
+    asio::post(ioc, [self = shared_from_this()] {
+        boost::system::error_code ignored;
+        self->reconnect_timer.cancel();
+        if (self->acceptor) self->acceptor->close(ignored);
+    });
+    std::vector<std::shared_ptr<detail::Connection>> all;
+    {
+        std::lock_guard lock(mesh_mutex);
+        for (auto& [name, c] : peers) all.push_back(c);
+        all.insert(all.end(), connecting.begin(), connecting.end());
+    }
+    for (auto& c : all) c->close("node stopping");
+    // Give the close handshakes a moment, then stop the loop whatever is left.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (std::chrono::steady_clock::now() < deadline) {
+        bool done = true;
+        for (auto& c : all) done = done && c->closed();
+        if (done) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    work.reset();
+    ioc.stop();
+    for (auto& t : threads) t.join();
+    threads.clear();
+    workers.join();
+    {
+        std::lock_guard lock(mesh_mutex);
+        peers.clear();
+        connecting.clear();
+    }
+    groups.set_broadcast({});
+    RPCLB_LOG("mesh", info) << options.name << " stopped";
+}
+
+// ---- Cluster ---------------------------------------------------------------------------
+
+Cluster::Cluster(ClusterOptions options) {
+    validate(options);
+    impl_ = std::make_shared<Impl>(*this, std::move(options));
+}
+
+Cluster::~Cluster() {
+    if (impl_) impl_->stop();
+}
+
+void Cluster::start() { impl_->start(); }
+void Cluster::stop() { impl_->stop(); }
+const std::string& Cluster::name() const noexcept { return impl_->options.name; }
+const std::string& Cluster::incarnation() const noexcept { return impl_->incarnation; }
+std::optional<boost::asio::ip::tcp::endpoint> Cluster::listen_endpoint() const { return impl_->bound; }
+Groups& Cluster::groups() noexcept { return impl_->groups; }
+PluginRegistry& Cluster::plugins() noexcept { return impl_->plugins; }
+
+ClusterStats Cluster::stats() const noexcept {
+    return ClusterStats{impl_->bad_frames.load(), impl_->auth_failures.load(), impl_->peers_lost.load()};
+}
+
+std::vector<std::string> Cluster::connected_nodes() const {
+    std::lock_guard lock(impl_->mesh_mutex);
+    std::vector<std::string> names;
+    for (const auto& [name, c] : impl_->peers) names.push_back(name);
+    return names;
+}
+
+boost::asio::any_io_executor Cluster::worker_executor() const { return impl_->workers.get_executor(); }
+boost::asio::any_io_executor Cluster::network_executor() const { return impl_->ioc.get_executor(); }
+
+void Cluster::register_function(std::string module, std::string function, Handler handler) {
+    auto key = module + "." + function;
+    std::unique_lock lock(impl_->functions_mutex);
+    impl_->functions[std::move(key)] = std::make_shared<const Handler>(std::move(handler));
+}
+
+void Cluster::start_call(std::string node, std::string module, std::string function,
+                         boost::json::array args, CallOptions options,
+                         std::function<void(CallResult)> done) {
+    if (options.load_balancer.empty())
+        return impl_->direct_call(std::move(node), std::move(module), std::move(function),
+                                  std::move(args), options.timeout, std::move(done));
+    auto b = balancer(options.load_balancer);
+    if (!b) return done(b.error());
+    auto bal = std::move(*b);
+    if (bal->algorithm().local())
+        return impl_->direct_call(name(), std::move(module), std::move(function), std::move(args),
+                                  options.timeout, std::move(done));
+    PickOptions pick;
+    if (options.key) pick.key = *options.key;
+    auto target = bal->select_node(pick);
+    if (!target) return done(target.error());
+    bal->track_call();
+    auto t = *target;
+    impl_->direct_call(std::move(*target), std::move(module), std::move(function), std::move(args),
+                       options.timeout, [bal, t = std::move(t), done = std::move(done)](CallResult r) {
+                           bal->release_node(t);
+                           bal->release_call();
+                           done(std::move(r));
+                       });
+}
+
+CallResult Cluster::call(std::string_view node, std::string_view module, std::string_view function,
+                         boost::json::array args, const CallOptions& options) {
+    if (impl_->on_network_thread())
+        return call_error(ErrorCode::internal_server_error,
+                          "blocking call from a network thread would deadlock; use async_call", node,
+                          module, function);
+    std::shared_ptr<LoadBalancer> bal;
+    std::string target(node);
+    if (!options.load_balancer.empty()) {
+        auto b = balancer(options.load_balancer);
+        if (!b) return b.error();
+        bal = std::move(*b);
+        if (bal->algorithm().local()) {
+            target = name();
+            bal.reset();
+        } else {
+            PickOptions pick;
+            if (options.key) pick.key = *options.key;
+            auto picked = bal->select_node(pick);
+            if (!picked) return picked.error();
+            target = std::move(*picked);
+        }
+    }
+    if (bal) bal->track_call();
+    CallResult result = [&]() -> CallResult {
+        if (target == name()) return impl_->run_handler(module, function, args);  // no network
+        std::promise<CallResult> promise;
+        auto future = promise.get_future();
+        impl_->direct_call(target, std::string(module), std::string(function), std::move(args),
+                           options.timeout, [&promise](CallResult r) { promise.set_value(std::move(r)); });
+        return future.get();
+    }();
+    if (bal) {
+        bal->release_node(target);
+        bal->release_call();
+    }
+    return result;
+}
+
+CallResult Cluster::call(std::string_view module, std::string_view function, boost::json::array args,
+                         const CallOptions& options) {
+    if (options.load_balancer.empty())
+        return call_error(ErrorCode::bad_request, "a load-balanced call needs options.load_balancer",
+                          name(), module, function);
+    return call(name(), module, function, std::move(args), options);
+}
+
+Result<void> Cluster::cast(std::string_view node, std::string_view module, std::string_view function,
+                           boost::json::array args, const CallOptions& options) {
+    if (options.load_balancer.empty()) return impl_->direct_cast(node, module, function, std::move(args));
+    auto b = balancer(options.load_balancer);
+    if (!b) return b.error();
+    auto& bal = *b;
+    if (bal->algorithm().local()) return impl_->direct_cast(name(), module, function, std::move(args));
+    PickOptions pick;
+    if (options.key) pick.key = *options.key;
+    auto target = bal->select_node(pick);
+    if (!target) return target.error();
+    bal->track_call();
+    auto result = impl_->direct_cast(*target, module, function, std::move(args));
+    bal->release_node(*target);
+    bal->release_call();
+    return result;
+}
+
+// ---- balancers ---------------------------------------------------------------------------
+
+std::shared_ptr<LoadBalancer> Cluster::start_balancer(LoadBalancerOptions options) {
+    if (options.name.empty()) throw std::invalid_argument("balancer name must not be empty");
+    if (options.drain_timeout.count() < 0)
+        throw std::invalid_argument("balancer " + options.name + ": drain_timeout must not be negative");
+    {
+        std::lock_guard lock(impl_->balancers_mutex);
+        if (impl_->hosted.contains(options.name))
+            throw std::invalid_argument("balancer " + options.name + " is already started");
+    }
+    auto algorithm = impl_->plugins.create(options.algorithm);
+    if (!algorithm)
+        throw std::runtime_error("balancer " + options.name + ": " + algorithm.error().message);
+    if (impl_->options.client) options.node_match_list = NodeMatchList::none();
+    auto b = std::make_shared<LoadBalancer>(*this, std::move(options), std::move(*algorithm), true);
+    b->start();
+    std::shared_ptr<LoadBalancer> previous_routing;
+    {
+        std::lock_guard lock(impl_->balancers_mutex);
+        impl_->hosted[b->name()] = b;
+        if (auto it = impl_->routing.find(b->name()); it != impl_->routing.end()) {
+            previous_routing = it->second;
+            impl_->routing.erase(it);
+        }
+    }
+    if (previous_routing) previous_routing->stop();
+    RPCLB_LOG("balancer", info) << "started balancer " << b->name() << " (" << b->options().algorithm
+                                << (b->joined() ? ", member" : ", not a member") << ")";
+    return b;
+}
+
+bool Cluster::stop_balancer(std::string_view name) {
+    std::shared_ptr<LoadBalancer> b;
+    {
+        std::lock_guard lock(impl_->balancers_mutex);
+        auto it = impl_->hosted.find(name);
+        if (it == impl_->hosted.end()) return false;
+        b = it->second;
+        impl_->hosted.erase(it);
+    }
+    const bool drained = b->stop();
+    RPCLB_LOG("balancer", info) << "stopped balancer " << name << (drained ? "" : " (drain timed out)");
+    return true;
+}
+
+std::vector<std::string> Cluster::balancer_names() const {
+    std::lock_guard lock(impl_->balancers_mutex);
+    std::vector<std::string> names;
+    for (const auto& [name, b] : impl_->hosted) names.push_back(name);
+    return names;
+}
+
+Result<std::shared_ptr<LoadBalancer>> Cluster::balancer(std::string_view name) {
+    std::lock_guard lock(impl_->balancers_mutex);
+    if (auto it = impl_->hosted.find(name); it != impl_->hosted.end()) return it->second;
+    if (auto it = impl_->routing.find(name); it != impl_->routing.end()) return it->second;
+    // Routing-only: build the balancer its members announce.
+    const auto members = impl_->groups.members(name);
+    if (members->nodes.empty()) return no_members(name);
+    LoadBalancerOptions options;
+    options.name = std::string(name);
+    options.node_match_list = NodeMatchList::none();
+    std::optional<boost::json::object> chosen;
+    for (const auto& node : members->nodes) {
+        auto meta = impl_->groups.announcement(name, node);
+        if (!meta) continue;
+        if (!chosen) {
+            chosen = std::move(meta);
+        } else if (*meta != *chosen) {
+            RPCLB_LOG("balancer", warning) << "members of " << name << " announce different algorithms; using "
+                                           << boost::json::serialize(*chosen);
+            break;
+        }
+    }
+    if (chosen) {
+        if (const auto* a = chosen->if_contains("algorithm"); a && a->is_string())
+            options.algorithm = std::string(a->get_string());
+        if (const auto* o = chosen->if_contains("algorithm_opts"); o && o->is_object())
+            options.algorithm_opts = o->get_object();
+    }
+    auto algorithm = impl_->plugins.create(options.algorithm);
+    if (!algorithm)
+        return ErrorMessage{ErrorCode::service_unavailable,
+                            "cannot load algorithm " + options.algorithm + ": " + algorithm.error().message,
+                            boost::json::object{{"load_balancer", name}, {"algorithm", options.algorithm}}};
+    auto b = std::make_shared<LoadBalancer>(*this, std::move(options), std::move(*algorithm), false);
+    try {
+        b->start();
+    } catch (const std::exception& e) {
+        return ErrorMessage{ErrorCode::service_unavailable, e.what(),
+                            boost::json::object{{"load_balancer", name}}};
+    }
+    impl_->routing.emplace(std::string(name), b);
+    return b;
+}
+
+Result<std::string> Cluster::select_node(std::string_view balancer_name, const PickOptions& options) {
+    auto b = balancer(balancer_name);
+    if (!b) return b.error();
+    return (*b)->select_node(options);
+}
+
+Result<std::vector<std::string>> Cluster::get_members(std::string_view balancer) const {
+    const auto members = impl_->groups.members(balancer);
+    if (members->nodes.empty()) return no_members(balancer);
+    return members->nodes;
+}
+
+}  // namespace rpclb

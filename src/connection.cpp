@@ -1,0 +1,257 @@
+#include "connection.hpp"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/websocket/stream_base.hpp>
+
+namespace rpclb::detail {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace ws = beast::websocket;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+std::pair<std::string, std::string> split_host_port(const std::string& address) {
+    const auto colon = address.rfind(':');
+    if (colon == std::string::npos) return {address, ""};
+    return {address.substr(0, colon), address.substr(colon + 1)};
+}
+
+}  // namespace
+
+Connection::Connection(tcp::socket socket, ConnectionOwner& owner, const ConnectionSettings& settings)
+    : ws_(std::move(socket)),
+      owner_(owner),
+      settings_(settings),
+      handshake_(Role::acceptor, settings.local, settings.cookie),
+      handshake_timer_(ws_.get_executor()) {}
+
+Connection::Connection(Executor executor, std::string target, ConnectionOwner& owner,
+                       const ConnectionSettings& settings)
+    : ws_(executor),
+      owner_(owner),
+      settings_(settings),
+      target_(std::move(target)),
+      handshake_(Role::dialer, settings.local, settings.cookie),
+      handshake_timer_(ws_.get_executor()) {}
+
+void Connection::configure() {
+    // Beast enforces the size limit on reads as a last line of defence; senders check it
+    // first so that an oversize call fails at its caller with a clear error.
+    ws_.read_message_max(settings_.max_message_size + 1024);
+    ws_.text(true);
+    ws_.auto_fragment(false);
+    ws::stream_base::timeout t{};
+    t.handshake_timeout = settings_.handshake_timeout;
+    t.idle_timeout = settings_.idle_timeout;
+    t.keep_alive_pings = true;
+    ws_.set_option(t);
+    beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay(true));
+}
+
+void Connection::start() {
+    auto self = shared_from_this();
+    handshake_timer_.expires_after(settings_.handshake_timeout);
+    handshake_timer_.async_wait([self](beast::error_code ec) {
+        if (!ec && !self->established_) self->fail("handshake timed out");
+    });
+    if (role() == Role::acceptor) {
+        asio::dispatch(ws_.get_executor(), [self] {
+            self->configure();
+            self->ws_.async_accept([self](beast::error_code ec) {
+                if (ec) return self->fail("websocket accept: " + ec.message());
+                self->on_websocket_open();
+            });
+        });
+        return;
+    }
+    asio::dispatch(ws_.get_executor(), [self] {
+        auto [host, port] = split_host_port(self->target_);
+        auto resolver = std::make_shared<tcp::resolver>(self->ws_.get_executor());
+        resolver->async_resolve(host, port, [self, resolver, host](beast::error_code ec,
+                                                                   tcp::resolver::results_type results) {
+            if (ec) return self->fail("resolve " + self->target_ + ": " + ec.message());
+            beast::get_lowest_layer(self->ws_).expires_after(self->settings_.handshake_timeout);
+            beast::get_lowest_layer(self->ws_).async_connect(
+                results, [self, host](beast::error_code ec, const tcp::endpoint&) {
+                    if (ec) return self->fail("connect " + self->target_ + ": " + ec.message());
+                    beast::get_lowest_layer(self->ws_).expires_never();
+                    self->configure();
+                    self->ws_.async_handshake(self->target_, "/rpclb", [self](beast::error_code ec) {
+                        if (ec) return self->fail("websocket handshake: " + ec.message());
+                        self->on_websocket_open();
+                    });
+                });
+        });
+    });
+}
+
+void Connection::on_websocket_open() {
+    open_ = true;
+    handle_step(handshake_.start());
+    do_read();
+    write_next();
+}
+
+void Connection::do_read() {
+    auto self = shared_from_this();
+    ws_.async_read(buffer_, [self](beast::error_code ec, std::size_t bytes) {
+        if (ec) {
+            const bool normal = ec == ws::error::closed;
+            return self->fail(normal ? std::string("closed by peer") : ec.message());
+        }
+        self->on_read(bytes);
+    });
+}
+
+void Connection::on_read(std::size_t) {
+    const auto data = buffer_.cdata();
+    std::string_view text(static_cast<const char*>(data.data()), data.size());
+    auto decoded = wire::decode(text, settings_.max_message_size);
+    buffer_.consume(buffer_.size());
+    if (!decoded) {
+        const auto& error = decoded.error();
+        if (error.request_id && established_) {
+            send(wire::encode(wire::Response{
+                *error.request_id,
+                ErrorMessage{ErrorCode::bad_request, "bad request: " + error.message,
+                             boost::json::object{{"node", settings_.local.node}}}}));
+        }
+        owner_.on_bad_frame(shared_from_this(), error);
+        if (!established_) return fail("malformed frame during handshake: " + error.message);
+        return do_read();
+    }
+    if (!established_) {
+        handle_step(handshake_.on_frame(*decoded));
+        if (closed_) return;
+    } else if (auto* response = std::get_if<wire::Response>(&*decoded)) {
+        complete(std::move(*response));
+    } else {
+        owner_.on_frame(shared_from_this(), std::move(*decoded));
+    }
+    if (!closed_) do_read();
+}
+
+void Connection::handle_step(Handshake::Step step) {
+    for (auto& frame : step.send) send(wire::encode(frame));
+    if (step.error) {
+        owner_.on_handshake_failed(shared_from_this(), *step.error);
+        return fail(*step.error);
+    }
+    if (step.done) {
+        handshake_timer_.cancel();
+        established_ = true;
+        owner_.on_established(shared_from_this());
+    }
+}
+
+void Connection::send(std::string frame) {
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
+        if (self->closed_) return;
+        self->queue_.push_back(std::move(f));
+        self->write_next();
+    });
+}
+
+void Connection::write_next() {
+    if (writing_ || !open_ || queue_.empty() || closed_) return;
+    writing_ = true;
+    auto self = shared_from_this();
+    ws_.async_write(asio::buffer(queue_.front()), [self](beast::error_code ec, std::size_t) {
+        self->writing_ = false;
+        if (ec) return self->fail("write: " + ec.message());
+        self->queue_.pop_front();
+        self->write_next();
+    });
+}
+
+void Connection::request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done) {
+    // Encoding happens on the caller's thread, off the connection's strand.
+    const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    request.id = id;
+    auto frame = wire::encode(request);
+    if (frame.size() > settings_.max_message_size) {
+        return done(call_error(ErrorCode::bad_request,
+                               "request of " + std::to_string(frame.size()) +
+                                   " bytes exceeds the maximum message size of " +
+                                   std::to_string(settings_.max_message_size),
+                               peer().node, request.module, request.function));
+    }
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), id, frame = std::move(frame), timeout,
+                                        module = std::move(request.module),
+                                        function = std::move(request.function),
+                                        done = std::move(done)]() mutable {
+        if (self->closed_) {
+            return done(call_error(ErrorCode::service_unavailable, "noconnection", self->peer().node,
+                                   module, function));
+        }
+        Pending pending{std::move(done), std::make_unique<asio::steady_timer>(self->ws_.get_executor()),
+                        std::move(module), std::move(function)};
+        pending.timer->expires_after(timeout);
+        pending.timer->async_wait([self, id](beast::error_code ec) {
+            if (ec) return;
+            auto it = self->pending_.find(id);
+            if (it == self->pending_.end()) return;
+            auto p = std::move(it->second);
+            self->pending_.erase(it);
+            p.done(call_error(ErrorCode::request_timeout, "timeout", self->peer().node, p.module,
+                              p.function));
+        });
+        self->pending_.emplace(id, std::move(pending));
+        self->queue_.push_back(std::move(frame));
+        self->write_next();
+    });
+}
+
+void Connection::complete(wire::Response&& response) {
+    auto it = pending_.find(response.id);
+    if (it == pending_.end()) return;  // timed out already
+    auto p = std::move(it->second);
+    pending_.erase(it);
+    p.timer->cancel();
+    p.done(std::move(response.result));
+}
+
+void Connection::close(std::string reason) {
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)] {
+        if (self->closed_) return;
+        if (self->open_) {
+            // Say goodbye politely; the read loop then ends and fail() runs with the reason.
+            self->ws_.async_close(ws::close_code::normal, [self, reason](beast::error_code) {
+                self->fail(reason);
+            });
+            // A peer that never answers the close frame: the idle timeout ends it.
+            return;
+        }
+        self->fail(reason);
+    });
+}
+
+void Connection::fail(const std::string& reason) {
+    if (closed_.exchange(true)) return;
+    handshake_timer_.cancel();
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ignored);
+    beast::get_lowest_layer(ws_).socket().close(ignored);
+    queue_.clear();
+    fail_pending(reason);
+    owner_.on_closed(shared_from_this(), reason, established_);
+}
+
+void Connection::fail_pending(const std::string& reason) {
+    auto pending = std::move(pending_);
+    pending_.clear();
+    for (auto& [id, p] : pending) {
+        p.timer->cancel();
+        auto error = call_error(ErrorCode::service_unavailable, "noconnection", peer().node, p.module,
+                                p.function);
+        error.details["reason"] = reason;
+        p.done(std::move(error));
+    }
+}
+
+}  // namespace rpclb::detail

@@ -1,0 +1,128 @@
+// One authenticated WebSocket connection between two nodes (internal).
+#pragma once
+
+#include <rpclb/detail/handshake.hpp>
+#include <rpclb/detail/wire.hpp>
+#include <rpclb/error.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/websocket/stream.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+namespace rpclb::detail {
+
+class Connection;
+
+/// What a connection tells the node that owns it. Every method runs on the
+/// connection's strand.
+class ConnectionOwner {
+public:
+    virtual ~ConnectionOwner() = default;
+    /// The cookie handshake succeeded; the connection may now carry traffic.
+    virtual void on_established(const std::shared_ptr<Connection>& connection) = 0;
+    /// A decoded frame other than a handshake frame or a Response.
+    virtual void on_frame(const std::shared_ptr<Connection>& connection, wire::Frame&& frame) = 0;
+    /// The connection is closed; `established` tells whether on_established ran.
+    virtual void on_closed(const std::shared_ptr<Connection>& connection, const std::string& reason,
+                           bool established) = 0;
+    /// A frame the codec refused (already answered when it was a request).
+    virtual void on_bad_frame(const std::shared_ptr<Connection>& connection,
+                              const wire::DecodeError& error) = 0;
+    /// The handshake failed (wrong cookie, version, protocol).
+    virtual void on_handshake_failed(const std::shared_ptr<Connection>& connection,
+                                     const std::string& reason) = 0;
+};
+
+/// Settings shared by every connection of a node.
+struct ConnectionSettings {
+    wire::PeerInfo local;
+    std::string cookie;
+    std::size_t max_message_size = wire::default_max_message_size;
+    std::chrono::milliseconds idle_timeout{3000};
+    std::chrono::milliseconds handshake_timeout{5000};
+};
+
+/// Called once with the outcome of a request sent on a connection.
+using ResponseHandler = std::function<void(CallResult)>;
+
+/// A WebSocket to one peer: handshake, read loop, write queue, pending requests.
+/// All state lives on one strand; the public members are safe from any thread.
+class Connection : public std::enable_shared_from_this<Connection> {
+public:
+    using Executor = boost::asio::strand<boost::asio::io_context::executor_type>;
+
+    /// An accepted socket (this side is the acceptor).
+    Connection(boost::asio::ip::tcp::socket socket, ConnectionOwner& owner,
+               const ConnectionSettings& settings);
+    /// A connection to dial at "host:port" (this side is the dialer).
+    Connection(Executor executor, std::string target, ConnectionOwner& owner,
+               const ConnectionSettings& settings);
+
+    /// Starts the WebSocket handshake (accept or dial) then the cookie handshake.
+    void start();
+
+    /// Queues a frame's text. Dropped after close.
+    void send(std::string frame);
+
+    /// Sends a request and completes `done` with its response, `request_timeout` after
+    /// `timeout`, or `service_unavailable` when the connection closes first.
+    void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
+
+    /// Closes the connection (idempotent); `reason` is logged and reported.
+    void close(std::string reason);
+
+    Role role() const noexcept { return handshake_.role(); }
+    /// The peer; meaningful once established.
+    const wire::PeerInfo& peer() const noexcept { return handshake_.peer(); }
+    /// The "host:port" dialled, empty for an accepted connection.
+    const std::string& target() const noexcept { return target_; }
+    bool established() const noexcept { return established_.load(); }
+    bool closed() const noexcept { return closed_.load(); }
+
+private:
+    struct Pending {
+        ResponseHandler done;
+        std::unique_ptr<boost::asio::steady_timer> timer;
+        std::string module;
+        std::string function;
+    };
+
+    void configure();
+    void on_websocket_open();
+    void do_read();
+    void on_read(std::size_t bytes);
+    void handle_step(Handshake::Step step);
+    void complete(wire::Response&& response);
+    void write_next();
+    void fail(const std::string& reason);
+    void fail_pending(const std::string& reason);
+
+    boost::beast::websocket::stream<boost::beast::tcp_stream> ws_;
+    ConnectionOwner& owner_;
+    const ConnectionSettings& settings_;
+    std::string target_;
+    Handshake handshake_;
+    boost::beast::flat_buffer buffer_;
+    std::deque<std::string> queue_;
+    bool writing_ = false;
+    bool open_ = false;  // WebSocket handshake done: writes may start
+    boost::asio::steady_timer handshake_timer_;
+    std::unordered_map<std::uint64_t, Pending> pending_;
+    std::atomic<std::uint64_t> next_id_{1};
+    std::atomic<bool> established_{false};
+    std::atomic<bool> closed_{false};
+};
+
+}  // namespace rpclb::detail

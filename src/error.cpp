@@ -1,0 +1,63 @@
+#include <rpclb/error.hpp>
+
+#include <array>
+#include <utility>
+
+namespace rpclb {
+namespace {
+
+constexpr std::array<std::pair<ErrorCode, std::string_view>, 5> code_names{{
+    {ErrorCode::bad_request, "bad_request"},
+    {ErrorCode::not_found, "not_found"},
+    {ErrorCode::request_timeout, "request_timeout"},
+    {ErrorCode::internal_server_error, "internal_server_error"},
+    {ErrorCode::service_unavailable, "service_unavailable"},
+}};
+
+}  // namespace
+
+std::string_view to_string(ErrorCode code) noexcept {
+    for (const auto& [c, name] : code_names)
+        if (c == code) return name;
+    return "unknown";
+}
+
+std::optional<ErrorCode> error_code_from_string(std::string_view name) noexcept {
+    for (const auto& [c, n] : code_names)
+        if (n == name) return c;
+    return std::nullopt;
+}
+
+boost::json::value ErrorMessage::to_json() const {
+    return boost::json::object{{"code", to_string(code)}, {"message", message}, {"details", details}};
+}
+
+std::optional<ErrorMessage> ErrorMessage::from_json(const boost::json::value& v) {
+    const auto* obj = v.if_object();
+    if (!obj) return std::nullopt;
+    const auto* code = obj->if_contains("code");
+    const auto* message = obj->if_contains("message");
+    if (!code || !code->is_string() || !message || !message->is_string()) return std::nullopt;
+    auto parsed = error_code_from_string(code->get_string());
+    if (!parsed) return std::nullopt;
+    ErrorMessage e{*parsed, std::string(message->get_string()), {}};
+    if (const auto* details = obj->if_contains("details"); details && details->is_object())
+        e.details = details->get_object();
+    return e;
+}
+
+ErrorMessage call_error(ErrorCode code, std::string message, std::string_view node,
+                        std::string_view module, std::string_view function) {
+    return ErrorMessage{code, std::move(message),
+                        boost::json::object{{"node", node}, {"module", module}, {"function", function}}};
+}
+
+CallError::CallError(ErrorMessage error)
+    : std::runtime_error(std::string(to_string(error.code)) + ": " + error.message),
+      error_(std::move(error)) {}
+
+void throw_exception_from_error(const ErrorMessage& e, const boost::source_location&) {
+    throw CallError(e);
+}
+
+}  // namespace rpclb

@@ -1,0 +1,177 @@
+#include <rpclb/detail/log.hpp>
+#include <rpclb/detail/wire.hpp>
+#include <rpclb/groups.hpp>
+
+#include <algorithm>
+#include <set>
+
+namespace rpclb {
+
+Groups::Groups(std::string local_node) : local_node_(std::move(local_node)) {}
+
+void Groups::set_broadcast(Broadcast broadcast) {
+    std::lock_guard lock(mutex_);
+    broadcast_ = std::move(broadcast);
+}
+
+void Groups::join(const std::string& group, boost::json::object meta) {
+    std::vector<Change> changes;
+    Broadcast broadcast;
+    {
+        std::lock_guard lock(mutex_);
+        local_[group] = meta;
+        set_member(group, local_node_, meta, changes);
+        broadcast = broadcast_;
+    }
+    if (broadcast) broadcast(detail::wire::encode(detail::wire::GroupJoin{group, std::move(meta)}));
+    notify(std::move(changes));
+}
+
+void Groups::leave(const std::string& group) {
+    std::vector<Change> changes;
+    Broadcast broadcast;
+    {
+        std::lock_guard lock(mutex_);
+        if (local_.erase(group) == 0) return;
+        set_member(group, local_node_, std::nullopt, changes);
+        broadcast = broadcast_;
+    }
+    if (broadcast) broadcast(detail::wire::encode(detail::wire::GroupLeave{group}));
+    notify(std::move(changes));
+}
+
+std::shared_ptr<const MemberSnapshot> Groups::members(std::string_view group) const {
+    static const auto empty = std::make_shared<const MemberSnapshot>();
+    std::lock_guard lock(mutex_);
+    auto it = groups_.find(group);
+    return it == groups_.end() ? empty : it->second.snapshot;
+}
+
+std::optional<boost::json::object> Groups::announcement(std::string_view group,
+                                                        std::string_view node) const {
+    std::lock_guard lock(mutex_);
+    auto g = groups_.find(group);
+    if (g == groups_.end()) return std::nullopt;
+    auto m = g->second.members.find(node);
+    if (m == g->second.members.end()) return std::nullopt;
+    return m->second;
+}
+
+std::vector<std::string> Groups::local_groups() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> names;
+    for (const auto& [name, meta] : local_) names.push_back(name);
+    return names;
+}
+
+std::uint64_t Groups::monitor(const std::string& group, MonitorCallback callback) {
+    std::lock_guard lock(monitor_mutex_);
+    const auto id = next_monitor_++;
+    monitors_.emplace(id, std::make_pair(group, std::move(callback)));
+    return id;
+}
+
+void Groups::demonitor(std::uint64_t id) {
+    std::lock_guard lock(monitor_mutex_);
+    monitors_.erase(id);
+}
+
+std::string Groups::local_sync_frame() const {
+    detail::wire::GroupSync sync;
+    std::lock_guard lock(mutex_);
+    for (const auto& [name, meta] : local_) sync.groups.emplace_back(name, meta);
+    return detail::wire::encode(sync);
+}
+
+void Groups::apply_sync(const std::string& node,
+                        const std::vector<std::pair<std::string, boost::json::object>>& groups) {
+    if (node == local_node_) return;
+    std::vector<Change> changes;
+    {
+        std::lock_guard lock(mutex_);
+        std::set<std::string, std::less<>> listed;
+        for (const auto& [group, meta] : groups) {
+            listed.insert(group);
+            set_member(group, node, meta, changes);
+        }
+        std::vector<std::string> stale;
+        for (const auto& [name, g] : groups_)
+            if (g.members.contains(node) && !listed.contains(name)) stale.push_back(name);
+        for (const auto& name : stale) set_member(name, node, std::nullopt, changes);
+    }
+    notify(std::move(changes));
+}
+
+void Groups::apply_join(const std::string& node, const std::string& group, boost::json::object meta) {
+    if (node == local_node_) return;
+    std::vector<Change> changes;
+    {
+        std::lock_guard lock(mutex_);
+        set_member(group, node, std::move(meta), changes);
+    }
+    notify(std::move(changes));
+}
+
+void Groups::apply_leave(const std::string& node, const std::string& group) {
+    if (node == local_node_) return;
+    std::vector<Change> changes;
+    {
+        std::lock_guard lock(mutex_);
+        set_member(group, node, std::nullopt, changes);
+    }
+    notify(std::move(changes));
+}
+
+void Groups::remove_node(const std::string& node) {
+    if (node == local_node_) return;
+    std::vector<Change> changes;
+    {
+        std::lock_guard lock(mutex_);
+        std::vector<std::string> names;
+        for (const auto& [name, g] : groups_)
+            if (g.members.contains(node)) names.push_back(name);
+        for (const auto& name : names) set_member(name, node, std::nullopt, changes);
+    }
+    notify(std::move(changes));
+}
+
+void Groups::set_member(const std::string& group, const std::string& node,
+                        std::optional<boost::json::object> meta, std::vector<Change>& changes) {
+    auto& g = groups_[group];
+    bool changed = false;
+    NodeChange direction = NodeChange::joined;
+    if (meta) {
+        auto [it, inserted] = g.members.insert_or_assign(node, std::move(*meta));
+        changed = inserted;
+    } else {
+        changed = g.members.erase(node) > 0;
+        direction = NodeChange::left;
+    }
+    if (!changed && g.snapshot) return;
+    auto snapshot = std::make_shared<MemberSnapshot>();
+    snapshot->nodes.reserve(g.members.size());
+    for (const auto& [name, m] : g.members) snapshot->nodes.push_back(name);
+    snapshot->version = next_version_++;
+    g.snapshot = std::move(snapshot);
+    if (changed) changes.push_back(Change{group, direction, {node}});
+}
+
+void Groups::notify(std::vector<Change> changes) {
+    if (changes.empty()) return;
+    std::lock_guard lock(monitor_mutex_);
+    for (const auto& change : changes) {
+        RPCLB_LOG("groups", debug) << change.nodes.front()
+                                   << (change.change == NodeChange::joined ? " joined " : " left ")
+                                   << change.group;
+        for (const auto& [id, entry] : monitors_) {
+            if (entry.first != change.group) continue;
+            try {
+                entry.second(change.group, change.change, change.nodes);
+            } catch (const std::exception& e) {
+                RPCLB_LOG("groups", error) << "monitor of " << change.group << " threw: " << e.what();
+            }
+        }
+    }
+}
+
+}  // namespace rpclb

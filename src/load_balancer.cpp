@@ -1,0 +1,144 @@
+#include <rpclb/cluster.hpp>
+#include <rpclb/detail/log.hpp>
+#include <rpclb/load_balancer.hpp>
+
+#include <thread>
+
+namespace rpclb {
+
+namespace {
+
+ErrorMessage algorithm_failure(std::string_view balancer, std::string message) {
+    return ErrorMessage{ErrorCode::internal_server_error, std::move(message),
+                        boost::json::object{{"load_balancer", balancer}}};
+}
+
+}  // namespace
+
+LoadBalancer::LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
+                           std::shared_ptr<SelectionAlgorithm> algorithm, bool hosted)
+    : cluster_(cluster),
+      options_(std::move(options)),
+      algorithm_(std::move(algorithm)),
+      hosted_(hosted),
+      members_(std::make_shared<const MemberSnapshot>()) {}
+
+LoadBalancer::~LoadBalancer() {
+    if (monitor_id_) cluster_.groups().demonitor(monitor_id_);
+}
+
+boost::json::object LoadBalancer::announcement() const {
+    return boost::json::object{{"algorithm", options_.algorithm},
+                               {"algorithm_opts", options_.algorithm_opts}};
+}
+
+void LoadBalancer::start() {
+    if (started_) return;
+    const AlgorithmContext context{options_.name, cluster_.name(), &cluster_};
+    try {
+        algorithm_->init(context, options_.algorithm_opts);
+        services_ = algorithm_->services();
+    } catch (const std::exception& e) {
+        throw std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm +
+                                 " init failed: " + e.what());
+    }
+    std::size_t started = 0;
+    try {
+        for (; started < services_.size(); ++started) services_[started]->start();
+    } catch (const std::exception& e) {
+        while (started > 0) services_[--started]->stop();
+        throw std::runtime_error("balancer " + options_.name + ": service failed to start: " + e.what());
+    }
+    auto& groups = cluster_.groups();
+    monitor_id_ = groups.monitor(options_.name, [this](const std::string&, NodeChange change,
+                                                       const std::vector<std::string>& nodes) {
+        on_change(change, nodes);
+    });
+    members_.store(groups.members(options_.name));
+    if (hosted_ && options_.node_match_list.matches(cluster_.name())) {
+        groups.join(options_.name, announcement());
+        joined_ = true;
+    }
+    started_ = true;
+}
+
+bool LoadBalancer::stop() {
+    if (!started_) return true;
+    started_ = false;
+    if (joined_.exchange(false)) cluster_.groups().leave(options_.name);
+    const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
+    bool drained = true;
+    while (in_flight_.load() > 0) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+            drained = false;
+            RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": " << in_flight_.load()
+                                           << " calls still in flight after the drain timeout";
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (auto it = services_.rbegin(); it != services_.rend(); ++it) (*it)->stop();
+    if (monitor_id_) cluster_.groups().demonitor(std::exchange(monitor_id_, 0));
+    return drained;
+}
+
+void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& nodes) {
+    members_.store(cluster_.groups().members(options_.name));
+    try {
+        algorithm_->on_node_change(change, nodes);
+    } catch (const std::exception& e) {
+        RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": on_node_change threw: " << e.what();
+    }
+}
+
+Result<std::vector<std::string>> LoadBalancer::get_members() const {
+    auto snapshot = members_.load();
+    if (snapshot->nodes.empty()) return empty_members_error(options_.name);
+    return snapshot->nodes;
+}
+
+Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
+    auto snapshot = members_.load();
+    if (snapshot->nodes.empty()) return empty_members_error(options_.name);
+    try {
+        auto picked = algorithm_->choose_from_nodes(*snapshot, options);
+        if (!picked) return picked.error();
+        if (*picked >= snapshot->nodes.size())
+            return algorithm_failure(options_.name, "algorithm " + options_.algorithm +
+                                                        " picked an index out of range");
+        return snapshot->nodes[*picked];
+    } catch (const std::exception& e) {
+        return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());
+    }
+}
+
+Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, const PickOptions& options) {
+    auto snapshot = members_.load();
+    if (snapshot->nodes.empty()) return empty_members_error(options_.name);
+    try {
+        auto picked = algorithm_->choose_nodes(*snapshot, count, options);
+        if (!picked) return picked.error();
+        std::vector<std::string> nodes;
+        for (auto i : *picked) {
+            if (i >= snapshot->nodes.size())
+                return algorithm_failure(options_.name, "algorithm " + options_.algorithm +
+                                                            " picked an index out of range");
+            nodes.push_back(snapshot->nodes[i]);
+        }
+        return nodes;
+    } catch (const std::exception& e) {
+        return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());
+    }
+}
+
+void LoadBalancer::release_node(std::string_view node) noexcept {
+    try {
+        algorithm_->release_node(node);
+    } catch (const std::exception& e) {
+        RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw: " << e.what();
+    } catch (...) {
+        RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw";
+    }
+}
+
+}  // namespace rpclb

@@ -1,0 +1,89 @@
+#include <rpclb/detail/log.hpp>
+#include <rpclb/log.hpp>
+
+#include <boost/core/null_deleter.hpp>
+#include <boost/log/attributes/value_extraction.hpp>
+#include <boost/log/core.hpp>
+#include <boost/log/expressions.hpp>
+#include <boost/log/sinks/sync_frontend.hpp>
+#include <boost/log/sinks/text_ostream_backend.hpp>
+#include <boost/log/support/date_time.hpp>
+#include <boost/log/utility/setup/common_attributes.hpp>
+
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace rpclb {
+namespace {
+
+namespace bl = boost::log;
+using severity = bl::trivial::severity_level;
+
+BOOST_LOG_ATTRIBUTE_KEYWORD(channel_attr, "Channel", std::string)
+BOOST_LOG_ATTRIBUTE_KEYWORD(severity_attr, "Severity", severity)
+
+severity parse_level(std::string_view level) {
+    static const std::map<std::string_view, severity> levels{
+        {"trace", severity::trace}, {"debug", severity::debug},     {"info", severity::info},
+        {"warning", severity::warning}, {"error", severity::error}, {"fatal", severity::fatal}};
+    auto it = levels.find(level);
+    if (it == levels.end())
+        throw std::invalid_argument("unknown log level \"" + std::string(level) +
+                                    "\" (expected trace, debug, info, warning, error or fatal)");
+    return it->second;
+}
+
+std::mutex init_mutex;
+bool sink_installed = false;
+
+}  // namespace
+
+namespace detail {
+
+Logger& logger(const char* channel) {
+    // One logger per channel name; channels are a handful of literals.
+    static std::mutex mutex;
+    static std::map<std::string, std::unique_ptr<Logger>, std::less<>> loggers;
+    std::lock_guard lock(mutex);
+    auto it = loggers.find(std::string_view(channel));
+    if (it == loggers.end())
+        it = loggers.emplace(channel, std::make_unique<Logger>(bl::keywords::channel = std::string(channel)))
+                 .first;
+    return *it->second;
+}
+
+}  // namespace detail
+
+namespace log {
+
+void set_level(std::string_view level) {
+    const auto min = parse_level(level);
+    bl::core::get()->set_filter(severity_attr >= min);
+}
+
+void init(std::string_view level) {
+    const auto min = parse_level(level);
+    std::lock_guard lock(init_mutex);
+    if (!sink_installed) {
+        bl::add_common_attributes();
+        using backend_t = bl::sinks::text_ostream_backend;
+        auto backend = boost::make_shared<backend_t>();
+        backend->add_stream(boost::shared_ptr<std::ostream>(&std::clog, boost::null_deleter()));
+        backend->auto_flush(true);
+        auto sink = boost::make_shared<bl::sinks::synchronous_sink<backend_t>>(backend);
+        sink->set_formatter(bl::expressions::stream
+                            << bl::expressions::format_date_time<boost::posix_time::ptime>(
+                                   "TimeStamp", "%Y-%m-%d %H:%M:%S.%f")
+                            << " " << severity_attr << " [" << channel_attr << "] "
+                            << bl::expressions::smessage);
+        bl::core::get()->add_sink(sink);
+        sink_installed = true;
+    }
+    bl::core::get()->set_filter(severity_attr >= min);
+}
+
+}  // namespace log
+}  // namespace rpclb

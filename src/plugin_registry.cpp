@@ -1,0 +1,169 @@
+#include <rpclb/plugin_registry.hpp>
+
+#include <boost/dll/shared_library.hpp>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+
+#ifndef RPCLB_PLUGIN_INSTALL_DIR
+#define RPCLB_PLUGIN_INSTALL_DIR "/usr/local/lib/rpclb/plugins"
+#endif
+
+namespace rpclb {
+namespace {
+
+constexpr const char* info_symbol = "rpclb_plugin_info";
+constexpr const char* factory_symbol = "rpclb_create_algorithm";
+
+std::vector<std::filesystem::path> environment_path() {
+    std::vector<std::filesystem::path> dirs;
+    const char* value = std::getenv("RPCLB_PLUGIN_PATH");
+    if (!value) return dirs;
+    std::string_view rest(value);
+    while (!rest.empty()) {
+        const auto colon = rest.find(':');
+        const auto entry = rest.substr(0, colon);
+        if (!entry.empty()) dirs.emplace_back(entry);
+        if (colon == std::string_view::npos) break;
+        rest.remove_prefix(colon + 1);
+    }
+    return dirs;
+}
+
+// Algorithm names become file names, so anything that could leave the search directory
+// ("../x", "a/b") is refused before touching the file system.
+bool valid_name(std::string_view name) {
+    if (name.empty()) return false;
+    for (char c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '_' || c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+std::string or_unknown(const char* s) { return s ? std::string(s) : std::string("<unknown>"); }
+
+PluginError file_error(const std::filesystem::path& file, std::string what) {
+    return PluginError{"plugin " + file.string() + ": " + std::move(what)};
+}
+
+}  // namespace
+
+PluginRegistry::PluginRegistry(std::vector<std::filesystem::path> search_path)
+    : given_(std::move(search_path)) {
+    for (auto& dir : environment_path()) given_.push_back(std::move(dir));
+    path_ = given_;
+    path_.emplace_back(RPCLB_PLUGIN_INSTALL_DIR);
+}
+
+std::vector<std::filesystem::path> PluginRegistry::missing_directories() const {
+    std::vector<std::filesystem::path> missing;
+    for (const auto& dir : given_) {
+        std::error_code ec;
+        if (!std::filesystem::is_directory(dir, ec)) missing.push_back(dir);
+    }
+    return missing;
+}
+
+std::string PluginRegistry::file_name(std::string_view name) {
+    return "librpclb_" + std::string(name) + ".so";
+}
+
+boost::system::result<std::filesystem::path, PluginError> PluginRegistry::find(
+    std::string_view name) const {
+    if (!valid_name(name))
+        return PluginError{"invalid plugin name \"" + std::string(name) +
+                           "\": use letters, digits, '_' and '-'"};
+    const std::string file = file_name(name);
+    for (const auto& dir : path_) {
+        std::error_code ec;
+        auto candidate = dir / file;
+        if (std::filesystem::is_regular_file(candidate, ec))
+            return {boost::system::in_place_value, std::move(candidate)};
+    }
+    std::string searched;
+    for (const auto& dir : path_) {
+        if (!searched.empty()) searched += ", ";
+        searched += dir.string();
+    }
+    return PluginError{"plugin \"" + std::string(name) + "\" not found: looked for " + file +
+                       " in " + searched};
+}
+
+boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> PluginRegistry::create(
+    std::string_view name) {
+    auto file = find(name);
+    if (!file) return file.error();
+    return create_from_file(*file, name);
+}
+
+boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError>
+PluginRegistry::create_from_file(const std::filesystem::path& file, std::string_view expected_name) {
+    // Each object holds its own reference to the library (dlopen counts them), so the
+    // library unloads when the last object created from it is gone.
+    auto lib = std::make_shared<boost::dll::shared_library>();
+    {
+        std::error_code ec;
+        // rtld_now: an unresolved symbol fails here with a message, not at the first pick.
+        lib->load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
+        if (ec) {
+            const char* reason = ::dlerror();
+            return file_error(file, "cannot open: " + (reason ? std::string(reason) : ec.message()));
+        }
+    }
+
+    if (!lib->has(info_symbol))
+        return file_error(file, std::string("missing ") + info_symbol + " (not an rpclb plugin?)");
+    const PluginInfo* info = lib->get_alias<detail::PluginInfoFunction>(info_symbol)();
+    if (!info) return file_error(file, std::string(info_symbol) + " returned null");
+
+    const std::string built_with = "plugin built against rpclb " + or_unknown(info->rpclb_version) +
+                                   " with " + or_unknown(info->compiler);
+    if (info->abi_version != RPCLB_PLUGIN_ABI_VERSION)
+        return file_error(file, "plugin ABI version " + std::to_string(info->abi_version) +
+                                    ", this rpclb expects " +
+                                    std::to_string(RPCLB_PLUGIN_ABI_VERSION) + " (" + built_with +
+                                    ")");
+    if (!info->compiler || std::string_view(info->compiler) != RPCLB_COMPILER_ID)
+        return file_error(file, "compiler " + or_unknown(info->compiler) +
+                                    ", this rpclb was built with " RPCLB_COMPILER_ID " (" +
+                                    built_with + ")");
+    if (!expected_name.empty() && (!info->name || std::string_view(info->name) != expected_name))
+        return file_error(file, "exports algorithm \"" + or_unknown(info->name) +
+                                    "\", expected \"" + std::string(expected_name) + "\"");
+
+    if (!lib->has(factory_symbol)) return file_error(file, std::string("missing factory ") + factory_symbol);
+    auto& factory = lib->get_alias<AlgorithmFactory>(factory_symbol);
+
+    std::unique_ptr<SelectionAlgorithm> algorithm;
+    try {
+        algorithm = factory();
+    } catch (const std::exception& e) {
+        return file_error(file, std::string("factory ") + factory_symbol + " threw: " + e.what());
+    } catch (...) {
+        return file_error(file, std::string("factory ") + factory_symbol +
+                                    " threw an exception not derived from std::exception");
+    }
+    if (!algorithm) return file_error(file, std::string("factory ") + factory_symbol + " returned null");
+
+    // The deleter runs the destructor (code in the plugin) first, then drops its library
+    // reference at once rather than with the control block, which weak_ptrs may keep.
+    // The deleter's own code is in this library, so it may run on after the unload.
+    return std::shared_ptr<SelectionAlgorithm>(
+        algorithm.release(), [lib = std::move(lib)](SelectionAlgorithm* p) mutable {
+            delete p;
+            lib.reset();
+        });
+}
+
+void throw_exception_from_error(const PluginError& e, const boost::source_location&) {
+    throw std::runtime_error(e.message);
+}
+
+}  // namespace rpclb

@@ -1,0 +1,54 @@
+#include <rpclb/selection_algorithm.hpp>
+
+#include <boost/random/taus88.hpp>
+#include <boost/random/uniform_int_distribution.hpp>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <utility>
+
+namespace rpclb {
+namespace {
+
+// One small, fast generator per thread: no lock and no shared cache line on the pick
+// path. taus88 keeps 12 bytes of state and is trivially destructible.
+boost::random::taus88& thread_rng() {
+    thread_local boost::random::taus88 rng = [] {
+        std::random_device device;
+        std::seed_seq seed{device(), device(), device(), device()};
+        return boost::random::taus88(seed);
+    }();
+    return rng;
+}
+
+}  // namespace
+
+ErrorMessage empty_members_error(std::string_view balancer) {
+    return ErrorMessage{ErrorCode::service_unavailable, "no members registered",
+                        boost::json::object{{"load_balancer", balancer}}};
+}
+
+// The seed's default (reference §1.10): shuffle, then take `count`. A partial
+// Fisher–Yates shuffle of the indices draws the same distribution with `count` draws.
+// The default doesn't know its balancer's name, so an empty list names none.
+Result<std::vector<std::size_t>> SelectionAlgorithm::choose_nodes(const MemberSnapshot& members,
+                                                                  std::size_t count,
+                                                                  const PickOptions& options) {
+    (void)options;
+    const std::size_t size = members.nodes.size();
+    if (size == 0) return empty_members_error("");
+    const std::size_t take = std::min(count, size);
+
+    std::vector<std::size_t> indices(size);
+    std::iota(indices.begin(), indices.end(), std::size_t{0});
+    auto& rng = thread_rng();
+    for (std::size_t i = 0; i < take; ++i) {
+        boost::random::uniform_int_distribution<std::size_t> pick(i, size - 1);
+        std::swap(indices[i], indices[pick(rng)]);
+    }
+    indices.resize(take);
+    return indices;
+}
+
+}  // namespace rpclb

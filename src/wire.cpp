@@ -1,0 +1,552 @@
+#include <rpclb/detail/wire.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serializer.hpp>
+#include <boost/json/value.hpp>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
+
+namespace rpclb::detail::wire {
+namespace {
+
+namespace json = boost::json;
+
+using Decoded = boost::system::result<Frame, DecodeError>;
+
+// ---- names ------------------------------------------------------------------------------
+
+template <class T>
+constexpr std::string_view frame_name = "";
+template <> constexpr std::string_view frame_name<Hello> = "hello";
+template <> constexpr std::string_view frame_name<Auth> = "auth";
+template <> constexpr std::string_view frame_name<Ready> = "ready";
+template <> constexpr std::string_view frame_name<Nodes> = "nodes";
+template <> constexpr std::string_view frame_name<GroupSync> = "gsync";
+template <> constexpr std::string_view frame_name<GroupJoin> = "gjoin";
+template <> constexpr std::string_view frame_name<GroupLeave> = "gleave";
+template <> constexpr std::string_view frame_name<Request> = "req";
+template <> constexpr std::string_view frame_name<Cast> = "cast";
+template <> constexpr std::string_view frame_name<Response> = "res";
+
+// How a JSON value is described in error messages ("got an array").
+std::string_view describe(const json::value& v) noexcept {
+    switch (v.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "a boolean";
+    case json::kind::int64: return v.get_int64() < 0 ? "a negative integer" : "an integer";
+    case json::kind::uint64: return "an integer";
+    case json::kind::double_: return "a floating-point number";
+    case json::kind::string: return "a string";
+    case json::kind::array: return "an array";
+    case json::kind::object: return "an object";
+    }
+    return "an unknown value";
+}
+
+// ---- decoding ---------------------------------------------------------------------------
+
+// Reads the members of one frame object (or of an object nested in it, under `prefix`).
+// The first failure is recorded in the shared `error`; later reads are skipped, so a
+// decoder can read every member unconditionally and check once at the end. Arrays,
+// objects and values are moved out of the parsed document rather than copied.
+class Members {
+public:
+    Members(json::object& obj, std::string_view type, std::optional<DecodeError>& error,
+            std::string prefix = {})
+        : obj_(obj), type_(type), error_(error), prefix_(std::move(prefix)) {}
+
+    bool failed() const noexcept { return error_.has_value(); }
+
+    void string(std::string_view key, std::string& out) {
+        if (auto* v = find(key, "a string")) {
+            if (auto* s = v->if_string())
+                out.assign(s->data(), s->size());
+            else
+                fail(key, "a string", v);
+        }
+    }
+
+    // An optional string: absence leaves `out` empty; a non-string is an error.
+    void optional_string(std::string_view key, std::string& out) {
+        if (failed()) return;
+        if (auto* v = obj_.if_contains(key)) {
+            if (auto* s = v->if_string())
+                out.assign(s->data(), s->size());
+            else
+                fail(key, "a string", v);
+        }
+    }
+
+    void optional_string(std::string_view key, std::optional<std::string>& out) {
+        if (failed()) return;
+        if (auto* v = obj_.if_contains(key)) {
+            if (auto* s = v->if_string())
+                out.emplace(s->data(), s->size());
+            else
+                fail(key, "a string", v);
+        }
+    }
+
+    void boolean(std::string_view key, bool& out) {
+        if (auto* v = find(key, "a boolean")) {
+            if (auto* b = v->if_bool())
+                out = *b;
+            else
+                fail(key, "a boolean", v);
+        }
+    }
+
+    // Ids travel as JSON integers; the parser yields int64 for those that fit and uint64
+    // only above INT64_MAX, so both are accepted when non-negative.
+    void uint64(std::string_view key, std::uint64_t& out) {
+        if (auto* v = find(key, "an unsigned integer")) {
+            if (auto* u = v->if_uint64())
+                out = *u;
+            else if (auto* i = v->if_int64(); i && *i >= 0)
+                out = static_cast<std::uint64_t>(*i);
+            else
+                fail(key, "an unsigned integer", v);
+        }
+    }
+
+    void integer(std::string_view key, int& out) {
+        if (auto* v = find(key, "an integer")) {
+            if (auto* i = v->if_int64(); i && *i >= std::numeric_limits<int>::min() &&
+                                         *i <= std::numeric_limits<int>::max())
+                out = static_cast<int>(*i);
+            else
+                fail(key, "an integer in the range of int", v);
+        }
+    }
+
+    void array(std::string_view key, json::array& out) {
+        if (auto* a = array_ref(key)) out = std::move(*a);
+    }
+
+    void object(std::string_view key, json::object& out) {
+        if (auto* v = find(key, "an object")) {
+            if (auto* o = v->if_object())
+                out = std::move(*o);
+            else
+                fail(key, "an object", v);
+        }
+    }
+
+    // The array member `key` itself, for decoders that walk its elements.
+    json::array* array_ref(std::string_view key) {
+        if (auto* v = find(key, "an array")) {
+            if (auto* a = v->if_array()) return a;
+            fail(key, "an array", v);
+        }
+        return nullptr;
+    }
+
+    // Element `index` of the array member `key` as a nested reader, or nullopt (with the
+    // error recorded) when the element is not an object.
+    std::optional<Members> element(std::string_view key, std::size_t index, json::value& v) {
+        std::string path = prefix_;
+        path.append(key).append("[").append(std::to_string(index)).append("]");
+        if (auto* o = v.if_object()) return Members(*o, type_, error_, path + ".");
+        fail_path(path, "an object", &v);
+        return std::nullopt;
+    }
+
+    // The raw member, for values of any JSON type ("ok").
+    json::value* raw(std::string_view key) { return failed() ? nullptr : obj_.if_contains(key); }
+
+    void fail_message(std::string message) {
+        if (!failed())
+            error_.emplace(DecodeError{DecodeErrorKind::bad_shape, std::move(message), std::nullopt});
+    }
+
+    void set_request_id(std::uint64_t id) {
+        if (error_) error_->request_id = id;
+    }
+
+    std::string_view type() const noexcept { return type_; }
+
+private:
+    // The member `key`, or nullptr after recording a "missing" error (or a prior error).
+    json::value* find(std::string_view key, std::string_view expected) {
+        if (failed()) return nullptr;
+        if (auto* v = obj_.if_contains(key)) return v;
+        fail(key, expected, nullptr);
+        return nullptr;
+    }
+
+    void fail(std::string_view key, std::string_view expected, const json::value* got) {
+        fail_path(prefix_ + std::string(key), expected, got);
+    }
+
+    void fail_path(std::string_view path, std::string_view expected, const json::value* got) {
+        std::string message;
+        message.append("\"").append(type_).append("\" frame: member \"").append(path);
+        message.append("\" must be ").append(expected);
+        message.append(" (").append(got ? "got " : "missing");
+        if (got) message.append(describe(*got));
+        message.append(")");
+        fail_message(std::move(message));
+    }
+
+    json::object& obj_;
+    std::string_view type_;
+    std::optional<DecodeError>& error_;
+    std::string prefix_;
+};
+
+void read_peer(Members& m, PeerInfo& p) {
+    m.string("node", p.node);
+    m.string("inc", p.incarnation);
+    m.string("listen", p.listen);
+    m.boolean("client", p.client);
+}
+
+void read(Members& m, Hello& f) {
+    m.integer("v", f.version);
+    read_peer(m, f.peer);
+    m.string("nonce", f.nonce);
+    m.optional_string("proof", f.proof);
+}
+
+void read(Members& m, Auth& f) { m.string("proof", f.proof); }
+
+void read(Members&, Ready&) {}
+
+void read(Members& m, Nodes& f) {
+    auto* nodes = m.array_ref("nodes");
+    if (!nodes) return;
+    f.nodes.reserve(nodes->size());
+    for (std::size_t i = 0; i < nodes->size() && !m.failed(); ++i) {
+        if (auto e = m.element("nodes", i, (*nodes)[i])) read_peer(*e, f.nodes.emplace_back());
+    }
+}
+
+void read(Members& m, GroupSync& f) {
+    auto* groups = m.array_ref("groups");
+    if (!groups) return;
+    f.groups.reserve(groups->size());
+    for (std::size_t i = 0; i < groups->size() && !m.failed(); ++i) {
+        if (auto e = m.element("groups", i, (*groups)[i])) {
+            auto& [group, meta] = f.groups.emplace_back();
+            e->string("group", group);
+            e->object("meta", meta);
+        }
+    }
+}
+
+void read(Members& m, GroupJoin& f) {
+    m.string("group", f.group);
+    m.object("meta", f.meta);
+}
+
+void read(Members& m, GroupLeave& f) { m.string("group", f.group); }
+
+void read(Members& m, Request& f) {
+    m.uint64("id", f.id);
+    const bool id_read = !m.failed();
+    m.string("m", f.module);
+    m.string("f", f.function);
+    m.array("a", f.args);
+    m.optional_string("lb", f.load_balancer);
+    // Lets the receiver answer a malformed call with bad_request instead of dropping it.
+    if (id_read) m.set_request_id(f.id);
+}
+
+void read(Members& m, Cast& f) {
+    m.string("m", f.module);
+    m.string("f", f.function);
+    m.array("a", f.args);
+    m.optional_string("lb", f.load_balancer);
+}
+
+void read(Members& m, Response& f) {
+    m.uint64("id", f.id);
+    auto* ok = m.raw("ok");
+    auto* err = m.raw("err");
+    if (m.failed()) return;
+    if ((ok == nullptr) == (err == nullptr)) {
+        m.fail_message("\"res\" frame: exactly one of members \"ok\" and \"err\" must be present");
+    } else if (ok) {
+        f.result = CallResult(boost::system::in_place_value, std::move(*ok));
+    } else if (auto e = ErrorMessage::from_json(*err)) {
+        f.result = CallResult(boost::system::in_place_error, std::move(*e));
+    } else {
+        m.fail_message(
+            "\"res\" frame: member \"err\" must be an object with a known string \"code\" "
+            "and a string \"message\"");
+    }
+}
+
+template <class T>
+Decoded decode_as(json::object& obj) {
+    std::optional<DecodeError> error;
+    Members m(obj, frame_name<T>, error);
+    T frame;
+    read(m, frame);
+    if (error) return Decoded(boost::system::in_place_error, std::move(*error));
+    return Decoded(boost::system::in_place_value, std::in_place_type<T>, std::move(frame));
+}
+
+struct FrameType {
+    std::string_view name;
+    Decoded (*decode)(json::object&);
+};
+
+// One entry per Frame alternative, in variant order, so `frame_types[frame.index()]`
+// names any frame.
+template <std::size_t... I>
+constexpr auto make_frame_types(std::index_sequence<I...>) {
+    return std::array<FrameType, sizeof...(I)>{
+        FrameType{frame_name<std::variant_alternative_t<I, Frame>>,
+                  &decode_as<std::variant_alternative_t<I, Frame>>}...};
+}
+
+constexpr auto frame_types = make_frame_types(std::make_index_sequence<std::variant_size_v<Frame>>{});
+
+DecodeError decode_error(DecodeErrorKind kind, std::string message) {
+    return DecodeError{kind, std::move(message), std::nullopt};
+}
+
+Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
+    if (text.size() > max_size)
+        return decode_error(DecodeErrorKind::too_large,
+                            "frame of " + std::to_string(text.size()) +
+                                " bytes exceeds the limit of " + std::to_string(max_size) +
+                                " bytes");
+
+    boost::system::error_code ec;
+    json::value doc = json::parse(text, ec);
+    if (ec) return decode_error(DecodeErrorKind::bad_json, "invalid JSON: " + ec.message());
+    auto* obj = doc.if_object();
+    if (!obj)
+        return decode_error(DecodeErrorKind::bad_json,
+                            "frame must be a JSON object (got " + std::string(describe(doc)) + ")");
+
+    const auto* t = obj->if_contains("t");
+    if (!t) return decode_error(DecodeErrorKind::unknown_type, "frame has no member \"t\"");
+    const auto* type = t->if_string();
+    if (!type)
+        return decode_error(DecodeErrorKind::unknown_type,
+                            "frame member \"t\" must be a string (got " + std::string(describe(*t)) +
+                                ")");
+    for (const auto& ft : frame_types)
+        if (ft.name == *type) return ft.decode(*obj);
+
+    // A hostile peer controls the name; keep log lines bounded.
+    constexpr std::size_t max_shown = 64;
+    std::string shown(type->data(), std::min(type->size(), max_shown));
+    if (type->size() > max_shown) shown += "...";
+    return decode_error(DecodeErrorKind::unknown_type, "unknown frame type \"" + shown + "\"");
+}
+
+// ---- encoding ---------------------------------------------------------------------------
+
+// Appends compact JSON to one string. Strings and JSON values go through Boost.JSON's
+// serializer straight into the output buffer, so a request's arguments are neither
+// copied into a temporary document nor serialized into a temporary string.
+//
+// Each member function writes one member of the object being built; `begin_*` opens a
+// nested container (keyed at object level, unkeyed for array elements).
+class Writer {
+public:
+    Writer() { out_.reserve(256); }
+
+    void begin_object() { open('{'); }
+    void end_object() { close('}'); }
+    void begin_array(std::string_view key) {
+        write_key(key);
+        open('[');
+    }
+    void end_array() { close(']'); }
+
+    void string(std::string_view key, std::string_view s) {
+        write_key(key);
+        sr_.reset(s);
+        drain();
+    }
+
+    void uint64(std::string_view key, std::uint64_t n) { number(key, n); }
+    void integer(std::string_view key, int n) { number(key, n); }
+
+    void boolean(std::string_view key, bool b) {
+        write_key(key);
+        out_ += b ? "true" : "false";
+        need_comma_ = true;
+    }
+
+    template <class Json>  // json::value, json::array or json::object
+    void value(std::string_view key, const Json& v) {
+        write_key(key);
+        sr_.reset(&v);
+        drain();
+    }
+
+    std::string finish() && { return std::move(out_); }
+
+private:
+    void separate() {
+        if (need_comma_) out_ += ',';
+        need_comma_ = false;
+    }
+
+    // Keys are literals of this file: plain ASCII that needs no escaping.
+    void write_key(std::string_view key) {
+        separate();
+        out_ += '"';
+        out_ += key;
+        out_ += "\":";
+    }
+
+    void open(char c) {
+        separate();
+        out_ += c;
+    }
+
+    void close(char c) {
+        out_ += c;
+        need_comma_ = true;
+    }
+
+    template <class N>
+    void number(std::string_view key, N n) {
+        write_key(key);
+        char buf[24];
+        auto [end, ec] = std::to_chars(buf, buf + sizeof buf, n);
+        out_.append(buf, end);
+        need_comma_ = true;
+    }
+
+    // Lets the serializer write into the string's spare capacity; growth is geometric.
+    void drain() {
+        while (!sr_.done()) {
+            const std::size_t used = out_.size();
+            out_.resize(std::max(out_.capacity(), used + 256));
+            const auto written = sr_.read(out_.data() + used, out_.size() - used);
+            out_.resize(used + written.size());
+        }
+        need_comma_ = true;
+    }
+
+    std::string out_;
+    json::serializer sr_;
+    bool need_comma_ = false;  // a value was just written at this nesting level
+};
+
+void write_peer(Writer& w, const PeerInfo& p) {
+    w.string("node", p.node);
+    w.string("inc", p.incarnation);
+    w.string("listen", p.listen);
+    w.boolean("client", p.client);
+}
+
+void write(Writer& w, const Hello& f) {
+    w.integer("v", f.version);
+    write_peer(w, f.peer);
+    w.string("nonce", f.nonce);
+    if (f.proof) w.string("proof", *f.proof);
+}
+
+void write(Writer& w, const Auth& f) { w.string("proof", f.proof); }
+
+void write(Writer&, const Ready&) {}
+
+void write(Writer& w, const Nodes& f) {
+    w.begin_array("nodes");
+    for (const auto& p : f.nodes) {
+        w.begin_object();
+        write_peer(w, p);
+        w.end_object();
+    }
+    w.end_array();
+}
+
+void write(Writer& w, const GroupSync& f) {
+    w.begin_array("groups");
+    for (const auto& [group, meta] : f.groups) {
+        w.begin_object();
+        w.string("group", group);
+        w.value("meta", meta);
+        w.end_object();
+    }
+    w.end_array();
+}
+
+void write(Writer& w, const GroupJoin& f) {
+    w.string("group", f.group);
+    w.value("meta", f.meta);
+}
+
+void write(Writer& w, const GroupLeave& f) { w.string("group", f.group); }
+
+void write(Writer& w, const Request& f) {
+    w.uint64("id", f.id);
+    w.string("m", f.module);
+    w.string("f", f.function);
+    w.value("a", f.args);
+    if (!f.load_balancer.empty()) w.string("lb", f.load_balancer);
+}
+
+void write(Writer& w, const Cast& f) {
+    w.string("m", f.module);
+    w.string("f", f.function);
+    w.value("a", f.args);
+    if (!f.load_balancer.empty()) w.string("lb", f.load_balancer);
+}
+
+void write(Writer& w, const Response& f) {
+    w.uint64("id", f.id);
+    if (f.result.has_value())
+        w.value("ok", *f.result);
+    else
+        w.value("err", f.result.error().to_json());
+}
+
+}  // namespace
+
+std::string_view to_string(DecodeErrorKind kind) noexcept {
+    switch (kind) {
+    case DecodeErrorKind::too_large: return "too_large";
+    case DecodeErrorKind::bad_json: return "bad_json";
+    case DecodeErrorKind::bad_shape: return "bad_shape";
+    case DecodeErrorKind::unknown_type: return "unknown_type";
+    }
+    return "unknown";
+}
+
+boost::system::result<Frame, DecodeError> decode(std::string_view text, std::size_t max_size) {
+    try {
+        return decode_unchecked(text, max_size);
+    } catch (const std::exception& e) {
+        // Only allocation failure can get here; the promise is that decode never throws.
+        return decode_error(DecodeErrorKind::bad_json, std::string("frame could not be decoded: ") + e.what());
+    }
+}
+
+std::string encode(const Frame& frame) {
+    return std::visit(
+        [](const auto& f) {
+            Writer w;
+            w.begin_object();
+            w.string("t", frame_name<std::decay_t<decltype(f)>>);
+            write(w, f);
+            w.end_object();
+            return std::move(w).finish();
+        },
+        frame);
+}
+
+std::string_view type_name(const Frame& frame) noexcept {
+    return frame_types[frame.index()].name;
+}
+
+void throw_exception_from_error(const DecodeError& e, const boost::source_location&) {
+    throw std::runtime_error(std::string(to_string(e.kind)) + ": " + e.message);
+}
+
+}  // namespace rpclb::detail::wire

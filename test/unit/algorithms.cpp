@@ -1,0 +1,187 @@
+#define BOOST_TEST_MODULE algorithms
+#include <boost/test/unit_test.hpp>
+
+#include <rpclb/plugin_registry.hpp>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// Loads the real plugin through the registry (RPCLB_PLUGIN_PATH), so the tests exercise
+// the built .so and not a copy of its source.
+std::shared_ptr<rpclb::SelectionAlgorithm> load(const std::string& name) {
+    rpclb::PluginRegistry registry;
+    auto algorithm = registry.create(name);
+    BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
+    (*algorithm)->init({"workers", "me@host", nullptr}, {});
+    return *algorithm;
+}
+
+rpclb::MemberSnapshot members(std::size_t count) {
+    rpclb::MemberSnapshot snapshot;
+    for (std::size_t i = 0; i < count; ++i)
+        snapshot.nodes.push_back("node" + std::to_string(i) + "@host");
+    snapshot.version = 1;
+    return snapshot;
+}
+
+std::size_t pick(rpclb::SelectionAlgorithm& algorithm, const rpclb::MemberSnapshot& snapshot,
+                 const rpclb::PickOptions& options = {}) {
+    auto index = algorithm.choose_from_nodes(snapshot, options);
+    BOOST_TEST_REQUIRE(index.has_value());
+    BOOST_TEST_REQUIRE(*index < snapshot.nodes.size());
+    return *index;
+}
+
+const rpclb::MemberSnapshot abc{{"a@h", "b@h", "c@h"}, 1};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(algorithms)
+
+BOOST_AUTO_TEST_CASE(round_robin_fresh_balancer_cycles_in_order) {
+    auto algorithm = load("round_robin");
+    std::vector<std::string> picked;
+    for (int i = 0; i < 6; ++i) picked.push_back(abc.nodes[pick(*algorithm, abc)]);
+    const std::vector<std::string> expected{"a@h", "b@h", "c@h", "a@h", "b@h", "c@h"};
+    BOOST_TEST(picked == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(round_robin_single_node_picks_it_every_time) {
+    auto algorithm = load("round_robin");
+    const auto one = members(1);
+    BOOST_TEST(pick(*algorithm, one) == 0u);
+    BOOST_TEST(pick(*algorithm, one) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(round_robin_membership_change_remaps_cursor) {
+    auto algorithm = load("round_robin");
+    BOOST_TEST(pick(*algorithm, abc) == 0u);
+    BOOST_TEST(pick(*algorithm, abc) == 1u);
+    // Third pick, c = 3, over two members: (3 - 1) mod 2 = 0.
+    BOOST_TEST(pick(*algorithm, members(2)) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(round_robin_cursor_past_ten_million_starts_over) {
+    auto algorithm = load("round_robin");
+    for (std::uint64_t c = 1; c <= 10'000'000; ++c) (void)algorithm->choose_from_nodes(abc, {});
+    // c = 10,000,001 is still used for this pick: (10,000,001 - 1) mod 3 = 1.
+    BOOST_TEST(pick(*algorithm, abc) == 1u);
+    // Then the cursor is back at 0: c = 1 gives index 0 (without the reset, c = 10,000,002
+    // would give index 2).
+    BOOST_TEST(pick(*algorithm, abc) == 0u);
+    BOOST_TEST(pick(*algorithm, abc) == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(round_robin_concurrent_picks_spread_exactly_evenly) {
+    auto algorithm = load("round_robin");
+    const auto four = members(4);
+    constexpr int threads = 4, picks_per_thread = 25'000;
+    std::array<std::array<int, 4>, threads> counts{};
+    {
+        std::vector<std::jthread> workers;
+        for (int t = 0; t < threads; ++t)
+            workers.emplace_back([&, t] {
+                for (int i = 0; i < picks_per_thread; ++i)
+                    ++counts[t][algorithm->choose_from_nodes(four, {}).value()];
+            });
+    }
+    // One fetch_add per pick: no two picks share a cursor value, so the total is exact.
+    for (std::size_t node = 0; node < 4; ++node) {
+        int total = 0;
+        for (const auto& per_thread : counts) total += per_thread[node];
+        BOOST_TEST(total == threads * picks_per_thread / 4);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(random_returns_a_member) {
+    auto algorithm = load("random");
+    const auto five = members(5);
+    for (int i = 0; i < 100; ++i) BOOST_TEST(pick(*algorithm, five) < 5u);
+    BOOST_TEST(pick(*algorithm, members(1)) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(random_many_picks_spread_evenly_across_members) {
+    auto algorithm = load("random");
+    const auto four = members(4);
+    std::array<int, 4> counts{};
+    for (int i = 0; i < 10'000; ++i) ++counts[pick(*algorithm, four)];
+    // Each count has standard deviation about 43; ±250 is more than 5 of them.
+    for (int count : counts) {
+        BOOST_TEST(count >= 2250);
+        BOOST_TEST(count <= 2750);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(random_same_key_still_picks_at_random) {
+    auto algorithm = load("random");
+    const auto four = members(4);
+    rpclb::PickOptions options;
+    options.key = "user-42";
+    std::set<std::size_t> seen;
+    for (int i = 0; i < 200; ++i) seen.insert(pick(*algorithm, four, options));
+    BOOST_TEST(seen.size() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(empty_member_list_returns_service_unavailable) {
+    for (const std::string name : {"round_robin", "random"}) {
+        BOOST_TEST_CONTEXT(name) {
+            auto algorithm = load(name);
+            auto index = algorithm->choose_from_nodes(rpclb::MemberSnapshot{}, {});
+            BOOST_TEST_REQUIRE(!index.has_value());
+            BOOST_TEST((index.error().code == rpclb::ErrorCode::service_unavailable));
+            BOOST_TEST(index.error().message == "no members registered");
+            BOOST_TEST((index.error() == rpclb::empty_members_error("workers")));
+            BOOST_TEST(index.error().details.at("load_balancer").as_string() == "workers");
+
+            auto sample = algorithm->choose_nodes(rpclb::MemberSnapshot{}, 2, {});
+            BOOST_TEST_REQUIRE(!sample.has_value());
+            BOOST_TEST((sample.error().code == rpclb::ErrorCode::service_unavailable));
+            BOOST_TEST(sample.error().message == "no members registered");
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(round_robin_empty_member_list_does_not_move_cursor) {
+    auto algorithm = load("round_robin");
+    (void)algorithm->choose_from_nodes(rpclb::MemberSnapshot{}, {});
+    BOOST_TEST(pick(*algorithm, abc) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(default_choose_nodes_returns_min_count_size_distinct_indices) {
+    for (const std::string name : {"round_robin", "random"}) {
+        BOOST_TEST_CONTEXT(name) {
+            auto algorithm = load(name);
+            const auto five = members(5);
+            for (std::size_t count : {0u, 1u, 3u, 5u, 9u}) {
+                BOOST_TEST_CONTEXT("count " << count) {
+                    auto sample = algorithm->choose_nodes(five, count, {});
+                    BOOST_TEST_REQUIRE(sample.has_value());
+                    BOOST_TEST(sample->size() == std::min<std::size_t>(count, 5));
+                    const std::set<std::size_t> distinct(sample->begin(), sample->end());
+                    BOOST_TEST(distinct.size() == sample->size());
+                    for (std::size_t index : *sample) BOOST_TEST(index < 5u);
+                }
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(default_choose_nodes_first_choice_is_random) {
+    auto algorithm = load("round_robin");
+    const auto four = members(4);
+    std::array<int, 4> first{};
+    for (int i = 0; i < 4'000; ++i) ++first[algorithm->choose_nodes(four, 2, {}).value().front()];
+    for (int count : first) {
+        BOOST_TEST(count >= 800);
+        BOOST_TEST(count <= 1200);
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

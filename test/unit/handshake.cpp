@@ -1,0 +1,318 @@
+#define BOOST_TEST_MODULE handshake
+#include <boost/test/unit_test.hpp>
+
+#include <rpclb/detail/handshake.hpp>
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace proto = rpclb::detail::wire;
+using rpclb::detail::Handshake;
+using rpclb::detail::Role;
+
+namespace {
+
+const proto::PeerInfo dialer_info{"dialer@host", "inc-d", "", true};
+const proto::PeerInfo acceptor_info{"acceptor@host", "inc-a", "127.0.0.1:4369", false};
+
+// Sends a frame through the codec, as the connection does, and records its text.
+proto::Frame through_wire(const proto::Frame& frame, std::vector<std::string>& texts) {
+    texts.push_back(proto::encode(frame));
+    auto decoded = proto::decode(texts.back());
+    BOOST_TEST_REQUIRE(decoded.has_value(), texts.back() << ": " << decoded.error().message);
+    return std::move(*decoded);
+}
+
+struct Outcome {
+    bool dialer_done = false;
+    bool acceptor_done = false;
+    std::optional<std::string> dialer_error;
+    std::optional<std::string> acceptor_error;
+    std::vector<std::string> texts;  // every encoded frame, both directions
+};
+
+// Drives both sides against each other until neither has anything to send.
+Outcome run(Handshake& dialer, Handshake& acceptor) {
+    Outcome out;
+    std::deque<proto::Frame> to_acceptor;
+    std::deque<proto::Frame> to_dialer;
+    auto absorb = [](Handshake::Step step, std::deque<proto::Frame>& queue, bool& done,
+                     std::optional<std::string>& error) {
+        for (auto& f : step.send) queue.push_back(std::move(f));
+        done = done || step.done;
+        if (step.error) error = step.error;
+    };
+    absorb(dialer.start(), to_acceptor, out.dialer_done, out.dialer_error);
+    absorb(acceptor.start(), to_dialer, out.acceptor_done, out.acceptor_error);
+    for (int rounds = 0; rounds < 20 && (!to_acceptor.empty() || !to_dialer.empty()); ++rounds) {
+        if (out.dialer_error || out.acceptor_error) break;
+        if (!to_acceptor.empty()) {
+            auto f = through_wire(to_acceptor.front(), out.texts);
+            to_acceptor.pop_front();
+            absorb(acceptor.on_frame(f), to_dialer, out.acceptor_done, out.acceptor_error);
+        }
+        if (!to_dialer.empty() && !out.acceptor_error) {
+            auto f = through_wire(to_dialer.front(), out.texts);
+            to_dialer.pop_front();
+            absorb(dialer.on_frame(f), to_acceptor, out.dialer_done, out.dialer_error);
+        }
+    }
+    return out;
+}
+
+proto::Hello dialer_hello(std::string nonce) {
+    return proto::Hello{proto::protocol_version, dialer_info, std::move(nonce), std::nullopt};
+}
+
+const std::string nonce_d(64, 'd');
+
+bool contains(const std::optional<std::string>& s, std::string_view part) {
+    return s && s->find(part) != std::string::npos;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(handshake)
+
+BOOST_AUTO_TEST_CASE(hmac_matches_rfc_4231) {
+    // RFC 4231 test case 2.
+    BOOST_TEST(rpclb::detail::hmac_sha256_hex("Jefe", "what do ya want for nothing?") ==
+               "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    // RFC 4231 test case 1.
+    BOOST_TEST(rpclb::detail::hmac_sha256_hex(std::string(20, '\x0b'), "Hi There") ==
+               "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    // Empty key and message (Python's hmac module gives the same).
+    BOOST_TEST(rpclb::detail::hmac_sha256_hex("", "") ==
+               "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+}
+
+BOOST_AUTO_TEST_CASE(constant_time_equal_compares_content_and_length) {
+    using rpclb::detail::constant_time_equal;
+    BOOST_TEST(constant_time_equal("abc", "abc"));
+    BOOST_TEST(constant_time_equal("", ""));
+    BOOST_TEST(!constant_time_equal("abc", "abd"));
+    BOOST_TEST(!constant_time_equal("abc", "abcd"));
+    BOOST_TEST(!constant_time_equal("abc", ""));
+}
+
+BOOST_AUTO_TEST_CASE(make_nonce_is_fresh_64_hex_digits) {
+    const auto a = rpclb::detail::make_nonce();
+    const auto b = rpclb::detail::make_nonce();
+    BOOST_TEST(a.size() == 64u);
+    BOOST_TEST(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+    BOOST_TEST(a != b);
+}
+
+BOOST_AUTO_TEST_CASE(right_cookie_completes_both_sides) {
+    Handshake dialer(Role::dialer, dialer_info, "cookie");
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+    const auto out = run(dialer, acceptor);
+    BOOST_TEST(!out.dialer_error.has_value());
+    BOOST_TEST(!out.acceptor_error.has_value());
+    BOOST_TEST(out.dialer_done);
+    BOOST_TEST(out.acceptor_done);
+    BOOST_TEST((dialer.peer() == acceptor_info));
+    BOOST_TEST((acceptor.peer() == dialer_info));
+    BOOST_TEST((dialer.role() == Role::dialer));
+    BOOST_TEST((acceptor.role() == Role::acceptor));
+    // hello, hello, auth, ready
+    BOOST_TEST(out.texts.size() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(start_sends_hello_only_from_dialer) {
+    Handshake dialer(Role::dialer, dialer_info, "cookie");
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+    const auto d = dialer.start();
+    BOOST_TEST_REQUIRE(d.send.size() == 1u);
+    const auto& hello = std::get<proto::Hello>(d.send[0]);
+    BOOST_TEST(!hello.proof.has_value());
+    BOOST_TEST((hello.peer == dialer_info));
+    BOOST_TEST(hello.version == proto::protocol_version);
+    const auto a = acceptor.start();
+    BOOST_TEST(a.send.empty());
+    BOOST_TEST(!a.done);
+    BOOST_TEST(!a.error.has_value());
+}
+
+BOOST_AUTO_TEST_CASE(wrong_cookie_fails_on_dialer_side) {
+    Handshake dialer(Role::dialer, dialer_info, "cookie-one");
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie-two");
+    const auto out = run(dialer, acceptor);
+    BOOST_TEST(contains(out.dialer_error, "cookie"), out.dialer_error.value_or("<no error>"));
+    BOOST_TEST(contains(out.dialer_error, acceptor_info.node));
+    BOOST_TEST(!out.dialer_done);
+    BOOST_TEST(!out.acceptor_done);
+}
+
+BOOST_AUTO_TEST_CASE(dialer_rejects_acceptor_hello_without_proof) {
+    Handshake dialer(Role::dialer, dialer_info, "cookie");
+    dialer.start();
+    const auto step = dialer.on_frame(
+        proto::Hello{proto::protocol_version, acceptor_info, std::string(64, 'a'), std::nullopt});
+    BOOST_TEST(contains(step.error, "wrong cookie"), step.error.value_or("<no error>"));
+    BOOST_TEST(step.send.empty());
+    BOOST_TEST(!step.done);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_cookie_fails_on_acceptor_side) {
+    // A dialer that does not check the acceptor's proof and answers with a proof made
+    // from another cookie, as the protocol prescribes.
+    Handshake acceptor(Role::acceptor, acceptor_info, "right-cookie");
+    acceptor.start();
+    auto step = acceptor.on_frame(dialer_hello(nonce_d));
+    BOOST_TEST_REQUIRE(step.send.size() == 1u);
+    const auto na = std::get<proto::Hello>(step.send[0]).nonce;
+    const auto bad_proof = rpclb::detail::hmac_sha256_hex(
+        "wrong-cookie", "rpclb-dialer\n" + na + "\n" + nonce_d + "\n" + dialer_info.node + "\n" +
+                            acceptor_info.node);
+    step = acceptor.on_frame(proto::Auth{bad_proof});
+    BOOST_TEST(contains(step.error, "cookie"), step.error.value_or("<no error>"));
+    BOOST_TEST(contains(step.error, dialer_info.node));
+    BOOST_TEST(!step.done);
+    BOOST_TEST(step.send.empty());
+}
+
+BOOST_AUTO_TEST_CASE(proofs_follow_documented_formula) {
+    const std::string cookie = "shared";
+    Handshake acceptor(Role::acceptor, acceptor_info, cookie);
+    acceptor.start();
+    auto step = acceptor.on_frame(dialer_hello(nonce_d));
+    BOOST_TEST_REQUIRE(step.send.size() == 1u);
+    const auto& hello = std::get<proto::Hello>(step.send[0]);
+    const auto& na = hello.nonce;
+    BOOST_TEST((hello.peer == acceptor_info));
+    BOOST_TEST_REQUIRE(hello.proof.has_value());
+    BOOST_TEST(*hello.proof ==
+               rpclb::detail::hmac_sha256_hex(cookie, "rpclb-acceptor\n" + nonce_d + "\n" + na + "\n" +
+                                                          acceptor_info.node + "\n" + dialer_info.node));
+
+    const auto proof = rpclb::detail::hmac_sha256_hex(
+        cookie, "rpclb-dialer\n" + na + "\n" + nonce_d + "\n" + dialer_info.node + "\n" + acceptor_info.node);
+    step = acceptor.on_frame(proto::Auth{proof});
+    BOOST_TEST(!step.error.has_value(), step.error.value_or(""));
+    BOOST_TEST(step.done);
+    BOOST_TEST_REQUIRE(step.send.size() == 1u);
+    BOOST_TEST(std::holds_alternative<proto::Ready>(step.send[0]));
+}
+
+BOOST_AUTO_TEST_CASE(acceptor_ignores_proof_in_dialer_hello) {
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+    acceptor.start();
+    auto hello = dialer_hello(nonce_d);
+    hello.proof = "ffff";
+    const auto step = acceptor.on_frame(hello);
+    BOOST_TEST(!step.error.has_value());
+    BOOST_TEST(step.send.size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(cookie_never_appears_on_the_wire) {
+    const std::string cookie = "very-secret-cookie-0123";
+    for (auto acceptor_cookie : {cookie, std::string("other")}) {
+        Handshake dialer(Role::dialer, dialer_info, cookie);
+        Handshake acceptor(Role::acceptor, acceptor_info, acceptor_cookie);
+        const auto out = run(dialer, acceptor);
+        BOOST_TEST(!out.texts.empty());
+        for (const auto& text : out.texts)
+            BOOST_TEST(text.find(cookie) == std::string::npos, text);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(nonces_differ_between_handshakes) {
+    std::vector<std::string> nonces;
+    for (int i = 0; i < 3; ++i) {
+        Handshake dialer(Role::dialer, dialer_info, "cookie");
+        Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+        auto d = dialer.start();
+        acceptor.start();
+        const auto& dh = std::get<proto::Hello>(d.send.at(0));
+        auto a = acceptor.on_frame(dh);
+        const auto& ah = std::get<proto::Hello>(a.send.at(0));
+        BOOST_TEST(dh.nonce != ah.nonce);
+        nonces.push_back(dh.nonce);
+        nonces.push_back(ah.nonce);
+    }
+    for (std::size_t i = 0; i < nonces.size(); ++i)
+        for (std::size_t j = i + 1; j < nonces.size(); ++j) BOOST_TEST(nonces[i] != nonces[j]);
+}
+
+BOOST_AUTO_TEST_CASE(version_mismatch_fails) {
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+    acceptor.start();
+    auto hello = dialer_hello(nonce_d);
+    hello.version = 2;
+    auto step = acceptor.on_frame(hello);
+    BOOST_TEST(step.error.value_or("<no error>") == "protocol version 2, expected 1");
+    BOOST_TEST(step.send.empty());
+
+    Handshake dialer(Role::dialer, dialer_info, "cookie");
+    dialer.start();
+    step = dialer.on_frame(proto::Hello{7, acceptor_info, std::string(64, 'a'), std::string(64, '0')});
+    BOOST_TEST(step.error.value_or("<no error>") == "protocol version 7, expected 1");
+    BOOST_TEST(!step.done);
+}
+
+BOOST_AUTO_TEST_CASE(unexpected_frame_fails) {
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+    acceptor.start();
+    auto step = acceptor.on_frame(proto::Request{1, "m", "f", {}, ""});
+    BOOST_TEST(step.error.value_or("<no error>") == "unexpected req frame during handshake");
+
+    // The dialer awaits the acceptor's Hello, not Ready.
+    Handshake dialer(Role::dialer, dialer_info, "cookie");
+    dialer.start();
+    step = dialer.on_frame(proto::Ready{});
+    BOOST_TEST(step.error.value_or("<no error>") == "unexpected ready frame during handshake");
+
+    // The acceptor awaits Auth after its Hello; a second Hello is out of order.
+    Handshake acceptor2(Role::acceptor, acceptor_info, "cookie");
+    acceptor2.start();
+    acceptor2.on_frame(dialer_hello(nonce_d));
+    step = acceptor2.on_frame(dialer_hello(nonce_d));
+    BOOST_TEST(step.error.value_or("<no error>") == "unexpected hello frame during handshake");
+    BOOST_TEST(!step.done);
+}
+
+BOOST_AUTO_TEST_CASE(frames_after_completion_or_failure_fail) {
+    Handshake dialer(Role::dialer, dialer_info, "cookie");
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+    const auto out = run(dialer, acceptor);
+    BOOST_TEST_REQUIRE(out.dialer_done);
+    BOOST_TEST_REQUIRE(out.acceptor_done);
+    BOOST_TEST(dialer.on_frame(proto::Ready{}).error.has_value());
+    BOOST_TEST(acceptor.on_frame(proto::Auth{"x"}).error.has_value());
+
+    Handshake failed(Role::acceptor, acceptor_info, "cookie");
+    failed.start();
+    BOOST_TEST(failed.on_frame(proto::Ready{}).error.has_value());
+    // Even the frame that would have been right is refused now.
+    const auto step = failed.on_frame(dialer_hello(nonce_d));
+    BOOST_TEST(step.error.has_value());
+    BOOST_TEST(step.send.empty());
+}
+
+BOOST_AUTO_TEST_CASE(frame_before_start_fails) {
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+    const auto step = acceptor.on_frame(dialer_hello(nonce_d));
+    BOOST_TEST(step.error.has_value());
+    BOOST_TEST(step.send.empty());
+}
+
+BOOST_AUTO_TEST_CASE(malformed_nonce_or_node_fails) {
+    for (const auto& nonce : {std::string(), std::string("abc"), std::string(63, 'a') + "\n",
+                              std::string(64, 'A')}) {
+        Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+        acceptor.start();
+        const auto step = acceptor.on_frame(dialer_hello(nonce));
+        BOOST_TEST(contains(step.error, "nonce"), step.error.value_or("<no error>"));
+        BOOST_TEST(step.send.empty());
+    }
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+    acceptor.start();
+    auto hello = dialer_hello(nonce_d);
+    hello.peer.node = "a\nb";
+    BOOST_TEST(acceptor.on_frame(hello).error.has_value());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,244 @@
+#define BOOST_TEST_MODULE plugin_registry
+#include <boost/test/unit_test.hpp>
+
+#include <rpclb/plugin_registry.hpp>
+
+#include <link.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Directory of the deliberately broken plugins (test/plugins), set by the build.
+fs::path test_plugin_dir() {
+    const char* dir = std::getenv("RPCLB_TEST_PLUGIN_DIR");
+    BOOST_TEST_REQUIRE(dir != nullptr, "RPCLB_TEST_PLUGIN_DIR is not set");
+    return dir;
+}
+
+// First directory of RPCLB_PLUGIN_PATH: where the real plugins were built.
+std::string plugin_path_env() {
+    const char* path = std::getenv("RPCLB_PLUGIN_PATH");
+    BOOST_TEST_REQUIRE(path != nullptr, "RPCLB_PLUGIN_PATH is not set");
+    return path;
+}
+
+fs::path test_plugin(const std::string& stem) {
+    return test_plugin_dir() / rpclb::PluginRegistry::file_name(stem);
+}
+
+// Whether a shared object whose path ends in `file_name` is mapped into this process.
+bool is_mapped(const std::string& file_name) {
+    struct Search {
+        const std::string* file_name;
+        bool found = false;
+    } search{&file_name};
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, std::size_t, void* data) {
+            auto* s = static_cast<Search*>(data);
+            if (info->dlpi_name && fs::path(info->dlpi_name).filename() == *s->file_name)
+                s->found = true;
+            return 0;
+        },
+        &search);
+    return search.found;
+}
+
+// Sets an environment variable for one scope, restoring the old value after.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name)) old_ = old;
+        ::setenv(name, value, 1);
+    }
+    ~ScopedEnv() {
+        if (old_)
+            ::setenv(name_, old_->c_str(), 1);
+        else
+            ::unsetenv(name_);
+    }
+
+private:
+    const char* name_;
+    std::optional<std::string> old_;
+};
+
+bool contains(const std::string& haystack, const std::string& needle) {
+    return haystack.find(needle) != std::string::npos;
+}
+
+const rpclb::MemberSnapshot abc{{"a@h", "b@h", "c@h"}, 1};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(plugin_registry)
+
+BOOST_AUTO_TEST_CASE(create_good_plugin_from_environment_path) {
+    rpclb::PluginRegistry registry;
+    auto algorithm = registry.create("round_robin");
+    BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
+    BOOST_TEST_REQUIRE(*algorithm != nullptr);
+    (*algorithm)->init({"workers", "me@h", nullptr}, {});
+    BOOST_TEST((*algorithm)->choose_from_nodes(abc, {}).value() == 0u);
+    BOOST_TEST((*algorithm)->choose_from_nodes(abc, {}).value() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(find_returns_file_in_first_directory_that_has_it) {
+    rpclb::PluginRegistry registry({"/nonexistent/rpclb-first"});
+    auto file = registry.find("round_robin");
+    BOOST_TEST_REQUIRE(file.has_value());
+    BOOST_TEST(file->filename() == "librpclb_round_robin.so");
+    BOOST_TEST(fs::exists(*file));
+}
+
+BOOST_AUTO_TEST_CASE(search_path_orders_constructor_environment_install_and_skips_empty_entries) {
+    ScopedEnv env("RPCLB_PLUGIN_PATH", "::/env/a::/env/b:");
+    rpclb::PluginRegistry registry({"/given"});
+    const auto& path = registry.search_path();
+    BOOST_TEST_REQUIRE(path.size() == 4u);
+    BOOST_TEST(path[0] == fs::path("/given"));
+    BOOST_TEST(path[1] == fs::path("/env/a"));
+    BOOST_TEST(path[2] == fs::path("/env/b"));
+    BOOST_TEST(path[3].filename() == "plugins");
+}
+
+BOOST_AUTO_TEST_CASE(missing_directories_reports_given_and_environment_dirs_that_do_not_exist) {
+    ScopedEnv env("RPCLB_PLUGIN_PATH", ("/nonexistent/rpclb-env:" + plugin_path_env()).c_str());
+    rpclb::PluginRegistry registry({"/nonexistent/rpclb-given", test_plugin_dir()});
+    const auto missing = registry.missing_directories();
+    BOOST_TEST_REQUIRE(missing.size() == 2u);
+    BOOST_TEST(missing[0] == fs::path("/nonexistent/rpclb-given"));
+    BOOST_TEST(missing[1] == fs::path("/nonexistent/rpclb-env"));
+}
+
+BOOST_AUTO_TEST_CASE(create_unknown_name_error_names_file_and_searched_directories) {
+    rpclb::PluginRegistry registry({"/nonexistent/rpclb-given"});
+    auto algorithm = registry.create("no_such_algorithm");
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    const auto& message = algorithm.error().message;
+    BOOST_TEST_MESSAGE(message);
+    BOOST_TEST(contains(message, "plugin \"no_such_algorithm\" not found"));
+    BOOST_TEST(contains(message, "librpclb_no_such_algorithm.so"));
+    BOOST_TEST(contains(message, "/nonexistent/rpclb-given, "));
+    BOOST_TEST(contains(message, plugin_path_env()));
+    BOOST_TEST(contains(message, registry.search_path().back().string()));
+}
+
+BOOST_AUTO_TEST_CASE(create_name_with_path_separator_is_refused) {
+    rpclb::PluginRegistry registry({test_plugin_dir()});
+    auto algorithm = registry.create("../plugins/round_robin");
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    BOOST_TEST(contains(algorithm.error().message, "invalid plugin name"));
+}
+
+BOOST_AUTO_TEST_CASE(create_missing_factory_error_names_file_and_symbol) {
+    rpclb::PluginRegistry registry({test_plugin_dir()});
+    auto algorithm = registry.create("no_factory");
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    const auto& message = algorithm.error().message;
+    BOOST_TEST_MESSAGE(message);
+    BOOST_TEST(message == "plugin " + test_plugin("no_factory").string() +
+                              ": missing factory rpclb_create_algorithm");
+}
+
+BOOST_AUTO_TEST_CASE(create_abi_mismatch_error_names_file_and_both_versions) {
+    auto algorithm = rpclb::PluginRegistry::create_from_file(test_plugin("bad_abi"));
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    const auto& message = algorithm.error().message;
+    BOOST_TEST_MESSAGE(message);
+    BOOST_TEST(contains(message, "plugin " + test_plugin("bad_abi").string() + ": "));
+    BOOST_TEST(contains(message, "plugin ABI version 99, this rpclb expects 1 "));
+    BOOST_TEST(contains(message, "built against rpclb 9.9.9"));
+    // The factory of bad_abi throws a logic_error if it is ever called.
+    BOOST_TEST(!contains(message, "factory"));
+}
+
+BOOST_AUTO_TEST_CASE(create_throwing_factory_returns_exception_text) {
+    rpclb::PluginRegistry registry({test_plugin_dir()});
+    auto algorithm = registry.create("throwing_factory");
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    const auto& message = algorithm.error().message;
+    BOOST_TEST_MESSAGE(message);
+    BOOST_TEST(contains(message, test_plugin("throwing_factory").string()));
+    BOOST_TEST(contains(message, "throwing_factory refuses to build an algorithm"));
+}
+
+BOOST_AUTO_TEST_CASE(create_from_file_name_mismatch_names_both_names) {
+    rpclb::PluginRegistry registry;
+    auto file = registry.find("round_robin");
+    BOOST_TEST_REQUIRE(file.has_value());
+    auto algorithm = rpclb::PluginRegistry::create_from_file(*file, "random");
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    BOOST_TEST(algorithm.error().message ==
+               "plugin " + file->string() + ": exports algorithm \"round_robin\", expected \"random\"");
+}
+
+BOOST_AUTO_TEST_CASE(create_from_file_not_a_library_error_names_file_and_reason) {
+    const fs::path file =
+        fs::temp_directory_path() / ("librpclb_not_elf_" + std::to_string(::getpid()) + ".so");
+    std::ofstream(file) << "this is not a shared object\n";
+    auto algorithm = rpclb::PluginRegistry::create_from_file(file);
+    fs::remove(file);
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    const auto& message = algorithm.error().message;
+    BOOST_TEST_MESSAGE(message);
+    BOOST_TEST(contains(message, "plugin " + file.string() + ": cannot open: "));
+    // The dlerror text names the file too; an empty reason would end the message here.
+    BOOST_TEST(message.size() > ("plugin " + file.string() + ": cannot open: ").size());
+}
+
+BOOST_AUTO_TEST_CASE(value_of_error_throws_runtime_error_with_message) {
+    rpclb::PluginRegistry registry({test_plugin_dir()});
+    BOOST_CHECK_EXCEPTION(registry.create("no_factory").value(), std::runtime_error,
+                          [](const std::runtime_error& e) {
+                              return contains(e.what(), "missing factory rpclb_create_algorithm");
+                          });
+}
+
+BOOST_AUTO_TEST_CASE(library_stays_loaded_while_object_lives_and_unloads_after) {
+    for (const std::string name : {"round_robin", "random"}) {
+        BOOST_TEST_CONTEXT(name) {
+            const std::string file = rpclb::PluginRegistry::file_name(name);
+            BOOST_TEST_REQUIRE(!is_mapped(file));
+            std::shared_ptr<rpclb::SelectionAlgorithm> algorithm;
+            {
+                rpclb::PluginRegistry registry;
+                algorithm = registry.create(name).value();
+            }
+            // The registry is gone; the object's code (its vtable) must still be there.
+            BOOST_TEST(is_mapped(file));
+            algorithm->init({"workers", "me@h", nullptr}, {});
+            BOOST_TEST(algorithm->choose_from_nodes(abc, {}).value() < 3u);
+            BOOST_TEST(algorithm->choose_nodes(abc, 2, {}).value().size() == 2u);
+            std::weak_ptr<rpclb::SelectionAlgorithm> watcher = algorithm;
+            algorithm.reset();
+            BOOST_TEST(watcher.expired());
+            BOOST_TEST(!is_mapped(file), file << " is still mapped after its last object died");
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(create_concurrent_calls_all_succeed) {
+    rpclb::PluginRegistry registry;
+    std::vector<std::shared_ptr<rpclb::SelectionAlgorithm>> made(8);
+    {
+        std::vector<std::jthread> threads;
+        for (std::size_t i = 0; i < made.size(); ++i)
+            threads.emplace_back([&, i] {
+                auto algorithm = registry.create(i % 2 ? "random" : "round_robin");
+                if (algorithm) made[i] = *algorithm;
+            });
+    }
+    for (const auto& algorithm : made) BOOST_TEST(algorithm != nullptr);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
