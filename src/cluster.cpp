@@ -166,19 +166,24 @@ void Cluster::register_function(std::string module, std::string function, Handle
 void Cluster::start_call(std::string node, std::string module, std::string function,
                          boost::json::array args, CallOptions options,
                          std::function<void(CallResult)> done) {
-    if (options.load_balancer.empty())
+    if (options.load_balancer.empty()) {
+        if (options.peer) *options.peer = node;
         return impl_->direct_call(std::move(node), std::move(module), std::move(function),
                                   std::move(args), options.timeout, std::move(done));
+    }
     auto b = balancer(options.load_balancer);
     if (!b) return done(b.error());
     auto bal = std::move(*b);
-    if (bal->algorithm().local())
+    if (bal->algorithm().local()) {
+        if (options.peer) *options.peer = name();
         return impl_->direct_call(name(), std::move(module), std::move(function), std::move(args),
                                   options.timeout, std::move(done));
+    }
     PickOptions pick;
     if (options.key) pick.key = *options.key;
     auto target = bal->select_node(pick);
     if (!target) return done(target.error());
+    if (options.peer) *options.peer = *target;
     bal->track_call();
     auto t = *target;
     impl_->direct_call(std::move(*target), std::move(module), std::move(function), std::move(args),
@@ -212,6 +217,7 @@ CallResult Cluster::call(std::string_view node, std::string_view module, std::st
             target = std::move(*picked);
         }
     }
+    if (options.peer) *options.peer = target;
     if (bal) bal->track_call();
     CallResult result = [&]() -> CallResult {
         if (target == name()) return impl_->run_handler(module, function, args);  // no network

@@ -123,17 +123,20 @@ PluginRegistry::create_from_file(const std::filesystem::path& file, std::string_
     const PluginInfo* info = lib->get_alias<detail::PluginInfoFunction>(info_symbol)();
     if (!info) return file_error(file, std::string(info_symbol) + " returned null");
 
-    const std::string built_with = "plugin built against rpclb " + or_unknown(info->rpclb_version) +
-                                   " with " + or_unknown(info->compiler);
+    // Only `abi_version` is known to be where we look in a plugin of another ABI; the
+    // strings are read for the message because PluginInfo's layout is meant never to change.
     if (info->abi_version != RPCLB_PLUGIN_ABI_VERSION)
         return file_error(file, "plugin ABI version " + std::to_string(info->abi_version) +
                                     ", this rpclb expects " +
-                                    std::to_string(RPCLB_PLUGIN_ABI_VERSION) + " (" + built_with +
-                                    ")");
+                                    std::to_string(RPCLB_PLUGIN_ABI_VERSION) +
+                                    " (plugin built against rpclb " +
+                                    or_unknown(info->rpclb_version) + " with " +
+                                    or_unknown(info->compiler) + ")");
     if (!info->compiler || std::string_view(info->compiler) != RPCLB_COMPILER_ID)
-        return file_error(file, "compiler " + or_unknown(info->compiler) +
-                                    ", this rpclb was built with " RPCLB_COMPILER_ID " (" +
-                                    built_with + ")");
+        return file_error(file, "plugin built with " + or_unknown(info->compiler) +
+                                    ", this rpclb was built with " RPCLB_COMPILER_ID
+                                    " (plugin built against rpclb " +
+                                    or_unknown(info->rpclb_version) + ")");
     if (!expected_name.empty() && (!info->name || std::string_view(info->name) != expected_name))
         return file_error(file, "exports algorithm \"" + or_unknown(info->name) +
                                     "\", expected \"" + std::string(expected_name) + "\"");

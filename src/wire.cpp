@@ -169,8 +169,6 @@ public:
         if (error_) error_->request_id = id;
     }
 
-    std::string_view type() const noexcept { return type_; }
-
 private:
     // The member `key`, or nullptr after recording a "missing" error (or a prior error).
     json::value* find(std::string_view key, std::string_view expected) {

@@ -67,6 +67,10 @@ struct CallOptions {
     std::string load_balancer;
     /// Routing key forwarded to the balancer's algorithm.
     std::optional<std::string> key;
+    /// When set, receives the name of the node the call was sent to (after the balancer's
+    /// pick), like gRPC's `ClientContext::peer()`. Must stay valid until the call completes;
+    /// written before completion, from the thread that routes the call.
+    std::string* peer = nullptr;
 };
 
 /// A registered function: takes the call's JSON array of arguments, returns a JSON value

@@ -1,1 +1,178 @@
-int main() { return 1; }
+// rpclb-call: join a cluster as a client node, make N calls, print one JSON summary.
+#include <rpclb/cluster.hpp>
+#include <rpclb/log.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+namespace po = boost::program_options;
+using namespace std::chrono;
+
+namespace {
+
+// Waits until the client has met the cluster: connected to something and, for a
+// balancer, seen members; then until the set of connected nodes stops growing.
+bool wait_for_cluster(rpclb::Cluster& cluster, const std::string& balancer, milliseconds limit) {
+    const auto deadline = steady_clock::now() + limit;
+    std::size_t last = 0;
+    auto stable_since = steady_clock::now();
+    while (steady_clock::now() < deadline) {
+        const auto nodes = cluster.connected_nodes().size();
+        const bool members = balancer.empty() || cluster.get_members(balancer).has_value();
+        if (nodes != last) {
+            last = nodes;
+            stable_since = steady_clock::now();
+        }
+        if (nodes > 0 && members && steady_clock::now() - stable_since > milliseconds(300)) return true;
+        std::this_thread::sleep_for(milliseconds(20));
+    }
+    return last > 0;
+}
+
+std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
+    if (sorted.empty()) return 0;
+    const auto i = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
+    return sorted[std::min(i, sorted.size() - 1)];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string name, cookie, balancer, key, algorithm, node, log_level, module, function, args_text;
+    std::vector<std::string> seeds, plugin_dirs;
+    long count = 1, concurrency = 1, timeout_ms = 10000, wait_ms = 5000;
+    po::options_description desc(
+        "rpclb-call [options] MODULE FUNCTION [JSON-ARGS]\n"
+        "Joins a cluster as a client node and makes calls; prints one JSON object");
+    desc.add_options()
+        ("help,h", "show this help")
+        ("seed", po::value(&seeds)->composing(), "HOST:PORT of a node to join through (repeatable, required)")
+        ("cookie", po::value(&cookie), "shared cluster secret (default: $RPCLB_COOKIE)")
+        ("balancer", po::value(&balancer), "route through this balancer")
+        ("key", po::value(&key), "routing key passed to the balancer's algorithm")
+        ("algorithm", po::value(&algorithm), "route with this algorithm instead of the announced one")
+        ("node", po::value(&node), "call this node directly (when no --balancer)")
+        ("count", po::value(&count)->default_value(1), "number of calls")
+        ("concurrency", po::value(&concurrency)->default_value(1), "calls in flight at once")
+        ("timeout", po::value(&timeout_ms)->default_value(10000), "per-call timeout, milliseconds")
+        ("wait", po::value(&wait_ms)->default_value(5000), "longest wait to meet the cluster, milliseconds")
+        ("name", po::value(&name), "client node name (default client<pid>@127.0.0.1)")
+        ("plugins", po::value(&plugin_dirs)->composing(), "plugin directory searched first")
+        ("log-level", po::value(&log_level)->default_value("warning"), "trace|debug|info|warning|error|fatal")
+        ("module", po::value(&module), "")("function", po::value(&function), "")("args", po::value(&args_text), "");
+    po::positional_options_description positional;
+    positional.add("module", 1).add("function", 1).add("args", 1);
+    po::variables_map vm;
+    boost::json::array args;
+    try {
+        po::store(po::command_line_parser(argc, argv).options(desc).positional(positional).run(), vm);
+        po::notify(vm);
+        if (vm.count("help")) {
+            std::cout << desc;
+            return 0;
+        }
+        rpclb::log::init(log_level);
+        if (module.empty() || function.empty()) throw std::invalid_argument("MODULE and FUNCTION are required");
+        if (seeds.empty()) throw std::invalid_argument("at least one --seed is required");
+        if (balancer.empty() && node.empty()) throw std::invalid_argument("give --balancer or --node");
+        if (count < 1 || concurrency < 1 || timeout_ms < 1)
+            throw std::invalid_argument("--count, --concurrency and --timeout must be positive");
+        if (!args_text.empty()) {
+            boost::system::error_code ec;
+            auto parsed = boost::json::parse(args_text, ec);
+            if (ec || !parsed.is_array())
+                throw std::invalid_argument("JSON-ARGS must be a JSON array, e.g. '[1, \"abc\"]'");
+            args = std::move(parsed.as_array());
+        }
+    } catch (const std::exception& e) {
+        std::cerr << "rpclb-call: " << e.what() << "\n" << desc;
+        return 2;
+    }
+    if (cookie.empty())
+        if (const char* env = std::getenv("RPCLB_COOKIE")) cookie = env;
+    if (name.empty()) name = "client" + std::to_string(::getpid()) + "@127.0.0.1";
+
+    rpclb::ClusterOptions options;
+    options.name = name;
+    options.client = true;
+    options.seeds = seeds;
+    options.cookie = cookie;
+    options.worker_threads = 1;
+    for (const auto& dir : plugin_dirs) options.plugin_path.emplace_back(dir);
+    try {
+        rpclb::Cluster cluster(options);
+        cluster.start();
+        if (!algorithm.empty() && !balancer.empty()) {
+            rpclb::LoadBalancerOptions lb;
+            lb.name = balancer;
+            lb.algorithm = algorithm;
+            cluster.start_balancer(lb);  // a client never joins: it only routes
+        }
+        if (!wait_for_cluster(cluster, balancer, milliseconds(wait_ms)))
+            std::cerr << "rpclb-call: no node answered within " << wait_ms << " ms" << std::endl;
+
+        std::atomic<long> next{0};
+        std::mutex mutex;
+        std::map<std::string, long> per_node, errors;
+        std::vector<std::int64_t> latencies;
+        latencies.reserve(static_cast<std::size_t>(count));
+        long ok = 0;
+        auto worker = [&] {
+            while (next.fetch_add(1) < count) {
+                rpclb::CallOptions call_options;
+                call_options.timeout = milliseconds(timeout_ms);
+                call_options.load_balancer = balancer;
+                if (vm.count("key")) call_options.key = key;
+                std::string peer;
+                call_options.peer = &peer;
+                const auto start = steady_clock::now();
+                auto result = cluster.call(node, module, function, args, call_options);
+                const auto us = duration_cast<microseconds>(steady_clock::now() - start).count();
+                std::lock_guard lock(mutex);
+                latencies.push_back(us);
+                if (result) {
+                    ++ok;
+                    ++per_node[peer];
+                } else {
+                    ++errors[std::string(rpclb::to_string(result.error().code))];
+                    if (errors.size() == 1 && errors.begin()->second == 1)
+                        std::cerr << "rpclb-call: first error: "
+                                  << boost::json::serialize(result.error().to_json()) << std::endl;
+                }
+            }
+        };
+        std::vector<std::thread> threads;
+        for (long i = 0; i < concurrency; ++i) threads.emplace_back(worker);
+        for (auto& t : threads) t.join();
+
+        std::sort(latencies.begin(), latencies.end());
+        boost::json::object out;
+        out["calls"] = count;
+        out["ok"] = ok;
+        boost::json::object e, p;
+        for (const auto& [code, n] : errors) e[code] = n;
+        for (const auto& [n, c] : per_node) p[n] = c;
+        out["errors"] = std::move(e);
+        out["per_node"] = std::move(p);
+        out["latency_us"] = boost::json::object{{"p50", percentile(latencies, 0.50)},
+                                                {"p99", percentile(latencies, 0.99)},
+                                                {"max", latencies.empty() ? 0 : latencies.back()}};
+        std::cout << boost::json::serialize(out) << std::endl;
+        cluster.stop();
+        return ok == count ? 0 : 1;
+    } catch (const std::exception& e) {
+        std::cerr << "rpclb-call: " << e.what() << std::endl;
+        return 1;
+    }
+}

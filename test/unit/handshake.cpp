@@ -282,6 +282,13 @@ BOOST_AUTO_TEST_CASE(frames_after_completion_or_failure_fail) {
     BOOST_TEST_REQUIRE(out.acceptor_done);
     BOOST_TEST(dialer.on_frame(proto::Ready{}).error.has_value());
     BOOST_TEST(acceptor.on_frame(proto::Auth{"x"}).error.has_value());
+    // Not even a fresh, well-formed Hello restarts a finished handshake.
+    Handshake acceptor2(Role::acceptor, acceptor_info, "cookie");
+    Handshake dialer2(Role::dialer, dialer_info, "cookie");
+    BOOST_TEST_REQUIRE(run(dialer2, acceptor2).acceptor_done);
+    const auto again = acceptor2.on_frame(dialer_hello(nonce_d));
+    BOOST_TEST(again.error.has_value());
+    BOOST_TEST(again.send.empty());
 
     Handshake failed(Role::acceptor, acceptor_info, "cookie");
     failed.start();

@@ -3,7 +3,9 @@
 
 #include <rpclb/plugin_registry.hpp>
 
+#include <dlfcn.h>
 #include <link.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -160,6 +162,28 @@ BOOST_AUTO_TEST_CASE(create_abi_mismatch_error_names_file_and_both_versions) {
     BOOST_TEST(contains(message, "built against rpclb 9.9.9"));
     // The factory of bad_abi throws a logic_error if it is ever called.
     BOOST_TEST(!contains(message, "factory"));
+}
+
+BOOST_AUTO_TEST_CASE(create_compiler_mismatch_error_names_file_and_both_compilers) {
+    auto algorithm = rpclb::PluginRegistry::create_from_file(test_plugin("wrong_compiler"));
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    const auto& message = algorithm.error().message;
+    BOOST_TEST_MESSAGE(message);
+    BOOST_TEST(message == "plugin " + test_plugin("wrong_compiler").string() +
+                              ": plugin built with Borland C++ 5.5 / Rogue Wave, this rpclb was "
+                              "built with " RPCLB_COMPILER_ID " (plugin built against rpclb " +
+                              RPCLB_VERSION_STRING + ")");
+}
+
+BOOST_AUTO_TEST_CASE(create_from_file_without_handshake_names_file_and_symbol) {
+    // librpclb itself is a loadable library that exports no rpclb_plugin_info.
+    Dl_info self{};
+    BOOST_TEST_REQUIRE(::dladdr(reinterpret_cast<void*>(&rpclb::empty_members_error), &self) != 0);
+    const fs::path file = self.dli_fname;
+    auto algorithm = rpclb::PluginRegistry::create_from_file(file);
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    BOOST_TEST(algorithm.error().message ==
+               "plugin " + file.string() + ": missing rpclb_plugin_info (not an rpclb plugin?)");
 }
 
 BOOST_AUTO_TEST_CASE(create_throwing_factory_returns_exception_text) {

@@ -122,10 +122,17 @@ struct DecodeError {
 std::string_view to_string(DecodeErrorKind kind) noexcept;
 
 /// Decodes one frame's text. Never throws.
+///
+/// The size is checked before parsing. Members the type doesn't define are ignored (room
+/// for later versions); a "res" must hold exactly one of "ok" and "err". bad_shape
+/// messages read `"req" frame: member "m" must be a string (got an integer)` or
+/// `... (missing)`; members of objects inside arrays are named like "nodes[1].inc".
+/// Boost.JSON's default parse limits apply (nesting depth 32).
 boost::system::result<Frame, DecodeError> decode(std::string_view text,
                                                  std::size_t max_size = default_max_message_size);
 
-/// Encodes a frame as compact JSON text.
+/// Encodes a frame as compact JSON text. An empty `load_balancer` and an absent `proof`
+/// are left out.
 std::string encode(const Frame& frame);
 
 /// The "t" value of a frame ("hello", "req", ...).
