@@ -86,6 +86,8 @@ public:
     Role role() const noexcept { return handshake_.role(); }
     /// The peer; meaningful once established.
     const wire::PeerInfo& peer() const noexcept { return handshake_.peer(); }
+    /// The dialer's handshake nonce (see Handshake::dialer_nonce).
+    const std::string& dialer_nonce() const noexcept { return handshake_.dialer_nonce(); }
     /// The "host:port" dialled, empty for an accepted connection.
     const std::string& target() const noexcept { return target_; }
     bool established() const noexcept { return established_.load(); }

@@ -25,6 +25,10 @@ LoadBalancer::LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
 
 LoadBalancer::~LoadBalancer() {
     if (monitor_id_) cluster_.groups().demonitor(monitor_id_);
+    // Services' code lives in the algorithm's plugin; they must go before the algorithm
+    // drops the last reference to its library.
+    services_.clear();
+    algorithm_.reset();
 }
 
 boost::json::object LoadBalancer::announcement() const {

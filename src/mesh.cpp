@@ -130,13 +130,14 @@ void Cluster::Impl::on_established(const std::shared_ptr<Connection>& c) {
             new_incarnation = true;
         } else {
             // Two connections for one pair (both dialled at once): keep the one dialled
-            // by the smaller name; both ends reach the same verdict.
+            // by the smaller name, then the one with the smaller dialer nonce. Both ends
+            // know both facts, so both reach the same verdict whatever the arrival order.
             const auto& existing = it->second;
-            auto dialer_of = [&](const Connection& conn) {
-                return conn.role() == detail::Role::dialer ? options.name : peer.node;
+            auto rank = [&](const Connection& conn) {
+                const auto& dialer = conn.role() == detail::Role::dialer ? options.name : peer.node;
+                return std::make_pair(dialer != std::min(options.name, peer.node), conn.dialer_nonce());
             };
-            const auto& preferred = std::min(options.name, peer.node);
-            if (dialer_of(*c) == preferred && dialer_of(*existing) != preferred) {
+            if (rank(*c) < rank(*existing)) {
                 replaced = existing;
                 it->second = c;
             } else {

@@ -31,8 +31,8 @@ struct PluginError {
 /// Each algorithm object returned holds a reference to its library, so the library stays
 /// loaded while the object lives (its vtable is in the `.so`).
 ///
-/// Thread safety: distinct objects safe; shared objects safe (an internal mutex guards
-/// the cache of opened libraries).
+/// Thread safety: distinct objects safe; shared objects safe (the registry keeps no
+/// mutable state: each object holds its own reference to its library).
 class PluginRegistry {
 public:
     /// `search_path`: directories searched before `RPCLB_PLUGIN_PATH` and the install

@@ -66,6 +66,13 @@ public:
 
     Role role() const noexcept { return role_; }
 
+    /// The dialer's nonce of this connection (valid once the peer's Hello has arrived).
+    /// Both ends know it, so it tells two connections of one pair apart the same way on
+    /// both ends.
+    const std::string& dialer_nonce() const noexcept {
+        return role_ == Role::dialer ? local_nonce_ : peer_nonce_;
+    }
+
 private:
     enum class State { initial, awaiting_hello, awaiting_auth, awaiting_ready, done, failed };
 

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The demo: sets up and builds rpclb, then runs a three-node cluster on 127.0.0.1,
+# load-balances calls through a round_robin and a random balancer, kills one node with
+# SIGKILL in the middle of a run, and stops the others with SIGTERM.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${RPCLB_BUILD_DIR:-$root/build}"
+bash "$root/scripts/setup.sh"
+
+bin="$build/bin"
+export RPCLB_PLUGIN_PATH="$build/plugins"
+export RPCLB_COOKIE="demo-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# start_node NAME [SEED] -> prints the node's port; logs go to $work/NAME.log
+start_node() {
+  local name="$1" seed="${2:-}" args=()
+  [ -n "$seed" ] && args+=(--seed "$seed")
+  "$bin/rpclb-node" --name "$name@127.0.0.1" --listen 127.0.0.1:0 "${args[@]}" \
+      --balancer workers=round_robin --balancer shuffle=random \
+      >"$work/$name.out" 2>"$work/$name.log" &
+  pids+=($!)
+  echo $! >"$work/$name.pid"
+  for _ in $(seq 1 200); do
+    if grep -q '^listening on ' "$work/$name.out" 2>/dev/null; then
+      sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$work/$name.out"; return 0
+    fi
+    sleep 0.05
+  done
+  echo "demo: node $name did not start; its log:" >&2; cat "$work/$name.log" >&2; exit 1
+}
+
+call() { "$bin/rpclb-call" --seed "127.0.0.1:$port_a" "$@" || true; }
+
+echo "== starting three nodes (alpha is the seed of beta and gamma)"
+port_a=$(start_node alpha)
+port_b=$(start_node beta "127.0.0.1:$port_a")
+port_c=$(start_node gamma "127.0.0.1:$port_a")
+echo "alpha 127.0.0.1:$port_a   beta 127.0.0.1:$port_b   gamma 127.0.0.1:$port_c"
+
+echo
+echo "== 3000 calls of demo.node through balancer 'workers' (round_robin), 4 in flight"
+call --balancer workers --count 3000 --concurrency 4 demo node
+echo
+echo "== 3000 calls of demo.node through balancer 'shuffle' (random), 4 in flight"
+call --balancer shuffle --count 3000 --concurrency 4 demo node
+
+echo
+echo "== 2000 calls of demo.sleep [2] through 'workers' (timeout 2000 ms); gamma is killed with SIGKILL after 1 s"
+call --balancer workers --count 2000 --concurrency 4 --timeout 2000 demo sleep '[2]' >"$work/run.json" 2>"$work/run.err" &
+run=$!
+sleep 1
+kill -9 "$(cat "$work/gamma.pid")"
+echo "(gamma killed)"
+wait $run || true
+cat "$work/run.json"
+sed -n 's/^rpclb-call: first error: /first error: /p' "$work/run.err"
+echo "(calls in flight on gamma when it died fail at once with service_unavailable; none waits for its timeout: see latency_us.max)"
+
+echo
+echo "== after the kill: 1000 calls through 'workers' land on the two survivors"
+call --balancer workers --count 1000 --concurrency 4 demo node
+
+echo
+echo "== stopping alpha and beta with SIGTERM"
+for n in alpha beta; do
+  pid=$(cat "$work/$n.pid"); kill -TERM "$pid"
+  status=0; wait "$pid" || status=$?
+  echo "$n exited with status $status"
+done

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what rpclb needs on Debian 12 (idempotent) and builds it with CMake into build/.
+# Usage: bash scripts/setup.sh [extra cmake args...]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${RPCLB_BUILD_DIR:-$root/build}"
+
+# Exact package names: see shared TOOLCHAIN notes. Never the unversioned libboost-*-dev
+# (that is Boost 1.74 and would remove 1.81).
+packages=(g++ cmake ninja-build pkg-config
+          libboost1.81-all-dev libboost1.81-tools-dev libboost-json1.81-dev libboost-url1.81-dev
+          libssl-dev libxxhash-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${missing[@]}"
+fi
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$build" -j "$(nproc)"

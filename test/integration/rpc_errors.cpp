@@ -1,0 +1,178 @@
+// How calls fail, against a real rpclb-node: each ErrorMessage code of DESIGN.md
+// "Contracts → Errors", how fast it comes, and what its details name.
+#define BOOST_TEST_MODULE rpc_errors
+#include <boost/test/unit_test.hpp>
+
+#include "support/node.hpp"
+
+#include <future>
+#include <memory>
+
+using namespace rpclb::test;
+using namespace std::chrono;
+using rpclb::CallOptions;
+using rpclb::CallResult;
+using rpclb::ErrorCode;
+using rpclb::ErrorMessage;
+
+namespace {
+
+// One node `a` and a client connected to it.
+struct OneNode : Harness {
+    OneNode() {
+        a = start_node({.name = "a"});
+        client = start_client({a->address()});
+        if (!wait_for_connected(*client, {a->name()}))
+            throw std::runtime_error("the client did not connect to a within 5 s");
+    }
+    std::unique_ptr<Node> a;
+    std::unique_ptr<rpclb::Cluster> client;
+};
+
+std::string detail(const ErrorMessage& e, std::string_view key) {
+    const auto* v = e.details.if_contains(key);
+    return v && v->is_string() ? std::string(v->get_string()) : std::string("<missing>");
+}
+
+// Every call error names node, module and function (DESIGN.md).
+void check_names_call(const ErrorMessage& e, const std::string& node, const std::string& module,
+                      const std::string& function) {
+    BOOST_TEST(detail(e, "node") == node);
+    BOOST_TEST(detail(e, "module") == module);
+    BOOST_TEST(detail(e, "function") == function);
+}
+
+std::string describe(const CallResult& r) {
+    if (r) return "ok: " + boost::json::serialize(*r);
+    return boost::json::serialize(r.error().to_json());
+}
+
+long long ms_since(steady_clock::time_point start) {
+    return duration_cast<milliseconds>(steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(rpc_errors)
+
+BOOST_FIXTURE_TEST_CASE(call_fails_fast_when_node_dies_midway, OneNode) {
+    auto promise = std::make_shared<std::promise<CallResult>>();
+    auto future = promise->get_future();
+    CallOptions options;
+    options.timeout = 10s;
+    client->async_call(a->name(), "demo", "sleep", boost::json::array{5000}, options,
+                       [promise](CallResult r) { promise->set_value(std::move(r)); });
+
+    // A second call on the same connection answered means the node has read the sleep
+    // request before it (frames are written and read in order): the sleep is in flight.
+    const auto echo = client->call(a->name(), "demo", "echo", {1}, {.timeout = 5s});
+    BOOST_TEST_REQUIRE(echo.has_value(), describe(echo));
+    BOOST_TEST_REQUIRE((future.wait_for(0s) == std::future_status::timeout), "the sleep call ended early");
+
+    const auto killed_at = steady_clock::now();
+    a->process().kill();
+    BOOST_TEST_REQUIRE((future.wait_for(2s) == std::future_status::ready),
+                       "the in-flight call did not fail within 2 s of its node's death");
+    const auto took = ms_since(killed_at);
+    const auto result = future.get();
+    BOOST_TEST_MESSAGE("in-flight call failed " << took << " ms after the kill");
+    BOOST_TEST(took < 2000);
+    BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
+    BOOST_TEST(result.error().code == ErrorCode::service_unavailable, describe(result));
+    check_names_call(result.error(), a->name(), "demo", "sleep");
+}
+
+BOOST_FIXTURE_TEST_CASE(call_to_unknown_node_fails_at_once, OneNode) {
+    const auto start = steady_clock::now();
+    const auto result = client->call("ghost@127.0.0.1", "demo", "node", {}, {.timeout = 10s});
+    const auto took = ms_since(start);
+    BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
+    BOOST_TEST(result.error().code == ErrorCode::service_unavailable, describe(result));
+    BOOST_TEST(took < 500, "took " << took << " ms: it waited instead of failing at once");
+    check_names_call(result.error(), "ghost@127.0.0.1", "demo", "node");
+
+    const auto cast = client->cast("ghost@127.0.0.1", "demo", "node");
+    BOOST_TEST_REQUIRE(!cast.has_value());
+    BOOST_TEST(cast.error().code == ErrorCode::service_unavailable);
+    check_names_call(cast.error(), "ghost@127.0.0.1", "demo", "node");
+}
+
+BOOST_FIXTURE_TEST_CASE(call_past_deadline_is_request_timeout, OneNode) {
+    const auto start = steady_clock::now();
+    const auto result = client->call(a->name(), "demo", "sleep", {2000}, {.timeout = 200ms});
+    const auto took = ms_since(start);
+    BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
+    BOOST_TEST(result.error().code == ErrorCode::request_timeout, describe(result));
+    BOOST_TEST_MESSAGE("timed out after " << took << " ms (timeout 200 ms)");
+    BOOST_TEST(took >= 200, "the call gave up before its deadline");
+    BOOST_TEST(took <= 1500, "the call outlived its deadline by far");
+    check_names_call(result.error(), a->name(), "demo", "sleep");
+
+    // The connection is untouched: the next call works at once; a sleep that returns after
+    // the timed-out call's late reply has come back (and must have been dropped) works,
+    // and so does a call after that.
+    const auto next = client->call(a->name(), "demo", "echo", {"after"}, {.timeout = 2s});
+    BOOST_TEST_REQUIRE(next.has_value(), describe(next));
+    BOOST_TEST(next->as_array() == boost::json::array{"after"});
+    const auto later = client->call(a->name(), "demo", "sleep", {2500}, {.timeout = 5s});
+    BOOST_TEST_REQUIRE(later.has_value(), describe(later));
+    BOOST_TEST(later->as_string() == a->name());
+    const auto last = client->call(a->name(), "demo", "echo", {"last"}, {.timeout = 2s});
+    BOOST_TEST_REQUIRE(last.has_value(), describe(last));
+    BOOST_TEST(last->as_array() == boost::json::array{"last"});
+}
+
+BOOST_FIXTURE_TEST_CASE(handler_exception_is_internal_server_error, OneNode) {
+    const auto result = client->call(a->name(), "demo", "fail", {}, {.timeout = 5s});
+    BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
+    BOOST_TEST(result.error().code == ErrorCode::internal_server_error, describe(result));
+    BOOST_TEST(result.error().message == "demo.fail was called");
+    check_names_call(result.error(), a->name(), "demo", "fail");
+    // The node survived its handler's exception.
+    BOOST_TEST(client->call(a->name(), "demo", "node", {}, {.timeout = 2s}).has_value());
+}
+
+BOOST_FIXTURE_TEST_CASE(unknown_function_is_not_found, OneNode) {
+    for (const auto& [module, function] : {std::pair<std::string, std::string>{"demo", "nope"},
+                                           {"nomodule", "node"}}) {
+        const auto result = client->call(a->name(), module, function, {}, {.timeout = 5s});
+        BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
+        BOOST_TEST(result.error().code == ErrorCode::not_found, module << "." << function << ": " << describe(result));
+        check_names_call(result.error(), a->name(), module, function);
+    }
+}
+
+BOOST_FIXTURE_TEST_CASE(handler_error_message_is_passed_through, OneNode) {
+    // demo.sleep returns its own bad_request for arguments it can't use.
+    const auto result = client->call(a->name(), "demo", "sleep", {"soon"}, {.timeout = 5s});
+    BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
+    BOOST_TEST(result.error().code == ErrorCode::bad_request, describe(result));
+    BOOST_TEST(result.error().message == "demo.sleep takes the milliseconds to sleep");
+    check_names_call(result.error(), a->name(), "demo", "sleep");
+}
+
+BOOST_FIXTURE_TEST_CASE(oversize_request_is_bad_request_and_connection_survives, OneNode) {
+    rpclb::ClusterOptions options;
+    options.max_message_size = 64 * 1024;
+    auto small = start_client({a->address()}, options);
+    BOOST_TEST_REQUIRE(wait_for_connected(*small, {a->name()}));
+
+    const std::string big(100 * 1024, 'x');
+    const auto start = steady_clock::now();
+    const auto result = small->call(a->name(), "demo", "echo", {big}, {.timeout = 5s});
+    const auto took = ms_since(start);
+    BOOST_TEST_REQUIRE(!result.has_value(), "a 100 KiB request passed a 64 KiB limit");
+    BOOST_TEST(result.error().code == ErrorCode::bad_request, describe(result));
+    BOOST_TEST(took < 1000, "took " << took << " ms: the refusal should not wait for a reply");
+    check_names_call(result.error(), a->name(), "demo", "echo");
+
+    // The same connection still carries calls, including one just under the limit.
+    const std::string fits(60 * 1024, 'y');
+    const auto echo = small->call(a->name(), "demo", "echo", {fits}, {.timeout = 5s});
+    BOOST_TEST_REQUIRE(echo.has_value(), describe(echo));
+    BOOST_TEST((echo->as_array() == boost::json::array{fits}));
+    BOOST_TEST(small->connected_nodes() == std::vector<std::string>{a->name()}, boost::test_tools::per_element());
+    BOOST_TEST(small->stats().peers_lost == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

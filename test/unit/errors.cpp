@@ -1,0 +1,181 @@
+// Error mapping of calls between two in-process nodes on 127.0.0.1 (DESIGN.md
+// "Contracts → Errors"): one test per code.
+#define BOOST_TEST_MODULE errors
+#include <rpclb/cluster.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+using namespace std::chrono_literals;
+using rpclb::CallOptions;
+using rpclb::ErrorCode;
+
+namespace {
+
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (condition()) return true;
+        std::this_thread::sleep_for(5ms);
+    }
+    return condition();
+}
+
+rpclb::ClusterOptions node_options(std::string name) {
+    rpclb::ClusterOptions o;
+    o.name = std::move(name);
+    o.cookie = "test-cookie";
+    return o;
+}
+
+// A serving node with handlers for every outcome, and a client connected to it.
+struct Fixture {
+    rpclb::Cluster server{node_options("server@127.0.0.1")};
+    std::unique_ptr<rpclb::Cluster> client;
+
+    Fixture() {
+        server.register_function("t", "echo", [](const boost::json::array& a) -> rpclb::CallResult {
+            return boost::json::value(a);
+        });
+        server.register_function("t", "sleep", [](const boost::json::array& a) -> rpclb::CallResult {
+            std::this_thread::sleep_for(std::chrono::milliseconds(a.at(0).to_number<int>()));
+            return nullptr;
+        });
+        server.register_function("t", "throw", [](const boost::json::array&) -> rpclb::CallResult {
+            throw std::runtime_error("boom");
+        });
+        server.register_function("t", "refuse", [](const boost::json::array&) -> rpclb::CallResult {
+            return rpclb::ErrorMessage{ErrorCode::bad_request, "need an id", {{"field", "id"}}};
+        });
+        server.start();
+        auto o = node_options("client@127.0.0.1");
+        o.seeds = {"127.0.0.1:" + std::to_string(server.listen_endpoint()->port())};
+        o.max_message_size = 64 * 1024;
+        client = std::make_unique<rpclb::Cluster>(o);
+        client->start();
+        BOOST_REQUIRE(eventually([&] { return client->connected_nodes().size() == 1; }, 5s));
+    }
+
+    static void names_call(const rpclb::ErrorMessage& e, const std::string& node, const std::string& function) {
+        BOOST_TEST(e.details.at("node").as_string() == node);
+        BOOST_TEST(e.details.at("module").as_string() == "t");
+        BOOST_TEST(e.details.at("function").as_string() == function);
+    }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(errors)
+
+BOOST_AUTO_TEST_CASE(error_message_round_trips_through_json) {
+    rpclb::ErrorMessage e{ErrorCode::not_found, "gone", {{"node", "a@b"}}};
+    auto back = rpclb::ErrorMessage::from_json(e.to_json());
+    BOOST_REQUIRE(back.has_value());
+    BOOST_TEST((*back == e));
+    BOOST_TEST(static_cast<int>(ErrorCode::service_unavailable) == 503);
+    BOOST_TEST(rpclb::to_string(ErrorCode::request_timeout) == "request_timeout");
+    BOOST_TEST(!rpclb::ErrorMessage::from_json(boost::json::parse(R"({"code":"nope","message":""})")));
+}
+
+BOOST_FIXTURE_TEST_CASE(remote_call_returns_handler_value, Fixture) {
+    auto r = client->call("server@127.0.0.1", "t", "echo", {1, "abc"});
+    BOOST_REQUIRE(r.has_value());
+    BOOST_TEST(boost::json::serialize(*r) == R"([1,"abc"])");
+}
+
+BOOST_FIXTURE_TEST_CASE(deadline_passed_is_request_timeout, Fixture) {
+    CallOptions o;
+    o.timeout = 100ms;
+    const auto start = std::chrono::steady_clock::now();
+    auto r = client->call("server@127.0.0.1", "t", "sleep", {400}, o);
+    const auto took = std::chrono::steady_clock::now() - start;
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code == ErrorCode::request_timeout));
+    BOOST_TEST(r.error().message == "timeout");
+    names_call(r.error(), "server@127.0.0.1", "sleep");
+    BOOST_TEST((took >= 100ms && took < 350ms));
+}
+
+BOOST_FIXTURE_TEST_CASE(unknown_node_is_service_unavailable_at_once, Fixture) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = client->call("nobody@nowhere", "t", "echo", {});
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code == ErrorCode::service_unavailable));
+    names_call(r.error(), "nobody@nowhere", "echo");
+    BOOST_TEST((std::chrono::steady_clock::now() - start < 100ms));
+}
+
+BOOST_FIXTURE_TEST_CASE(connection_lost_fails_pending_call_at_once, Fixture) {
+    std::thread stopper([&] {
+        std::this_thread::sleep_for(200ms);
+        server.stop();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    auto r = client->call("server@127.0.0.1", "t", "sleep", {1500});
+    const auto took = std::chrono::steady_clock::now() - start;
+    stopper.join();
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code == ErrorCode::service_unavailable));
+    names_call(r.error(), "server@127.0.0.1", "sleep");
+    BOOST_TEST((took < 1200ms));  // before the handler (1.5 s) and the deadline (10 s) end
+}
+
+BOOST_FIXTURE_TEST_CASE(unregistered_function_is_not_found, Fixture) {
+    auto r = client->call("server@127.0.0.1", "t", "missing", {});
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code == ErrorCode::not_found));
+    names_call(r.error(), "server@127.0.0.1", "missing");
+}
+
+BOOST_FIXTURE_TEST_CASE(handler_exception_is_internal_server_error_with_text, Fixture) {
+    auto r = client->call("server@127.0.0.1", "t", "throw", {});
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code == ErrorCode::internal_server_error));
+    BOOST_TEST(r.error().message == "boom");
+    names_call(r.error(), "server@127.0.0.1", "throw");
+}
+
+BOOST_FIXTURE_TEST_CASE(handler_error_message_passes_through_with_call_named, Fixture) {
+    auto r = client->call("server@127.0.0.1", "t", "refuse", {});
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code == ErrorCode::bad_request));
+    BOOST_TEST(r.error().message == "need an id");
+    BOOST_TEST(r.error().details.at("field").as_string() == "id");
+    names_call(r.error(), "server@127.0.0.1", "refuse");
+}
+
+BOOST_FIXTURE_TEST_CASE(oversize_request_is_bad_request_and_connection_survives, Fixture) {
+    auto r = client->call("server@127.0.0.1", "t", "echo", {std::string(100 * 1024, 'x')});
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code == ErrorCode::bad_request));
+    names_call(r.error(), "server@127.0.0.1", "echo");
+    BOOST_TEST(client->call("server@127.0.0.1", "t", "echo", {1}).has_value());
+}
+
+BOOST_FIXTURE_TEST_CASE(local_call_runs_in_calling_thread_without_network, Fixture) {
+    std::thread::id ran_on;
+    server.register_function("t", "where", [&](const boost::json::array&) -> rpclb::CallResult {
+        ran_on = std::this_thread::get_id();
+        return nullptr;
+    });
+    BOOST_TEST(server.call("server@127.0.0.1", "t", "where", {}).has_value());
+    BOOST_TEST((ran_on == std::this_thread::get_id()));
+}
+
+BOOST_FIXTURE_TEST_CASE(async_call_completes_through_callback, Fixture) {
+    std::promise<rpclb::CallResult> done;
+    client->async_call("server@127.0.0.1", "t", "echo", {7}, {},
+                       [&](rpclb::CallResult r) { done.set_value(std::move(r)); });
+    auto f = done.get_future();
+    BOOST_REQUIRE((f.wait_for(5s) == std::future_status::ready));
+    auto r = f.get();
+    BOOST_REQUIRE(r.has_value());
+    BOOST_TEST(r->as_array().at(0).as_int64() == 7);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
