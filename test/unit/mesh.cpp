@@ -1,0 +1,145 @@
+// Mesh membership between in-process nodes on 127.0.0.1.
+#define BOOST_TEST_MODULE mesh
+#include <rpclb/cluster.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <thread>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (condition()) return true;
+        std::this_thread::sleep_for(5ms);
+    }
+    return condition();
+}
+
+// A port the kernel just handed out and released (a small race, acceptable in a test
+// that needs both nodes to know each other's address before either starts).
+unsigned short free_port() {
+    boost::asio::io_context ioc;
+    boost::asio::ip::tcp::acceptor a(ioc, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    return a.local_endpoint().port();
+}
+
+rpclb::ClusterOptions options(std::string name, std::string listen = "127.0.0.1:0") {
+    rpclb::ClusterOptions o;
+    o.name = std::move(name);
+    o.listen = std::move(listen);
+    o.cookie = "mesh-cookie";
+    o.reconnect_interval = 100ms;
+    return o;
+}
+
+std::string address(const rpclb::Cluster& c) {
+    return "127.0.0.1:" + std::to_string(c.listen_endpoint()->port());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(mesh)
+
+BOOST_AUTO_TEST_CASE(nodes_joined_through_one_seed_form_a_full_mesh) {
+    rpclb::Cluster a(options("a@127.0.0.1"));
+    a.start();
+    auto ob = options("b@127.0.0.1");
+    ob.seeds = {address(a)};
+    auto oc = options("c@127.0.0.1");
+    oc.seeds = {address(a)};
+    rpclb::Cluster b(ob), c(oc);
+    b.start();
+    c.start();
+    BOOST_TEST(eventually([&] {
+        return a.connected_nodes().size() == 2 && b.connected_nodes().size() == 2 &&
+               c.connected_nodes().size() == 2;
+    }, 5s));
+    BOOST_TEST(b.connected_nodes() == (std::vector<std::string>{"a@127.0.0.1", "c@127.0.0.1"}));
+}
+
+BOOST_AUTO_TEST_CASE(nodes_dialing_each_other_at_once_keep_one_connection) {
+    for (int round = 0; round < 3; ++round) {
+        const auto pa = free_port(), pb = free_port();
+        auto oa = options("a@127.0.0.1", "127.0.0.1:" + std::to_string(pa));
+        auto ob = options("b@127.0.0.1", "127.0.0.1:" + std::to_string(pb));
+        oa.seeds = {"127.0.0.1:" + std::to_string(pb)};
+        ob.seeds = {"127.0.0.1:" + std::to_string(pa)};
+        rpclb::Cluster a(oa), b(ob);
+        std::thread ta([&] { a.start(); });
+        b.start();
+        ta.join();
+        BOOST_REQUIRE(eventually([&] { return a.connected_nodes().size() == 1 && b.connected_nodes().size() == 1; }, 5s));
+        // Had the two ends kept different connections, each would close the other's and the
+        // pair would flap: a lost peer, then a redial.
+        std::this_thread::sleep_for(500ms);
+        BOOST_TEST(a.stats().peers_lost == 0u);
+        BOOST_TEST(b.stats().peers_lost == 0u);
+        BOOST_TEST(a.connected_nodes().size() == 1u);
+        a.register_function("m", "f", [](const boost::json::array&) -> rpclb::CallResult { return 1; });
+        BOOST_TEST(b.call("a@127.0.0.1", "m", "f").has_value());
+    }
+}
+
+BOOST_AUTO_TEST_CASE(restarted_node_is_a_new_incarnation_without_old_memberships) {
+    rpclb::Cluster a(options("a@127.0.0.1"));
+    a.start();
+    auto ob = options("b@127.0.0.1");
+    ob.seeds = {address(a)};
+    std::string first_incarnation;
+    {
+        rpclb::Cluster b(ob);
+        first_incarnation = b.incarnation();
+        b.start();
+        b.groups().join("old");
+        BOOST_REQUIRE(eventually([&] { return a.groups().members("old")->nodes.size() == 1; }, 5s));
+        b.stop();
+    }
+    rpclb::Cluster b2(ob);
+    BOOST_TEST(b2.incarnation() != first_incarnation);
+    b2.start();
+    b2.groups().join("new");
+    BOOST_TEST(eventually([&] { return a.groups().members("new")->nodes.size() == 1; }, 5s));
+    BOOST_TEST(a.groups().members("old")->nodes.empty());
+}
+
+BOOST_AUTO_TEST_CASE(wrong_cookie_is_refused_and_counted) {
+    rpclb::Cluster a(options("a@127.0.0.1"));
+    a.start();
+    auto ob = options("intruder@127.0.0.1");
+    ob.cookie = "wrong";
+    ob.seeds = {address(a)};
+    rpclb::Cluster b(ob);
+    b.start();
+    BOOST_TEST(eventually([&] { return a.stats().auth_failures + b.stats().auth_failures >= 1; }, 5s));
+    BOOST_TEST(a.connected_nodes().empty());
+    BOOST_TEST(b.connected_nodes().empty());
+}
+
+BOOST_AUTO_TEST_CASE(silent_dial_target_is_dropped_after_handshake_timeout) {
+    // A TCP listener that accepts and then never speaks: the WebSocket handshake cannot
+    // finish, and the node must give up within its handshake timeout.
+    boost::asio::io_context ioc;
+    boost::asio::ip::tcp::acceptor silent(ioc, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    auto o = options("a@127.0.0.1");
+    o.handshake_timeout = 300ms;
+    o.seeds = {"127.0.0.1:" + std::to_string(silent.local_endpoint().port())};
+    rpclb::Cluster a(o);
+    a.start();
+    boost::asio::ip::tcp::socket s(ioc);
+    silent.accept(s);  // the node dialled
+    char byte;
+    boost::system::error_code ec;
+    const auto start = std::chrono::steady_clock::now();
+    s.read_some(boost::asio::buffer(&byte, 1), ec);  // HTTP upgrade bytes arrive first
+    while (!ec) s.read_some(boost::asio::buffer(&byte, 1), ec);  // then the node closes
+    BOOST_TEST((std::chrono::steady_clock::now() - start < 2s));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
