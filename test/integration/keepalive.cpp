@@ -1,0 +1,55 @@
+// Liveness through WebSocket keep-alive: a peer whose process is frozen (SIGSTOP) keeps
+// its socket open but goes silent; it must leave every group within the idle timeout,
+// and calls pending on it must fail then, not at their deadline.
+#define BOOST_TEST_MODULE keepalive
+#include "support/node.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <csignal>
+#include <future>
+
+using namespace std::chrono_literals;
+using namespace rpclb::test;
+
+BOOST_FIXTURE_TEST_SUITE(keepalive, Harness)
+
+BOOST_AUTO_TEST_CASE(frozen_peer_leaves_after_idle_timeout_and_fails_pending_calls) {
+    auto a = start_node({.name = "a", .balancers = {"w=round_robin"}, .extra_args = {"--idle-timeout", "1000"}});
+    auto b = start_node({.name = "b", .seeds = {a->address()}, .balancers = {"w=round_robin"},
+                         .extra_args = {"--idle-timeout", "1000"}});
+    rpclb::ClusterOptions options;
+    options.idle_timeout = 1000ms;
+    auto client = start_client({a->address()}, options);
+    BOOST_REQUIRE(wait_for_members(*client, "w", {"a@127.0.0.1", "b@127.0.0.1"}));
+
+    std::promise<rpclb::CallResult> pending;
+    rpclb::CallOptions call_options;
+    call_options.timeout = 20s;
+    b->process().signal(SIGSTOP);
+    const auto frozen = std::chrono::steady_clock::now();
+    client->async_call("b@127.0.0.1", "demo", "echo", {1}, call_options,
+                       [&](rpclb::CallResult r) { pending.set_value(std::move(r)); });
+
+    BOOST_TEST(wait_for_members(*client, "w", {"a@127.0.0.1"}, 5s));
+    const auto gone_after = std::chrono::steady_clock::now() - frozen;
+    BOOST_TEST((gone_after >= 500ms));  // not before the peer actually went silent
+    BOOST_TEST((gone_after < 3s));      // about the 1 s idle timeout, far from a minute
+
+    auto future = pending.get_future();
+    BOOST_REQUIRE((future.wait_for(2s) == std::future_status::ready));
+    auto result = future.get();
+    BOOST_REQUIRE(!result.has_value());
+    BOOST_TEST((result.error().code == rpclb::ErrorCode::service_unavailable));
+
+    // The survivor keeps serving.
+    call_options.timeout = 2s;
+    call_options.load_balancer = "w";
+    std::string peer;
+    call_options.peer = &peer;
+    BOOST_TEST(client->call("demo", "node", {}, call_options).has_value());
+    BOOST_TEST(peer == "a@127.0.0.1");
+    b->process().signal(SIGCONT);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
