@@ -7,24 +7,18 @@
 #include <boost/json/serialize.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "support/wait.hpp"
+
 #include <chrono>
 #include <future>
 #include <thread>
 
 using namespace std::chrono_literals;
+using rpclb::test::eventually;
 using rpclb::CallOptions;
 using rpclb::ErrorCode;
 
 namespace {
-
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (condition()) return true;
-        std::this_thread::sleep_for(5ms);
-    }
-    return condition();
-}
 
 rpclb::ClusterOptions node_options(std::string name) {
     rpclb::ClusterOptions o;

@@ -6,21 +6,15 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "support/wait.hpp"
+
 #include <chrono>
 #include <thread>
 
 using namespace std::chrono_literals;
+using rpclb::test::eventually;
 
 namespace {
-
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (condition()) return true;
-        std::this_thread::sleep_for(5ms);
-    }
-    return condition();
-}
 
 // A port the kernel just handed out and released (a small race, acceptable in a test
 // that needs both nodes to know each other's address before either starts).
