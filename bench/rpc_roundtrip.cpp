@@ -1,27 +1,34 @@
 // Round-trip latency of a small rpclb call against a raw Asio TCP ping-pong floor.
 //
-// One run measures both, each against its own server in a separate process: the binary
-// re-executes itself (/proc/self/exe) with --serve (an rpclb node registering bench.echo)
-// and with --raw-serve (a blocking Asio echo of 4-byte length-prefixed messages). The
-// client makes `count` sequential blocking calls of `echo(1, "abc")` through
-// rpclb::Cluster::call() and the same number of ping-pongs of the JSON text of those
-// arguments (`[1,"abc"]`) on the raw socket, after `warmup` of each. The timed calls are
-// split into `rounds` alternating blocks (raw, rpclb, raw, rpclb, ...) so that a burst of
-// load from elsewhere on the machine hits both stacks alike; the floor is always taken in
-// the same run (STYLE.md rule 10).
+// One run measures, each against its own server in a separate process (the binary
+// re-executes itself, by the path /proc/self/exe names, with an internal server flag):
+//   rpclb          `echo(1, "abc")` through rpclb::Cluster::call() to a node registering
+//                  bench.echo (--serve);
+//   raw_tcp        the floor: the JSON text of those arguments (`[1,"abc"]`) with a 4-byte
+//                  length prefix, echoed by a blocking Asio server (--raw-serve);
+//   beast_ws_json  the same wire work as an rpclb call (masked WebSocket text frames,
+//                  the request and response as JSON documents) done synchronously on one
+//                  thread each side (--ws-serve): the cost of the protocol without rpclb's
+//                  threads, strands, timers and futures.
+// Each does `warmup` untimed calls then `count` timed sequential calls. The timed calls are
+// split into `rounds` blocks taken in turn (raw, ws, rpclb, raw, ...) so that a burst of load
+// from elsewhere on the machine hits every stack alike; the floor is always taken in the
+// same run (STYLE.md rule 10).
 //
-// With --pin (the default) the client and both servers bind themselves to one CPU (0, or
+// With --pin (the default) the client and the servers bind themselves to one CPU (0, or
 // --cpu N) with sched_setaffinity before starting any thread, as `taskset -c 0` would
 // (TOOLCHAIN.md "Measuring on this machine": cross-core wake-ups cost about 45 µs here and
 // vary run to run). --no-pin leaves scheduling to the kernel.
 //
-// Output: `raw_tcp median_us=.. p99_us=..`, `rpclb median_us=.. p99_us=..` and
-// `ratio <rpclb median / raw median>`; lines starting with '#' carry details.
+// Output: `rpclb median_us=.. p99_us=..`, `raw_tcp median_us=.. p99_us=..`,
+// `ratio <rpclb median / raw_tcp median>` and `beast_ws_json median_us=.. p99_us=..`;
+// lines starting with '#' carry details, including CPU time and context switches per call
+// of client and server (from /proc), which show where rpclb's time goes.
 //
-// Children are killed and reaped on every exit path: the parent's destructors close the
-// child's stdin (a clean stop) then SIGKILL after a grace period; SIGINT/SIGTERM to the
+// Children are killed and reaped on every exit path: destructors close the child's stdin
+// (it stops cleanly) then SIGKILL it after a grace period; SIGINT/SIGTERM/SIGHUP to the
 // parent kill them too; and each child has PR_SET_PDEATHSIG so it dies with the parent
-// even if the parent is killed with SIGKILL.
+// even when the parent is killed with SIGKILL.
 #include <rpclb/cluster.hpp>
 #include <rpclb/log.hpp>
 
@@ -30,6 +37,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket/stream.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -43,7 +53,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
+#include <filesystem>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -51,6 +62,7 @@
 #include <thread>
 #include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -59,6 +71,8 @@
 #include <unistd.h>
 
 namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
 namespace json = boost::json;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
@@ -80,6 +94,18 @@ void pin_to(int cpu) {
     // pid 0 = the calling thread; threads created afterwards inherit the mask.
     if (sched_setaffinity(0, sizeof set, &set) != 0)
         die("sched_setaffinity(cpu " + std::to_string(cpu) + "): " + std::strerror(errno));
+}
+
+// The 1-minute load average: other work on the machine shows in the figures.
+std::string load_average() {
+    double one = 0;
+    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+        if (std::fscanf(f, "%lf", &one) != 1) one = -1;
+        std::fclose(f);
+    }
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", one);
+    return text;
 }
 
 std::string affinity_text() {
@@ -157,6 +183,46 @@ int run_raw_server() {
     std::_Exit(0);  // the detached echo thread may be blocked in a read
 }
 
+// The same wire work as an rpclb call (a masked WebSocket text frame each way, the request
+// parsed into a JSON document and the response serialized) with no threads, strands,
+// timers or futures: what is left of rpclb's cost once its architecture is taken away.
+int run_ws_server() {
+    asio::io_context ioc;
+    tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    announce_port(acceptor.local_endpoint().port());
+    std::thread echo([&] {
+        for (;;) {
+            tcp::socket socket(ioc);
+            boost::system::error_code ec;
+            acceptor.accept(socket, ec);
+            if (ec) return;
+            socket.set_option(tcp::no_delay(true));
+            websocket::stream<tcp::socket> ws(std::move(socket));
+            ws.accept(ec);
+            if (ec) continue;
+            ws.text(true);
+            beast::flat_buffer buffer;
+            for (;;) {
+                ws.read(buffer, ec);
+                if (ec) break;
+                const auto data = buffer.cdata();
+                const std::string_view text(static_cast<const char*>(data.data()), data.size());
+                auto request = json::parse(text, ec);
+                buffer.consume(buffer.size());
+                if (ec || !request.is_object()) break;
+                auto& obj = request.get_object();
+                json::object response{{"t", "res"}, {"id", obj["id"]}, {"ok", std::move(obj["a"])}};
+                const auto reply = json::serialize(response);
+                ws.write(asio::buffer(reply), ec);
+                if (ec) break;
+            }
+        }
+    });
+    echo.detach();
+    wait_for_stdin_eof();
+    std::_Exit(0);
+}
+
 // ---- child processes (parent side) -------------------------------------------------------
 
 // Live children, for the signal handler (lock-free atomics are async-signal-safe).
@@ -179,6 +245,9 @@ void untrack_child(pid_t pid) {
 extern "C" void on_fatal_signal(int sig) {
     for (auto& slot : g_children)
         if (const pid_t pid = slot.load(); pid > 0) ::kill(pid, SIGKILL);
+    // Reap them too (waitpid is async-signal-safe), so that none is left a zombie.
+    for (auto& slot : g_children)
+        if (const pid_t pid = slot.load(); pid > 0) ::waitpid(pid, nullptr, 0);
     std::signal(sig, SIG_DFL);
     ::raise(sig);
 }
@@ -191,8 +260,13 @@ public:
         if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0)
             die(std::string("pipe: ") + std::strerror(errno));
         const auto parent = ::getpid();
-        std::vector<std::string> args{"/proc/self/exe", mode, pin ? "--pin" : "--no-pin", "--cpu",
-                                      std::to_string(cpu)};
+        // The resolved path rather than /proc/self/exe itself: the child then has a proper
+        // name in ps and perf, and running under valgrind --trace-children works (there,
+        // /proc/self/exe is valgrind).
+        std::error_code ec;
+        auto self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+        if (ec) self = "/proc/self/exe";
+        std::vector<std::string> args{self, mode, pin ? "--pin" : "--no-pin", "--cpu", std::to_string(cpu)};
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
@@ -204,7 +278,7 @@ public:
             if (::getppid() != parent) ::_exit(1);
             ::dup2(in[0], STDIN_FILENO);
             ::dup2(out[1], STDOUT_FILENO);
-            ::execv("/proc/self/exe", argv.data());
+            ::execv(argv[0], argv.data());
             ::_exit(127);
         }
         track_child(pid_);
@@ -225,6 +299,7 @@ public:
     Child& operator=(const Child&) = delete;
 
     unsigned short port() const { return port_; }
+    pid_t pid() const { return pid_; }
 
     /// Closes the child's stdin (it stops cleanly), then SIGKILL after 3 s; reaps it.
     void stop() noexcept {
@@ -278,6 +353,83 @@ private:
     unsigned short port_ = 0;
 };
 
+// ---- cost per call -----------------------------------------------------------------------
+
+/// CPU time and context switches of a whole process (all its threads), from /proc. They
+/// show where a round trip's time goes: each hand-off between threads is a context switch.
+struct ProcessCost {
+    double user_us = 0;    // CPU time in user space
+    double system_us = 0;  // CPU time in the kernel
+    long voluntary = 0;    // context switches: blocked (a wait, a read)
+    long involuntary = 0;  // context switches: preempted
+
+    ProcessCost operator-(const ProcessCost& o) const {
+        return {user_us - o.user_us, system_us - o.system_us, voluntary - o.voluntary,
+                involuntary - o.involuntary};
+    }
+    ProcessCost& operator+=(const ProcessCost& o) {
+        user_us += o.user_us;
+        system_us += o.system_us;
+        voluntary += o.voluntary;
+        involuntary += o.involuntary;
+        return *this;
+    }
+};
+
+ProcessCost process_cost(pid_t pid) {
+    ProcessCost cost;
+    const std::string dir = "/proc/" + std::to_string(pid);
+    if (std::FILE* f = std::fopen((dir + "/stat").c_str(), "r")) {
+        // utime and stime are fields 14 and 15, after the ")" that ends the command name.
+        char buf[1024];
+        const auto n = std::fread(buf, 1, sizeof buf - 1, f);
+        std::fclose(f);
+        buf[n] = '\0';
+        if (const char* p = std::strrchr(buf, ')')) {
+            unsigned long long utime = 0, stime = 0;
+            const char* format = "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu";
+            if (std::sscanf(p + 2, format, &utime, &stime) == 2) {
+                const double tick_us = 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+                cost.user_us = static_cast<double>(utime) * tick_us;
+                cost.system_us = static_cast<double>(stime) * tick_us;
+            }
+        }
+    }
+    // Per-thread counters: the process-level status line only counts the main thread.
+    if (DIR* d = ::opendir((dir + "/task").c_str())) {
+        while (const dirent* e = ::readdir(d)) {
+            if (e->d_name[0] == '.') continue;
+            if (std::FILE* f = std::fopen((dir + "/task/" + e->d_name + "/status").c_str(), "r")) {
+                char line[256];
+                long v = 0;
+                while (std::fgets(line, sizeof line, f)) {
+                    if (std::sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1) cost.voluntary += v;
+                    else if (std::sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+                        cost.involuntary += v;
+                }
+                std::fclose(f);
+            }
+        }
+        ::closedir(d);
+    }
+    return cost;
+}
+
+/// Client and server cost of one kind of call, summed over the timed blocks.
+struct PhaseCost {
+    ProcessCost client, server;
+};
+
+void print_cost(const char* label, const PhaseCost& c, long calls) {
+    const double n = static_cast<double>(calls);
+    std::printf("# %s per_call client_cpu_us=%.1f+%.1f client_csw=%.2f+%.2f server_cpu_us=%.1f+%.1f"
+                " server_csw=%.2f+%.2f (cpu = user+system from clock ticks; csw = voluntary+involuntary)\n",
+                label, c.client.user_us / n, c.client.system_us / n,
+                static_cast<double>(c.client.voluntary) / n, static_cast<double>(c.client.involuntary) / n,
+                c.server.user_us / n, c.server.system_us / n, static_cast<double>(c.server.voluntary) / n,
+                static_cast<double>(c.server.involuntary) / n);
+}
+
 // ---- clients -----------------------------------------------------------------------------
 
 class RawClient {
@@ -315,6 +467,45 @@ private:
     std::vector<char> reply_;
 };
 
+class WsClient {
+public:
+    explicit WsClient(unsigned short port) : ws_(ioc_) {
+        auto& socket = ws_.next_layer();
+        socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+        socket.set_option(tcp::no_delay(true));
+        ws_.handshake("127.0.0.1:" + std::to_string(port), "/");
+        ws_.text(true);
+    }
+
+    /// One call's worth of wire work: serialize the request, send it, read the response,
+    /// parse it and check that the echo came back.
+    void round_trip() {
+        const json::object request{
+            {"t", "req"}, {"id", ++id_}, {"m", "bench"}, {"f", "echo"}, {"a", echo_args()}};
+        const auto text = json::serialize(request);
+        ws_.write(asio::buffer(text));
+        ws_.read(buffer_);
+        const auto data = buffer_.cdata();
+        auto response = json::parse(std::string_view(static_cast<const char*>(data.data()), data.size()));
+        buffer_.consume(buffer_.size());
+        const auto* ok = response.as_object().if_contains("ok");
+        if (!ok || *ok != expected_)
+            die("websocket server answered " + json::serialize(response));
+    }
+
+    ~WsClient() {
+        boost::system::error_code ec;
+        ws_.next_layer().close(ec);
+    }
+
+private:
+    asio::io_context ioc_;
+    websocket::stream<tcp::socket> ws_;
+    beast::flat_buffer buffer_;
+    std::uint64_t id_ = 0;
+    const json::value expected_ = echo_args();
+};
+
 void rpclb_round_trip(rpclb::Cluster& cluster) {
     auto result = cluster.call(server_node, "bench", "echo", echo_args());
     if (!result) die("rpclb call failed: " + json::serialize(result.error().to_json()));
@@ -348,8 +539,7 @@ Summary summarize(std::vector<std::int64_t> ns) {
     return {pct(0.50), pct(0.99), pct(0.90), pct(0.999), us(ns.front()), mean, us(ns.back())};
 }
 
-void print(const char* label, const Summary& s) {
-    std::printf("%s median_us=%.2f p99_us=%.2f\n", label, s.median_us, s.p99_us);
+void print_detail(const char* label, const Summary& s) {
     std::printf("# %s min_us=%.2f p90_us=%.2f p999_us=%.2f mean_us=%.2f max_us=%.2f\n", label, s.min_us,
                 s.p90_us, s.p999_us, s.mean_us, s.max_us);
 }
@@ -363,15 +553,18 @@ struct Options {
 };
 
 int run_client(const Options& o) {
-    std::printf("# rpc_roundtrip count=%ld warmup=%ld rounds=%ld pin=%s affinity=%s nproc=%u\n", o.count,
-                o.warmup, o.rounds, o.pin ? "on" : "off", affinity_text().c_str(),
-                std::thread::hardware_concurrency());
+    std::printf("# rpc_roundtrip count=%ld warmup=%ld rounds=%ld pin=%s affinity=%s nproc=%u loadavg=%s\n",
+                o.count, o.warmup, o.rounds, o.pin ? "on" : "off", affinity_text().c_str(),
+                std::thread::hardware_concurrency(), load_average().c_str());
     std::fflush(stdout);
 
+    // Children are destroyed (stopped and reaped) after the clients below, on every path.
     Child raw_server("--raw-serve", o.pin, o.cpu);
+    Child ws_server("--ws-serve", o.pin, o.cpu);
     Child rpclb_server("--serve", o.pin, o.cpu);
 
     RawClient raw(raw_server.port());
+    WsClient ws(ws_server.port());
     std::printf("# payload %zu bytes: %s\n", raw.payload().size(), raw.payload().c_str());
 
     rpclb::ClusterOptions options;
@@ -391,38 +584,60 @@ int run_client(const Options& o) {
         die("rpclb echo returned " +
             (first ? json::serialize(*first) : json::serialize(first.error().to_json())));
 
-    for (long i = 0; i < o.warmup; ++i) raw.round_trip();
-    for (long i = 0; i < o.warmup; ++i) rpclb_round_trip(cluster);
-
-    std::vector<std::int64_t> raw_ns, rpclb_ns;
-    raw_ns.reserve(static_cast<std::size_t>(o.count));
-    rpclb_ns.reserve(static_cast<std::size_t>(o.count));
-    auto timed = [](std::vector<std::int64_t>& out, long n, auto&& op) {
-        for (long i = 0; i < n; ++i) {
-            const auto t0 = Clock::now();
-            op();
-            const auto t1 = Clock::now();
-            out.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
-        }
+    struct Kind {
+        const char* label;
+        pid_t server;
+        std::function<void()> op;
+        std::vector<std::int64_t> ns;
+        PhaseCost cost;
     };
+    // The floor first, then what is compared with it; the same order in every round.
+    std::array<Kind, 3> kinds{{
+        {"raw_tcp", raw_server.pid(), [&] { raw.round_trip(); }, {}, {}},
+        {"beast_ws_json", ws_server.pid(), [&] { ws.round_trip(); }, {}, {}},
+        {"rpclb", rpclb_server.pid(), [&] { rpclb_round_trip(cluster); }, {}, {}},
+    }};
+    for (auto& k : kinds) {
+        k.ns.reserve(static_cast<std::size_t>(o.count));
+        for (long i = 0; i < o.warmup; ++i) k.op();
+    }
     for (long r = 0; r < o.rounds; ++r) {
         // Spread count over the rounds; the first rounds take the remainder.
         const long n = o.count / o.rounds + (r < o.count % o.rounds ? 1 : 0);
-        timed(raw_ns, n, [&] { raw.round_trip(); });
-        timed(rpclb_ns, n, [&] { rpclb_round_trip(cluster); });
+        for (auto& k : kinds) {
+            const auto client0 = process_cost(::getpid());
+            const auto server0 = process_cost(k.server);
+            for (long i = 0; i < n; ++i) {
+                const auto t0 = Clock::now();
+                k.op();
+                const auto t1 = Clock::now();
+                k.ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+            }
+            k.cost.client += process_cost(::getpid()) - client0;
+            k.cost.server += process_cost(k.server) - server0;
+        }
     }
     raw.check_echo();
 
     cluster.stop();  // while the server still answers the WebSocket close
     rpclb_server.stop();
+    ws_server.stop();
     raw_server.stop();
 
-    const auto raw_s = summarize(std::move(raw_ns));
-    const auto rpclb_s = summarize(std::move(rpclb_ns));
-    print("raw_tcp", raw_s);
-    print("rpclb", rpclb_s);
-    std::printf("ratio %.2f\n", rpclb_s.median_us / raw_s.median_us);
-    std::printf("# ratio_p99 %.2f\n", rpclb_s.p99_us / raw_s.p99_us);
+    std::array<Summary, 3> s;
+    for (std::size_t i = 0; i < kinds.size(); ++i) s[i] = summarize(std::move(kinds[i].ns));
+    // The three lines the brief asks for come first and in a fixed form; '#' lines follow.
+    std::printf("rpclb median_us=%.2f p99_us=%.2f\n", s[2].median_us, s[2].p99_us);
+    std::printf("raw_tcp median_us=%.2f p99_us=%.2f\n", s[0].median_us, s[0].p99_us);
+    std::printf("ratio %.2f\n", s[2].median_us / s[0].median_us);
+    std::printf("beast_ws_json median_us=%.2f p99_us=%.2f\n", s[1].median_us, s[1].p99_us);
+    for (std::size_t i = 0; i < kinds.size(); ++i) print_detail(kinds[i].label, s[i]);
+    std::printf("# ratio_p99 %.2f (rpclb p99 / raw p99)\n", s[2].p99_us / s[0].p99_us);
+    std::printf("# ratio_beast_ws_json %.2f (beast_ws_json median / raw median)\n",
+                s[1].median_us / s[0].median_us);
+    std::printf("# ratio_rpclb_vs_beast_ws_json %.2f (rpclb median / beast_ws_json median)\n",
+                s[2].median_us / s[1].median_us);
+    for (const auto& k : kinds) print_cost(k.label, k.cost, o.count);
     return 0;
 }
 
@@ -446,7 +661,7 @@ void usage() {
         "  --pin        pin client and servers to one CPU (default)\n"
         "  --no-pin     let the kernel place them\n"
         "  --cpu N      the CPU to pin to (default 0)\n"
-        "  (--serve and --raw-serve are internal: run a server child)");
+        "  (--serve, --raw-serve and --ws-serve are internal: run a server child)");
 }
 
 }  // namespace
@@ -454,7 +669,7 @@ void usage() {
 int main(int argc, char** argv) {
     try {
         Options o;
-        enum class Mode { client, serve, raw_serve } mode = Mode::client;
+        enum class Mode { client, serve, raw_serve, ws_serve } mode = Mode::client;
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
             auto next = [&]() -> const char* {
@@ -469,6 +684,7 @@ int main(int argc, char** argv) {
             else if (a == "--no-pin") o.pin = false;
             else if (a == "--serve") mode = Mode::serve;
             else if (a == "--raw-serve") mode = Mode::raw_serve;
+            else if (a == "--ws-serve") mode = Mode::ws_serve;
             else if (a == "--help" || a == "-h") return usage(), 0;
             else die("unknown option " + a + " (see --help)");
         }
@@ -479,6 +695,7 @@ int main(int argc, char** argv) {
         switch (mode) {
         case Mode::serve: return run_rpclb_server();
         case Mode::raw_serve: return run_raw_server();
+        case Mode::ws_serve: return run_ws_server();
         case Mode::client:
             std::signal(SIGINT, on_fatal_signal);
             std::signal(SIGTERM, on_fatal_signal);

@@ -19,18 +19,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_node NAME [SEED] -> prints the node's port; logs go to $work/NAME.log
+# start_node NAME [SEED]: starts a node in the background (logs in $work/NAME.log) and
+# sets $port to its listening port. Not run in a subshell, so that this script owns the
+# node processes (the clean-up trap and `wait` need them as children).
 start_node() {
   local name="$1" seed="${2:-}" args=()
   [ -n "$seed" ] && args+=(--seed "$seed")
   "$bin/rpclb-node" --name "$name@127.0.0.1" --listen 127.0.0.1:0 "${args[@]}" \
       --balancer workers=round_robin --balancer shuffle=random \
       >"$work/$name.out" 2>"$work/$name.log" &
-  pids+=($!)
-  echo $! >"$work/$name.pid"
+  local pid=$!
+  pids+=("$pid")
+  echo "$pid" >"$work/$name.pid"
   for _ in $(seq 1 200); do
     if grep -q '^listening on ' "$work/$name.out" 2>/dev/null; then
-      sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$work/$name.out"; return 0
+      port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$work/$name.out"); return 0
     fi
     sleep 0.05
   done
@@ -40,9 +43,9 @@ start_node() {
 call() { "$bin/rpclb-call" --seed "127.0.0.1:$port_a" "$@" || true; }
 
 echo "== starting three nodes (alpha is the seed of beta and gamma)"
-port_a=$(start_node alpha)
-port_b=$(start_node beta "127.0.0.1:$port_a")
-port_c=$(start_node gamma "127.0.0.1:$port_a")
+start_node alpha; port_a=$port
+start_node beta "127.0.0.1:$port_a"; port_b=$port
+start_node gamma "127.0.0.1:$port_a"; port_c=$port
 echo "alpha 127.0.0.1:$port_a   beta 127.0.0.1:$port_b   gamma 127.0.0.1:$port_c"
 
 echo

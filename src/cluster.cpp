@@ -90,6 +90,12 @@ void Cluster::Impl::stop() {
     }
     for (auto& b : balancers) b->stop();
     balancers.clear();
+    // Finish the calls this node is serving before closing their connections.
+    const auto drain_deadline = std::chrono::steady_clock::now() + options.stop_timeout;
+    while (serving.load() > 0 && std::chrono::steady_clock::now() < drain_deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (serving.load() > 0)
+        RPCLB_LOG("rpc", warning) << serving.load() << " served calls still running after stop_timeout";
     asio::post(ioc, [self = shared_from_this()] {
         boost::system::error_code ignored;
         self->reconnect_timer.cancel();

@@ -96,6 +96,7 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     std::atomic<std::uint64_t> bad_frames{0};
     std::atomic<std::uint64_t> auth_failures{0};
     std::atomic<std::uint64_t> peers_lost{0};
+    std::atomic<std::int64_t> serving{0};  // requests and casts received, not yet answered
     std::atomic<bool> running{false};
     std::atomic<bool> stopping{false};
 };

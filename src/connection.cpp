@@ -158,7 +158,11 @@ void Connection::send(std::string frame) {
 }
 
 void Connection::write_next() {
-    if (writing_ || !open_ || queue_.empty() || closed_) return;
+    if (writing_ || !open_ || closed_) return;
+    if (queue_.empty()) {
+        if (close_reason_) start_close();
+        return;
+    }
     writing_ = true;
     auto self = shared_from_this();
     ws_.async_write(asio::buffer(queue_.front()), [self](beast::error_code ec, std::size_t) {
@@ -217,17 +221,22 @@ void Connection::complete(wire::Response&& response) {
 }
 
 void Connection::close(std::string reason) {
-    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)] {
-        if (self->closed_) return;
-        if (self->open_) {
-            // Say goodbye politely; the read loop then ends and fail() runs with the reason.
-            self->ws_.async_close(ws::close_code::normal, [self, reason](beast::error_code) {
-                self->fail(reason);
-            });
-            // A peer that never answers the close frame: the idle timeout ends it.
-            return;
-        }
-        self->fail(reason);
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)]() mutable {
+        if (self->closed_ || self->close_reason_) return;
+        if (!self->open_) return self->fail(reason);
+        // Frames already queued (replies to served calls) go out before the close frame.
+        self->close_reason_ = std::move(reason);
+        self->write_next();
+    });
+}
+
+void Connection::start_close() {
+    if (close_started_) return;
+    close_started_ = true;
+    // Say goodbye politely; fail() then runs with the reason. A peer that never answers
+    // the close frame is ended by the idle timeout.
+    ws_.async_close(ws::close_code::normal, [self = shared_from_this()](beast::error_code) {
+        self->fail(*self->close_reason_);
     });
 }
 

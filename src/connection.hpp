@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -108,6 +109,7 @@ private:
     void handle_step(Handshake::Step step);
     void complete(wire::Response&& response);
     void write_next();
+    void start_close();
     void fail(const std::string& reason);
     void fail_pending(const std::string& reason);
 
@@ -120,6 +122,8 @@ private:
     std::deque<std::string> queue_;
     bool writing_ = false;
     bool open_ = false;  // WebSocket handshake done: writes may start
+    std::optional<std::string> close_reason_;  // close() was called: close once the queue is empty
+    bool close_started_ = false;
     boost::asio::steady_timer handshake_timer_;
     std::unordered_map<std::uint64_t, Pending> pending_;
     std::atomic<std::uint64_t> next_id_{1};

@@ -64,6 +64,7 @@ CallResult Cluster::Impl::run_handler(std::string_view module, std::string_view 
 }
 
 void Cluster::Impl::serve_request(const std::shared_ptr<detail::Connection>& c, wire::Request&& request) {
+    ++serving;
     asio::post(workers, [self = shared_from_this(), c, request = std::move(request)]() mutable {
         wire::Response response{request.id, self->run_handler(request.module, request.function, request.args)};
         auto frame = wire::encode(response);
@@ -77,15 +78,18 @@ void Cluster::Impl::serve_request(const std::shared_ptr<detail::Connection>& c, 
                            self->options.name, request.module, request.function)});
         }
         c->send(std::move(frame));
+        --self->serving;
     });
 }
 
 void Cluster::Impl::serve_cast(wire::Cast&& cast) {
+    ++serving;
     asio::post(workers, [self = shared_from_this(), cast = std::move(cast)] {
         auto result = self->run_handler(cast.module, cast.function, cast.args);
         if (!result)
             RPCLB_LOG("rpc", debug) << "cast " << cast.module << "." << cast.function
                                     << " failed: " << result.error().message;
+        --self->serving;
     });
 }
 

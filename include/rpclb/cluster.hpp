@@ -55,6 +55,9 @@ struct ClusterOptions {
     std::chrono::milliseconds handshake_timeout{5000};
     /// How often unconnected seeds are dialled again. Default 1 s.
     std::chrono::milliseconds reconnect_interval{1000};
+    /// Longest wait in stop() for calls this node is serving to finish (after its
+    /// balancers have left and drained) before connections close. Default 15 s.
+    std::chrono::milliseconds stop_timeout{15000};
     /// Largest frame sent or accepted, in bytes. Default 16 MiB.
     std::size_t max_message_size = 16u * 1024u * 1024u;
 };
@@ -107,8 +110,9 @@ public:
     /// not wait for peers). Throws std::system_error if the address can't be bound.
     void start();
 
-    /// Stops every balancer (leave, drain), closes every connection, fails pending calls,
-    /// joins the threads. Idempotent; must not be called from a handler or network thread.
+    /// Stops every balancer (leave, drain its calls), waits up to `stop_timeout` for calls
+    /// this node is serving, closes every connection (after their queued replies), fails
+    /// pending calls, joins the threads. Idempotent; must not be called from a handler or network thread.
     void stop();
 
     /// `short@host`.

@@ -1,5 +1,5 @@
 // Logging set-up: Boost.Log, one channel per component ("mesh", "rpc", "groups",
-// "balancer", "plugins", "node").
+// "balancer", "plugins").
 #pragma once
 
 #include <string_view>
@@ -7,7 +7,7 @@
 namespace rpclb::log {
 
 /// Installs a console sink on stderr with the format
-/// `2026-11-29 19:00:00.123 <severity> [channel] message` and filters out records below
+/// `2026-11-29 19:00:00.123456 <severity> [channel] message` and filters out records below
 /// `level`. Valid levels: trace, debug, info, warning, error, fatal. Calling it again
 /// replaces the level. Throws std::invalid_argument naming an unknown level.
 ///

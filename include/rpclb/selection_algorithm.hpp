@@ -49,7 +49,7 @@ enum class NodeChange { joined, left };
 /// A load-balancing algorithm. One instance serves one balancer on one node.
 ///
 /// Implementations live in plugins (`librpclb_<name>.so`) and export a factory with
-/// RPCLB_PLUGIN (see doc/how-to and plugins/round_robin for a model).
+/// RPCLB_PLUGIN (plugins/round_robin is a small model to copy).
 ///
 /// Threading: `init` runs once, before any other hook. `choose_from_nodes`,
 /// `choose_nodes` and `release_node` may run concurrently from many threads and with

@@ -33,6 +33,20 @@ struct ThreeNodes : Harness {
 
     std::vector<std::string> all() const { return sorted({a->name(), b->name(), c->name()}); }
 
+    // Whether every node has reported a connection to both others within `timeout`. The
+    // client's view completes before the node-to-node links may (b dials c only after a
+    // told it about c), and the nodes' own views are visible only in their logs.
+    bool node_mesh_complete(milliseconds timeout = 5s) {
+        return eventually(
+            [&] {
+                for (const auto* x : {a.get(), b.get(), c.get()})
+                    for (const auto* y : {a.get(), b.get(), c.get()})
+                        if (x != y && !x->log_contains("connected to " + y->name() + " incarnation")) return false;
+                return true;
+            },
+            timeout);
+    }
+
     std::unique_ptr<Node> a, b, c;
     std::unique_ptr<rpclb::Cluster> client;
 };
@@ -120,6 +134,7 @@ BOOST_FIXTURE_TEST_CASE(full_mesh_forms_through_one_seed, ThreeNodes) {
 }
 
 BOOST_FIXTURE_TEST_CASE(killed_node_leaves_group_within_one_second, ThreeNodes) {
+    BOOST_TEST_REQUIRE(node_mesh_complete(), "the nodes did not form a full mesh");
     LeaveClock left(*client, "w", c->name());
     const auto killed_at = steady_clock::now();
     const int status = c->process().kill();
@@ -159,6 +174,7 @@ struct ThreeIdleNodes : ThreeNodes {
 }  // namespace
 
 BOOST_FIXTURE_TEST_CASE(silent_node_leaves_after_idle_timeout, ThreeIdleNodes) {
+    BOOST_TEST_REQUIRE(node_mesh_complete(), "the nodes did not form a full mesh");
     // Idle but healthy peers stay: keep-alive pings carry the connection across several
     // idle timeouts without any other traffic.
     BOOST_TEST_REQUIRE(consistently([&] { return members_of(*client, "w") == all(); }, 2500ms),
@@ -193,6 +209,7 @@ BOOST_FIXTURE_TEST_CASE(terminated_node_leaves_group_and_exits_zero, ThreeNodes)
 }
 
 BOOST_FIXTURE_TEST_CASE(restarted_node_rejoins_under_same_name, ThreeNodes) {
+    BOOST_TEST_REQUIRE(node_mesh_complete(), "the nodes did not form a full mesh");
     c->process().kill();
     BOOST_TEST_REQUIRE(wait_for_members(*client, "w", {a->name(), b->name()}, 3s));
 

@@ -8,6 +8,7 @@
 #include <rpclb/cluster.hpp>
 #include <rpclb/log.hpp>
 
+#include <boost/json/serialize.hpp>
 #include <boost/test/framework.hpp>
 #include <boost/test/results_collector.hpp>
 #include <boost/test/tree/test_unit.hpp>
@@ -19,12 +20,20 @@
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <ostream>
 #include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+namespace rpclb {
+
+/// Lets BOOST_TEST print error codes by name.
+inline std::ostream& boost_test_print_type(std::ostream& out, ErrorCode code) { return out << to_string(code); }
+
+}  // namespace rpclb
 
 namespace rpclb::test {
 
@@ -124,7 +133,7 @@ private:
 
 /// Fixture of an integration test case: a fresh temporary directory for logs, helpers to
 /// start nodes and clients. On failure it prints the tail of every log and keeps the
-/// directory; on success it removes it.
+/// directory; on success it removes it, unless RPCLB_TEST_KEEP_LOGS is set.
 ///
 /// Objects made by the test body (nodes, clients) are destroyed before this fixture, so
 /// their processes are reaped before the logs are read.
@@ -144,7 +153,10 @@ public:
             !ut::results_collector.results(ut::framework::current_test_case().p_id).passed();
         std::error_code ec;
         if (!failed) {
-            std::filesystem::remove_all(dir_, ec);
+            if (std::getenv("RPCLB_TEST_KEEP_LOGS"))
+                std::cerr << "---- logs kept in " << dir_.string() << "\n";
+            else
+                std::filesystem::remove_all(dir_, ec);
             return;
         }
         std::cerr << "---- logs of the failed test are kept in " << dir_.string() << "\n";

@@ -82,7 +82,7 @@ public:
     }
 
     /// Sends a frame encoded by the codec.
-    bool send(const detail::wire::Frame& frame) { return send(detail::wire::encode(frame)); }
+    bool send(const rpclb::detail::wire::Frame& frame) { return send(rpclb::detail::wire::encode(frame)); }
 
     /// Reads one message; nullopt on error (closed connection included) or timeout.
     std::optional<std::string> read(std::chrono::milliseconds timeout) {
@@ -148,9 +148,9 @@ public:
 
     /// Runs the dialer side of the cookie handshake as `local` with `cookie`. Returns
     /// nullopt on success, else what went wrong.
-    std::optional<std::string> handshake(const detail::wire::PeerInfo& local, const std::string& cookie,
+    std::optional<std::string> handshake(const rpclb::detail::wire::PeerInfo& local, const std::string& cookie,
                                          std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-        detail::Handshake hs(detail::Role::dialer, local, cookie);
+        rpclb::detail::Handshake hs(rpclb::detail::Role::dialer, local, cookie);
         auto step = hs.start();
         const auto deadline = Clock::now() + timeout;
         for (;;) {
@@ -162,7 +162,7 @@ public:
             if (left.count() <= 0) return std::string("handshake timed out");
             auto text = read(left);
             if (!text) return "read failed: " + last_error_.message();
-            auto frame = detail::wire::decode(*text);
+            auto frame = rpclb::detail::wire::decode(*text);
             if (!frame) return "undecodable frame from the node: " + frame.error().message;
             step = hs.on_frame(*frame);
         }

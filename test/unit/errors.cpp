@@ -29,7 +29,13 @@ rpclb::ClusterOptions node_options(std::string name) {
 
 // A serving node with handlers for every outcome, and a client connected to it.
 struct Fixture {
-    rpclb::Cluster server{node_options("server@127.0.0.1")};
+    // stop_timeout 0: stopping the server drops its connections at once, as a crash would,
+    // instead of finishing the calls it serves (that graceful path has its own test).
+    rpclb::Cluster server{[] {
+        auto o = node_options("server@127.0.0.1");
+        o.stop_timeout = std::chrono::milliseconds(0);
+        return o;
+    }()};
     std::unique_ptr<rpclb::Cluster> client;
 
     Fixture() {

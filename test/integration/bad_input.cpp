@@ -1,0 +1,194 @@
+// Hostile or broken input on a node's listener: malformed frames are answered or dropped,
+// never crash or stall the node (DESIGN.md "Contracts → Wire").
+#define BOOST_TEST_MODULE bad_input
+#include <boost/test/unit_test.hpp>
+
+#include "support/node.hpp"
+#include "support/raw_peer.hpp"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <memory>
+
+using namespace rpclb::test;
+using namespace std::chrono;
+namespace wire = rpclb::detail::wire;
+
+namespace {
+
+// One node `a` and a client connected to it.
+struct OneNode : Harness {
+    OneNode() {
+        a = start_node({.name = "a"});
+        client = start_client({a->address()});
+        if (!wait_for_connected(*client, {a->name()}))
+            throw std::runtime_error("the client did not connect to a within 5 s");
+    }
+
+    // A raw peer that has passed the cookie handshake as `short_name`@127.0.0.1 (a client
+    // node, so the node gossips it to nobody).
+    std::unique_ptr<RawPeer> authenticated_peer(const std::string& short_name) {
+        auto raw = std::make_unique<RawPeer>(a->port());
+        const wire::PeerInfo me{short_name + "@127.0.0.1", "inc-" + short_name, "", true};
+        const auto failure = raw->handshake(me, test_cookie);
+        if (failure) throw std::runtime_error("raw handshake as " + me.node + " failed: " + *failure);
+        return raw;
+    }
+
+    // The node still serves a regular client.
+    void check_node_serves() {
+        const auto r = client->call(a->name(), "demo", "echo", {"ok"}, {.timeout = 2s});
+        BOOST_TEST_REQUIRE(r.has_value(), "the node stopped serving: " << r.error().message);
+        BOOST_TEST((r->as_array() == boost::json::array{"ok"}));
+        BOOST_TEST(a->process().running());
+    }
+
+    std::unique_ptr<Node> a;
+    std::unique_ptr<rpclb::Cluster> client;
+};
+
+std::string code_of(const boost::json::object& response) {
+    const auto* err = response.if_contains("err");
+    if (!err || !err->is_object()) return "<no err>";
+    const auto* code = err->as_object().if_contains("code");
+    return code && code->is_string() ? std::string(code->get_string()) : "<no code>";
+}
+
+std::string echo_request(std::uint64_t id, std::string_view text) {
+    return wire::encode(wire::Request{id, "demo", "echo", boost::json::array{text}, {}});
+}
+
+// The "ok" of an echo response holding `text`.
+bool echoed(const std::optional<boost::json::object>& response, std::string_view text) {
+    if (!response) return false;
+    const auto* ok = response->if_contains("ok");
+    return ok && *ok == boost::json::value(boost::json::array{text});
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(bad_input)
+
+BOOST_FIXTURE_TEST_CASE(malformed_frames_are_answered_or_dropped, OneNode) {
+    auto raw = authenticated_peer("raw");
+
+    // Each is dropped (and counted/logged); none may end the connection.
+    const std::vector<std::string> garbage{
+        "this is not JSON",
+        "[1, 2, 3]",                                     // JSON, not an object
+        R"({"no_type": true})",                          // no "t"
+        R"({"t": 42})",                                  // "t" not a string
+        R"({"t": "bogus", "id": 1})",                    // unknown type
+        R"({"t": "res", "id": 424242, "ok": 1})",        // answer to nothing
+        R"({"t": "cast", "m": "demo"})",                 // cast missing members
+        R"({"t": "hello", "v": 1})",                     // handshake frame, after the handshake
+        std::string(10000, '[') + std::string(10000, ']'),  // nesting far past the parser's limit
+    };
+    for (const auto& g : garbage) BOOST_TEST_REQUIRE(raw->send(g), "send failed: " << raw->last_error().message());
+    // Bytes that are not UTF-8 are only legal in a binary frame.
+    BOOST_TEST_REQUIRE(raw->send(std::string("\xff\xfe{\x80", 4), 5s, true));
+
+    // A malformed request that still has an id is answered with bad_request.
+    BOOST_TEST_REQUIRE(raw->send(R"({"t": "req", "id": 7, "m": 5, "f": "echo", "a": []})"));
+    const auto bad = raw->read_response(7, 5s);
+    BOOST_TEST_REQUIRE(bad.has_value(), "no answer to a malformed request: " << raw->last_error().message());
+    BOOST_TEST(code_of(*bad) == "bad_request", boost::json::serialize(*bad));
+    BOOST_TEST(!bad->contains("ok"));
+
+    // The same connection still serves well-formed requests, in text and binary frames.
+    BOOST_TEST_REQUIRE(raw->send(echo_request(8, "still here")));
+    const auto good = raw->read_response(8, 5s);
+    BOOST_TEST(echoed(good, "still here"), (good ? boost::json::serialize(*good) : raw->last_error().message()));
+    BOOST_TEST_REQUIRE(raw->send(echo_request(9, "binary"), 5s, true));
+    const auto binary = raw->read_response(9, 5s);
+    BOOST_TEST(echoed(binary, "binary"), (binary ? boost::json::serialize(*binary) : raw->last_error().message()));
+
+    check_node_serves();
+    BOOST_TEST(a->log_contains("refused a frame from raw@127.0.0.1 (bad_json)"));
+    BOOST_TEST(a->log_contains("refused a frame from raw@127.0.0.1 (unknown_type)"));
+}
+
+BOOST_FIXTURE_TEST_CASE(frames_before_handshake_end_the_connection, OneNode) {
+    // A request instead of a hello: it must not be served.
+    RawPeer impatient(a->port());
+    BOOST_TEST_REQUIRE(impatient.send(echo_request(1, "unauthenticated")));
+    std::vector<std::string> replies;
+    BOOST_TEST(impatient.wait_closed(3s, [&](const std::string& t) { replies.push_back(t); }),
+               "the node kept a connection that skipped the handshake");
+    for (const auto& t : replies)
+        BOOST_TEST(t.find("unauthenticated") == std::string::npos, "served before the handshake: " << t);
+
+    // Garbage instead of a hello.
+    RawPeer garbled(a->port());
+    BOOST_TEST_REQUIRE(garbled.send("definitely not a hello"));
+    BOOST_TEST(garbled.wait_closed(3s), "the node kept a connection that sent garbage as its hello");
+
+    check_node_serves();
+}
+
+BOOST_FIXTURE_TEST_CASE(oversize_frame_ends_only_its_connection, OneNode) {
+    auto other = authenticated_peer("bystander");
+    auto raw = authenticated_peer("flooder");
+
+    // 17 MiB in one frame, over the 16 MiB limit. Writing may fail part-way when the node
+    // hangs up; that is allowed.
+    const std::string huge = R"({"t":"req","id":1,"m":"demo","f":"echo","a":[")" +
+                             std::string(17u * 1024u * 1024u, 'x') + R"("]})";
+    raw->send(huge, 10s);
+    const auto response = raw->read_response(1, 5s);
+    BOOST_TEST(!response.has_value(), "a request over the size limit was served");
+
+    // The other authenticated peer and a regular client are unaffected.
+    BOOST_TEST_REQUIRE(other->send(echo_request(2, "bystander")));
+    const auto answer = other->read_response(2, 5s);
+    BOOST_TEST(echoed(answer, "bystander"), (answer ? boost::json::serialize(*answer) : other->last_error().message()));
+    check_node_serves();
+}
+
+BOOST_FIXTURE_TEST_CASE(non_websocket_traffic_does_not_stall_node, OneNode) {
+    namespace asio = boost::asio;
+    asio::io_context ioc;
+    const asio::ip::tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), a->port());
+
+    // A connection that says nothing holds an accept slot; another speaks plain HTTP; a
+    // third sends random bytes.
+    asio::ip::tcp::socket silent(ioc), http(ioc), noise(ioc);
+    silent.connect(endpoint);
+    http.connect(endpoint);
+    noise.connect(endpoint);
+    asio::write(http, asio::buffer(std::string("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")));
+    static constexpr char noise_bytes[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n";
+    asio::write(noise, asio::buffer(noise_bytes, sizeof noise_bytes - 1));
+
+    check_node_serves();
+
+    // The node answers or hangs up on both talkers (reads end with EOF or reset); the
+    // sockets are non-blocking with a deadline so a node that ignores them fails, not hangs.
+    for (auto* s : {&http, &noise}) {
+        s->non_blocking(true);
+        const auto deadline = steady_clock::now() + 3s;
+        bool ended = false;
+        std::string received;
+        while (!ended && steady_clock::now() < deadline) {
+            char buf[1024];
+            boost::system::error_code ec;
+            const auto n = s->read_some(asio::buffer(buf), ec);
+            if (ec == asio::error::would_block) {
+                std::this_thread::sleep_for(10ms);
+                continue;
+            }
+            if (ec) ended = true;
+            received.append(buf, n);
+        }
+        BOOST_TEST(ended, "the node neither closed nor finished with a non-WebSocket connection; got: "
+                              << received.substr(0, 200));
+    }
+    check_node_serves();
+}
+
+BOOST_AUTO_TEST_SUITE_END()

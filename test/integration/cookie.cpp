@@ -1,0 +1,150 @@
+// The shared cookie keeps strangers out: a node with the wrong cookie never joins, in
+// either direction of dialling, and a peer that forges its proof is refused.
+#define BOOST_TEST_MODULE cookie
+#include <boost/test/unit_test.hpp>
+
+#include "support/node.hpp"
+#include "support/raw_peer.hpp"
+
+#include <algorithm>
+#include <memory>
+
+using namespace rpclb::test;
+using namespace std::chrono;
+using rpclb::CallOptions;
+namespace wire = rpclb::detail::wire;
+
+namespace {
+
+const std::string wrong_cookie = "not-the-cluster-cookie";
+
+bool lists(const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// For `duration`: members of w stay exactly `good`, the client never connects to
+// `stranger`, and calls through w keep succeeding (one per poll).
+void check_stranger_stays_out(rpclb::Cluster& client, const std::vector<std::string>& good,
+                              const std::string& stranger, milliseconds duration) {
+    int calls = 0;
+    std::string problem;
+    const bool held = consistently(
+        [&] {
+            if (members_of(client, "w") != good) {
+                problem = "members of w changed";
+                return false;
+            }
+            if (lists(client.connected_nodes(), stranger)) {
+                problem = "the client connected to " + stranger;
+                return false;
+            }
+            CallOptions options;
+            options.load_balancer = "w";
+            options.timeout = 2s;
+            const auto r = client.call("demo", "node", {}, options);
+            if (!r || !lists(good, std::string(r->as_string()))) {
+                problem = "a call through w failed or reached an unexpected node";
+                return false;
+            }
+            ++calls;
+            return true;
+        },
+        duration, 50ms);
+    BOOST_TEST(held, problem);
+    BOOST_TEST(calls > 5);
+    const auto direct = client.call(stranger, "demo", "node", {}, {.timeout = 2s});
+    BOOST_TEST_REQUIRE(!direct.has_value(), stranger << " answered a call");
+    BOOST_TEST(direct.error().code == rpclb::ErrorCode::service_unavailable);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cookie)
+
+BOOST_FIXTURE_TEST_CASE(node_with_wrong_cookie_never_joins, Harness) {
+    auto a = start_node({.name = "a", .balancers = {"w=round_robin"}});
+    auto b = start_node({.name = "b", .seeds = {a->address()}, .balancers = {"w=round_robin"}});
+    auto client = start_client({a->address()});
+    const auto good = sorted({a->name(), b->name()});
+    BOOST_TEST_REQUIRE(wait_for_members(*client, "w", good));
+
+    // It dials the cluster (and keeps re-dialling its seed every second).
+    auto bad = start_node({.name = "bad", .seeds = {a->address()}, .balancers = {"w=round_robin"},
+                           .cookie_flag = wrong_cookie, .log_level = "info"});
+    check_stranger_stays_out(*client, good, bad->name(), 1500ms);
+
+    BOOST_TEST(eventually([&] { return bad->log_contains("cookie"); }, 3s),
+               "the refused node did not log why it was refused");
+    BOOST_TEST(bad->log_contains("wrong cookie: " + a->name()), "the log does not name the node that refused");
+    BOOST_TEST(bad->process().running());
+}
+
+BOOST_FIXTURE_TEST_CASE(node_refuses_seed_with_wrong_cookie, Harness) {
+    // This time a good node dials the stranger: the check runs on the good side.
+    auto bad = start_node({.name = "bad", .balancers = {"w=round_robin"}, .cookie_flag = wrong_cookie});
+    auto a = start_node({.name = "a", .seeds = {bad->address()}, .balancers = {"w=round_robin"}});
+    auto b = start_node({.name = "b", .seeds = {a->address()}, .balancers = {"w=round_robin"}});
+    auto client = start_client({a->address()});
+    const auto good = sorted({a->name(), b->name()});
+    BOOST_TEST_REQUIRE(wait_for_members(*client, "w", good));
+    BOOST_TEST(eventually([&] { return a->log_contains("wrong cookie: " + bad->name()); }, 3s),
+               "a did not report the failed cookie check");
+    check_stranger_stays_out(*client, good, bad->name(), 1500ms);
+}
+
+BOOST_FIXTURE_TEST_CASE(forged_proof_is_refused_by_acceptor, Harness) {
+    auto a = start_node({.name = "a"});
+
+    // Speak the protocol as far as it goes without the cookie: take the node's Hello,
+    // then answer with a proof made under the wrong cookie, and try a call at once.
+    RawPeer raw(a->port());
+    const wire::PeerInfo me{"forger@127.0.0.1", "inc-forger", "", true};
+    const auto my_nonce = rpclb::detail::make_nonce();
+    BOOST_TEST_REQUIRE(raw.send(wire::Hello{wire::protocol_version, me, my_nonce, std::nullopt}));
+    const auto text = raw.read(5s);
+    BOOST_TEST_REQUIRE(text.has_value(), "no reply to hello: " << raw.last_error().message());
+    auto frame = wire::decode(*text);
+    BOOST_TEST_REQUIRE(frame.has_value(), *text);
+    const auto* hello = std::get_if<wire::Hello>(&*frame);
+    BOOST_TEST_REQUIRE(hello != nullptr, "expected the node's hello, got " << *text);
+    BOOST_TEST_REQUIRE(hello->proof.has_value());
+    const auto forged = rpclb::detail::hmac_sha256_hex(
+        wrong_cookie, "rpclb-dialer\n" + hello->nonce + "\n" + my_nonce + "\n" + me.node + "\n" + hello->peer.node);
+    BOOST_TEST_REQUIRE(raw.send(wire::Auth{forged}));
+    // May already fail: the node is allowed to hang up before reading it.
+    raw.send(wire::Request{1, "demo", "node", {}, {}});
+
+    std::vector<std::string> after_auth;
+    BOOST_TEST(raw.wait_closed(3s, [&](const std::string& t) { after_auth.push_back(t); }),
+               "the node kept a connection whose proof was forged");
+    for (const auto& t : after_auth) {
+        BOOST_TEST(t.find("\"ready\"") == std::string::npos, "the node accepted a forged proof: " << t);
+        BOOST_TEST(t.find("\"res\"") == std::string::npos, "the node served an unauthenticated peer: " << t);
+    }
+    BOOST_TEST(eventually([&] { return a->log_contains("wrong cookie: forger@127.0.0.1"); }, 3s),
+               "the node did not log the failed cookie check");
+
+    // The node is fine and serves a proper client.
+    auto client = start_client({a->address()});
+    BOOST_TEST_REQUIRE(wait_for_connected(*client, {a->name()}));
+    const auto r = client->call(a->name(), "demo", "node", {}, {.timeout = 2s});
+    BOOST_TEST_REQUIRE(r.has_value(), r.error().message);
+    BOOST_TEST(r->as_string() == a->name());
+}
+
+BOOST_FIXTURE_TEST_CASE(client_with_wrong_cookie_is_refused, Harness) {
+    auto a = start_node({.name = "a", .balancers = {"w=round_robin"}});
+    rpclb::ClusterOptions options;
+    options.cookie = wrong_cookie;
+    auto stranger = start_client({a->address()}, options);
+    // It retries its seed every second; none of the attempts may succeed.
+    BOOST_TEST(eventually([&] { return stranger->stats().auth_failures >= 2; }, 5s),
+               "the client never reported a failed cookie check");
+    BOOST_TEST(stranger->connected_nodes().empty());
+    BOOST_TEST(members_of(*stranger, "w").empty());
+    const auto r = stranger->call(a->name(), "demo", "node", {}, {.timeout = 2s});
+    BOOST_TEST_REQUIRE(!r.has_value());
+    BOOST_TEST(r.error().code == rpclb::ErrorCode::service_unavailable);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
