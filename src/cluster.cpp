@@ -160,6 +160,20 @@ std::vector<std::string> Cluster::connected_nodes() const {
     return names;
 }
 
+void Cluster::set_pick_observer(PickObserver observer) {
+    std::lock_guard lock(impl_->observers_mutex);
+    if (!observer) {
+        impl_->pick_observer.store(nullptr, std::memory_order_release);
+        return;
+    }
+    impl_->observers.push_back(std::make_unique<const PickObserver>(std::move(observer)));
+    impl_->pick_observer.store(impl_->observers.back().get(), std::memory_order_release);
+}
+
+const PickObserver* Cluster::pick_observer() const noexcept {
+    return impl_->pick_observer.load(std::memory_order_acquire);
+}
+
 boost::asio::any_io_executor Cluster::worker_executor() const { return impl_->workers.get_executor(); }
 boost::asio::any_io_executor Cluster::network_executor() const { return impl_->ioc.get_executor(); }
 
@@ -270,6 +284,9 @@ Result<void> Cluster::cast(std::string_view node, std::string_view module, std::
 
 std::shared_ptr<LoadBalancer> Cluster::start_balancer(LoadBalancerOptions options) {
     if (options.name.empty()) throw std::invalid_argument("balancer name must not be empty");
+    for (const unsigned char ch : options.name)
+        if (ch < 0x20 || ch == 0x7f)
+            throw std::invalid_argument("balancer name must not contain control characters");
     if (options.drain_timeout.count() < 0)
         throw std::invalid_argument("balancer " + options.name + ": drain_timeout must not be negative");
     {

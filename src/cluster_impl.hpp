@@ -93,6 +93,10 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     std::map<std::string, std::shared_ptr<LoadBalancer>, std::less<>> hosted;
     std::map<std::string, std::shared_ptr<LoadBalancer>, std::less<>> routing;
 
+    std::atomic<const PickObserver*> pick_observer{nullptr};
+    std::mutex observers_mutex;
+    std::vector<std::unique_ptr<const PickObserver>> observers;  // every one ever set
+
     std::atomic<std::uint64_t> bad_frames{0};
     std::atomic<std::uint64_t> auth_failures{0};
     std::atomic<std::uint64_t> peers_lost{0};

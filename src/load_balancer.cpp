@@ -103,14 +103,21 @@ Result<std::vector<std::string>> LoadBalancer::get_members() const {
 
 Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
     auto snapshot = members_.load();
-    if (snapshot->nodes.empty()) return empty_members_error(options_.name);
+    const auto* observer = cluster_.pick_observer();
+    if (snapshot->nodes.empty()) {
+        if (observer) (*observer)(PickEvent{options_.algorithm, options_.name, {}, 0, true});
+        return empty_members_error(options_.name);
+    }
     try {
         auto picked = algorithm_->choose_from_nodes(*snapshot, options);
         if (!picked) return picked.error();
         if (*picked >= snapshot->nodes.size())
             return algorithm_failure(options_.name, "algorithm " + options_.algorithm +
                                                         " picked an index out of range");
-        return snapshot->nodes[*picked];
+        const auto& node = snapshot->nodes[*picked];
+        if (observer)
+            (*observer)(PickEvent{options_.algorithm, options_.name, node, snapshot->nodes.size(), false});
+        return node;
     } catch (const std::exception& e) {
         return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());
     }

@@ -214,6 +214,15 @@ public:
     /// Members of a balancer's group (seed §1.2); "no members registered" when empty.
     Result<std::vector<std::string>> get_members(std::string_view balancer) const;
 
+    /// Installs the observer of every pick made through this node's balancers (replacing
+    /// the previous one; an empty function removes it). Without an observer a pick pays
+    /// one atomic load. Observers set before are kept alive until the cluster is destroyed,
+    /// so a pick racing with the change never sees a dangling one.
+    void set_pick_observer(PickObserver observer);
+
+    /// The current pick observer, or null. Used by LoadBalancer on the pick path.
+    const PickObserver* pick_observer() const noexcept;
+
     /// Executor of the worker pool (handlers, default completion executor).
     boost::asio::any_io_executor worker_executor() const;
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,6 +19,21 @@
 namespace rpclb {
 
 class Cluster;
+
+/// What the selection dispatch reports for each pick through a balancer (the seed's
+/// `node_selected` and `node_selected.empty` events, §5.2), whatever the algorithm, so
+/// custom plugins are observed too. The views are valid only during the call.
+struct PickEvent {
+    std::string_view algorithm;  ///< plugin name, e.g. "round_robin"
+    std::string_view balancer;   ///< balancer name
+    std::string_view node;       ///< the picked node; empty when `empty`
+    std::size_t members_count;   ///< members the algorithm chose from
+    bool empty;                  ///< true: the member list was empty (no algorithm call)
+};
+
+/// Receives PickEvents. Runs on the picking thread, on the pick path: it must be quick,
+/// must not throw and must not block.
+using PickObserver = std::function<void(const PickEvent&)>;
 
 /// Options of a balancer (seed §1.1; `selection_algorithm` is named `algorithm` here and
 /// is a plugin name).
