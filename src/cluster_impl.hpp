@@ -69,7 +69,8 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     std::string incarnation;
     detail::ConnectionSettings settings;
 
-    boost::asio::io_context ioc;
+    // Hint 1 when one thread runs the loop lets Asio skip some of its internal locking.
+    boost::asio::io_context ioc{static_cast<int>(options.network_threads)};
     std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
     std::vector<std::thread> threads;
     boost::asio::thread_pool workers;
