@@ -40,9 +40,11 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       handshake_timer_(ws_.get_executor()) {}
 
 void Connection::configure() {
-    // Beast enforces the size limit on reads as a last line of defence; senders check it
-    // first so that an oversize call fails at its caller with a clear error.
-    ws_.read_message_max(settings_.max_message_size + 1024);
+    // Senders check the size limit first, so an oversize call fails at its caller with a
+    // clear error; the receiver checks again (wire::decode) and Beast caps what is read.
+    // Up to twice the limit is read so that a request a peer with a larger limit sent can
+    // still be answered with bad_request; beyond that the connection is closed.
+    ws_.read_message_max(settings_.max_message_size * 2);
     ws_.text(true);
     ws_.auto_fragment(false);
     ws::stream_base::timeout t{};

@@ -311,12 +311,25 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
     return DecodeError{kind, std::move(message), std::nullopt};
 }
 
+// The id of an oversize request, read from the frame's head without parsing the rest:
+// rpclb's encoder writes {"t":"req","id":N,... first, so the sender can be told.
+std::optional<std::uint64_t> peek_request_id(std::string_view text) {
+    constexpr std::string_view head = R"({"t":"req","id":)";
+    if (text.substr(0, head.size()) != head) return std::nullopt;
+    std::uint64_t id = 0;
+    std::size_t i = head.size(), digits = 0;
+    for (; i < text.size() && digits < 20 && text[i] >= '0' && text[i] <= '9'; ++i, ++digits)
+        id = id * 10 + static_cast<std::uint64_t>(text[i] - '0');
+    if (digits == 0 || digits == 20 || i >= text.size() || text[i] != ',') return std::nullopt;
+    return id;
+}
+
 Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
     if (text.size() > max_size)
-        return decode_error(DecodeErrorKind::too_large,
-                            "frame of " + std::to_string(text.size()) +
-                                " bytes exceeds the limit of " + std::to_string(max_size) +
-                                " bytes");
+        return DecodeError{DecodeErrorKind::too_large,
+                           "frame of " + std::to_string(text.size()) +
+                               " bytes exceeds the limit of " + std::to_string(max_size) + " bytes",
+                           peek_request_id(text)};
 
     boost::system::error_code ec;
     json::value doc = json::parse(text, ec);

@@ -180,6 +180,18 @@ BOOST_AUTO_TEST_CASE(decode_rejects_oversize_without_parsing) {
     BOOST_TEST((decode_error(ready, ready.size() - 1).kind == proto::DecodeErrorKind::too_large));
 }
 
+BOOST_AUTO_TEST_CASE(decode_reports_request_id_of_oversize_request) {
+    // An oversize request from a peer with a larger limit is answered, not left to time out:
+    // the id is read from the frame's head without parsing the rest.
+    proto::Request request{42, "m", "f", {std::string(200, 'x')}, {}};
+    const auto text = proto::encode(request);
+    const auto e = decode_error(text, 100);
+    BOOST_TEST((e.kind == proto::DecodeErrorKind::too_large));
+    BOOST_REQUIRE(e.request_id.has_value());
+    BOOST_TEST(*e.request_id == 42u);
+    BOOST_TEST(!decode_error(std::string(R"({"t":"cast","id":7,)") + std::string(200, ' '), 100).request_id);
+}
+
 BOOST_AUTO_TEST_CASE(decode_rejects_unknown_type) {
     const auto e = decode_error(R"({"t":"bogus","id":1})");
     BOOST_TEST((e.kind == proto::DecodeErrorKind::unknown_type));
