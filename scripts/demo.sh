@@ -60,8 +60,10 @@ echo "== 2000 calls of demo.sleep [2] through 'workers' (timeout 2000 ms); gamma
 call --balancer workers --count 2000 --concurrency 4 --timeout 2000 demo sleep '[2]' >"$work/run.json" 2>"$work/run.err" &
 run=$!
 sleep 1
-kill -9 "$(cat "$work/gamma.pid")"
-echo "(gamma killed)"
+gamma_pid=$(cat "$work/gamma.pid")
+kill -9 "$gamma_pid"
+{ wait "$gamma_pid"; } 2>/dev/null || true  # reap it without bash's "Killed" job notice
+echo "(gamma killed with SIGKILL)"
 wait $run || true
 cat "$work/run.json"
 sed -n 's/^rpclb-call: first error: /first error: /p' "$work/run.err"
