@@ -1,0 +1,212 @@
+#include "least_cpu.hpp"
+
+#include "cpu_poller.hpp"
+
+#include <boost/random/taus88.hpp>
+
+#include <time.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string_view>
+
+namespace rpclb::plugins {
+namespace {
+
+constexpr std::int64_t max_duration_ms = 86'400'000;  // one day
+
+[[noreturn]] void bad_option(std::string_view key, std::string_view what) {
+    throw std::invalid_argument("least_cpu option " + std::string(key) + " " + std::string(what));
+}
+
+std::int64_t integer_option(const boost::json::object& options, std::string_view key,
+                            std::int64_t fallback, std::int64_t min, std::int64_t max) {
+    const auto* v = options.if_contains(key);
+    if (!v) return fallback;
+    const auto out_of_range = [&] {
+        bad_option(key, "must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    };
+    if (v->is_int64()) {
+        const std::int64_t x = v->get_int64();
+        if (x < min || x > max) out_of_range();
+        return x;
+    }
+    if (v->is_uint64()) {
+        const std::uint64_t x = v->get_uint64();
+        if (x > static_cast<std::uint64_t>(max) || static_cast<std::int64_t>(x) < min) out_of_range();
+        return static_cast<std::int64_t>(x);
+    }
+    bad_option(key, "must be an integer");
+}
+
+// A number in [0, 100] (both number options are percentages).
+std::optional<double> percent_option(const boost::json::object& options, std::string_view key) {
+    const auto* v = options.if_contains(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) bad_option(key, "must be a number");
+    const double x = v->to_number<double>();
+    if (!(x >= 0.0 && x <= 100.0)) bad_option(key, "must be in [0, 100]");
+    return x;
+}
+
+// One small generator per thread, as in the Random plugin: trivially destructible, so a
+// thread's copy never runs plugin code at thread exit.
+boost::random::taus88& thread_rng() {
+    thread_local boost::random::taus88 rng = [] {
+        std::random_device device;
+        std::seed_seq seed{device(), device(), device(), device()};
+        return boost::random::taus88(seed);
+    }();
+    return rng;
+}
+
+std::uint64_t splitmix64(std::uint64_t x) noexcept {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+double cpu_of(const NodeReading& reading, std::int64_t now, std::int64_t ttl) noexcept {
+    const std::int64_t at = reading.at_ms.load(std::memory_order_relaxed);
+    if (at == 0 || now - at > ttl) return LeastCpu::missing_cpu;
+    return reading.value.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+LeastCpuSettings LeastCpuSettings::from_json(const boost::json::object& options) {
+    for (const auto& option : options) {
+        const std::string_view key = option.key();
+        static constexpr std::string_view known[] = {"poll_interval", "poll_startup_jitter",
+                                                     "cpu_cache_ttl", "cpu_threshold",
+                                                     "cpu_sampler_fixed", "test_now_ms", "seed"};
+        if (std::find(std::begin(known), std::end(known), key) == std::end(known))
+            throw std::invalid_argument("least_cpu: unknown option " + std::string(key));
+    }
+    LeastCpuSettings s;
+    s.poll_interval = std::chrono::milliseconds(
+        integer_option(options, "poll_interval", s.poll_interval.count(), 1, max_duration_ms));
+    s.poll_startup_jitter = std::chrono::milliseconds(integer_option(
+        options, "poll_startup_jitter", s.poll_startup_jitter.count(), 0, max_duration_ms));
+    s.cpu_cache_ttl = std::chrono::milliseconds(
+        integer_option(options, "cpu_cache_ttl", s.cpu_cache_ttl.count(), 0, max_duration_ms));
+    s.cpu_threshold = percent_option(options, "cpu_threshold").value_or(s.cpu_threshold);
+    s.cpu_sampler_fixed = percent_option(options, "cpu_sampler_fixed");
+    // Bounded so that `now − at` can't overflow.
+    s.test_now_ms = integer_option(options, "test_now_ms", 0, 1,
+                                   std::numeric_limits<std::int64_t>::max() / 2);
+    if (const auto* seed = options.if_contains("seed")) {
+        if (seed->is_uint64()) s.seed = seed->get_uint64();
+        else if (seed->is_int64() && seed->get_int64() >= 0) s.seed = static_cast<std::uint64_t>(seed->get_int64());
+        else bad_option("seed", "must be a non-negative integer");
+    }
+    return s;
+}
+
+std::int64_t LeastCpuSettings::now_ms() const noexcept {
+    if (test_now_ms != 0) return test_now_ms;
+    // The coarse clock is steady_clock's CLOCK_MONOTONIC as of the last tick: a few ms
+    // behind at most, against ttls of seconds, and several times cheaper to read, which
+    // is most of a pick's cost otherwise.
+    timespec ts{};
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0)
+        return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+void LeastCpu::init(const AlgorithmContext& context, const boost::json::object& options) {
+    settings_ = LeastCpuSettings::from_json(options);
+    context_ = context;
+    if (settings_.seed) seeded_state_.store(*settings_.seed, std::memory_order_relaxed);
+}
+
+std::vector<std::shared_ptr<Service>> LeastCpu::services() {
+    return {std::make_shared<CpuPoller>(context_.balancer, context_.local_node, context_.cluster,
+                                        settings_)};
+}
+
+const LeastCpu::Slots* LeastCpu::slots_for(const MemberSnapshot& members) {
+    std::lock_guard lock(rebuild_mutex_);
+    // A thread still holding an older snapshot finds its slots again instead of building
+    // a copy; the newest are at the back.
+    for (auto it = built_.rbegin(); it != built_.rend(); ++it) {
+        const Slots* s = it->get();
+        if (s->version == members.version && s->readings.size() == members.nodes.size()) {
+            slots_.store(s, std::memory_order_release);
+            return s;
+        }
+    }
+    auto slots = std::make_unique<Slots>();
+    slots->version = members.version;
+    slots->readings.reserve(members.nodes.size());
+    auto& state = AlgorithmState::instance();
+    for (const auto& node : members.nodes) slots->readings.push_back(&state.reading(node));
+    const Slots* published = slots.get();
+    built_.push_back(std::move(slots));
+    slots_.store(published, std::memory_order_release);
+    return published;
+}
+
+std::uint32_t LeastCpu::draw() noexcept {
+    if (settings_.seed) {
+        const std::uint64_t x =
+            seeded_state_.fetch_add(0x9e3779b97f4a7c15ULL, std::memory_order_relaxed);
+        return static_cast<std::uint32_t>(splitmix64(x + 0x9e3779b97f4a7c15ULL) >> 32);
+    }
+    return static_cast<std::uint32_t>(thread_rng()());
+}
+
+Result<std::size_t> LeastCpu::choose_from_nodes(const MemberSnapshot& members,
+                                                const PickOptions& options) {
+    (void)options;
+    const std::size_t size = members.nodes.size();
+    if (size == 0) return empty_members_error(context_.balancer);
+    if (size == 1) return std::size_t{0};
+
+    const Slots* slots = slots_.load(std::memory_order_acquire);
+    if (slots == nullptr || slots->version != members.version || slots->readings.size() != size)
+        slots = slots_for(members);
+    const auto& readings = slots->readings;
+
+    const std::int64_t now = settings_.now_ms();
+    const std::int64_t ttl = settings_.cpu_cache_ttl.count();
+    // Values are read once into the buffer so all passes agree; past its end they are
+    // read again, and may have changed, which at worst leaves no candidate (then the
+    // minimum of the first pass is picked).
+    constexpr std::size_t buffered = 64;
+    std::array<double, buffered> buffer;
+    double min = std::numeric_limits<double>::infinity();
+    std::size_t min_index = 0;
+    for (std::size_t i = 0; i < size; ++i) {
+        const double v = cpu_of(*readings[i], now, ttl);
+        if (i < buffered) buffer[i] = v;
+        if (v < min) {
+            min = v;
+            min_index = i;
+        }
+    }
+    const auto value = [&](std::size_t i) {
+        return i < buffered ? buffer[i] : cpu_of(*readings[i], now, ttl);
+    };
+    const double limit = min + settings_.cpu_threshold;
+    std::size_t candidates = 0;
+    for (std::size_t i = 0; i < size; ++i) candidates += value(i) <= limit;
+    if (candidates <= 1) return min_index;
+    // Multiply-shift maps a 32-bit draw onto [0, candidates); the bias, candidates / 2^32,
+    // is far below anything a balancer can observe.
+    std::size_t nth = static_cast<std::size_t>(
+        (static_cast<std::uint64_t>(draw()) * candidates) >> 32);
+    for (std::size_t i = 0; i < size; ++i)
+        if (value(i) <= limit && nth-- == 0) return i;
+    return min_index;
+}
+
+}  // namespace rpclb::plugins
+
+RPCLB_PLUGIN(least_cpu, rpclb::plugins::LeastCpu)
