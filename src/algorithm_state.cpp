@@ -15,7 +15,7 @@ std::atomic<std::int64_t>& AlgorithmState::counter(std::string_view balancer, st
     std::lock_guard lock(mutex_);
     auto it = counters_.find(name);
     if (it != counters_.end()) return *it->second;
-    auto& slot = counter_storage_.emplace_back(0);
+    auto& slot = counter_storage_.emplace_back().value;
     counters_.emplace(std::move(name), &slot);
     return slot;
 }
@@ -24,7 +24,7 @@ NodeReading& AlgorithmState::reading(std::string_view node) {
     std::lock_guard lock(mutex_);
     auto it = readings_.find(node);
     if (it != readings_.end()) return *it->second;
-    auto& slot = reading_storage_.emplace_back();
+    auto& slot = reading_storage_.emplace_back().reading;
     readings_.emplace(std::string(node), &slot);
     return slot;
 }

@@ -63,10 +63,11 @@ Cluster::Impl::Impl(Cluster& o, ClusterOptions opts)
 Cluster::Impl::~Impl() = default;
 
 void Cluster::Impl::start() {
-    if (running.exchange(true)) return;
+    if (running) return;
+    if (!options.client) start_listener();  // throws before anything runs
+    running = true;
     for (const auto& dir : plugins.missing_directories())
         RPCLB_LOG("plugins", error) << "plugin directory " << dir << " does not exist";
-    if (!options.client) start_listener();
     groups.set_broadcast([weak = weak_from_this()](std::string frame) {
         if (auto self = weak.lock()) self->broadcast(frame);
     });
@@ -194,7 +195,7 @@ void Cluster::start_call(std::string node, std::string module, std::string funct
     auto b = balancer(options.load_balancer);
     if (!b) return done(b.error());
     auto bal = std::move(*b);
-    if (bal->algorithm().local()) {
+    if (bal->local()) {
         if (options.peer) *options.peer = name();
         return impl_->direct_call(name(), std::move(module), std::move(function), std::move(args),
                                   options.timeout, std::move(done));
@@ -226,7 +227,7 @@ CallResult Cluster::call(std::string_view node, std::string_view module, std::st
         auto b = balancer(options.load_balancer);
         if (!b) return b.error();
         bal = std::move(*b);
-        if (bal->algorithm().local()) {
+        if (bal->local()) {
             target = name();
             bal.reset();
         } else {
@@ -268,7 +269,7 @@ Result<void> Cluster::cast(std::string_view node, std::string_view module, std::
     auto b = balancer(options.load_balancer);
     if (!b) return b.error();
     auto& bal = *b;
-    if (bal->algorithm().local()) return impl_->direct_cast(name(), module, function, std::move(args));
+    if (bal->local()) return impl_->direct_cast(name(), module, function, std::move(args));
     PickOptions pick;
     if (options.key) pick.key = *options.key;
     auto target = bal->select_node(pick);

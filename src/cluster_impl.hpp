@@ -86,6 +86,14 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     std::set<std::shared_ptr<detail::Connection>> connecting;  // handshaking
     std::set<std::string> dialing;       // targets being dialled
     std::set<std::string> self_targets;  // seeds that turned out to be this node
+    // Nodes learnt from connections and gossip, redialled while not connected (by the
+    // node that dials first) until they fail max_redials times in a row.
+    struct KnownNode {
+        detail::wire::PeerInfo info;
+        int failures = 0;
+    };
+    static constexpr int max_redials = 30;
+    std::map<std::string, KnownNode, std::less<>> known;
 
     mutable std::shared_mutex functions_mutex;
     std::unordered_map<std::string, std::shared_ptr<const Handler>> functions;

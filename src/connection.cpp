@@ -15,6 +15,20 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+// The id of a "req" or "res" frame read from its head ({"t":"req","id":N,...}, as our
+// encoder writes it) when the whole frame could not be decoded, so the call it belongs to
+// can be answered or failed instead of waiting for its deadline.
+std::optional<std::uint64_t> peek_id(std::string_view text, std::string_view type) {
+    const std::string head = R"({"t":")" + std::string(type) + R"(","id":)";
+    if (text.substr(0, head.size()) != head) return std::nullopt;
+    std::uint64_t id = 0;
+    std::size_t i = head.size(), digits = 0;
+    for (; i < text.size() && digits < 20 && text[i] >= '0' && text[i] <= '9'; ++i, ++digits)
+        id = id * 10 + static_cast<std::uint64_t>(text[i] - '0');
+    if (digits == 0 || digits == 20 || i >= text.size() || text[i] != ',') return std::nullopt;
+    return id;
+}
+
 std::pair<std::string, std::string> split_host_port(const std::string& address) {
     const auto colon = address.rfind(':');
     if (colon == std::string::npos) return {address, ""};
@@ -45,7 +59,10 @@ void Connection::configure() {
     // Up to twice the limit is read so that a request a peer with a larger limit sent can
     // still be answered with bad_request; beyond that the connection is closed.
     ws_.read_message_max(settings_.max_message_size * 2);
-    ws_.text(true);
+    // Binary frames: the payload is JSON text, but a string that is not valid UTF-8 must
+    // cost one call (bad_request), not the whole connection, which Beast would close on a
+    // text frame.
+    ws_.binary(true);
     ws_.auto_fragment(false);
     ws::stream_base::timeout t{};
     t.handshake_timeout = settings_.handshake_timeout;
@@ -114,19 +131,32 @@ void Connection::on_read(std::size_t) {
     const auto data = buffer_.cdata();
     std::string_view text(static_cast<const char*>(data.data()), data.size());
     auto decoded = wire::decode(text, settings_.max_message_size);
-    buffer_.consume(buffer_.size());
+    // `text` views buffer_: empty it only once nothing reads `text`, and before the next
+    // read is started (which may fill it at once).
     if (!decoded) {
         const auto& error = decoded.error();
-        if (error.request_id && established_) {
+        const auto request_id = error.request_id ? error.request_id : peek_id(text, "req");
+        if (request_id && established_) {
             send(wire::encode(wire::Response{
-                *error.request_id,
+                *request_id,
                 ErrorMessage{ErrorCode::bad_request, "bad request: " + error.message,
                              boost::json::object{{"node", settings_.local.node}}}}));
         }
+        if (const auto response_id = peek_id(text, "res"); response_id && established_) {
+            if (auto it = pending_.find(*response_id); it != pending_.end()) {
+                auto p = std::move(it->second);
+                pending_.erase(it);
+                p.timer->cancel();
+                p.done(call_error(ErrorCode::internal_server_error, "malformed response: " + error.message,
+                                  peer().node, p.module, p.function));
+            }
+        }
         owner_.on_bad_frame(shared_from_this(), error);
+        buffer_.consume(buffer_.size());
         if (!established_) return fail("malformed frame during handshake: " + error.message);
         return do_read();
     }
+    buffer_.consume(buffer_.size());
     if (!established_) {
         handle_step(handshake_.on_frame(*decoded));
         if (closed_) return;

@@ -169,6 +169,8 @@ void Groups::notify(std::vector<Change> changes) {
                 entry.second(change.group, change.change, change.nodes);
             } catch (const std::exception& e) {
                 RPCLB_LOG("groups", error) << "monitor of " << change.group << " threw: " << e.what();
+            } catch (...) {
+                RPCLB_LOG("groups", error) << "monitor of " << change.group << " threw";
             }
         }
     }

@@ -42,9 +42,13 @@ void LoadBalancer::start() {
     try {
         algorithm_->init(context, options_.algorithm_opts);
         services_ = algorithm_->services();
+        local_ = algorithm_->local();
     } catch (const std::exception& e) {
         throw std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm +
                                  " init failed: " + e.what());
+    } catch (...) {
+        throw std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm +
+                                 " init failed with an unknown exception");
     }
     std::size_t started = 0;
     try {
@@ -52,6 +56,9 @@ void LoadBalancer::start() {
     } catch (const std::exception& e) {
         while (started > 0) services_[--started]->stop();
         throw std::runtime_error("balancer " + options_.name + ": service failed to start: " + e.what());
+    } catch (...) {
+        while (started > 0) services_[--started]->stop();
+        throw std::runtime_error("balancer " + options_.name + ": service failed to start");
     }
     auto& groups = cluster_.groups();
     monitor_id_ = groups.monitor(options_.name, [this](const std::string&, NodeChange change,
@@ -92,6 +99,8 @@ void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& 
         algorithm_->on_node_change(change, nodes);
     } catch (const std::exception& e) {
         RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": on_node_change threw: " << e.what();
+    } catch (...) {
+        RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": on_node_change threw";
     }
 }
 
@@ -120,6 +129,8 @@ Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
         return node;
     } catch (const std::exception& e) {
         return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());
+    } catch (...) {
+        return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw");
     }
 }
 
@@ -139,6 +150,8 @@ Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, c
         return nodes;
     } catch (const std::exception& e) {
         return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());
+    } catch (...) {
+        return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw");
     }
 }
 

@@ -21,12 +21,17 @@ tcp::endpoint parse_endpoint(const std::string& address) {
         throw std::invalid_argument("listen address \"" + address + "\" is not HOST:PORT");
     auto host = address.substr(0, colon);
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host == "localhost") host = "127.0.0.1";
     boost::system::error_code ec;
     auto ip = asio::ip::make_address(host, ec);
-    if (ec) throw std::invalid_argument("listen address \"" + address + "\": bad IP address " + host);
-    const auto port = std::stoul(address.substr(colon + 1));
-    if (port > 65535) throw std::invalid_argument("listen address \"" + address + "\": bad port");
-    return {ip, static_cast<unsigned short>(port)};
+    if (ec)
+        throw std::invalid_argument("listen address \"" + address + "\": \"" + host +
+                                    "\" is not an IP address");
+    const auto port_text = address.substr(colon + 1);
+    if (port_text.empty() || port_text.size() > 5 ||
+        port_text.find_first_not_of("0123456789") != std::string::npos || std::stoul(port_text) > 65535)
+        throw std::invalid_argument("listen address \"" + address + "\": port must be 0..65535");
+    return {ip, static_cast<unsigned short>(std::stoul(port_text))};
 }
 
 // The node that dials when two nodes learn of each other: the smaller name. Both ends
@@ -40,8 +45,10 @@ void Cluster::Impl::start_listener() {
     acceptor.emplace(ioc);
     acceptor->open(endpoint.protocol());
     acceptor->set_option(tcp::acceptor::reuse_address(true));
-    acceptor->bind(endpoint);  // throws std::system_error when taken
-    acceptor->listen();
+    boost::system::error_code ec;
+    acceptor->bind(endpoint, ec);
+    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) throw std::system_error(ec, "cannot listen on " + options.listen);
     bound = acceptor->local_endpoint();
     auto advertised_host = bound->address().to_string();
     if (bound->address().is_unspecified()) advertised_host = options.name.substr(options.name.find('@') + 1);
@@ -95,7 +102,13 @@ void Cluster::Impl::schedule_reconnect() {
                 if (!connected) to_dial.push_back(seed);
             }
         }
-        for (const auto& seed : to_dial) self->dial(seed);
+        {
+            std::lock_guard lock(self->mesh_mutex);
+            for (const auto& [name, k] : self->known)
+                if (!self->peers.contains(name) && (self->options.client || dials_first(self->options.name, name)))
+                    to_dial.push_back(k.info.listen);
+        }
+        for (const auto& address : to_dial) self->dial(address);
         self->schedule_reconnect();
     });
 }
@@ -113,7 +126,7 @@ void Cluster::Impl::on_established(const std::shared_ptr<Connection>& c) {
     const auto& peer = c->peer();
     std::shared_ptr<Connection> replaced;
     bool keep = true;
-    bool new_incarnation = false;
+    bool clash = false;
     {
         std::lock_guard lock(mesh_mutex);
         connecting.erase(c);
@@ -124,10 +137,13 @@ void Cluster::Impl::on_established(const std::shared_ptr<Connection>& c) {
         } else if (auto it = peers.find(peer.node); it == peers.end()) {
             peers.emplace(peer.node, c);
         } else if (it->second->peer().incarnation != peer.incarnation) {
-            // The node restarted under the same name: the old incarnation is gone.
-            replaced = it->second;
-            it->second = c;
-            new_incarnation = true;
+            // Another incarnation under a name that is still connected: either the node
+            // restarted and its old connection is not yet known dead (the keep-alive will
+            // drop it within the idle timeout, then the newcomer's redial succeeds), or two
+            // processes use one name. Either way the connected one stays, as Erlang refuses
+            // a second node of the same name.
+            keep = false;
+            clash = true;
         } else {
             // Two connections for one pair (both dialled at once): keep the one dialled
             // by the smaller name, then the one with the smaller dialer nonce. Both ends
@@ -148,12 +164,18 @@ void Cluster::Impl::on_established(const std::shared_ptr<Connection>& c) {
     if (!keep) {
         if (peer.node == options.name)
             RPCLB_LOG("mesh", debug) << "connected to itself via " << c->target() << "; ignored";
-        c->close(peer.node == options.name ? "connected to itself" : "duplicate connection");
+        if (clash)
+            RPCLB_LOG("mesh", warning) << "refused " << peer.node << " incarnation " << peer.incarnation
+                                       << ": that name is connected as another incarnation";
+        c->close(peer.node == options.name ? "connected to itself"
+                 : clash                   ? "name in use by a connected incarnation"
+                                           : "duplicate connection");
         return;
     }
-    if (replaced) {
-        replaced->close(new_incarnation ? "replaced by a new incarnation" : "duplicate connection");
-        if (new_incarnation) groups.remove_node(peer.node);
+    if (replaced) replaced->close("duplicate connection");
+    if (!peer.client && !peer.listen.empty()) {
+        std::lock_guard lock(mesh_mutex);
+        known[peer.node] = KnownNode{peer, 0};
     }
     RPCLB_LOG("mesh", info) << "connected to " << peer.node << (peer.client ? " (client)" : "")
                             << " incarnation " << peer.incarnation;
@@ -173,6 +195,8 @@ void Cluster::Impl::on_nodes(const wire::Nodes& nodes) {
         if (node.node == options.name || node.client || node.listen.empty()) continue;
         {
             std::lock_guard lock(mesh_mutex);
+            auto& k = known[node.node];
+            if (k.info.incarnation != node.incarnation) k = KnownNode{node, 0};
             if (peers.contains(node.node)) continue;
         }
         if (options.client || dials_first(options.name, node.node)) dial(node.listen);
@@ -218,6 +242,18 @@ void Cluster::Impl::on_closed(const std::shared_ptr<Connection>& c, const std::s
                 peers.erase(it);
                 lost = true;
             }
+        }
+    }
+    if (!established && !c->target().empty()) {
+        std::lock_guard lock(mesh_mutex);
+        for (auto it = known.begin(); it != known.end(); ++it) {
+            if (it->second.info.listen != c->target() || peers.contains(it->first)) continue;
+            if (++it->second.failures >= max_redials) {
+                RPCLB_LOG("mesh", info) << "giving up on " << it->first << " after " << max_redials
+                                        << " failed dials";
+                known.erase(it);
+            }
+            break;
         }
     }
     if (!lost) {

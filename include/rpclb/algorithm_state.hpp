@@ -44,10 +44,19 @@ public:
 
 private:
     std::mutex mutex_;
+    // Each slot on its own cache line: different nodes' counters are written by
+    // different threads' picks and must not share a line.
+    struct alignas(64) CounterSlot {
+        std::atomic<std::int64_t> value{0};
+    };
+    struct alignas(64) ReadingSlot {
+        NodeReading reading;
+    };
+
     std::map<std::string, std::atomic<std::int64_t>*, std::less<>> counters_;
     std::map<std::string, NodeReading*, std::less<>> readings_;
-    std::deque<std::atomic<std::int64_t>> counter_storage_;  // stable addresses
-    std::deque<NodeReading> reading_storage_;
+    std::deque<CounterSlot> counter_storage_;  // stable addresses
+    std::deque<ReadingSlot> reading_storage_;
 };
 
 }  // namespace rpclb

@@ -97,6 +97,10 @@ public:
     /// The algorithm instance (lives as long as the balancer).
     SelectionAlgorithm& algorithm() noexcept { return *algorithm_; }
 
+    /// The algorithm's `local()` answer, read once at start: load-balanced calls run on
+    /// this node without selection (call_direct).
+    bool local() const noexcept { return local_; }
+
     /// Load-balanced calls from this node through this balancer still in flight.
     std::int64_t in_flight() const noexcept { return in_flight_.load(); }
 
@@ -131,6 +135,7 @@ private:
     std::vector<std::shared_ptr<Service>> services_;
     std::uint64_t monitor_id_ = 0;
     bool started_ = false;
+    bool local_ = false;
 };
 
 }  // namespace rpclb

@@ -54,8 +54,10 @@ enum class NodeChange { joined, left };
 /// Threading: `init` runs once, before any other hook. `choose_from_nodes`,
 /// `choose_nodes` and `release_node` may run concurrently from many threads and with
 /// `on_node_change`; they must not block, lock a lock shared between threads, allocate
-/// or log. Hooks must not throw; rpclb catches what escapes anyway and reports it as an
-/// `internal_server_error`.
+/// or log. Hooks other than `init` must not throw; rpclb catches what escapes anyway: a
+/// pick fails with `internal_server_error`, an exception from `on_node_change` or
+/// `release_node` is logged, one from `init`, `services` or a service's `start` fails
+/// the balancer's start with its message.
 class BOOST_SYMBOL_VISIBLE SelectionAlgorithm {
 public:
     virtual ~SelectionAlgorithm() = default;

@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -119,7 +120,26 @@ int main(int argc, char** argv) {
     sigwait(&stop_signals, &signal);
     std::cerr << "rpclb-node: " << name << " got " << (signal == SIGTERM ? "SIGTERM" : "SIGINT")
               << ", leaving and draining" << std::endl;
-    for (const auto& b : cluster->balancer_names()) cluster->stop_balancer(b);
-    cluster->stop();
+    // Stop in another thread so that a handler that never returns cannot hold the process
+    // past the drain: after stop_timeout plus a grace period, or on a second signal, exit 1.
+    std::atomic<bool> stopped{false};
+    std::thread stopper([&] {
+        for (const auto& b : cluster->balancer_names()) cluster->stop_balancer(b);
+        cluster->stop();
+        stopped = true;
+    });
+    const auto deadline = std::chrono::steady_clock::now() + options.stop_timeout + std::chrono::seconds(5);
+    while (!stopped) {
+        const timespec tick{0, 50'000'000};
+        if (sigtimedwait(&stop_signals, nullptr, &tick) > 0) {
+            std::cerr << "rpclb-node: second signal, exiting without waiting for handlers" << std::endl;
+            std::_Exit(1);
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+            std::cerr << "rpclb-node: handlers still running after the drain, exiting" << std::endl;
+            std::_Exit(1);
+        }
+    }
+    stopper.join();
     return 0;
 }

@@ -1,0 +1,109 @@
+#include "weighted_round_robin.hpp"
+
+#include <rpclb/algorithm_state.hpp>
+
+#include <boost/json/serialize.hpp>
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace rpclb::plugins {
+
+void WeightedRoundRobin::init(const AlgorithmContext& context, const boost::json::object& options) {
+    balancer_ = context.balancer;
+    weights_.clear();
+    if (const auto* weights = options.if_contains("weights")) {
+        if (!weights->is_object())
+            throw std::invalid_argument("weights: must be a JSON object of node name -> integer weight, got " +
+                                        boost::json::serialize(*weights));
+        bool any_positive = false;
+        for (const auto& [node, value] : weights->get_object()) {
+            std::uint64_t weight = 0;
+            if (value.is_int64() && value.get_int64() >= 0) {
+                weight = static_cast<std::uint64_t>(value.get_int64());
+            } else if (value.is_uint64()) {
+                weight = value.get_uint64();
+            } else {
+                throw std::invalid_argument("weights: weight of \"" + std::string(node) +
+                                            "\" must be an integer >= 0, got " +
+                                            boost::json::serialize(value));
+            }
+            if (weight > max_weight)
+                throw std::invalid_argument("weights: weight of \"" + std::string(node) + "\" is " +
+                                            std::to_string(weight) + ", more than the largest accepted, " +
+                                            std::to_string(max_weight));
+            any_positive = any_positive || weight > 0;
+            weights_.emplace(std::string(node), weight);
+        }
+        if (!weights_.empty() && !any_positive)
+            throw std::invalid_argument("weights: every weight is 0; at least one must be positive");
+    }
+    cursor_ = &AlgorithmState::instance().counter(balancer_, "wrr_cursor");
+}
+
+WeightedRoundRobin::Period WeightedRoundRobin::build(std::span<const std::string> nodes) const {
+    std::vector<std::uint64_t> weight(nodes.size());
+    std::uint64_t divisor = 0;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        auto it = weights_.find(nodes[i]);
+        weight[i] = it == weights_.end() ? 1 : it->second;
+        divisor = std::gcd(divisor, weight[i]);
+    }
+    if (divisor == 0) return {};  // every member weighs 0
+
+    std::uint64_t period = 0;
+    for (auto& w : weight) period += (w /= divisor);
+    if (period > max_period) {
+        // w ≤ max_weight, so w × max_period fits easily in 64 bits.
+        std::uint64_t scaled = 0;
+        for (auto& w : weight) {
+            if (w > 0) w = std::max<std::uint64_t>(1, w * max_period / period);
+            scaled += w;
+        }
+        period = scaled;
+    }
+
+    // nginx's smooth weighted round robin, run for one period.
+    Period order;
+    order.reserve(period);
+    std::vector<std::int64_t> score(nodes.size(), 0);
+    for (std::uint64_t step = 0; step < period; ++step) {
+        std::size_t best = nodes.size();
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+            if (weight[i] == 0) continue;
+            score[i] += static_cast<std::int64_t>(weight[i]);
+            if (best == nodes.size() || score[i] > score[best]) best = i;
+        }
+        score[best] -= static_cast<std::int64_t>(period);
+        order.push_back(static_cast<std::uint32_t>(best));
+    }
+    return order;
+}
+
+Result<std::size_t> WeightedRoundRobin::choose_from_nodes(const MemberSnapshot& members,
+                                                          const PickOptions& options) {
+    (void)options;
+    if (members.nodes.empty()) return empty_members_error(balancer_);
+    const Period* order =
+        periods_.get(members, [this](std::span<const std::string> nodes) { return build(nodes); });
+    if (!order) return detail::table_build_error(balancer_);
+    if (order->empty())
+        return ErrorMessage{ErrorCode::service_unavailable, "no member has a positive weight",
+                            boost::json::object{{"load_balancer", balancer_}}};
+    const std::uint64_t period = order->size();
+    // Relaxed: the cursor orders nothing but itself.
+    const std::uint64_t c = static_cast<std::uint64_t>(cursor_->fetch_add(1, std::memory_order_relaxed)) + 1;
+    const std::uint64_t position = (c - 1) % period;
+    // Only the pick that saw the latest value resets, so a concurrent pick's increment is
+    // never lost to a stale reset; a failed exchange leaves it to the next period's end.
+    if (c >= reset_after && position == period - 1) {
+        auto expected = static_cast<std::int64_t>(c);
+        cursor_->compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+    }
+    return (*order)[position];
+}
+
+}  // namespace rpclb::plugins
+
+RPCLB_PLUGIN(weighted_round_robin, rpclb::plugins::WeightedRoundRobin)

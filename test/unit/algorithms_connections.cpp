@@ -1,0 +1,422 @@
+#define BOOST_TEST_MODULE algorithms_connections
+#include <boost/test/unit_test.hpp>
+
+#include <rpclb/algorithm_state.hpp>
+#include <rpclb/plugin_registry.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+const std::array<std::string, 2> both{"least_connections", "power_of_two"};
+
+// Counts in AlgorithmState outlive an algorithm instance, so every test case (and every
+// algorithm within one) works on a balancer of its own.
+std::string this_balancer(std::string_view suffix = "") {
+    std::string name = boost::unit_test::framework::current_test_case().p_name;
+    if (!suffix.empty()) name.append("/").append(suffix);
+    return name;
+}
+
+// Loads the real plugin through the registry (RPCLB_PLUGIN_PATH).
+std::shared_ptr<rpclb::SelectionAlgorithm> load(const std::string& name, const std::string& balancer,
+                                                std::string_view options_json = "{}") {
+    rpclb::PluginRegistry registry;
+    auto algorithm = registry.create(name);
+    BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
+    (*algorithm)->init({balancer, "me@host", nullptr}, boost::json::parse(options_json).as_object());
+    return *algorithm;
+}
+
+std::atomic<std::int64_t>& count(const std::string& balancer, std::string_view node) {
+    return rpclb::AlgorithmState::instance().counter(balancer, "conn:" + std::string(node));
+}
+
+std::string pick(rpclb::SelectionAlgorithm& algorithm, const rpclb::MemberSnapshot& members) {
+    auto index = algorithm.choose_from_nodes(members, {});
+    BOOST_TEST_REQUIRE(index.has_value(), (index ? "" : index.error().message));
+    BOOST_TEST_REQUIRE(*index < members.nodes.size());
+    return members.nodes[*index];
+}
+
+// Different member lists carry different versions, as the groups give them.
+const rpclb::MemberSnapshot a_only{{"a"}, 1};
+const rpclb::MemberSnapshot ab{{"a", "b"}, 2};
+const rpclb::MemberSnapshot abc{{"a", "b", "c"}, 3};
+const rpclb::MemberSnapshot abcd{{"a", "b", "c", "d"}, 4};
+const rpclb::MemberSnapshot bc{{"b", "c"}, 5};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(least_connections)
+
+// Seed §7 case 67.
+BOOST_AUTO_TEST_CASE(pick_fresh_three_nodes_in_order_then_released_node) {
+    auto algorithm = load("least_connections", this_balancer());
+    BOOST_TEST(pick(*algorithm, abc) == "a");
+    BOOST_TEST(pick(*algorithm, abc) == "b");
+    BOOST_TEST(pick(*algorithm, abc) == "c");
+    algorithm->release_node("b");
+    BOOST_TEST(pick(*algorithm, abc) == "b");
+}
+
+// Seed §7 case 68.
+BOOST_AUTO_TEST_CASE(pick_two_nodes_after_releasing_first_picks_it_again) {
+    auto algorithm = load("least_connections", this_balancer());
+    BOOST_TEST(pick(*algorithm, ab) == "a");
+    BOOST_TEST(pick(*algorithm, ab) == "b");
+    algorithm->release_node("a");
+    BOOST_TEST(pick(*algorithm, ab) == "a");
+}
+
+BOOST_AUTO_TEST_CASE(pick_takes_fewest_in_flight_and_counts_it) {
+    const auto balancer = this_balancer();
+    auto algorithm = load("least_connections", balancer);
+    count(balancer, "a").store(5);
+    count(balancer, "b").store(2);
+    count(balancer, "c").store(3);
+    BOOST_TEST(pick(*algorithm, abc) == "b");
+    BOOST_TEST(count(balancer, "b").load() == 3);
+    // b and c now tie at 3: the earlier in list order wins.
+    BOOST_TEST(pick(*algorithm, abc) == "b");
+    BOOST_TEST(pick(*algorithm, abc) == "c");
+}
+
+BOOST_AUTO_TEST_CASE(pick_tie_goes_to_earliest_in_list_order) {
+    const auto balancer = this_balancer();
+    auto algorithm = load("least_connections", balancer);
+    count(balancer, "a").store(2);
+    count(balancer, "b").store(1);
+    count(balancer, "c").store(1);
+    BOOST_TEST(pick(*algorithm, abc) == "b");
+    // The list order counts, not the name order.
+    count(balancer, "b").store(1);
+    BOOST_TEST(pick(*algorithm, rpclb::MemberSnapshot{{"c", "b", "a"}, 100}) == "c");
+}
+
+BOOST_AUTO_TEST_CASE(release_below_zero_stays_at_zero) {
+    const auto balancer = this_balancer();
+    auto algorithm = load("least_connections", balancer);
+    BOOST_TEST(pick(*algorithm, ab) == "a");
+    algorithm->release_node("a");
+    algorithm->release_node("a");
+    BOOST_TEST(count(balancer, "a").load() == 0);
+    // Had a gone to -1, it would win the next two picks.
+    BOOST_TEST(pick(*algorithm, ab) == "a");
+    BOOST_TEST(pick(*algorithm, ab) == "b");
+}
+
+BOOST_AUTO_TEST_CASE(new_instance_on_same_balancer_keeps_counts) {
+    const auto balancer = this_balancer();
+    auto first = load("least_connections", balancer);
+    BOOST_TEST(pick(*first, ab) == "a");
+    BOOST_TEST(pick(*first, ab) == "b");
+    BOOST_TEST(pick(*first, ab) == "a");  // a 2, b 1
+    first.reset();
+    auto restarted = load("least_connections", balancer);
+    BOOST_TEST(pick(*restarted, ab) == "b");  // a fresh count would pick a
+    BOOST_TEST(count(balancer, "a").load() == 2);
+    BOOST_TEST(count(balancer, "b").load() == 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(power_of_two)
+
+// Seed §7 case 71.
+BOOST_AUTO_TEST_CASE(pick_single_node_picks_it_and_counts_it) {
+    const auto balancer = this_balancer();
+    auto algorithm = load("power_of_two", balancer);
+    BOOST_TEST(pick(*algorithm, a_only) == "a");
+    BOOST_TEST(pick(*algorithm, a_only) == "a");
+    BOOST_TEST(count(balancer, "a").load() == 2);
+}
+
+// Seed §7 case 72.
+BOOST_AUTO_TEST_CASE(pick_three_nodes_returns_a_member) {
+    auto algorithm = load("power_of_two", this_balancer());
+    std::set<std::string> seen;
+    for (int i = 0; i < 300; ++i) {
+        seen.insert(pick(*algorithm, abc));
+        algorithm->release_node(*seen.rbegin());
+    }
+    BOOST_TEST(seen.size() <= 3u);
+    for (const auto& node : seen) BOOST_TEST((node == "a" || node == "b" || node == "c"));
+}
+
+// Seed §7 case 74.
+BOOST_AUTO_TEST_CASE(release_and_node_change_after_pick_succeed) {
+    const auto balancer = this_balancer();
+    auto algorithm = load("power_of_two", balancer);
+    const auto node = pick(*algorithm, abc);
+    BOOST_TEST(count(balancer, node).load() == 1);
+    algorithm->release_node(node);
+    BOOST_TEST(count(balancer, node).load() == 0);
+    const std::vector<std::string> d{"d"};
+    algorithm->on_node_change(rpclb::NodeChange::joined, d);
+    algorithm->on_node_change(rpclb::NodeChange::left, d);
+    BOOST_TEST(pick(*algorithm, abc).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(pick_equal_counts_spread_evenly) {
+    // Released after every pick, all counts stay equal, so the first member drawn always
+    // wins: a pick is then uniform. Each count has standard deviation about 43; ±250 is
+    // more than 5 of them. Seeded (deterministic) and per-thread generators alike.
+    for (const std::string options : {R"({"seed": 12345})", R"({})"}) {
+        BOOST_TEST_CONTEXT(options) {
+            const auto balancer = this_balancer(options);
+            auto algorithm = load("power_of_two", balancer, options);
+            std::map<std::string, int> picks;
+            for (int i = 0; i < 10'000; ++i) {
+                const auto node = pick(*algorithm, abcd);
+                ++picks[node];
+                algorithm->release_node(node);
+            }
+            for (const auto& node : abcd.nodes) {
+                BOOST_TEST(picks[node] >= 2250, node << " " << picks[node]);
+                BOOST_TEST(picks[node] <= 2750, node << " " << picks[node]);
+                BOOST_TEST(count(balancer, node).load() == 0);
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(pick_prefers_less_loaded_member) {
+    const auto balancer = this_balancer();
+    auto algorithm = load("power_of_two", balancer, R"({"seed": 7})");
+    count(balancer, "a").store(100);
+    std::map<std::string, int> picks;
+    for (int i = 0; i < 1'000; ++i) {
+        const auto node = pick(*algorithm, abc);
+        ++picks[node];
+        algorithm->release_node(node);
+    }
+    // Both drawn members are distinct, so a always meets a less loaded rival; uniformly
+    // random picks would have given a about 333.
+    BOOST_TEST(picks["a"] == 0);
+    BOOST_TEST(picks["b"] > 400);
+    BOOST_TEST(picks["c"] > 400);
+    // With two members both are drawn every time: the less loaded always wins.
+    for (int i = 0; i < 50; ++i) {
+        BOOST_TEST(pick(*algorithm, ab) == "b");
+        algorithm->release_node("b");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(pick_without_release_keeps_counts_level) {
+    const auto balancer = this_balancer();
+    auto algorithm = load("power_of_two", balancer, R"({"seed": 99})");
+    for (int i = 0; i < 4'000; ++i) (void)pick(*algorithm, abcd);
+    std::vector<std::int64_t> counts;
+    for (const auto& node : abcd.nodes) counts.push_back(count(balancer, node).load());
+    const auto [low, high] = std::minmax_element(counts.begin(), counts.end());
+    // Two choices keep the gap to a few calls; uniform random picks would spread by ~±30.
+    BOOST_TEST(*high - *low <= 3);
+    BOOST_TEST(*low + *high > 0);
+}
+
+BOOST_AUTO_TEST_CASE(pick_same_seed_repeats_sequence) {
+    std::vector<std::vector<std::string>> runs;
+    for (const std::string name : {"first", "second", "other seed"}) {
+        auto algorithm = load("power_of_two", this_balancer(name),
+                              name == "other seed" ? R"({"seed": 43})" : R"({"seed": 42})");
+        auto& run = runs.emplace_back();
+        for (int i = 0; i < 64; ++i) {
+            run.push_back(pick(*algorithm, abcd));
+            algorithm->release_node(run.back());
+        }
+    }
+    BOOST_TEST(runs[0] == runs[1], boost::test_tools::per_element());
+    BOOST_TEST((runs[0] != runs[2]));
+}
+
+BOOST_AUTO_TEST_CASE(init_bad_seed_throws_naming_seed) {
+    for (const std::string options : {R"({"seed": -1})", R"({"seed": 1.5})", R"({"seed": "1"})"}) {
+        BOOST_TEST_CONTEXT(options) {
+            rpclb::PluginRegistry registry;
+            auto algorithm = registry.create("power_of_two").value();
+            try {
+                algorithm->init({this_balancer(), "me@host", nullptr}, boost::json::parse(options).as_object());
+                BOOST_ERROR("init accepted it");
+            } catch (const std::invalid_argument& e) {
+                BOOST_TEST(std::string(e.what()).starts_with("seed"));
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(shares_counts_with_least_connections_on_same_balancer) {
+    const auto balancer = this_balancer();
+    auto least = load("least_connections", balancer);
+    auto two = load("power_of_two", balancer);
+    BOOST_TEST(pick(*least, ab) == "a");
+    BOOST_TEST(pick(*two, ab) == "b");  // a already has one call in flight
+    two->release_node("a");
+    BOOST_TEST(count(balancer, "a").load() == 0);
+    BOOST_TEST(pick(*least, ab) == "a");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(connection_counts)
+
+BOOST_AUTO_TEST_CASE(release_never_goes_below_zero) {
+    for (const auto& name : both) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto balancer = this_balancer(name);
+            auto algorithm = load(name, balancer);
+            const auto node = pick(*algorithm, a_only);
+            for (int i = 0; i < 3; ++i) algorithm->release_node(node);
+            BOOST_TEST(count(balancer, node).load() == 0);
+            (void)pick(*algorithm, a_only);
+            BOOST_TEST(count(balancer, node).load() == 1);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(release_unknown_node_changes_nothing) {
+    for (const auto& name : both) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto balancer = this_balancer(name);
+            auto algorithm = load(name, balancer);
+            algorithm->release_node("never-picked");  // before any pick
+            const auto node = pick(*algorithm, ab);
+            algorithm->release_node("never-picked");
+            algorithm->release_node("");
+            BOOST_TEST(count(balancer, node).load() == 1);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(node_left_resets_its_count) {
+    for (const auto& name : both) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto balancer = this_balancer(name);
+            auto algorithm = load(name, balancer);
+            for (int i = 0; i < 6; ++i) (void)pick(*algorithm, abc);
+            BOOST_TEST(count(balancer, "a").load() + count(balancer, "b").load() +
+                           count(balancer, "c").load() == 6);
+            const auto b_before = count(balancer, "b").load();
+            const std::vector<std::string> left{"a", "c"};
+            algorithm->on_node_change(rpclb::NodeChange::left, left);
+            BOOST_TEST(count(balancer, "a").load() == 0);
+            BOOST_TEST(count(balancer, "c").load() == 0);
+            BOOST_TEST(count(balancer, "b").load() == b_before);
+            // A join changes no count.
+            algorithm->on_node_change(rpclb::NodeChange::joined, left);
+            BOOST_TEST(count(balancer, "a").load() == 0);
+            BOOST_TEST(count(balancer, "b").load() == b_before);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(release_after_membership_change_counts_down) {
+    // A call picked before a member list change is released after it.
+    for (const auto& name : both) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto balancer = this_balancer(name);
+            auto algorithm = load(name, balancer);
+            BOOST_TEST(pick(*algorithm, a_only) == "a");
+            (void)pick(*algorithm, bc);  // a newer member list without a
+            algorithm->release_node("a");
+            BOOST_TEST(count(balancer, "a").load() == 0);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(pick_empty_member_list_returns_service_unavailable) {
+    for (const auto& name : both) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto balancer = this_balancer(name);
+            auto algorithm = load(name, balancer);
+            auto index = algorithm->choose_from_nodes(rpclb::MemberSnapshot{}, {});
+            BOOST_TEST_REQUIRE(!index.has_value());
+            BOOST_TEST((index.error() == rpclb::empty_members_error(balancer)));
+            auto sample = algorithm->choose_nodes(rpclb::MemberSnapshot{}, 2, {});
+            BOOST_TEST_REQUIRE(!sample.has_value());
+            BOOST_TEST((sample.error().code == rpclb::ErrorCode::service_unavailable));
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(concurrent_picks_and_releases_during_membership_changes_stay_non_negative) {
+    // Two threads pick and release (keeping a few calls in flight each) while a third
+    // switches the member list and reports the nodes that left; a fourth watches that no
+    // count goes below zero. Once every call is released, every count is back at zero.
+    const std::array<rpclb::MemberSnapshot, 3> lists{
+        rpclb::MemberSnapshot{{"a", "b", "c", "d"}, 10}, rpclb::MemberSnapshot{{"a", "b", "c"}, 11},
+        rpclb::MemberSnapshot{{"b", "c", "d", "e"}, 12}};
+    const std::vector<std::string> everyone{"a", "b", "c", "d", "e"};
+    for (const auto& name : both) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto balancer = this_balancer(name);
+            auto algorithm = load(name, balancer);
+            std::atomic<std::size_t> current{0};
+            std::atomic<int> working{2};
+            std::atomic<bool> negative{false};
+            std::atomic<int> errors{0};
+            std::atomic<int> changes{0};
+            {
+                std::vector<std::jthread> threads;
+                for (int t = 0; t < 2; ++t)
+                    threads.emplace_back([&] {
+                        std::deque<std::string> in_flight;
+                        // Runs until the member list has changed often enough (bounded all
+                        // the same, in case the switching thread is starved).
+                        for (int i = 0; i < 50'000 || (changes.load() < 200 && i < 20'000'000); ++i) {
+                            const auto& members = lists[current.load()];
+                            auto index = algorithm->choose_from_nodes(members, {});
+                            if (!index || *index >= members.nodes.size()) {
+                                ++errors;
+                                continue;
+                            }
+                            in_flight.push_back(members.nodes[*index]);
+                            if (in_flight.size() > 5) {
+                                algorithm->release_node(in_flight.front());
+                                in_flight.pop_front();
+                            }
+                        }
+                        for (const auto& node : in_flight) algorithm->release_node(node);
+                        --working;
+                    });
+                threads.emplace_back([&] {
+                    std::size_t at = 0;
+                    while (working.load() > 0) {
+                        const std::size_t next = (at + 1) % lists.size();
+                        current.store(next);
+                        std::vector<std::string> left;
+                        for (const auto& node : lists[at].nodes)
+                            if (!std::ranges::binary_search(lists[next].nodes, node)) left.push_back(node);
+                        algorithm->on_node_change(rpclb::NodeChange::left, left);
+                        at = next;
+                        ++changes;
+                        std::this_thread::yield();
+                    }
+                });
+                threads.emplace_back([&] {
+                    while (working.load() > 0)
+                        for (const auto& node : everyone)
+                            if (count(balancer, node).load() < 0) negative = true;
+                });
+            }
+            BOOST_TEST(errors.load() == 0);
+            BOOST_TEST(!negative.load());
+            BOOST_TEST(changes.load() >= 200);
+            for (const auto& node : everyone) BOOST_TEST(count(balancer, node).load() == 0, node);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

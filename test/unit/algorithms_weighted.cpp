@@ -1,0 +1,287 @@
+#define BOOST_TEST_MODULE algorithms_weighted
+#include <boost/test/unit_test.hpp>
+
+#include <rpclb/algorithm_state.hpp>
+#include <rpclb/plugin_registry.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <array>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// Counters in AlgorithmState outlive an algorithm instance, so every test case works on a
+// balancer named after itself and never sees another case's cursor.
+std::string this_balancer() { return boost::unit_test::framework::current_test_case().p_name; }
+
+// Loads the real plugin through the registry (RPCLB_PLUGIN_PATH).
+std::shared_ptr<rpclb::SelectionAlgorithm> load(std::string_view options_json = "{}",
+                                                const std::string& balancer = this_balancer()) {
+    rpclb::PluginRegistry registry;
+    auto algorithm = registry.create("weighted_round_robin");
+    BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
+    (*algorithm)->init({balancer, "me@host", nullptr}, boost::json::parse(options_json).as_object());
+    return *algorithm;
+}
+
+std::atomic<std::int64_t>& cursor(const std::string& balancer = this_balancer()) {
+    return rpclb::AlgorithmState::instance().counter(balancer, "wrr_cursor");
+}
+
+std::string pick(rpclb::SelectionAlgorithm& algorithm, const rpclb::MemberSnapshot& members) {
+    auto index = algorithm.choose_from_nodes(members, {});
+    BOOST_TEST_REQUIRE(index.has_value(), (index ? "" : index.error().message));
+    BOOST_TEST_REQUIRE(*index < members.nodes.size());
+    return members.nodes[*index];
+}
+
+std::vector<std::string> picks(rpclb::SelectionAlgorithm& algorithm,
+                               const rpclb::MemberSnapshot& members, int count) {
+    std::vector<std::string> picked;
+    for (int i = 0; i < count; ++i) picked.push_back(pick(algorithm, members));
+    return picked;
+}
+
+std::map<std::string, int> tally(const std::vector<std::string>& picked) {
+    std::map<std::string, int> counts;
+    for (const auto& node : picked) ++counts[node];
+    return counts;
+}
+
+// Snapshots of different member lists carry different versions, as the groups give them.
+const rpclb::MemberSnapshot ab{{"a", "b"}, 1};
+const rpclb::MemberSnapshot abc{{"a", "b", "c"}, 2};
+const rpclb::MemberSnapshot a_only{{"a"}, 3};
+
+void require_init_rejected(std::string_view options_json, std::string_view mentions) {
+    rpclb::PluginRegistry registry;
+    auto algorithm = registry.create("weighted_round_robin").value();
+    try {
+        algorithm->init({this_balancer(), "me@host", nullptr}, boost::json::parse(options_json).as_object());
+        BOOST_ERROR("init accepted " << options_json);
+    } catch (const std::invalid_argument& e) {
+        const std::string message = e.what();
+        BOOST_TEST_CONTEXT(message) {
+            BOOST_TEST(message.starts_with("weights"));
+            BOOST_TEST(message.find(mentions) != std::string::npos);
+        }
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(weighted_round_robin)
+
+// Seed §7 case 64, with the interleaving of §10.5.
+BOOST_AUTO_TEST_CASE(pick_three_to_one_gives_six_a_two_b_interleaved) {
+    auto algorithm = load(R"({"weights": {"a": 3, "b": 1}})");
+    const auto picked = picks(*algorithm, ab, 8);
+    const auto counts = tally(picked);
+    BOOST_TEST(counts.at("a") == 6);
+    BOOST_TEST(counts.at("b") == 2);
+    const std::vector<std::string> expected{"a", "a", "b", "a", "a", "a", "b", "a"};
+    BOOST_TEST(picked == expected, boost::test_tools::per_element());
+}
+
+// Seed §7 case 66.
+BOOST_AUTO_TEST_CASE(pick_empty_weights_is_plain_round_robin) {
+    auto algorithm = load(R"({"weights": {}})");
+    const std::vector<std::string> expected{"a", "b", "c", "a", "b", "c"};
+    BOOST_TEST(picks(*algorithm, abc, 6) == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(pick_without_weights_option_is_plain_round_robin) {
+    auto algorithm = load();
+    const std::vector<std::string> expected{"a", "b", "c", "a", "b", "c"};
+    BOOST_TEST(picks(*algorithm, abc, 6) == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(pick_many_gives_exact_proportions) {
+    auto algorithm = load(R"({"weights": {"a": 5, "b": 2, "c": 1}})");
+    const auto counts = tally(picks(*algorithm, abc, 8 * 1000));
+    BOOST_TEST(counts.at("a") == 5000);
+    BOOST_TEST(counts.at("b") == 2000);
+    BOOST_TEST(counts.at("c") == 1000);
+}
+
+BOOST_AUTO_TEST_CASE(pick_spreads_each_member_evenly_over_the_period) {
+    // Smoothness: after every pick t, each member's count stays within 1 of its exact share
+    // t × weight / total (blocks a a a a a b b c would be 3.75 off for a after 5 picks).
+    auto algorithm = load(R"({"weights": {"a": 5, "b": 2, "c": 1}})");
+    const std::map<std::string, double> share{{"a", 5.0 / 8}, {"b", 2.0 / 8}, {"c", 1.0 / 8}};
+    std::map<std::string, int> counts;
+    for (int t = 1; t <= 64; ++t) {
+        ++counts[pick(*algorithm, abc)];
+        for (const auto& [node, fraction] : share)
+            BOOST_TEST(std::abs(counts[node] - t * fraction) < 1.0, "t " << t << " node " << node);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(pick_common_factor_is_divided_out_of_the_period) {
+    auto algorithm = load(R"({"weights": {"a": 300, "b": 100}})");
+    BOOST_TEST(picks(*algorithm, ab, 8) == (std::vector<std::string>{"a", "a", "b", "a", "a", "a", "b", "a"}),
+               boost::test_tools::per_element());
+    // The period is 4 picks, not 400: past ten million the cursor restarts at c = 10,000,004.
+    cursor().store(10'000'000);
+    (void)picks(*algorithm, ab, 4);
+    BOOST_TEST(cursor().load() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(pick_member_missing_from_weights_weighs_one) {
+    auto algorithm = load(R"({"weights": {"a": 2, "other": 7}})");
+    const auto counts = tally(picks(*algorithm, abc, 400));
+    BOOST_TEST(counts.at("a") == 200);
+    BOOST_TEST(counts.at("b") == 100);
+    BOOST_TEST(counts.at("c") == 100);
+}
+
+BOOST_AUTO_TEST_CASE(pick_weight_zero_excludes_member) {
+    auto algorithm = load(R"({"weights": {"a": 0, "c": 1}})");
+    const std::vector<std::string> expected{"b", "c", "b", "c", "b", "c"};
+    BOOST_TEST(picks(*algorithm, abc, 6) == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(pick_all_members_weight_zero_returns_service_unavailable) {
+    auto algorithm = load(R"({"weights": {"a": 0, "b": 4}})");
+    auto index = algorithm->choose_from_nodes(a_only, {});
+    BOOST_TEST_REQUIRE(!index.has_value());
+    BOOST_TEST((index.error().code == rpclb::ErrorCode::service_unavailable));
+    BOOST_TEST(index.error().message == "no member has a positive weight");
+    BOOST_TEST(index.error().details.at("load_balancer").as_string() == this_balancer());
+    BOOST_TEST(cursor().load() == 0);  // an error doesn't move the cursor
+    // Once a member with a positive weight joins, picks work again.
+    BOOST_TEST(picks(*algorithm, ab, 3) == (std::vector<std::string>{"b", "b", "b"}),
+               boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(pick_membership_change_uses_new_members_weights) {
+    auto algorithm = load(R"({"weights": {"a": 3, "b": 1, "c": 4}})");
+    const auto before = tally(picks(*algorithm, ab, 4));
+    BOOST_TEST(before.at("a") == 3);
+    BOOST_TEST(before.at("b") == 1);
+    const auto after = tally(picks(*algorithm, abc, 8 * 10));
+    BOOST_TEST(after.at("a") == 30);
+    BOOST_TEST(after.at("b") == 10);
+    BOOST_TEST(after.at("c") == 40);
+    // Back to the first member list: its period again.
+    const auto again = tally(picks(*algorithm, rpclb::MemberSnapshot{{"a", "b"}, 4}, 40));
+    BOOST_TEST(again.at("a") == 30);
+    BOOST_TEST(again.at("b") == 10);
+}
+
+BOOST_AUTO_TEST_CASE(pick_new_instance_on_same_balancer_continues_cursor) {
+    // The cursor lives in AlgorithmState, so a restarted balancer carries on where the old
+    // instance stopped instead of starting again at the first member.
+    auto first = load(R"({"weights": {"a": 3, "b": 1}})");
+    BOOST_TEST(picks(*first, ab, 2) == (std::vector<std::string>{"a", "a"}), boost::test_tools::per_element());
+    first.reset();
+    auto restarted = load(R"({"weights": {"a": 3, "b": 1}})");
+    BOOST_TEST(pick(*restarted, ab) == "b");
+    BOOST_TEST(pick(*restarted, ab) == "a");
+    BOOST_TEST(cursor().load() == 4);
+}
+
+BOOST_AUTO_TEST_CASE(pick_cursor_past_ten_million_restarts_at_period_end) {
+    auto algorithm = load(R"({"weights": {"a": 3, "b": 1}})");
+    // 9,999,996 is a multiple of the period (4): the next pick is the period's first entry.
+    cursor().store(9'999'996);
+    BOOST_TEST(picks(*algorithm, ab, 4) == (std::vector<std::string>{"a", "a", "b", "a"}),
+               boost::test_tools::per_element());
+    // c = 10,000,000 ended a period: the cursor went back to 0 and the sequence carries on
+    // without a seam.
+    BOOST_TEST(cursor().load() == 0);
+    BOOST_TEST(picks(*algorithm, ab, 4) == (std::vector<std::string>{"a", "a", "b", "a"}),
+               boost::test_tools::per_element());
+    BOOST_TEST(cursor().load() == 4);
+}
+
+BOOST_AUTO_TEST_CASE(pick_cursor_past_ten_million_waits_for_period_end) {
+    auto algorithm = load();  // period 3 over [a, b, c]
+    cursor().store(9'999'998);
+    // c = 9,999,999 ends a period ((c - 1) mod 3 = 2) but is below ten million: no reset.
+    BOOST_TEST(pick(*algorithm, abc) == "c");
+    BOOST_TEST(cursor().load() == 9'999'999);
+    // c = 10,000,000 and 10,000,001 are past ten million but mid-period.
+    BOOST_TEST(pick(*algorithm, abc) == "a");
+    BOOST_TEST(pick(*algorithm, abc) == "b");
+    BOOST_TEST(cursor().load() == 10'000'001);
+    // c = 10,000,002 ends the period: back to 0, and the next pick starts a new one.
+    BOOST_TEST(pick(*algorithm, abc) == "c");
+    BOOST_TEST(cursor().load() == 0);
+    BOOST_TEST(pick(*algorithm, abc) == "a");
+}
+
+BOOST_AUTO_TEST_CASE(pick_concurrent_threads_keep_exact_proportions) {
+    auto algorithm = load(R"({"weights": {"a": 3, "b": 1}})");
+    constexpr int threads = 2, picks_per_thread = 40'000;
+    std::array<std::array<int, 2>, threads> counts{};
+    {
+        std::vector<std::jthread> workers;
+        for (int t = 0; t < threads; ++t)
+            workers.emplace_back([&, t] {
+                for (int i = 0; i < picks_per_thread; ++i) ++counts[t][algorithm->choose_from_nodes(ab, {}).value()];
+            });
+    }
+    BOOST_TEST(counts[0][0] + counts[1][0] == 60'000);
+    BOOST_TEST(counts[0][1] + counts[1][1] == 20'000);
+}
+
+BOOST_AUTO_TEST_CASE(pick_empty_member_list_returns_service_unavailable) {
+    auto algorithm = load(R"({"weights": {"a": 3}})");
+    auto index = algorithm->choose_from_nodes(rpclb::MemberSnapshot{}, {});
+    BOOST_TEST_REQUIRE(!index.has_value());
+    BOOST_TEST((index.error() == rpclb::empty_members_error(this_balancer())));
+    auto sample = algorithm->choose_nodes(rpclb::MemberSnapshot{}, 2, {});
+    BOOST_TEST_REQUIRE(!sample.has_value());
+    BOOST_TEST((sample.error().code == rpclb::ErrorCode::service_unavailable));
+    BOOST_TEST(cursor().load() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(init_negative_weight_throws_naming_weights) {
+    require_init_rejected(R"({"weights": {"a": 2, "b": -1}})", "\"b\"");
+}
+
+BOOST_AUTO_TEST_CASE(init_non_integer_weight_throws_naming_weights) {
+    require_init_rejected(R"({"weights": {"a": 1.5}})", "\"a\"");
+    require_init_rejected(R"({"weights": {"a": "3"}})", "\"a\"");
+    require_init_rejected(R"({"weights": {"a": true}})", "\"a\"");
+    require_init_rejected(R"({"weights": {"a": null}})", "\"a\"");
+}
+
+BOOST_AUTO_TEST_CASE(init_all_zero_weights_throws_naming_weights) {
+    require_init_rejected(R"({"weights": {"a": 0, "b": 0}})", "0");
+}
+
+BOOST_AUTO_TEST_CASE(init_weights_not_an_object_throws_naming_weights) {
+    require_init_rejected(R"({"weights": [3, 1]})", "object");
+    require_init_rejected(R"({"weights": 3})", "object");
+}
+
+BOOST_AUTO_TEST_CASE(init_weight_above_limit_throws_naming_weights) {
+    require_init_rejected(R"({"weights": {"a": 1000001}})", "1000000");
+}
+
+BOOST_AUTO_TEST_CASE(pick_huge_coprime_weights_keeps_approximate_proportions) {
+    // Period 1,000,000 + 999,999 is scaled down to about 65,536 picks.
+    auto algorithm = load(R"({"weights": {"a": 1000000, "b": 999999}})");
+    const auto counts = tally(picks(*algorithm, ab, 65'536));
+    BOOST_TEST(std::abs(counts.at("a") - 32'768) <= 2);
+    BOOST_TEST(std::abs(counts.at("b") - 32'768) <= 2);
+}
+
+BOOST_AUTO_TEST_CASE(choose_nodes_returns_distinct_members) {
+    auto algorithm = load(R"({"weights": {"a": 3}})");
+    auto sample = algorithm->choose_nodes(abc, 2, {});
+    BOOST_TEST_REQUIRE(sample.has_value());
+    BOOST_TEST_REQUIRE(sample->size() == 2u);
+    BOOST_TEST((*sample)[0] != (*sample)[1]);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
