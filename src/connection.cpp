@@ -280,6 +280,10 @@ void Connection::fail(const std::string& reason) {
     beast::get_lowest_layer(ws_).socket().close(ignored);
     queue_.clear();
     fail_pending(reason);
+    if (!established_ && handshake_.awaiting_ready())
+        owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
+                                                           " closed the connection after our proof "
+                                                           "(its cookie differs, or it went away)");
     owner_.on_closed(shared_from_this(), reason, established_);
 }
 

@@ -100,7 +100,7 @@ Handshake::Step Handshake::start() {
     state_ = State::awaiting_hello;
     Step step;
     if (role_ == Role::dialer)
-        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_, std::nullopt});
+        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_});
     return step;
 }
 
@@ -117,10 +117,7 @@ Handshake::Step Handshake::on_frame(const wire::Frame& frame) {
             if (const auto* auth = std::get_if<wire::Auth>(&frame)) return on_auth(*auth);
             break;
         case State::awaiting_ready:
-            if (std::holds_alternative<wire::Ready>(frame)) {
-                state_ = State::done;
-                return Step{{}, true, std::nullopt};
-            }
+            if (const auto* ready = std::get_if<wire::Ready>(&frame)) return on_ready(*ready);
             break;
         }
         return fail("unexpected " + std::string(wire::type_name(frame)) + " frame during handshake");
@@ -142,15 +139,13 @@ Handshake::Step Handshake::on_hello(const wire::Hello& hello) {
 
     Step step;
     if (role_ == Role::acceptor) {
-        // A proof in the dialer's Hello has no meaning in the protocol; it is ignored.
-        auto proof = acceptor_proof(cookie_, peer_nonce_, local_nonce_, local_.node, peer_.node);
-        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_, std::move(proof)});
+        // No proof yet: the acceptor proves itself only to a dialer that proved first
+        // (see the header), so a stranger gets nothing to attack offline.
+        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_});
         state_ = State::awaiting_auth;
         return step;
     }
 
-    const auto expected = acceptor_proof(cookie_, local_nonce_, peer_nonce_, peer_.node, local_.node);
-    if (!hello.proof || !constant_time_equal(*hello.proof, expected)) return wrong_cookie();
     step.send.emplace_back(
         wire::Auth{dialer_proof(cookie_, peer_nonce_, local_nonce_, local_.node, peer_.node)});
     state_ = State::awaiting_ready;
@@ -159,12 +154,21 @@ Handshake::Step Handshake::on_hello(const wire::Hello& hello) {
 
 Handshake::Step Handshake::on_auth(const wire::Auth& auth) {
     const auto expected = dialer_proof(cookie_, local_nonce_, peer_nonce_, peer_.node, local_.node);
+    // A dialer that failed gets nothing more, in particular not the acceptor's proof.
     if (!constant_time_equal(auth.proof, expected)) return wrong_cookie();
+    auto proof = acceptor_proof(cookie_, peer_nonce_, local_nonce_, local_.node, peer_.node);
     state_ = State::done;
     Step step;
-    step.send.emplace_back(wire::Ready{});
+    step.send.emplace_back(wire::Ready{std::move(proof)});
     step.done = true;
     return step;
+}
+
+Handshake::Step Handshake::on_ready(const wire::Ready& ready) {
+    const auto expected = acceptor_proof(cookie_, local_nonce_, peer_nonce_, peer_.node, local_.node);
+    if (!constant_time_equal(ready.proof, expected)) return wrong_cookie();
+    state_ = State::done;
+    return Step{{}, true, std::nullopt};
 }
 
 Handshake::Step Handshake::wrong_cookie() {

@@ -83,16 +83,6 @@ public:
         }
     }
 
-    void optional_string(std::string_view key, std::optional<std::string>& out) {
-        if (failed()) return;
-        if (auto* v = obj_.if_contains(key)) {
-            if (auto* s = v->if_string())
-                out.emplace(s->data(), s->size());
-            else
-                fail(key, "a string", v);
-        }
-    }
-
     void boolean(std::string_view key, bool& out) {
         if (auto* v = find(key, "a boolean")) {
             if (auto* b = v->if_bool())
@@ -209,12 +199,11 @@ void read(Members& m, Hello& f) {
     m.integer("v", f.version);
     read_peer(m, f.peer);
     m.string("nonce", f.nonce);
-    m.optional_string("proof", f.proof);
 }
 
 void read(Members& m, Auth& f) { m.string("proof", f.proof); }
 
-void read(Members&, Ready&) {}
+void read(Members& m, Ready& f) { m.string("proof", f.proof); }
 
 void read(Members& m, Nodes& f) {
     auto* nodes = m.array_ref("nodes");
@@ -460,12 +449,11 @@ void write(Writer& w, const Hello& f) {
     w.integer("v", f.version);
     write_peer(w, f.peer);
     w.string("nonce", f.nonce);
-    if (f.proof) w.string("proof", *f.proof);
 }
 
 void write(Writer& w, const Auth& f) { w.string("proof", f.proof); }
 
-void write(Writer&, const Ready&) {}
+void write(Writer& w, const Ready& f) { w.string("proof", f.proof); }
 
 void write(Writer& w, const Nodes& f) {
     w.begin_array("nodes");

@@ -63,10 +63,24 @@ Outcome run(Handshake& dialer, Handshake& acceptor) {
 }
 
 proto::Hello dialer_hello(std::string nonce) {
-    return proto::Hello{proto::protocol_version, dialer_info, std::move(nonce), std::nullopt};
+    return proto::Hello{proto::protocol_version, dialer_info, std::move(nonce)};
 }
 
 const std::string nonce_d(64, 'd');
+const std::string nonce_a(64, 'a');
+
+// The proofs exactly as the header documents them.
+std::string documented_dialer_proof(const std::string& cookie, const std::string& na,
+                                    const std::string& nd) {
+    return rpclb::detail::hmac_sha256_hex(
+        cookie, "rpclb-dialer\n" + na + "\n" + nd + "\n" + dialer_info.node + "\n" + acceptor_info.node);
+}
+
+std::string documented_acceptor_proof(const std::string& cookie, const std::string& nd,
+                                      const std::string& na) {
+    return rpclb::detail::hmac_sha256_hex(
+        cookie, "rpclb-acceptor\n" + nd + "\n" + na + "\n" + acceptor_info.node + "\n" + dialer_info.node);
+}
 
 bool contains(const std::optional<std::string>& s, std::string_view part) {
     return s && s->find(part) != std::string::npos;
@@ -117,8 +131,16 @@ BOOST_AUTO_TEST_CASE(right_cookie_completes_both_sides) {
     BOOST_TEST((acceptor.peer() == dialer_info));
     BOOST_TEST((dialer.role() == Role::dialer));
     BOOST_TEST((acceptor.role() == Role::acceptor));
+    BOOST_TEST(dialer.dialer_nonce() == acceptor.dialer_nonce());
     // hello, hello, auth, ready
-    BOOST_TEST(out.texts.size() == 4u);
+    BOOST_TEST_REQUIRE(out.texts.size() == 4u);
+    BOOST_TEST(out.texts[0].find(R"("t":"hello")") != std::string::npos, out.texts[0]);
+    BOOST_TEST(out.texts[1].find(R"("t":"hello")") != std::string::npos, out.texts[1]);
+    BOOST_TEST(out.texts[2].find(R"("t":"auth")") != std::string::npos, out.texts[2]);
+    BOOST_TEST(out.texts[3].find(R"("t":"ready")") != std::string::npos, out.texts[3]);
+    // Only Auth and Ready carry proofs.
+    BOOST_TEST(out.texts[0].find("proof") == std::string::npos, out.texts[0]);
+    BOOST_TEST(out.texts[1].find("proof") == std::string::npos, out.texts[1]);
 }
 
 BOOST_AUTO_TEST_CASE(start_sends_hello_only_from_dialer) {
@@ -127,7 +149,7 @@ BOOST_AUTO_TEST_CASE(start_sends_hello_only_from_dialer) {
     const auto d = dialer.start();
     BOOST_TEST_REQUIRE(d.send.size() == 1u);
     const auto& hello = std::get<proto::Hello>(d.send[0]);
-    BOOST_TEST(!hello.proof.has_value());
+    BOOST_TEST(proto::encode(hello).find("proof") == std::string::npos);
     BOOST_TEST((hello.peer == dialer_info));
     BOOST_TEST(hello.version == proto::protocol_version);
     const auto a = acceptor.start();
@@ -136,73 +158,142 @@ BOOST_AUTO_TEST_CASE(start_sends_hello_only_from_dialer) {
     BOOST_TEST(!a.error.has_value());
 }
 
-BOOST_AUTO_TEST_CASE(wrong_cookie_fails_on_dialer_side) {
+BOOST_AUTO_TEST_CASE(acceptor_hello_carries_no_proof) {
+    Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
+    acceptor.start();
+    const auto step = acceptor.on_frame(dialer_hello(nonce_d));
+    BOOST_TEST(!step.error.has_value(), step.error.value_or(""));
+    BOOST_TEST(!step.done);
+    BOOST_TEST_REQUIRE(step.send.size() == 1u);
+    const auto& hello = std::get<proto::Hello>(step.send[0]);
+    BOOST_TEST((hello.peer == acceptor_info));
+    BOOST_TEST(hello.version == proto::protocol_version);
+    const auto text = proto::encode(hello);
+    BOOST_TEST(text.find("proof") == std::string::npos, text);
+    // Nothing in it is an HMAC under the cookie: only the fresh nonce and the identity.
+    BOOST_TEST(text.find(documented_acceptor_proof("cookie", nonce_d, hello.nonce)) == std::string::npos);
+    BOOST_TEST(acceptor.dialer_nonce() == nonce_d);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_cookie_is_detected_by_acceptor_first) {
     Handshake dialer(Role::dialer, dialer_info, "cookie-one");
     Handshake acceptor(Role::acceptor, acceptor_info, "cookie-two");
     const auto out = run(dialer, acceptor);
-    BOOST_TEST(contains(out.dialer_error, "cookie"), out.dialer_error.value_or("<no error>"));
-    BOOST_TEST(contains(out.dialer_error, acceptor_info.node));
+    BOOST_TEST(out.acceptor_error.value_or("<no error>") ==
+                   "wrong cookie: " + dialer_info.node + " failed the cookie check");
+    // The dialer is still waiting for Ready, which never comes.
+    BOOST_TEST(!out.dialer_error.has_value());
     BOOST_TEST(!out.dialer_done);
     BOOST_TEST(!out.acceptor_done);
+    // hello, hello, auth: no ready, and no acceptor proof anywhere.
+    BOOST_TEST(out.texts.size() == 3u);
+    for (const auto& text : out.texts) BOOST_TEST(text.find("ready") == std::string::npos, text);
 }
 
-BOOST_AUTO_TEST_CASE(dialer_rejects_acceptor_hello_without_proof) {
-    Handshake dialer(Role::dialer, dialer_info, "cookie");
-    dialer.start();
-    const auto step = dialer.on_frame(
-        proto::Hello{proto::protocol_version, acceptor_info, std::string(64, 'a'), std::nullopt});
-    BOOST_TEST(contains(step.error, "wrong cookie"), step.error.value_or("<no error>"));
-    BOOST_TEST(step.send.empty());
-    BOOST_TEST(!step.done);
-}
-
-BOOST_AUTO_TEST_CASE(wrong_cookie_fails_on_acceptor_side) {
-    // A dialer that does not check the acceptor's proof and answers with a proof made
-    // from another cookie, as the protocol prescribes.
+BOOST_AUTO_TEST_CASE(acceptor_sends_nothing_to_a_dialer_that_failed) {
+    // A dialer answering with a proof made from another cookie.
     Handshake acceptor(Role::acceptor, acceptor_info, "right-cookie");
     acceptor.start();
     auto step = acceptor.on_frame(dialer_hello(nonce_d));
     BOOST_TEST_REQUIRE(step.send.size() == 1u);
     const auto na = std::get<proto::Hello>(step.send[0]).nonce;
-    const auto bad_proof = rpclb::detail::hmac_sha256_hex(
-        "wrong-cookie", "rpclb-dialer\n" + na + "\n" + nonce_d + "\n" + dialer_info.node + "\n" +
-                            acceptor_info.node);
-    step = acceptor.on_frame(proto::Auth{bad_proof});
-    BOOST_TEST(contains(step.error, "cookie"), step.error.value_or("<no error>"));
-    BOOST_TEST(contains(step.error, dialer_info.node));
+    step = acceptor.on_frame(proto::Auth{documented_dialer_proof("wrong-cookie", na, nonce_d)});
+    BOOST_TEST(step.error.value_or("<no error>") ==
+               "wrong cookie: " + dialer_info.node + " failed the cookie check");
     BOOST_TEST(!step.done);
     BOOST_TEST(step.send.empty());
+    // Nor does it answer anything afterwards, even the right proof.
+    step = acceptor.on_frame(proto::Auth{documented_dialer_proof("right-cookie", na, nonce_d)});
+    BOOST_TEST(step.error.has_value());
+    BOOST_TEST(step.send.empty());
+    BOOST_TEST(!step.done);
+
+    // An empty or a junk proof fails the same way.
+    for (const auto& bad : {std::string(), std::string("00")}) {
+        Handshake a(Role::acceptor, acceptor_info, "right-cookie");
+        a.start();
+        a.on_frame(dialer_hello(nonce_d));
+        const auto s = a.on_frame(proto::Auth{bad});
+        BOOST_TEST(contains(s.error, "wrong cookie"), s.error.value_or("<no error>"));
+        BOOST_TEST(s.send.empty());
+    }
+}
+
+BOOST_AUTO_TEST_CASE(dialer_facing_wrong_cookie_acceptor_fails_at_ready) {
+    // An impostor acceptor that does not hold the cookie but answers Ready anyway: with
+    // an empty proof, a junk proof, or a proper HMAC under its own cookie.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        Handshake dialer(Role::dialer, dialer_info, "cookie");
+        const auto d = dialer.start();
+        const auto nd = std::get<proto::Hello>(d.send.at(0)).nonce;
+        auto step = dialer.on_frame(proto::Hello{proto::protocol_version, acceptor_info, nonce_a});
+        BOOST_TEST(!step.error.has_value(), step.error.value_or(""));
+        BOOST_TEST(!step.done);
+        BOOST_TEST_REQUIRE(step.send.size() == 1u);
+        BOOST_TEST(std::holds_alternative<proto::Auth>(step.send[0]));
+        const std::string proof = attempt == 0   ? std::string()
+                                  : attempt == 1 ? std::string(64, '0')
+                                                 : documented_acceptor_proof("impostor-cookie", nd, nonce_a);
+        step = dialer.on_frame(proto::Ready{proof});
+        BOOST_TEST(step.error.value_or("<no error>") ==
+                   "wrong cookie: " + acceptor_info.node + " failed the cookie check");
+        BOOST_TEST(!step.done);
+        BOOST_TEST(step.send.empty());
+    }
+
+    // Nor is the dialer's own proof reflected back as the acceptor's.
+    Handshake dialer(Role::dialer, dialer_info, "cookie");
+    dialer.start();
+    const auto step = dialer.on_frame(proto::Hello{proto::protocol_version, acceptor_info, nonce_a});
+    const auto own = std::get<proto::Auth>(step.send.at(0)).proof;
+    const auto reflected = dialer.on_frame(proto::Ready{own});
+    BOOST_TEST(contains(reflected.error, "wrong cookie"), reflected.error.value_or("<no error>"));
+    BOOST_TEST(!reflected.done);
 }
 
 BOOST_AUTO_TEST_CASE(proofs_follow_documented_formula) {
     const std::string cookie = "shared";
+    // Acceptor side: the dialer's Auth is checked against the dialer formula and Ready
+    // carries the acceptor formula.
     Handshake acceptor(Role::acceptor, acceptor_info, cookie);
     acceptor.start();
     auto step = acceptor.on_frame(dialer_hello(nonce_d));
     BOOST_TEST_REQUIRE(step.send.size() == 1u);
-    const auto& hello = std::get<proto::Hello>(step.send[0]);
-    const auto& na = hello.nonce;
-    BOOST_TEST((hello.peer == acceptor_info));
-    BOOST_TEST_REQUIRE(hello.proof.has_value());
-    BOOST_TEST(*hello.proof ==
-               rpclb::detail::hmac_sha256_hex(cookie, "rpclb-acceptor\n" + nonce_d + "\n" + na + "\n" +
-                                                          acceptor_info.node + "\n" + dialer_info.node));
-
-    const auto proof = rpclb::detail::hmac_sha256_hex(
-        cookie, "rpclb-dialer\n" + na + "\n" + nonce_d + "\n" + dialer_info.node + "\n" + acceptor_info.node);
-    step = acceptor.on_frame(proto::Auth{proof});
+    const auto na = std::get<proto::Hello>(step.send[0]).nonce;
+    step = acceptor.on_frame(proto::Auth{documented_dialer_proof(cookie, na, nonce_d)});
     BOOST_TEST(!step.error.has_value(), step.error.value_or(""));
     BOOST_TEST(step.done);
     BOOST_TEST_REQUIRE(step.send.size() == 1u);
-    BOOST_TEST(std::holds_alternative<proto::Ready>(step.send[0]));
+    const auto* ready = std::get_if<proto::Ready>(&step.send[0]);
+    BOOST_TEST_REQUIRE(ready != nullptr);
+    BOOST_TEST(ready->proof == documented_acceptor_proof(cookie, nonce_d, na));
+
+    // Dialer side: Auth carries the dialer formula and Ready is checked against the
+    // acceptor formula.
+    Handshake dialer(Role::dialer, dialer_info, cookie);
+    const auto d = dialer.start();
+    const auto nd = std::get<proto::Hello>(d.send.at(0)).nonce;
+    step = dialer.on_frame(proto::Hello{proto::protocol_version, acceptor_info, nonce_a});
+    BOOST_TEST_REQUIRE(step.send.size() == 1u);
+    const auto* auth = std::get_if<proto::Auth>(&step.send[0]);
+    BOOST_TEST_REQUIRE(auth != nullptr);
+    BOOST_TEST(auth->proof == documented_dialer_proof(cookie, nonce_a, nd));
+    BOOST_TEST(dialer.dialer_nonce() == nd);
+    step = dialer.on_frame(proto::Ready{documented_acceptor_proof(cookie, nd, nonce_a)});
+    BOOST_TEST(!step.error.has_value(), step.error.value_or(""));
+    BOOST_TEST(step.done);
+    BOOST_TEST(step.send.empty());
 }
 
 BOOST_AUTO_TEST_CASE(acceptor_ignores_proof_in_dialer_hello) {
+    // Older peers put a "proof" member in Hello; it is ignored like any unknown member.
     Handshake acceptor(Role::acceptor, acceptor_info, "cookie");
     acceptor.start();
-    auto hello = dialer_hello(nonce_d);
-    hello.proof = "ffff";
-    const auto step = acceptor.on_frame(hello);
+    auto text = proto::encode(dialer_hello(nonce_d));
+    text.insert(text.size() - 1, R"(,"proof":"ffff")");
+    const auto frame = proto::decode(text);
+    BOOST_TEST_REQUIRE(frame.has_value(), text);
+    const auto step = acceptor.on_frame(*frame);
     BOOST_TEST(!step.error.has_value());
     BOOST_TEST(step.send.size() == 1u);
 }
@@ -248,7 +339,7 @@ BOOST_AUTO_TEST_CASE(version_mismatch_fails) {
 
     Handshake dialer(Role::dialer, dialer_info, "cookie");
     dialer.start();
-    step = dialer.on_frame(proto::Hello{7, acceptor_info, std::string(64, 'a'), std::string(64, '0')});
+    step = dialer.on_frame(proto::Hello{7, acceptor_info, nonce_a});
     BOOST_TEST(step.error.value_or("<no error>") == "protocol version 7, expected 1");
     BOOST_TEST(!step.done);
 }

@@ -18,10 +18,10 @@ namespace {
 
 // Field-by-field equality of frames (the frame structs have no operator==).
 bool same(const proto::Hello& a, const proto::Hello& b) {
-    return a.version == b.version && a.peer == b.peer && a.nonce == b.nonce && a.proof == b.proof;
+    return a.version == b.version && a.peer == b.peer && a.nonce == b.nonce;
 }
 bool same(const proto::Auth& a, const proto::Auth& b) { return a.proof == b.proof; }
-bool same(const proto::Ready&, const proto::Ready&) { return true; }
+bool same(const proto::Ready& a, const proto::Ready& b) { return a.proof == b.proof; }
 bool same(const proto::Nodes& a, const proto::Nodes& b) { return a.nodes == b.nodes; }
 bool same(const proto::GroupSync& a, const proto::GroupSync& b) { return a.groups == b.groups; }
 bool same(const proto::GroupJoin& a, const proto::GroupJoin& b) {
@@ -52,10 +52,11 @@ proto::PeerInfo peer(std::string node, std::string listen, bool client = false) 
 
 std::vector<proto::Frame> one_of_each() {
     std::vector<proto::Frame> frames;
-    frames.emplace_back(proto::Hello{1, peer("a@h", "127.0.0.1:4000"), "00ff", std::nullopt});
-    frames.emplace_back(proto::Hello{1, peer("b@h", ""), "abcd", std::string("beef")});
+    frames.emplace_back(proto::Hello{1, peer("a@h", "127.0.0.1:4000"), "00ff"});
+    frames.emplace_back(proto::Hello{1, peer("b@h", ""), "abcd"});
     frames.emplace_back(proto::Auth{"cafe"});
-    frames.emplace_back(proto::Ready{});
+    frames.emplace_back(proto::Ready{"beef"});
+    frames.emplace_back(proto::Ready{std::string(64, 'f')});
     frames.emplace_back(proto::Nodes{{peer("a@h", "h:1"), peer("c@h", "", true)}});
     frames.emplace_back(proto::Nodes{});
     frames.emplace_back(proto::GroupSync{
@@ -101,12 +102,14 @@ BOOST_AUTO_TEST_CASE(round_trip_each_frame_type) {
 }
 
 BOOST_AUTO_TEST_CASE(encode_writes_compact_json_with_documented_members) {
-    BOOST_TEST(proto::encode(proto::Ready{}) == R"({"t":"ready"})");
+    BOOST_TEST(proto::encode(proto::Ready{"beef"}) == R"({"t":"ready","proof":"beef"})");
+    BOOST_TEST(proto::encode(proto::Ready{}) == R"({"t":"ready","proof":""})");
+    BOOST_TEST(proto::encode(proto::Auth{"cafe"}) == R"({"t":"auth","proof":"cafe"})");
     BOOST_TEST(proto::encode(proto::Request{5, "m", "f", json::array{1, "two"}, ""}) ==
                R"({"t":"req","id":5,"m":"m","f":"f","a":[1,"two"]})");
     BOOST_TEST(proto::encode(proto::Cast{"m", "f", json::array{}, "lb1"}) ==
                R"({"t":"cast","m":"m","f":"f","a":[],"lb":"lb1"})");
-    BOOST_TEST(proto::encode(proto::Hello{1, proto::PeerInfo{"a@h", "i", "h:1", false}, "n", std::nullopt}) ==
+    BOOST_TEST(proto::encode(proto::Hello{1, proto::PeerInfo{"a@h", "i", "h:1", false}, "n"}) ==
                R"({"t":"hello","v":1,"node":"a@h","inc":"i","listen":"h:1","client":false,"nonce":"n"})");
     BOOST_TEST(proto::encode(proto::Nodes{{proto::PeerInfo{"a@h", "i", "", true}}}) ==
                R"({"t":"nodes","nodes":[{"node":"a@h","inc":"i","listen":"","client":true}]})");
@@ -175,7 +178,7 @@ BOOST_AUTO_TEST_CASE(decode_rejects_oversize_without_parsing) {
     BOOST_TEST((e.kind == proto::DecodeErrorKind::too_large));
     BOOST_TEST(e.message.find("101") != std::string::npos, e.message);
 
-    const std::string ready = R"({"t":"ready"})";
+    const std::string ready = R"({"t":"ready","proof":"ab"})";
     BOOST_TEST(proto::decode(ready, ready.size()).has_value());
     BOOST_TEST((decode_error(ready, ready.size() - 1).kind == proto::DecodeErrorKind::too_large));
 }
@@ -231,12 +234,29 @@ BOOST_AUTO_TEST_CASE(decode_rejects_mistyped_member_naming_type_and_member) {
     BOOST_TEST(client.message.find(R"("hello" frame: member "client")") != std::string::npos,
                client.message);
 
-    const auto proof = decode_error(
-        R"({"t":"hello","v":1,"node":"a","inc":"i","listen":"","client":false,"nonce":"n","proof":null})");
-    BOOST_TEST(proof.message.find(R"(member "proof")") != std::string::npos, proof.message);
+    const auto proof = decode_error(R"({"t":"ready","proof":null})");
+    BOOST_TEST(proof.message == R"("ready" frame: member "proof" must be a string (got null))");
 
     const auto meta = decode_error(R"({"t":"gjoin","group":"g","meta":[]})");
     BOOST_TEST(meta.message.find(R"("gjoin" frame: member "meta")") != std::string::npos, meta.message);
+}
+
+BOOST_AUTO_TEST_CASE(hello_carries_no_proof_and_ignores_one) {
+    // Hello has no "proof" member any more; one sent by an older peer, of any type, is
+    // ignored like any unknown member.
+    const auto text = proto::encode(proto::Hello{1, peer("a@h", ""), "00ff"});
+    BOOST_TEST(text.find("proof") == std::string::npos, text);
+    for (const auto* extra : {R"("beef")", "null", "3"}) {
+        const auto with_proof =
+            std::string(R"({"t":"hello","v":1,"node":"a","inc":"i","listen":"","client":false,"nonce":"n","proof":)") +
+            extra + "}";
+        auto decoded = proto::decode(with_proof);
+        BOOST_TEST_REQUIRE(decoded.has_value(), with_proof << ": " << decoded.error().message);
+        const auto* hello = std::get_if<proto::Hello>(&*decoded);
+        BOOST_TEST_REQUIRE(hello != nullptr);
+        BOOST_TEST(hello->nonce == "n");
+        BOOST_TEST(proto::encode(*hello).find("proof") == std::string::npos);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(decode_rejects_missing_member_naming_type_and_member) {
@@ -246,6 +266,11 @@ BOOST_AUTO_TEST_CASE(decode_rejects_missing_member_naming_type_and_member) {
 
     const auto auth = decode_error(R"({"t":"auth"})");
     BOOST_TEST(auth.message == R"("auth" frame: member "proof" must be a string (missing))");
+
+    // Ready carries the acceptor's proof; without it the frame is malformed.
+    const auto ready = decode_error(R"({"t":"ready"})");
+    BOOST_TEST((ready.kind == proto::DecodeErrorKind::bad_shape));
+    BOOST_TEST(ready.message == R"("ready" frame: member "proof" must be a string (missing))");
 
     const auto hello = decode_error(R"({"t":"hello","v":1,"node":"a","listen":"","client":false,"nonce":"n"})");
     BOOST_TEST(hello.message.find(R"(member "inc")") != std::string::npos, hello.message);

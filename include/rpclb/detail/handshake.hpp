@@ -1,15 +1,30 @@
 // Mutual authentication with a shared cookie (sans-I/O state machine).
 //
 // Both sides prove they hold the cookie with HMAC-SHA256 (OpenSSL) over fresh nonces
-// from each side; the cookie itself never crosses the wire.
+// from each side; the cookie itself never crosses the wire. The dialer proves first and
+// the acceptor proves only to a dialer that already proved (as the connecting side does
+// first in Erlang distribution):
 //
 //   dialer   -> Hello{nonce Nd}
-//   acceptor -> Hello{nonce Na, proof = HMAC(cookie, "rpclb-acceptor\n"+Nd+"\n"+Na+"\n"+A+"\n"+D)}
+//   acceptor -> Hello{nonce Na}
 //   dialer   -> Auth{proof = HMAC(cookie, "rpclb-dialer\n"+Na+"\n"+Nd+"\n"+D+"\n"+A)}
-//   acceptor -> Ready
+//   acceptor -> Ready{proof = HMAC(cookie, "rpclb-acceptor\n"+Nd+"\n"+Na+"\n"+A+"\n"+D)}
 //
 // where A and D are the acceptor's and dialer's node names. Each side checks the other's
-// proof in constant time; a mismatch ends the handshake with an error.
+// proof in constant time; a mismatch ends the handshake with an error. An acceptor whose
+// check of the dialer's proof fails sends nothing more (in particular no proof of its own).
+//
+// Why this order: anyone who can reach a node's port can dial it. Had the acceptor proved
+// first (in its Hello), such a stranger would get an HMAC under the cookie over nonces it
+// knows and could brute-force the cookie offline. Now an unauthenticated dialer learns
+// nothing it could attack offline: the acceptor's Hello carries only a fresh nonce, and
+// its proof goes only to a dialer that already proved it holds the cookie.
+//
+// The trade-off (the same as Erlang's): a dialer that dials an impostor acceptor does
+// reveal its proof, an HMAC the impostor could attack offline. Nodes only dial addresses
+// they were configured with or learnt from authenticated peers, so this needs control of
+// such an address or of the network path; the answer to that threat is TLS (which also
+// authenticates the acceptor before any proof is sent), not the cookie handshake.
 #pragma once
 
 #include <rpclb/detail/wire.hpp>
@@ -54,8 +69,9 @@ public:
     Step start();
 
     /// Feeds a frame from the peer. After `done` or an error, further frames are errors.
-    /// Errors: "wrong cookie" (the peer's proof did not verify; the message names the
-    /// peer), "protocol version N, expected 1", "unexpected <type> frame during handshake".
+    /// Errors: "wrong cookie: <peer> failed the cookie check" (the peer's proof did not
+    /// verify: the dialer's Auth at the acceptor, which then sends nothing; the
+    /// acceptor's Ready at the dialer), "protocol version N, expected 1", "unexpected <type> frame during handshake".
     /// A peer Hello whose nonce is not 64 lower-case hex digits or whose node name is
     /// empty or holds a newline is refused too (they would make the HMAC input ambiguous).
     /// Never throws: an OpenSSL failure is reported as an error step.
@@ -65,6 +81,11 @@ public:
     const wire::PeerInfo& peer() const noexcept { return peer_; }
 
     Role role() const noexcept { return role_; }
+
+    /// True for a dialer that sent its proof and waits for the acceptor's Ready: a close
+    /// now most likely means the acceptor refused the proof (the cookies differ), since an
+    /// acceptor that refuses says nothing more.
+    bool awaiting_ready() const noexcept { return state_ == State::awaiting_ready; }
 
     /// The dialer's nonce of this connection (valid once the peer's Hello has arrived).
     /// Both ends know it, so it tells two connections of one pair apart the same way on
@@ -78,6 +99,7 @@ private:
 
     Step on_hello(const wire::Hello& hello);
     Step on_auth(const wire::Auth& auth);
+    Step on_ready(const wire::Ready& ready);
     Step wrong_cookie();
     Step fail(std::string message);  ///< enters `failed` and reports `message`
 

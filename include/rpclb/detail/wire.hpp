@@ -37,22 +37,25 @@ struct PeerInfo {
     friend bool operator==(const PeerInfo&, const PeerInfo&) = default;
 };
 
-/// "hello": {"t","v","node","inc","listen","client","nonce"[,"proof"]}. Sent first by
-/// the dialer (no proof) and answered by the acceptor (with proof).
+/// "hello": {"t","v","node","inc","listen","client","nonce"}. Sent first by the dialer
+/// and answered by the acceptor; neither carries a proof (a "proof" member, as older
+/// versions sent, is ignored like any unknown member).
 struct Hello {
     int version = protocol_version;
     PeerInfo peer;
-    std::string nonce;                 ///< hex, fresh per connection
-    std::optional<std::string> proof;  ///< hex HMAC-SHA256, acceptor only
+    std::string nonce;  ///< hex, fresh per connection
 };
 
-/// "auth": {"t","proof"} — the dialer's proof.
+/// "auth": {"t","proof"} — the dialer's proof (hex HMAC-SHA256).
 struct Auth {
     std::string proof;
 };
 
-/// "ready": {"t"} — the acceptor accepted the dialer's proof.
-struct Ready {};
+/// "ready": {"t","proof"} — the acceptor accepted the dialer's proof; carries the
+/// acceptor's own proof (hex HMAC-SHA256).
+struct Ready {
+    std::string proof;
+};
 
 /// "nodes": {"t","nodes":[PeerInfo...]} — gossip of the nodes the sender knows.
 struct Nodes {
@@ -131,8 +134,7 @@ std::string_view to_string(DecodeErrorKind kind) noexcept;
 boost::system::result<Frame, DecodeError> decode(std::string_view text,
                                                  std::size_t max_size = default_max_message_size);
 
-/// Encodes a frame as compact JSON text. An empty `load_balancer` and an absent `proof`
-/// are left out.
+/// Encodes a frame as compact JSON text. An empty `load_balancer` is left out.
 std::string encode(const Frame& frame);
 
 /// The "t" value of a frame ("hello", "req", ...).
