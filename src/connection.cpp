@@ -15,20 +15,6 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-// The id of a "req" or "res" frame read from its head ({"t":"req","id":N,...}, as our
-// encoder writes it) when the whole frame could not be decoded, so the call it belongs to
-// can be answered or failed instead of waiting for its deadline.
-std::optional<std::uint64_t> peek_id(std::string_view text, std::string_view type) {
-    const std::string head = R"({"t":")" + std::string(type) + R"(","id":)";
-    if (text.substr(0, head.size()) != head) return std::nullopt;
-    std::uint64_t id = 0;
-    std::size_t i = head.size(), digits = 0;
-    for (; i < text.size() && digits < 20 && text[i] >= '0' && text[i] <= '9'; ++i, ++digits)
-        id = id * 10 + static_cast<std::uint64_t>(text[i] - '0');
-    if (digits == 0 || digits == 20 || i >= text.size() || text[i] != ',') return std::nullopt;
-    return id;
-}
-
 std::pair<std::string, std::string> split_host_port(const std::string& address) {
     const auto colon = address.rfind(':');
     if (colon == std::string::npos) return {address, ""};
@@ -135,14 +121,14 @@ void Connection::on_read(std::size_t) {
     // read is started (which may fill it at once).
     if (!decoded) {
         const auto& error = decoded.error();
-        const auto request_id = error.request_id ? error.request_id : peek_id(text, "req");
+        const auto request_id = error.request_id ? error.request_id : wire::peek_frame_id(text, "req");
         if (request_id && established_) {
             send(wire::encode(wire::Response{
                 *request_id,
                 ErrorMessage{ErrorCode::bad_request, "bad request: " + error.message,
                              boost::json::object{{"node", settings_.local.node}}}}));
         }
-        if (const auto response_id = peek_id(text, "res"); response_id && established_) {
+        if (const auto response_id = wire::peek_frame_id(text, "res"); response_id && established_) {
             if (auto it = pending_.find(*response_id); it != pending_.end()) {
                 auto p = std::move(it->second);
                 pending_.erase(it);

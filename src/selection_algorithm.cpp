@@ -1,5 +1,7 @@
 #include <rpclb/selection_algorithm.hpp>
 
+#include <rpclb/detail/thread_rng.hpp>
+
 #include <boost/random/taus88.hpp>
 #include <boost/random/uniform_int_distribution.hpp>
 
@@ -11,16 +13,7 @@
 namespace rpclb {
 namespace {
 
-// One small, fast generator per thread: no lock and no shared cache line on the pick
-// path. taus88 keeps 12 bytes of state and is trivially destructible.
-boost::random::taus88& thread_rng() {
-    thread_local boost::random::taus88 rng = [] {
-        std::random_device device;
-        std::seed_seq seed{device(), device(), device(), device()};
-        return boost::random::taus88(seed);
-    }();
-    return rng;
-}
+using detail::thread_rng;
 
 }  // namespace
 

@@ -300,25 +300,12 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
     return DecodeError{kind, std::move(message), std::nullopt};
 }
 
-// The id of an oversize request, read from the frame's head without parsing the rest:
-// rpclb's encoder writes {"t":"req","id":N,... first, so the sender can be told.
-std::optional<std::uint64_t> peek_request_id(std::string_view text) {
-    constexpr std::string_view head = R"({"t":"req","id":)";
-    if (text.substr(0, head.size()) != head) return std::nullopt;
-    std::uint64_t id = 0;
-    std::size_t i = head.size(), digits = 0;
-    for (; i < text.size() && digits < 20 && text[i] >= '0' && text[i] <= '9'; ++i, ++digits)
-        id = id * 10 + static_cast<std::uint64_t>(text[i] - '0');
-    if (digits == 0 || digits == 20 || i >= text.size() || text[i] != ',') return std::nullopt;
-    return id;
-}
-
 Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
     if (text.size() > max_size)
         return DecodeError{DecodeErrorKind::too_large,
                            "frame of " + std::to_string(text.size()) +
                                " bytes exceeds the limit of " + std::to_string(max_size) + " bytes",
-                           peek_request_id(text)};
+                           peek_frame_id(text, "req")};
 
     boost::system::error_code ec;
     json::value doc = json::parse(text, ec);
@@ -507,6 +494,22 @@ void write(Writer& w, const Response& f) {
 }
 
 }  // namespace
+
+std::optional<std::uint64_t> peek_frame_id(std::string_view text, std::string_view type) noexcept {
+    constexpr std::string_view open = R"({"t":")", middle = R"(","id":)";
+    if (text.substr(0, open.size()) != open) return std::nullopt;
+    text.remove_prefix(open.size());
+    if (text.substr(0, type.size()) != type) return std::nullopt;
+    text.remove_prefix(type.size());
+    if (text.substr(0, middle.size()) != middle) return std::nullopt;
+    text.remove_prefix(middle.size());
+    std::uint64_t id = 0;
+    std::size_t digits = 0;
+    for (; digits < text.size() && digits < 20 && text[digits] >= '0' && text[digits] <= '9'; ++digits)
+        id = id * 10 + static_cast<std::uint64_t>(text[digits] - '0');
+    if (digits == 0 || digits == 20 || digits >= text.size() || text[digits] != ',') return std::nullopt;
+    return id;
+}
 
 std::string_view to_string(DecodeErrorKind kind) noexcept {
     switch (kind) {

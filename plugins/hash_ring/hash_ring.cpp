@@ -1,6 +1,8 @@
 #include "hash_ring.hpp"
 
 #include <boost/json/serialize.hpp>
+#include <rpclb/detail/thread_rng.hpp>
+
 #include <boost/random/taus88.hpp>
 #include <boost/random/uniform_int_distribution.hpp>
 
@@ -11,16 +13,7 @@
 namespace rpclb::plugins {
 namespace {
 
-// One small generator per thread for key-less picks: 12 bytes of state, trivially
-// destructible (so a thread's copy never pins the plugin in memory).
-boost::random::taus88& thread_rng() {
-    thread_local boost::random::taus88 rng = [] {
-        std::random_device device;
-        std::seed_seq seed{device(), device(), device(), device()};
-        return boost::random::taus88(seed);
-    }();
-    return rng;
-}
+using detail::thread_rng;
 
 std::uint32_t parse_weight(const boost::json::object& options) {
     const auto* value = options.if_contains("weight");

@@ -2,6 +2,8 @@
 
 #include "cpu_poller.hpp"
 
+#include <rpclb/detail/thread_rng.hpp>
+
 #include <boost/random/taus88.hpp>
 
 #include <time.h>
@@ -53,16 +55,7 @@ std::optional<double> percent_option(const boost::json::object& options, std::st
     return x;
 }
 
-// One small generator per thread, as in the Random plugin: trivially destructible, so a
-// thread's copy never runs plugin code at thread exit.
-boost::random::taus88& thread_rng() {
-    thread_local boost::random::taus88 rng = [] {
-        std::random_device device;
-        std::seed_seq seed{device(), device(), device(), device()};
-        return boost::random::taus88(seed);
-    }();
-    return rng;
-}
+using detail::thread_rng;
 
 std::uint64_t splitmix64(std::uint64_t x) noexcept {
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;

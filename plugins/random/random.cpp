@@ -1,5 +1,7 @@
 #include "random.hpp"
 
+#include <rpclb/detail/thread_rng.hpp>
+
 #include <boost/random/taus88.hpp>
 #include <boost/random/uniform_int_distribution.hpp>
 
@@ -8,16 +10,7 @@
 namespace rpclb::plugins {
 namespace {
 
-// One small generator per thread: 12 bytes of state, trivially destructible (so a
-// thread's copy never pins the plugin in memory after the algorithm is gone).
-boost::random::taus88& thread_rng() {
-    thread_local boost::random::taus88 rng = [] {
-        std::random_device device;
-        std::seed_seq seed{device(), device(), device(), device()};
-        return boost::random::taus88(seed);
-    }();
-    return rng;
-}
+using detail::thread_rng;
 
 }  // namespace
 

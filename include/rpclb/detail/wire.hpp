@@ -134,6 +134,12 @@ std::string_view to_string(DecodeErrorKind kind) noexcept;
 boost::system::result<Frame, DecodeError> decode(std::string_view text,
                                                  std::size_t max_size = default_max_message_size);
 
+/// The id of a "req" or "res" frame (`type`) read from the frame's head alone, as this
+/// codec writes it (`{"t":"req","id":N,...`), for a frame too large or too malformed to
+/// decode: its call can then be answered or failed instead of waiting for its deadline.
+/// nullopt when the head is not of that form.
+std::optional<std::uint64_t> peek_frame_id(std::string_view text, std::string_view type) noexcept;
+
 /// Encodes a frame as compact JSON text. An empty `load_balancer` is left out.
 std::string encode(const Frame& frame);
 
