@@ -184,34 +184,56 @@ void Cluster::register_function(std::string module, std::string function, Handle
     impl_->functions[std::move(key)] = std::make_shared<const Handler>(std::move(handler));
 }
 
+namespace {
+
+// Where a call or cast goes: `node` itself, or the member a balancer picked, which is then
+// counted by the balancer's drainer until finish().
+struct Route {
+    std::string target;
+    std::shared_ptr<LoadBalancer> balancer;  // null when nothing was picked or tracked
+
+    void finish() const {
+        if (!balancer) return;
+        balancer->release_node(target);
+        balancer->release_call();
+    }
+};
+
+// The one routing step of call, async call and cast (DESIGN.md "how a call flows", 0–3):
+// direct → `node`; call_direct-style algorithm → this node; else pick and track.
+Result<Route> route(Cluster& cluster, std::string_view node, const CallOptions& options) {
+    Route r{std::string(node), nullptr};
+    if (!options.load_balancer.empty()) {
+        auto b = cluster.balancer(options.load_balancer);
+        if (!b) return b.error();
+        if ((*b)->local()) {
+            r.target = cluster.name();
+        } else {
+            PickOptions pick;
+            if (options.key) pick.key = *options.key;
+            auto picked = (*b)->select_node(pick);
+            if (!picked) return picked.error();
+            r.target = std::move(*picked);
+            r.balancer = std::move(*b);
+            r.balancer->track_call();
+        }
+    }
+    if (options.peer) *options.peer = r.target;
+    return r;
+}
+
+}  // namespace
+
 void Cluster::start_call(std::string node, std::string module, std::string function,
                          boost::json::array args, CallOptions options,
                          std::function<void(CallResult)> done) {
-    if (options.load_balancer.empty()) {
-        if (options.peer) *options.peer = node;
-        return impl_->direct_call(std::move(node), std::move(module), std::move(function),
-                                  std::move(args), options.timeout, std::move(done));
-    }
-    auto b = balancer(options.load_balancer);
-    if (!b) return done(b.error());
-    auto bal = std::move(*b);
-    if (bal->local()) {
-        if (options.peer) *options.peer = name();
-        return impl_->direct_call(name(), std::move(module), std::move(function), std::move(args),
-                                  options.timeout, std::move(done));
-    }
-    PickOptions pick;
-    if (options.key) pick.key = *options.key;
-    auto target = bal->select_node(pick);
-    if (!target) return done(target.error());
-    if (options.peer) *options.peer = *target;
-    bal->track_call();
-    auto t = *target;
-    impl_->direct_call(std::move(*target), std::move(module), std::move(function), std::move(args),
-                       options.timeout, [bal, t = std::move(t), done = std::move(done)](CallResult r) {
-                           bal->release_node(t);
-                           bal->release_call();
-                           done(std::move(r));
+    auto r = route(*this, node, options);
+    if (!r) return done(r.error());
+    auto target = r->target;
+    impl_->direct_call(std::move(target), std::move(module), std::move(function), std::move(args),
+                       options.timeout, [r = std::move(*r), done = std::move(done)](CallResult result) {
+                           r.finish();
+                           done(std::move(result));
                        });
 }
 
@@ -221,37 +243,17 @@ CallResult Cluster::call(std::string_view node, std::string_view module, std::st
         return call_error(ErrorCode::internal_server_error,
                           "blocking call from a network thread would deadlock; use async_call", node,
                           module, function);
-    std::shared_ptr<LoadBalancer> bal;
-    std::string target(node);
-    if (!options.load_balancer.empty()) {
-        auto b = balancer(options.load_balancer);
-        if (!b) return b.error();
-        bal = std::move(*b);
-        if (bal->local()) {
-            target = name();
-            bal.reset();
-        } else {
-            PickOptions pick;
-            if (options.key) pick.key = *options.key;
-            auto picked = bal->select_node(pick);
-            if (!picked) return picked.error();
-            target = std::move(*picked);
-        }
-    }
-    if (options.peer) *options.peer = target;
-    if (bal) bal->track_call();
+    auto r = route(*this, node, options);
+    if (!r) return r.error();
     CallResult result = [&]() -> CallResult {
-        if (target == name()) return impl_->run_handler(module, function, args);  // no network
+        if (r->target == name()) return impl_->run_handler(module, function, args);  // no network
         std::promise<CallResult> promise;
         auto future = promise.get_future();
-        impl_->direct_call(target, std::string(module), std::string(function), std::move(args),
-                           options.timeout, [&promise](CallResult r) { promise.set_value(std::move(r)); });
+        impl_->direct_call(r->target, std::string(module), std::string(function), std::move(args),
+                           options.timeout, [&promise](CallResult c) { promise.set_value(std::move(c)); });
         return future.get();
     }();
-    if (bal) {
-        bal->release_node(target);
-        bal->release_call();
-    }
+    r->finish();
     return result;
 }
 
@@ -265,19 +267,10 @@ CallResult Cluster::call(std::string_view module, std::string_view function, boo
 
 Result<void> Cluster::cast(std::string_view node, std::string_view module, std::string_view function,
                            boost::json::array args, const CallOptions& options) {
-    if (options.load_balancer.empty()) return impl_->direct_cast(node, module, function, std::move(args));
-    auto b = balancer(options.load_balancer);
-    if (!b) return b.error();
-    auto& bal = *b;
-    if (bal->local()) return impl_->direct_cast(name(), module, function, std::move(args));
-    PickOptions pick;
-    if (options.key) pick.key = *options.key;
-    auto target = bal->select_node(pick);
-    if (!target) return target.error();
-    bal->track_call();
-    auto result = impl_->direct_cast(*target, module, function, std::move(args));
-    bal->release_node(*target);
-    bal->release_call();
+    auto r = route(*this, node, options);
+    if (!r) return r.error();
+    auto result = impl_->direct_cast(r->target, module, function, std::move(args));
+    r->finish();
     return result;
 }
 

@@ -21,15 +21,8 @@ namespace wire = rpclb::detail::wire;
 
 namespace {
 
-// One node `a` and a client connected to it.
-struct OneNode : Harness {
-    OneNode() {
-        a = start_node({.name = "a"});
-        client = start_client({a->address()});
-        if (!wait_for_connected(*client, {a->name()}))
-            throw std::runtime_error("the client did not connect to a within 5 s");
-    }
-
+// The shared one-node fixture plus raw WebSocket peers.
+struct RawNode : OneNode {
     // A raw peer that has passed the cookie handshake as `short_name`@127.0.0.1 (a client
     // node, so the node gossips it to nobody).
     std::unique_ptr<RawPeer> authenticated_peer(const std::string& short_name) {
@@ -48,8 +41,6 @@ struct OneNode : Harness {
         BOOST_TEST(a->process().running());
     }
 
-    std::unique_ptr<Node> a;
-    std::unique_ptr<rpclb::Cluster> client;
 };
 
 std::string code_of(const boost::json::object& response) {
@@ -74,7 +65,7 @@ bool echoed(const std::optional<boost::json::object>& response, std::string_view
 
 BOOST_AUTO_TEST_SUITE(bad_input)
 
-BOOST_FIXTURE_TEST_CASE(malformed_frames_are_answered_or_dropped, OneNode) {
+BOOST_FIXTURE_TEST_CASE(malformed_frames_are_answered_or_dropped, RawNode) {
     auto raw = authenticated_peer("raw");
 
     // Each is dropped (and counted/logged); none may end the connection.
@@ -113,7 +104,7 @@ BOOST_FIXTURE_TEST_CASE(malformed_frames_are_answered_or_dropped, OneNode) {
     BOOST_TEST(a->log_contains("refused a frame from raw@127.0.0.1 (unknown_type)"));
 }
 
-BOOST_FIXTURE_TEST_CASE(frames_before_handshake_end_the_connection, OneNode) {
+BOOST_FIXTURE_TEST_CASE(frames_before_handshake_end_the_connection, RawNode) {
     // A request instead of a hello: it must not be served.
     RawPeer impatient(a->port());
     BOOST_TEST_REQUIRE(impatient.send(echo_request(1, "unauthenticated")));
@@ -131,7 +122,7 @@ BOOST_FIXTURE_TEST_CASE(frames_before_handshake_end_the_connection, OneNode) {
     check_node_serves();
 }
 
-BOOST_FIXTURE_TEST_CASE(oversize_frame_ends_only_its_connection, OneNode) {
+BOOST_FIXTURE_TEST_CASE(oversize_frame_ends_only_its_connection, RawNode) {
     auto other = authenticated_peer("bystander");
     auto raw = authenticated_peer("flooder");
 
@@ -156,7 +147,7 @@ BOOST_FIXTURE_TEST_CASE(oversize_frame_ends_only_its_connection, OneNode) {
     check_node_serves();
 }
 
-BOOST_FIXTURE_TEST_CASE(non_websocket_traffic_does_not_stall_node, OneNode) {
+BOOST_FIXTURE_TEST_CASE(non_websocket_traffic_does_not_stall_node, RawNode) {
     namespace asio = boost::asio;
     asio::io_context ioc;
     const asio::ip::tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), a->port());

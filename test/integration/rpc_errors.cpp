@@ -17,17 +17,6 @@ using rpclb::ErrorMessage;
 
 namespace {
 
-// One node `a` and a client connected to it.
-struct OneNode : Harness {
-    OneNode() {
-        a = start_node({.name = "a"});
-        client = start_client({a->address()});
-        if (!wait_for_connected(*client, {a->name()}))
-            throw std::runtime_error("the client did not connect to a within 5 s");
-    }
-    std::unique_ptr<Node> a;
-    std::unique_ptr<rpclb::Cluster> client;
-};
 
 std::string detail(const ErrorMessage& e, std::string_view key) {
     const auto* v = e.details.if_contains(key);

@@ -228,4 +228,16 @@ inline bool wait_for_connected(Cluster& cluster, std::vector<std::string> expect
     return eventually([&] { return cluster.connected_nodes() == expected; }, timeout);
 }
 
+/// Fixture: one rpclb-node `a` and an in-process client connected to it.
+struct OneNode : Harness {
+    OneNode() {
+        a = start_node({.name = "a"});
+        client = start_client({a->address()});
+        if (!wait_for_connected(*client, {a->name()}))
+            throw std::runtime_error("the client did not connect to a within 5 s");
+    }
+    std::unique_ptr<Node> a;
+    std::unique_ptr<Cluster> client;
+};
+
 }  // namespace rpclb::test
