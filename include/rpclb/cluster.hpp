@@ -60,7 +60,24 @@ struct ClusterOptions {
     std::chrono::milliseconds stop_timeout{15000};
     /// Largest frame sent or accepted, in bytes. Default 16 MiB.
     std::size_t max_message_size = 16u * 1024u * 1024u;
+
+    // ---- routing defaults (seed §6, the application env) -------------------------------
+    /// Default of CallOptions::call_directly: load-balanced calls and the random-node
+    /// helpers run on this node (seed `call_directly?`). Default false.
+    bool call_directly = false;
+    /// Default of CallOptions::retry: wait and try again when no member or no node
+    /// matches (seed `retry?`). Default true.
+    bool retry = true;
+    /// Default of CallOptions::retry_count: retries after the first attempt, or
+    /// `unlimited_retries`. Default 5 (seed).
+    std::size_t retry_count = 5;
+    /// Seed `excluded_node_patterns` (§4.3): node short names containing one of these are
+    /// skipped by node filters unless the filter names the pattern itself. Default none.
+    std::vector<std::string> excluded_node_patterns;
 };
+
+/// `retry_count` meaning "retry until a route appears" (the seed's `:infinity`).
+inline constexpr std::size_t unlimited_retries = static_cast<std::size_t>(-1);
 
 /// Options of one call (seed §1.4).
 struct CallOptions {
@@ -74,6 +91,16 @@ struct CallOptions {
     /// pick), like gRPC's `ClientContext::peer()`. Must stay valid until the call completes;
     /// written before completion, from the thread that routes the call.
     std::string* peer = nullptr;
+    /// Run load-balanced calls and the random-node helpers on this node, with no
+    /// selection, retry or draining (seed §4.4). Unset: ClusterOptions::call_directly.
+    std::optional<bool> call_directly;
+    /// Retry when no member / no node matches (seed §4.1). Unset: ClusterOptions::retry.
+    std::optional<bool> retry;
+    /// Retries after the first attempt (total attempts = count + 1), or
+    /// `unlimited_retries`. Unset: ClusterOptions::retry_count.
+    std::optional<std::size_t> retry_count;
+    /// Wait between attempts. Default 5 s (seed; per call only).
+    std::chrono::milliseconds retry_sleep{5000};
 };
 
 /// A registered function: takes the call's JSON array of arguments, returns a JSON value
