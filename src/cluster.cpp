@@ -6,7 +6,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/json/serialize.hpp>
 
-#include <future>
 #include <random>
 #include <sstream>
 
@@ -36,11 +35,6 @@ void validate(const ClusterOptions& o) {
         throw std::invalid_argument("worker_threads must be in 1..1024");
     if (o.idle_timeout.count() <= 0) throw std::invalid_argument("idle_timeout must be positive");
     if (o.max_message_size < 1024) throw std::invalid_argument("max_message_size must be at least 1024");
-}
-
-ErrorMessage no_members(std::string_view balancer) {
-    return ErrorMessage{ErrorCode::service_unavailable, "no members registered",
-                        boost::json::object{{"load_balancer", balancer}}};
 }
 
 }  // namespace
@@ -81,6 +75,7 @@ void Cluster::Impl::start() {
 
 void Cluster::Impl::stop() {
     if (!running || stopping.exchange(true)) return;
+    cancel_waits();  // calls waiting for a route fail now
     std::vector<std::shared_ptr<LoadBalancer>> balancers;
     {
         std::lock_guard lock(balancers_mutex);
@@ -91,10 +86,16 @@ void Cluster::Impl::stop() {
     }
     for (auto& b : balancers) b->stop();
     balancers.clear();
-    // Finish the calls this node is serving before closing their connections.
+    // Finish the calls this node is serving, tell every peer to send nothing new (serving
+    // what crossed that on the wire), then close: no request is lost in the close.
     const auto drain_deadline = std::chrono::steady_clock::now() + options.stop_timeout;
-    while (serving.load() > 0 && std::chrono::steady_clock::now() < drain_deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto wait_served = [&] {
+        while (serving.load() > 0 && std::chrono::steady_clock::now() < drain_deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    };
+    wait_served();
+    say_goodbye(std::chrono::seconds(2));
+    wait_served();
     if (serving.load() > 0)
         RPCLB_LOG("rpc", warning) << serving.load() << " served calls still running after stop_timeout";
     asio::post(ioc, [self = shared_from_this()] {
@@ -184,96 +185,6 @@ void Cluster::register_function(std::string module, std::string function, Handle
     impl_->functions[std::move(key)] = std::make_shared<const Handler>(std::move(handler));
 }
 
-namespace {
-
-// Where a call or cast goes: `node` itself, or the member a balancer picked, which is then
-// counted by the balancer's drainer until finish().
-struct Route {
-    std::string target;
-    std::shared_ptr<LoadBalancer> balancer;  // null when nothing was picked or tracked
-
-    void finish() const {
-        if (!balancer) return;
-        balancer->release_node(target);
-        balancer->release_call();
-    }
-};
-
-// The one routing step of call, async call and cast (DESIGN.md "how a call flows", 0–3):
-// direct → `node`; call_direct-style algorithm → this node; else pick and track.
-Result<Route> route(Cluster& cluster, std::string_view node, const CallOptions& options) {
-    Route r{std::string(node), nullptr};
-    if (!options.load_balancer.empty()) {
-        auto b = cluster.balancer(options.load_balancer);
-        if (!b) return b.error();
-        if ((*b)->local()) {
-            r.target = cluster.name();
-        } else {
-            PickOptions pick;
-            if (options.key) pick.key = *options.key;
-            auto picked = (*b)->select_node(pick);
-            if (!picked) return picked.error();
-            r.target = std::move(*picked);
-            r.balancer = std::move(*b);
-            r.balancer->track_call();
-        }
-    }
-    if (options.peer) *options.peer = r.target;
-    return r;
-}
-
-}  // namespace
-
-void Cluster::start_call(std::string node, std::string module, std::string function,
-                         boost::json::array args, CallOptions options,
-                         std::function<void(CallResult)> done) {
-    auto r = route(*this, node, options);
-    if (!r) return done(r.error());
-    auto target = r->target;
-    impl_->direct_call(std::move(target), std::move(module), std::move(function), std::move(args),
-                       options.timeout, [r = std::move(*r), done = std::move(done)](CallResult result) {
-                           r.finish();
-                           done(std::move(result));
-                       });
-}
-
-CallResult Cluster::call(std::string_view node, std::string_view module, std::string_view function,
-                         boost::json::array args, const CallOptions& options) {
-    if (impl_->on_network_thread())
-        return call_error(ErrorCode::internal_server_error,
-                          "blocking call from a network thread would deadlock; use async_call", node,
-                          module, function);
-    auto r = route(*this, node, options);
-    if (!r) return r.error();
-    CallResult result = [&]() -> CallResult {
-        if (r->target == name()) return impl_->run_handler(module, function, args);  // no network
-        std::promise<CallResult> promise;
-        auto future = promise.get_future();
-        impl_->direct_call(r->target, std::string(module), std::string(function), std::move(args),
-                           options.timeout, [&promise](CallResult c) { promise.set_value(std::move(c)); });
-        return future.get();
-    }();
-    r->finish();
-    return result;
-}
-
-CallResult Cluster::call(std::string_view module, std::string_view function, boost::json::array args,
-                         const CallOptions& options) {
-    if (options.load_balancer.empty())
-        return call_error(ErrorCode::bad_request, "a load-balanced call needs options.load_balancer",
-                          name(), module, function);
-    return call(name(), module, function, std::move(args), options);
-}
-
-Result<void> Cluster::cast(std::string_view node, std::string_view module, std::string_view function,
-                           boost::json::array args, const CallOptions& options) {
-    auto r = route(*this, node, options);
-    if (!r) return r.error();
-    auto result = impl_->direct_cast(r->target, module, function, std::move(args));
-    r->finish();
-    return result;
-}
-
 // ---- balancers ---------------------------------------------------------------------------
 
 std::shared_ptr<LoadBalancer> Cluster::start_balancer(LoadBalancerOptions options) {
@@ -336,7 +247,7 @@ Result<std::shared_ptr<LoadBalancer>> Cluster::balancer(std::string_view name) {
     if (auto it = impl_->routing.find(name); it != impl_->routing.end()) return it->second;
     // Routing-only: build the balancer its members announce.
     const auto members = impl_->groups.members(name);
-    if (members->nodes.empty()) return no_members(name);
+    if (members->nodes.empty()) return empty_members_error(name);
     LoadBalancerOptions options;
     options.name = std::string(name);
     options.node_match_list = NodeMatchList::none();
@@ -382,7 +293,7 @@ Result<std::string> Cluster::select_node(std::string_view balancer_name, const P
 
 Result<std::vector<std::string>> Cluster::get_members(std::string_view balancer) const {
     const auto members = impl_->groups.members(balancer);
-    if (members->nodes.empty()) return no_members(balancer);
+    if (members->nodes.empty()) return empty_members_error(balancer);
     return members->nodes;
 }
 

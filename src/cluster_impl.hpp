@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
@@ -48,7 +49,12 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
                              const std::string& reason) override;
     void on_nodes(const detail::wire::Nodes& nodes);
     void broadcast(const std::string& frame);
+    /// The connection to `node` that may carry a new request, or null (unknown, not
+    /// connected, or the peer said bye).
     std::shared_ptr<detail::Connection> connection_to(std::string_view node) const;
+    /// Sends "bye" to every peer and waits (up to `limit`) until each has answered or
+    /// closed; see wire::Bye. Called by stop() once balancers are drained.
+    void say_goodbye(std::chrono::milliseconds limit);
     detail::wire::Nodes known_nodes() const;
 
     // ---- rpc (rpc.cpp) ------------------------------------------------------------------
@@ -57,12 +63,29 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
                            const boost::json::array& args) const;
     void serve_request(const std::shared_ptr<detail::Connection>& c, detail::wire::Request&& request);
     void serve_cast(detail::wire::Cast&& cast);
+    /// Sends a request to `node` (or runs it on the worker pool when it is this node).
+    /// `load_balancer` names the balancer that picked `node`, so that a draining target
+    /// refuses it; empty for direct calls.
     void direct_call(std::string node, std::string module, std::string function,
                      boost::json::array args, std::chrono::milliseconds timeout,
-                     std::function<void(CallResult)> done);
+                     std::string load_balancer, std::function<void(CallResult)> done);
     Result<void> direct_cast(std::string_view node, std::string_view module, std::string_view function,
-                             boost::json::array args);
+                             boost::json::array args, std::string_view load_balancer = {});
     bool on_network_thread() const;
+
+    // ---- routing (routing.cpp) ----------------------------------------------------------
+    /// Runs `then(true)` after `delay` on the retry strand, or `then(false)` at once when
+    /// the node stops first (see cancel_waits). Never blocks.
+    void after(std::chrono::milliseconds delay, std::function<void(bool fired)> then);
+    /// Ends every wait of after() with `then(false)`; called when stop() begins.
+    void cancel_waits();
+    /// Connected nodes a random-node helper may choose: not clients, not saying bye.
+    std::vector<std::string> routable_nodes() const;
+    /// The balancer started on this node under `name`, or an error naming it.
+    Result<std::shared_ptr<LoadBalancer>> hosted_balancer(std::string_view name) const;
+    /// True when this node is a live member of `balancer` and takes calls routed by it;
+    /// false while it drains or after it left (the caller then gets `draining`).
+    bool accepts(std::string_view balancer) const;
 
     Cluster& owner;
     ClusterOptions options;
@@ -77,6 +100,9 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     std::optional<boost::asio::ip::tcp::acceptor> acceptor;
     std::optional<boost::asio::ip::tcp::endpoint> bound;
     boost::asio::steady_timer reconnect_timer;
+    // No-route retry timers, all on one strand so that arming and cancelling never race.
+    boost::asio::strand<boost::asio::io_context::executor_type> retry_strand{ioc.get_executor()};
+    std::set<std::shared_ptr<boost::asio::steady_timer>> retry_timers;
 
     Groups groups;
     PluginRegistry plugins;

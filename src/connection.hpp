@@ -94,6 +94,12 @@ public:
     bool established() const noexcept { return established_.load(); }
     bool closed() const noexcept { return closed_.load(); }
 
+    /// The peer said "bye" (it is stopping): no new request may be sent here.
+    bool going_away() const noexcept { return going_away_.load(); }
+    void set_going_away() noexcept { going_away_.store(true); }
+    /// This side has sent its "bye"; returns false when it had already.
+    bool mark_bye_sent() noexcept { return !bye_sent_.exchange(true); }
+
 private:
     struct Pending {
         ResponseHandler done;
@@ -129,6 +135,8 @@ private:
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<bool> established_{false};
     std::atomic<bool> closed_{false};
+    std::atomic<bool> going_away_{false};
+    std::atomic<bool> bye_sent_{false};
 };
 
 }  // namespace rpclb::detail

@@ -60,4 +60,18 @@ void throw_exception_from_error(const ErrorMessage& e, const boost::source_locat
     throw CallError(e);
 }
 
+ErrorMessage draining_error(std::string_view node, std::string_view module, std::string_view function,
+                            std::string_view balancer) {
+    auto e = call_error(ErrorCode::service_unavailable, "draining", node, module, function);
+    e.details["load_balancer"] = balancer;
+    e.details[draining_detail] = true;
+    return e;
+}
+
+bool is_draining(const ErrorMessage& error) noexcept {
+    if (error.code != ErrorCode::service_unavailable) return false;
+    const auto* flag = error.details.if_contains(draining_detail);
+    return flag && flag->is_bool() && flag->get_bool();
+}
+
 }  // namespace rpclb

@@ -220,6 +220,11 @@ void Cluster::Impl::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&&
                 if (!c->peer().client) groups.apply_join(node, f.group, std::move(f.meta));
             } else if constexpr (std::is_same_v<T, wire::GroupLeave>) {
                 groups.apply_leave(node, f.group);
+            } else if constexpr (std::is_same_v<T, wire::Bye>) {
+                // The peer is stopping (or answers our bye): send it nothing new.
+                c->set_going_away();
+                if (c->mark_bye_sent()) c->send(wire::encode(wire::Bye{}));
+                RPCLB_LOG("mesh", debug) << node << " said bye";
             } else {
                 ++bad_frames;
                 RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame from "
@@ -289,7 +294,29 @@ void Cluster::Impl::broadcast(const std::string& frame) {
 std::shared_ptr<Connection> Cluster::Impl::connection_to(std::string_view node) const {
     std::lock_guard lock(mesh_mutex);
     auto it = peers.find(node);
-    return it == peers.end() ? nullptr : it->second;
+    if (it == peers.end() || it->second->going_away()) return nullptr;
+    return it->second;
+}
+
+void Cluster::Impl::say_goodbye(std::chrono::milliseconds limit) {
+    std::vector<std::shared_ptr<Connection>> all;
+    {
+        std::lock_guard lock(mesh_mutex);
+        for (auto& [name, c] : peers) all.push_back(c);
+    }
+    for (auto& c : all)
+        if (c->mark_bye_sent()) c->send(wire::encode(wire::Bye{}));
+    // Requests that crossed our bye on the wire are still served meanwhile; each peer's
+    // answer is the last frame it sends us before going quiet.
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    auto answered = [&] {
+        for (auto& c : all)
+            if (!c->going_away() && !c->closed()) return false;
+        return true;
+    };
+    while (!answered() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (!answered()) RPCLB_LOG("mesh", warning) << "some peers did not answer bye in time";
 }
 
 }  // namespace rpclb

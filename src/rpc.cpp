@@ -51,6 +51,7 @@ CallResult Cluster::Impl::run_handler(std::string_view module, std::string_view 
         auto result = (*handler)(args);
         if (!result) {
             auto error = std::move(result.error());
+            error.details.erase(draining_detail);  // reserved: would make the caller run it again
             name_call(error, options.name, module, function);
             return error;
         }
@@ -64,6 +65,13 @@ CallResult Cluster::Impl::run_handler(std::string_view module, std::string_view 
 }
 
 void Cluster::Impl::serve_request(const std::shared_ptr<detail::Connection>& c, wire::Request&& request) {
+    if (!request.load_balancer.empty() && !accepts(request.load_balancer)) {
+        // Routed here by a balancer this node has left or is draining: refuse it unrun,
+        // so that the caller picks another member.
+        c->send(wire::encode(wire::Response{
+            request.id, draining_error(options.name, request.module, request.function, request.load_balancer)}));
+        return;
+    }
     ++serving;
     asio::post(workers, [self = shared_from_this(), c, request = std::move(request)]() mutable {
         wire::Response response{request.id, self->run_handler(request.module, request.function, request.args)};
@@ -99,7 +107,7 @@ bool Cluster::Impl::on_network_thread() const {
 
 void Cluster::Impl::direct_call(std::string node, std::string module, std::string function,
                                 boost::json::array args, std::chrono::milliseconds timeout,
-                                std::function<void(CallResult)> done) {
+                                std::string load_balancer, std::function<void(CallResult)> done) {
     if (node == options.name) {
         asio::post(workers, [self = shared_from_this(), module = std::move(module),
                              function = std::move(function), args = std::move(args),
@@ -108,19 +116,22 @@ void Cluster::Impl::direct_call(std::string node, std::string module, std::strin
     }
     auto c = connection_to(node);
     if (!c) return done(call_error(ErrorCode::service_unavailable, "noconnection", node, module, function));
-    wire::Request request{0, std::move(module), std::move(function), std::move(args), {}};
+    wire::Request request{0, std::move(module), std::move(function), std::move(args), std::move(load_balancer)};
     c->request(std::move(request), timeout, std::move(done));
 }
 
 Result<void> Cluster::Impl::direct_cast(std::string_view node, std::string_view module,
-                                        std::string_view function, boost::json::array args) {
+                                        std::string_view function, boost::json::array args,
+                                        std::string_view load_balancer) {
     if (node == options.name) {
         serve_cast(wire::Cast{std::string(module), std::string(function), std::move(args), {}});
         return {};
     }
     auto c = connection_to(node);
     if (!c) return call_error(ErrorCode::service_unavailable, "noconnection", node, module, function);
-    auto frame = wire::encode(wire::Cast{std::string(module), std::string(function), std::move(args), {}});
+    // A cast has no reply to refuse with: a draining target still runs it.
+    auto frame = wire::encode(wire::Cast{std::string(module), std::string(function), std::move(args),
+                                         std::string(load_balancer)});
     if (frame.size() > options.max_message_size)
         return call_error(ErrorCode::bad_request,
                           "cast of " + std::to_string(frame.size()) +

@@ -33,6 +33,7 @@ template <> constexpr std::string_view frame_name<GroupLeave> = "gleave";
 template <> constexpr std::string_view frame_name<Request> = "req";
 template <> constexpr std::string_view frame_name<Cast> = "cast";
 template <> constexpr std::string_view frame_name<Response> = "res";
+template <> constexpr std::string_view frame_name<Bye> = "bye";
 
 // How a JSON value is described in error messages ("got an array").
 std::string_view describe(const json::value& v) noexcept {
@@ -251,6 +252,8 @@ void read(Members& m, Cast& f) {
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
 }
+
+void read(Members&, Bye&) {}
 
 void read(Members& m, Response& f) {
     m.uint64("id", f.id);
@@ -492,6 +495,8 @@ void write(Writer& w, const Response& f) {
     else
         w.value("err", f.result.error().to_json());
 }
+
+void write(Writer&, const Bye&) {}
 
 }  // namespace
 

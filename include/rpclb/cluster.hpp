@@ -4,6 +4,7 @@
 #include <rpclb/error.hpp>
 #include <rpclb/groups.hpp>
 #include <rpclb/load_balancer.hpp>
+#include <rpclb/node_filter.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -21,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -194,26 +196,71 @@ public:
     Result<void> cast(std::string_view node, std::string_view module, std::string_view function,
                       boost::json::array args = {}, const CallOptions& options = {});
 
-    /// Asynchronous call(). Completion signature `void(CallResult)`; the handler runs on
-    /// its associated executor (default: the worker pool), never inline.
+    /// Asynchronous call(): the same routing, errors, no-route retry and re-selection,
+    /// with every wait on a timer (no thread is blocked). Completion signature
+    /// `void(CallResult)`; the handler runs on its associated executor (default: the
+    /// worker pool), never inline. Any Asio completion token works: a callback,
+    /// `boost::asio::use_future`, `boost::asio::use_awaitable`, `boost::asio::deferred`.
     template <class CompletionToken>
     auto async_call(std::string node, std::string module, std::string function,
                     boost::json::array args, CallOptions options, CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(CallResult)>(
-            [this](auto handler, std::string node, std::string module, std::string function,
-                   boost::json::array args, CallOptions options) {
+        return async_run<CallResult>(
+            CallSpec{CallSpec::Kind::call, std::move(node), std::nullopt, std::move(module),
+                     std::move(function), std::move(args), std::move(options)},
+            std::forward<CompletionToken>(token));
+    }
+
+    /// Asynchronous cast(). Completion signature `void(Result<void>)`: success once the
+    /// request is queued (after any no-route retry).
+    template <class CompletionToken>
+    auto async_cast(std::string node, std::string module, std::string function,
+                    boost::json::array args, CallOptions options, CompletionToken&& token) {
+        return async_run<Result<void>>(
+            CallSpec{CallSpec::Kind::cast, std::move(node), std::nullopt, std::move(module),
+                     std::move(function), std::move(args), std::move(options)},
+            std::forward<CompletionToken>(token));
+    }
+
+    /// Asynchronous select_node(). Completion signature `void(Result<std::string>)`.
+    template <class CompletionToken>
+    auto async_select_node(std::string balancer, PickOptions options, CompletionToken&& token) {
+        return boost::asio::async_initiate<CompletionToken, void(Result<std::string>)>(
+            [this](auto handler, std::string balancer, PickOptions options) {
                 auto ex = boost::asio::get_associated_executor(handler, worker_executor());
-                auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-                start_call(std::move(node), std::move(module), std::move(function),
-                           std::move(args), std::move(options),
-                           [shared, ex](CallResult result) mutable {
-                               boost::asio::post(ex, [shared, r = std::move(result)]() mutable {
-                                   (*shared)(std::move(r));
-                               });
-                           });
+                boost::asio::post(ex, [this, h = std::move(handler), balancer = std::move(balancer),
+                                       options = std::move(options)]() mutable {
+                    std::move(h)(select_node(balancer, options));
+                });
             },
-            token, std::move(node), std::move(module), std::move(function), std::move(args),
-            std::move(options));
+            token, std::move(balancer), std::move(options));
+    }
+
+    /// Calls `module.function` on a node chosen by `filter` (seed §1.6): on this node when
+    /// `call_directly` is set or this node matches; otherwise on a uniformly random
+    /// connected node (client nodes excluded) that matches, with the node's
+    /// `excluded_node_patterns` applied. Nothing matches → the no-route retry, then
+    /// `service_unavailable` "no nodes in cluster found with that filter" with details
+    /// {"node_filter"}. With `options.load_balancer` the call is counted by that
+    /// balancer's drainer (error when this node has no such balancer); selection is
+    /// unaffected. An error from the chosen node is returned as is, never retried.
+    CallResult call_on_random_node(const NodeFilter& filter, std::string_view module,
+                                   std::string_view function, boost::json::array args = {},
+                                   const CallOptions& options = {});
+
+    /// Cast form of call_on_random_node() (seed §1.7).
+    Result<void> cast_on_random_node(const NodeFilter& filter, std::string_view module,
+                                     std::string_view function, boost::json::array args = {},
+                                     const CallOptions& options = {});
+
+    /// Asynchronous call_on_random_node(); completion `void(CallResult)`.
+    template <class CompletionToken>
+    auto async_call_on_random_node(NodeFilter filter, std::string module, std::string function,
+                                   boost::json::array args, CallOptions options,
+                                   CompletionToken&& token) {
+        return async_run<CallResult>(
+            CallSpec{CallSpec::Kind::call, {}, std::move(filter), std::move(module),
+                     std::move(function), std::move(args), std::move(options)},
+            std::forward<CompletionToken>(token));
     }
 
     /// Starts a balancer hosted on this node (seed §1.1): loads the algorithm plugin,
@@ -256,14 +303,48 @@ public:
     /// Executor of the network io_context.
     boost::asio::any_io_executor network_executor() const;
 
-    /// Internal: starts a call; `done` runs exactly once, on a network or worker thread.
-    void start_call(std::string node, std::string module, std::string function,
-                    boost::json::array args, CallOptions options,
-                    std::function<void(CallResult)> done);
+    /// Internal: what start_call routes. `filter` set = the random-node helpers; else a
+    /// non-empty `options.load_balancer` = load-balanced; else direct to `node`.
+    struct CallSpec {
+        enum class Kind { call, cast };
+        Kind kind = Kind::call;
+        std::string node;
+        std::optional<NodeFilter> filter;
+        std::string module;
+        std::string function;
+        boost::json::array args;
+        CallOptions options;
+    };
+
+    /// Internal: routes and runs `spec`; `done` runs exactly once (a cast completes with
+    /// a null value), on a network or worker thread — or, with `inline_local`, on the
+    /// calling thread when the first attempt runs the handler on this node.
+    void start_call(CallSpec spec, std::function<void(CallResult)> done, bool inline_local = false);
 
     struct Impl;
 
 private:
+    template <class R, class CompletionToken>
+    auto async_run(CallSpec spec, CompletionToken&& token) {
+        return boost::asio::async_initiate<CompletionToken, void(R)>(
+            [this](auto handler, CallSpec spec) {
+                auto ex = boost::asio::get_associated_executor(handler, worker_executor());
+                // std::function needs a copyable callable; the handler lives in one shared_ptr
+                // that is handed on (never copied), so it is invoked and destroyed on `ex`.
+                auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+                start_call(std::move(spec), [shared = std::move(shared), ex](CallResult result) mutable {
+                    boost::asio::post(ex, [shared = std::move(shared), r = std::move(result)]() mutable {
+                        if constexpr (std::is_same_v<R, CallResult>) {
+                            std::move (*shared)(std::move(r));
+                        } else {
+                            std::move (*shared)(r ? R() : R(std::move(r).error()));
+                        }
+                    });
+                });
+            },
+            token, std::move(spec));
+    }
+
     std::shared_ptr<Impl> impl_;
 };
 

@@ -54,6 +54,21 @@ struct ErrorMessage {
 ErrorMessage call_error(ErrorCode code, std::string message, std::string_view node,
                         std::string_view module, std::string_view function);
 
+/// The `details` key that marks a `draining` reply; reserved (removed from a handler's
+/// own errors).
+inline constexpr std::string_view draining_detail = "draining";
+
+/// The reply of a node that is draining `balancer` (or has left it) to a call that
+/// balancer routed to it (DESIGN.md "Drainer", seed reference §10.7): the call was never
+/// run, and the caller picks another member. `service_unavailable` "draining" with
+/// details {"draining": true, "load_balancer", "node", "module", "function"}; a caller
+/// sees it only when every member it tried was draining.
+ErrorMessage draining_error(std::string_view node, std::string_view module, std::string_view function,
+                            std::string_view balancer);
+
+/// True for a draining_error() reply.
+bool is_draining(const ErrorMessage& error) noexcept;
+
 /// Thrown by `CallResult::value()` on an error, carrying the ErrorMessage.
 class CallError : public std::runtime_error {
 public:

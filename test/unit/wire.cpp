@@ -39,6 +39,7 @@ bool same(const proto::Cast& a, const proto::Cast& b) {
 bool same(const proto::Response& a, const proto::Response& b) {
     return a.id == b.id && a.result == b.result;
 }
+bool same(const proto::Bye&, const proto::Bye&) { return true; }
 
 bool same(const proto::Frame& a, const proto::Frame& b) {
     if (a.index() != b.index()) return false;
@@ -75,6 +76,7 @@ std::vector<proto::Frame> one_of_each() {
         9, rpclb::CallResult(boost::system::in_place_error,
                              rpclb::call_error(rpclb::ErrorCode::not_found, "no such function",
                                                "b@h", "math", "sub"))});
+    frames.emplace_back(proto::Bye{});
     return frames;
 }
 

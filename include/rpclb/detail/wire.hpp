@@ -102,8 +102,15 @@ struct Response {
     CallResult result;
 };
 
+/// "bye": {"t"} — the sender is stopping: it has left its groups and drained its
+/// balancers. The receiver sends no new request on this connection and answers with one
+/// "bye" of its own; once the stopping node has every answer (and has served what arrived
+/// before them) it closes. This is HTTP/2's GOAWAY (RFC 9113 §6.8) for the mesh: no
+/// request is ever lost in the close.
+struct Bye {};
+
 using Frame = std::variant<Hello, Auth, Ready, Nodes, GroupSync, GroupJoin, GroupLeave,
-                           Request, Cast, Response>;
+                           Request, Cast, Response, Bye>;
 
 /// Why a frame was refused.
 enum class DecodeErrorKind {

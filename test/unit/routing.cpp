@@ -1,0 +1,381 @@
+// Routing between in-process nodes on 127.0.0.1: the no-route retry (seed §4.1),
+// short-circuits (§4.4), the random-node helpers (§1.6, §1.7), the named balancer handle
+// (§1.8), the asynchronous API with every kind of completion token, and draining.
+#define BOOST_TEST_MODULE routing
+#include <rpclb/balancer_handle.hpp>
+#include <rpclb/cluster.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "support/node.hpp"
+#include "support/wait.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+using namespace std::chrono_literals;
+using rpclb::test::eventually;
+
+namespace {
+
+rpclb::ClusterOptions options(std::string name, std::vector<std::string> seeds = {}) {
+    rpclb::ClusterOptions o;
+    o.name = std::move(name);
+    o.cookie = "routing-cookie";
+    o.seeds = std::move(seeds);
+    o.reconnect_interval = 100ms;
+    o.plugin_path = {rpclb::test::plugin_dir()};
+    return o;
+}
+
+std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_string(c.listen_endpoint()->port()); }
+
+// Registers demo.node (returns the serving node's name) and demo.count (counts runs).
+void register_functions(rpclb::Cluster& c, std::atomic<int>* runs = nullptr) {
+    const auto name = c.name();
+    c.register_function("demo", "node", [name, runs](const boost::json::array&) -> rpclb::CallResult {
+        if (runs) ++*runs;
+        return boost::json::value(name);
+    });
+    c.register_function("demo", "sleep", [name](const boost::json::array& args) -> rpclb::CallResult {
+        std::this_thread::sleep_for(std::chrono::milliseconds(args.at(0).to_number<int>()));
+        return boost::json::value(name);
+    });
+}
+
+// Two nodes `a` and `b` connected to each other, with the demo functions.
+struct Pair {
+    Pair(rpclb::ClusterOptions oa = options("a@127.0.0.1"), rpclb::ClusterOptions ob = options("b@127.0.0.1"))
+        : a(std::move(oa)) {
+        register_functions(a, &a_runs);
+        a.start();
+        ob.seeds = {address(a)};
+        b = std::make_unique<rpclb::Cluster>(std::move(ob));
+        register_functions(*b, &b_runs);
+        b->start();
+        if (!eventually([&] { return a.connected_nodes().size() == 1 && b->connected_nodes().size() == 1; }, 5s))
+            throw std::runtime_error("a and b did not connect");
+    }
+    std::atomic<int> a_runs{0}, b_runs{0};
+    rpclb::Cluster a;
+    std::unique_ptr<rpclb::Cluster> b;
+};
+
+rpclb::LoadBalancerOptions balancer(std::string name, std::string algorithm = "round_robin") {
+    rpclb::LoadBalancerOptions o;
+    o.name = std::move(name);
+    o.algorithm = std::move(algorithm);
+    return o;
+}
+
+rpclb::LoadBalancerOptions nobody(std::string name) {
+    auto o = balancer(std::move(name));
+    o.node_match_list = rpclb::NodeMatchList::none();
+    return o;
+}
+
+rpclb::CallOptions through(std::string lb) {
+    rpclb::CallOptions o;
+    o.load_balancer = std::move(lb);
+    return o;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(retry)
+
+// Seed §7 case 16 and 18.
+BOOST_AUTO_TEST_CASE(a_balancer_no_node_matches_has_no_members_and_fails_at_once_without_retry) {
+    Pair p;
+    p.a.start_balancer(nobody("lonely"));
+    BOOST_TEST(!p.a.get_members("lonely"));
+    auto o = through("lonely");
+    o.retry = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = p.a.call("demo", "node", {}, o);
+    BOOST_REQUIRE(!r);
+    BOOST_TEST(r.error().code == rpclb::ErrorCode::service_unavailable);
+    BOOST_TEST(r.error().message == "no members registered");
+    BOOST_TEST(r.error().details.at("load_balancer").as_string() == "lonely");
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 1s));
+}
+
+// Seed §7 case 17: a member appears while the call waits.
+BOOST_AUTO_TEST_CASE(a_call_waiting_for_a_member_succeeds_when_one_joins) {
+    Pair p;
+    p.a.start_balancer(nobody("late"));
+    auto o = through("late");
+    o.retry_count = rpclb::unlimited_retries;
+    o.retry_sleep = 5ms;
+    auto pending = std::async(std::launch::async, [&] { return p.a.call("demo", "node", {}, o); });
+    std::this_thread::sleep_for(25ms);
+    BOOST_TEST((pending.wait_for(0s) == std::future_status::timeout));
+    p.b->start_balancer(balancer("late"));
+    BOOST_REQUIRE((pending.wait_for(5s) == std::future_status::ready));
+    auto r = pending.get();
+    BOOST_REQUIRE(r.has_value());
+    BOOST_TEST(r->as_string() == "b@127.0.0.1");
+}
+
+// total attempts = retry_count + 1, each `retry_sleep` apart (seed §4.1).
+BOOST_AUTO_TEST_CASE(retries_are_counted_and_spaced_by_retry_sleep) {
+    Pair p;
+    auto o = through("never-started");
+    o.retry_count = 3;
+    o.retry_sleep = 40ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = p.a.call("demo", "node", {}, o);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    BOOST_REQUIRE(!r);
+    BOOST_TEST(r.error().message == "no members registered");
+    BOOST_TEST((took >= 120ms));
+    BOOST_TEST((took < 2s));
+}
+
+BOOST_AUTO_TEST_CASE(the_node_default_turns_retry_off) {
+    auto oa = options("a@127.0.0.1");
+    oa.retry = false;
+    Pair p(oa);
+    auto o = through("never-started");
+    o.retry_sleep = 10s;
+    const auto t0 = std::chrono::steady_clock::now();
+    BOOST_TEST(!p.a.call("demo", "node", {}, o));
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 1s));
+}
+
+// An asynchronous call waiting for a route holds no thread: with one worker and one
+// network thread, other calls are still served meanwhile.
+BOOST_AUTO_TEST_CASE(an_async_call_waiting_for_a_route_blocks_no_thread) {
+    auto oa = options("a@127.0.0.1");
+    oa.worker_threads = 1;
+    Pair p(oa);
+    auto o = through("later");
+    o.retry_count = rpclb::unlimited_retries;
+    o.retry_sleep = 20ms;
+    auto waiting = p.a.async_call("a@127.0.0.1", "demo", "node", {}, o, boost::asio::use_future);
+    for (int i = 0; i < 5; ++i) BOOST_TEST(p.b->call("a@127.0.0.1", "demo", "node").has_value());
+    p.b->start_balancer(balancer("later"));
+    BOOST_REQUIRE((waiting.wait_for(5s) == std::future_status::ready));
+    BOOST_TEST(waiting.get().value().as_string() == "b@127.0.0.1");
+}
+
+BOOST_AUTO_TEST_CASE(stopping_the_node_ends_a_call_waiting_for_a_route) {
+    Pair p;
+    auto o = through("never-started");
+    o.retry_count = rpclb::unlimited_retries;
+    o.retry_sleep = 50ms;
+    auto waiting = p.a.async_call("a@127.0.0.1", "demo", "node", {}, o, boost::asio::use_future);
+    std::this_thread::sleep_for(60ms);
+    p.a.stop();
+    BOOST_REQUIRE((waiting.wait_for(5s) == std::future_status::ready));
+    BOOST_TEST(!waiting.get());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(short_circuits)
+
+// Seed §7 case 96: call_directly runs the function here.
+BOOST_AUTO_TEST_CASE(call_directly_runs_a_load_balanced_call_on_this_node) {
+    Pair p;
+    p.b->start_balancer(balancer("w"));
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    auto o = through("w");
+    BOOST_TEST(p.a.call("demo", "node", {}, o).value().as_string() == "b@127.0.0.1");
+    o.call_directly = true;
+    BOOST_TEST(p.a.call("demo", "node", {}, o).value().as_string() == "a@127.0.0.1");
+    BOOST_TEST(p.a.cast(p.a.name(), "demo", "node", {}, o).has_value());
+    BOOST_TEST(eventually([&] { return p.a_runs.load() == 2; }, 5s));
+}
+
+BOOST_AUTO_TEST_CASE(the_node_default_of_call_directly_applies_and_a_call_option_overrides_it) {
+    auto oa = options("a@127.0.0.1");
+    oa.call_directly = true;
+    Pair p(oa);
+    p.b->start_balancer(balancer("w"));
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    BOOST_TEST(p.a.call("demo", "node", {}, through("w")).value().as_string() == "a@127.0.0.1");
+    auto o = through("w");
+    o.call_directly = false;
+    BOOST_TEST(p.a.call("demo", "node", {}, o).value().as_string() == "b@127.0.0.1");
+    // Ignored for direct calls (seed §4.4).
+    BOOST_TEST(p.a.call("b@127.0.0.1", "demo", "node").value().as_string() == "b@127.0.0.1");
+}
+
+// Seed §7 case 101: call_direct runs load-balanced calls and casts here.
+BOOST_AUTO_TEST_CASE(a_call_direct_balancer_runs_calls_and_casts_locally) {
+    Pair p;
+    p.a.start_balancer(balancer("here", "call_direct"));
+    BOOST_TEST(p.a.call("demo", "node", {}, through("here")).value().as_string() == "a@127.0.0.1");
+    BOOST_TEST(p.a.cast(p.a.name(), "demo", "node", {}, through("here")).has_value());
+    BOOST_TEST(eventually([&] { return p.a_runs.load() == 2; }, 5s));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(random_node)
+
+// Seed §7 case 25: the current node matches → local.
+BOOST_AUTO_TEST_CASE(a_filter_matching_this_node_runs_here) {
+    Pair p;
+    BOOST_TEST(p.a.call_on_random_node(rpclb::NodeFilter::substring(""), "demo", "node").value().as_string() ==
+               "a@127.0.0.1");
+    BOOST_TEST(p.a.cast_on_random_node(rpclb::NodeFilter::substring("a@"), "demo", "node").has_value());
+    BOOST_TEST(eventually([&] { return p.a_runs.load() == 2; }, 5s));
+    BOOST_TEST(p.b_runs.load() == 0);
+}
+
+// Seed §7 cases 8–10.
+BOOST_AUTO_TEST_CASE(a_filter_matching_only_a_peer_runs_there) {
+    Pair p;
+    BOOST_TEST(p.a.call_on_random_node(rpclb::NodeFilter::regex("^b@"), "demo", "node").value().as_string() ==
+               "b@127.0.0.1");
+    BOOST_TEST(p.a.cast_on_random_node(rpclb::NodeFilter::substring("b@127"), "demo", "node").has_value());
+    BOOST_TEST(eventually([&] { return p.b_runs.load() == 2; }, 5s));
+}
+
+BOOST_AUTO_TEST_CASE(no_matching_node_gives_the_seed_error_after_the_retries) {
+    Pair p;
+    rpclb::CallOptions o;
+    o.retry_count = 1;
+    o.retry_sleep = 20ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = p.a.call_on_random_node(rpclb::NodeFilter::regex("^zeta@"), "demo", "node", {}, o);
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 >= 20ms));
+    BOOST_REQUIRE(!r);
+    BOOST_TEST(r.error().code == rpclb::ErrorCode::service_unavailable);
+    BOOST_TEST(r.error().message == "no nodes in cluster found with that filter");
+    BOOST_TEST(r.error().details.at("node_filter").as_string() == "/^zeta@/");
+}
+
+BOOST_AUTO_TEST_CASE(excluded_patterns_of_the_node_apply_to_the_candidates) {
+    auto oa = options("a@127.0.0.1");
+    oa.excluded_node_patterns = {"b"};
+    Pair p(oa);
+    rpclb::CallOptions o;
+    o.retry = false;
+    // b's short name holds "b": excluded unless the filter's own text holds it (seed §4.3).
+    auto r = p.a.call_on_random_node(rpclb::NodeFilter::regex("^[^a]@"), "demo", "node", {}, o);
+    BOOST_REQUIRE(!r);
+    BOOST_TEST(r.error().message == "no nodes in cluster found with that filter");
+    BOOST_TEST(p.a.call_on_random_node(rpclb::NodeFilter::substring("b@"), "demo", "node", {}, o)
+                   .value()
+                   .as_string() == "b@127.0.0.1");
+}
+
+BOOST_AUTO_TEST_CASE(a_load_balancer_option_counts_the_call_in_that_drainer) {
+    Pair p;
+    auto lb = p.a.start_balancer(nobody("counted"));
+    auto o = through("counted");
+    auto pending = std::async(std::launch::async, [&] {
+        return p.a.call_on_random_node(rpclb::NodeFilter::substring("b@"), "demo", "sleep", {300}, o);
+    });
+    BOOST_TEST(eventually([&] { return lb->in_flight() == 1; }, 5s));
+    BOOST_TEST(pending.get().value().as_string() == "b@127.0.0.1");
+    BOOST_TEST(lb->in_flight() == 0);
+    // Without that balancer on this node: a clear error, nothing run.
+    auto r = p.a.call_on_random_node(rpclb::NodeFilter::substring("b@"), "demo", "node", {}, through("nope"));
+    BOOST_REQUIRE(!r);
+    BOOST_TEST(r.error().message.find("load_balancer") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(handle)
+
+// Seed §7 cases 20–26 (with call_direct, as the seed's test).
+BOOST_AUTO_TEST_CASE(a_named_handle_routes_through_its_balancer_without_options) {
+    Pair p;
+    auto o = balancer("Workers", "call_direct");
+    rpclb::BalancerHandle workers(p.a, o);
+    workers.start();
+    BOOST_TEST(workers.get_members().value() == std::vector<std::string>{"a@127.0.0.1"});
+    BOOST_TEST(workers.select_node().value() == "a@127.0.0.1");
+    BOOST_TEST(workers.call("demo", "node").value().as_string() == "a@127.0.0.1");
+    BOOST_TEST(workers.cast("demo", "node").has_value());
+    BOOST_TEST(workers.call_on_random_node(rpclb::NodeFilter::substring(""), "demo", "node").value().as_string() ==
+               "a@127.0.0.1");
+    BOOST_TEST(workers.cast_on_random_node(rpclb::NodeFilter::substring(""), "demo", "node").has_value());
+    BOOST_TEST(eventually([&] { return p.a_runs.load() == 4; }, 5s));
+    BOOST_TEST(workers.stop());
+    BOOST_TEST(!workers.get_members());
+}
+
+BOOST_AUTO_TEST_CASE(the_handle_replaces_a_load_balancer_option_and_matches_the_plain_api) {
+    Pair p;
+    p.b->start_balancer(balancer("w"));
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    rpclb::BalancerHandle w(p.a, std::string("w"));
+    BOOST_TEST(w.call("demo", "node", {}, through("other")).value().as_string() == "b@127.0.0.1");
+    BOOST_TEST(p.a.call("demo", "node", {}, through("w")).value().as_string() == "b@127.0.0.1");
+    BOOST_TEST(w.get_members().value() == p.a.get_members("w").value());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(async_api)
+
+BOOST_AUTO_TEST_CASE(a_callback_token_completes_on_the_worker_pool) {
+    Pair p;
+    std::promise<std::pair<rpclb::CallResult, bool>> done;
+    p.a.async_call("b@127.0.0.1", "demo", "node", {}, {}, [&](rpclb::CallResult r) {
+        done.set_value({std::move(r), true});
+    });
+    auto f = done.get_future();
+    BOOST_REQUIRE((f.wait_for(5s) == std::future_status::ready));
+    BOOST_TEST(f.get().first.value().as_string() == "b@127.0.0.1");
+}
+
+BOOST_AUTO_TEST_CASE(use_future_works_for_call_cast_and_select) {
+    Pair p;
+    p.b->start_balancer(balancer("w"));
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    auto call = p.a.async_call("", "demo", "node", {}, through("w"), boost::asio::use_future);
+    auto cast = p.a.async_cast("b@127.0.0.1", "demo", "node", {}, {}, boost::asio::use_future);
+    auto pick = p.a.async_select_node("w", {}, boost::asio::use_future);
+    BOOST_TEST(call.get().value().as_string() == "b@127.0.0.1");
+    BOOST_TEST(cast.get().has_value());
+    BOOST_TEST(pick.get().value() == "b@127.0.0.1");
+}
+
+BOOST_AUTO_TEST_CASE(use_awaitable_works_in_a_coroutine) {
+    Pair p;
+    boost::asio::io_context ioc;
+    std::string got;
+    boost::asio::co_spawn(
+        ioc,
+        [&]() -> boost::asio::awaitable<void> {
+            // Each operation is built in its own statement: g++ 12 mis-moves some class
+            // temporaries that live inside a co_await expression (GCC bug 100611).
+            auto call = p.a.async_call("b@127.0.0.1", "demo", "node", {}, {}, boost::asio::use_awaitable);
+            auto r = co_await std::move(call);
+            auto helper = p.a.async_call_on_random_node(rpclb::NodeFilter::regex("^b@"), "demo", "node", {}, {},
+                                                        boost::asio::use_awaitable);
+            auto picked = co_await std::move(helper);
+            got = std::string(r.value().as_string()) + "," + std::string(picked.value().as_string());
+        },
+        boost::asio::detached);
+    ioc.run_for(5s);
+    BOOST_TEST(got == "b@127.0.0.1,b@127.0.0.1");
+}
+
+BOOST_AUTO_TEST_CASE(deferred_starts_nothing_until_invoked) {
+    Pair p;
+    auto op = p.a.async_call("b@127.0.0.1", "demo", "node", {}, {}, boost::asio::deferred);
+    std::this_thread::sleep_for(50ms);
+    BOOST_TEST(p.b_runs.load() == 0);
+    std::promise<rpclb::CallResult> done;
+    std::move(op)([&](rpclb::CallResult r) { done.set_value(std::move(r)); });
+    BOOST_TEST(done.get_future().get().value().as_string() == "b@127.0.0.1");
+    BOOST_TEST(p.b_runs.load() == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
