@@ -1,13 +1,16 @@
-// rpclb-node: one cluster node with the demo functions, run from flags.
+// rpclb-node: one cluster node with the demo functions, run from flags and a JSON config file.
 #include <rpclb/cluster.hpp>
+#include <rpclb/config.hpp>
 #include <rpclb/log.hpp>
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <thread>
 #include <unistd.h>
 
@@ -39,30 +42,99 @@ void register_demo_functions(rpclb::Cluster& cluster) {
     });
 }
 
+// A `--balancer NAME[=ALGORITHM]` flag: a balancer with default options.
+std::optional<rpclb::LoadBalancerOptions> balancer_flag(const std::string& spec) {
+    const auto eq = spec.find('=');
+    rpclb::LoadBalancerOptions lb;
+    lb.name = spec.substr(0, eq);
+    if (lb.name.empty()) return std::nullopt;
+    if (eq != std::string::npos) lb.algorithm = spec.substr(eq + 1);
+    return lb;
+}
+
+// Copies into `config` the flags that were given on the command line (`given`), or those
+// left at their default (`!given`): the two layers around the config file.
+bool apply_flags(const po::variables_map& vm, bool given, rpclb::NodeConfig& config) {
+    const auto has = [&](const char* flag) { return vm.count(flag) && vm[flag].defaulted() == !given; };
+    auto& o = config.cluster;
+    if (has("name")) o.name = vm["name"].as<std::string>();
+    if (has("listen")) o.listen = vm["listen"].as<std::string>();
+    if (has("seed")) o.seeds = vm["seed"].as<std::vector<std::string>>();
+    if (has("cookie")) o.cookie = vm["cookie"].as<std::string>();
+    if (has("plugins")) {
+        const auto& dirs = vm["plugins"].as<std::vector<std::string>>();
+        o.plugin_path.assign(dirs.begin(), dirs.end());
+    }
+    if (has("workers")) o.worker_threads = vm["workers"].as<std::size_t>();
+    if (has("idle-timeout")) o.idle_timeout = std::chrono::milliseconds(vm["idle-timeout"].as<long>());
+    if (has("log-level")) config.log_level = vm["log-level"].as<std::string>();
+    if (has("balancer")) {
+        for (const auto& spec : vm["balancer"].as<std::vector<std::string>>()) {
+            auto lb = balancer_flag(spec);
+            if (!lb) {
+                std::cerr << "rpclb-node: --balancer \"" << spec << "\": the balancer name before '=' is empty\n";
+                return false;
+            }
+            auto same = std::find_if(config.balancers.begin(), config.balancers.end(),
+                                     [&](const auto& b) { return b.name == lb->name; });
+            if (same != config.balancers.end())
+                *same = std::move(*lb);
+            else
+                config.balancers.push_back(std::move(*lb));
+        }
+    }
+    return true;
+}
+
+// The node's configuration: flags given > the --config file > flag defaults > library
+// defaults, with $RPCLB_COOKIE below all of them for the cookie. Prints the error and
+// returns nullopt when anything is invalid.
+std::optional<rpclb::NodeConfig> node_config(const po::variables_map& vm) {
+    rpclb::NodeConfig config;
+    config.cluster.name = "node" + std::to_string(::getpid()) + "@127.0.0.1";
+    if (const char* env = std::getenv("RPCLB_COOKIE")) config.cluster.cookie = env;
+    if (!apply_flags(vm, false, config)) return std::nullopt;
+    if (vm.count("config")) {
+        auto file = rpclb::load_node_config(vm["config"].as<std::string>(), config);
+        if (!file) {
+            std::cerr << "rpclb-node: " << file.error().message << "\n";
+            return std::nullopt;
+        }
+        config = std::move(*file);
+    }
+    if (!apply_flags(vm, true, config)) return std::nullopt;
+    if (auto valid = rpclb::validate(config); !valid) {
+        std::cerr << "rpclb-node: " << valid.error().message << "\n";
+        return std::nullopt;
+    }
+    if (config.cluster.client) {
+        std::cerr << "rpclb-node: config field \"client\": must be false; rpclb-node runs a serving node "
+                     "(a client node is rpclb-call or a Cluster in your program)\n";
+        return std::nullopt;
+    }
+    return config;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string name, listen, cookie, log_level;
-    std::vector<std::string> seeds, plugin_dirs, balancers;
-    std::size_t workers = 4;
-    long idle_timeout_ms = 3000;
     po::options_description desc("rpclb-node: run one node of an rpclb cluster");
     desc.add_options()
         ("help,h", "show this help")
-        ("name", po::value(&name), "node name short@host (default node<pid>@127.0.0.1)")
-        ("listen", po::value(&listen)->default_value("127.0.0.1:0"), "listen HOST:PORT (port 0 = any free port)")
-        ("seed", po::value(&seeds)->composing(), "HOST:PORT of a node to join through (repeatable)")
-        ("cookie", po::value(&cookie), "shared cluster secret (default: $RPCLB_COOKIE)")
-        ("plugins", po::value(&plugin_dirs)->composing(), "plugin directory searched first (repeatable)")
-        ("balancer", po::value(&balancers)->composing(), "start balancer NAME=ALGORITHM (repeatable)")
-        ("workers", po::value(&workers)->default_value(4), "handler threads")
-        ("idle-timeout", po::value(&idle_timeout_ms)->default_value(3000), "keep-alive idle timeout, ms")
-        ("log-level", po::value(&log_level)->default_value("info"), "trace|debug|info|warning|error|fatal");
+        ("config", po::value<std::string>(), "JSON config file (doc/reference/configuration.md); the flags below override it")
+        ("name", po::value<std::string>(), "node name short@host (default node<pid>@127.0.0.1)")
+        ("listen", po::value<std::string>()->default_value("127.0.0.1:0"), "listen HOST:PORT (port 0 = any free port)")
+        ("seed", po::value<std::vector<std::string>>()->composing(), "HOST:PORT of a node to join through (repeatable)")
+        ("cookie", po::value<std::string>(), "shared cluster secret (default: $RPCLB_COOKIE)")
+        ("plugins", po::value<std::vector<std::string>>()->composing(), "plugin directory searched first (repeatable)")
+        ("balancer", po::value<std::vector<std::string>>()->composing(), "start balancer NAME=ALGORITHM (repeatable; replaces a file's balancer of that name)")
+        ("workers", po::value<std::size_t>()->default_value(4), "handler threads")
+        ("idle-timeout", po::value<long>()->default_value(3000), "keep-alive idle timeout, ms")
+        ("log-level", po::value<std::string>()->default_value("info"), "trace|debug|info|warning|error|fatal");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, desc), vm);
         po::notify(vm);
-        rpclb::log::init(log_level);
     } catch (const std::exception& e) {
         std::cerr << "rpclb-node: " << e.what() << "\n" << desc;
         return 2;
@@ -71,9 +143,9 @@ int main(int argc, char** argv) {
         std::cout << desc;
         return 0;
     }
-    if (cookie.empty())
-        if (const char* env = std::getenv("RPCLB_COOKIE")) cookie = env;
-    if (name.empty()) name = "node" + std::to_string(::getpid()) + "@127.0.0.1";
+    const auto config = node_config(vm);
+    if (!config) return 2;
+    rpclb::log::init(config->log_level);
 
     // Block the stop signals in every thread; the main thread waits for them.
     sigset_t stop_signals;
@@ -82,18 +154,9 @@ int main(int argc, char** argv) {
     sigaddset(&stop_signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-    rpclb::ClusterOptions options;
-    options.name = name;
-    options.listen = listen;
-    options.seeds = seeds;
-    options.cookie = cookie;
-    options.worker_threads = workers;
-    options.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);
-    for (const auto& dir : plugin_dirs) options.plugin_path.emplace_back(dir);
-
     std::unique_ptr<rpclb::Cluster> cluster;
     try {
-        cluster = std::make_unique<rpclb::Cluster>(options);
+        cluster = std::make_unique<rpclb::Cluster>(config->cluster);
         register_demo_functions(*cluster);
         cluster->start();
     } catch (const std::exception& e) {
@@ -103,22 +166,19 @@ int main(int argc, char** argv) {
     const auto endpoint = cluster->listen_endpoint();
     std::cout << "listening on " << endpoint->address().to_string() << ":" << endpoint->port() << std::endl;
 
-    for (const auto& spec : balancers) {
-        const auto eq = spec.find('=');
-        rpclb::LoadBalancerOptions lb;
-        lb.name = spec.substr(0, eq);
-        lb.algorithm = eq == std::string::npos ? "random" : spec.substr(eq + 1);
+    for (const auto& lb : config->balancers) {
         try {
             cluster->start_balancer(lb);
         } catch (const std::exception& e) {
             // The node keeps serving its other balancers and direct calls.
-            std::cerr << "rpclb-node: cannot start balancer \"" << spec << "\": " << e.what() << std::endl;
+            std::cerr << "rpclb-node: cannot start balancer \"" << lb.name << "=" << lb.algorithm
+                      << "\": " << e.what() << std::endl;
         }
     }
 
     int signal = 0;
     sigwait(&stop_signals, &signal);
-    std::cerr << "rpclb-node: " << name << " got " << (signal == SIGTERM ? "SIGTERM" : "SIGINT")
+    std::cerr << "rpclb-node: " << config->cluster.name << " got " << (signal == SIGTERM ? "SIGTERM" : "SIGINT")
               << ", leaving and draining" << std::endl;
     // Stop in another thread so that a handler that never returns cannot hold the process
     // past the drain: after stop_timeout plus a grace period, or on a second signal, exit 1.
@@ -128,7 +188,7 @@ int main(int argc, char** argv) {
         cluster->stop();
         stopped = true;
     });
-    const auto deadline = std::chrono::steady_clock::now() + options.stop_timeout + std::chrono::seconds(5);
+    const auto deadline = std::chrono::steady_clock::now() + config->cluster.stop_timeout + std::chrono::seconds(5);
     while (!stopped) {
         const timespec tick{0, 50'000'000};
         if (sigtimedwait(&stop_signals, nullptr, &tick) > 0) {

@@ -1,0 +1,58 @@
+// The valid ranges of ClusterOptions and LoadBalancerOptions, checked in one place: by the
+// Cluster constructor and start_balancer (which throw) and by the JSON config loader (which
+// names the field in an ErrorMessage).
+#pragma once
+
+#include <rpclb/cluster.hpp>
+#include <rpclb/load_balancer.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace rpclb::detail {
+
+/// Longest duration an option accepts: 2^32 − 1 ms (about 49.7 days), the largest timeout
+/// Erlang accepts, so that a deadline `now + duration` can never overflow a steady_clock
+/// time point. The seed's `:infinity` drain timeout maps to this.
+inline constexpr std::chrono::milliseconds max_option_duration{4'294'967'295};
+
+/// One option outside its valid range.
+struct OptionProblem {
+    /// The option's JSON config key (`worker_threads`, `idle_timeout_ms`, `name`...).
+    std::string field;
+    /// Why, as a predicate that reads after the field: "must be in 1..64, got 0".
+    std::string reason;
+
+    /// `field + " " + reason`, the text Cluster's constructor throws.
+    std::string message() const { return field + " " + reason; }
+};
+
+/// Whether `name` and `cookie` must be set. `optional` is for a configuration that is still
+/// being assembled (a config file whose name or cookie come from flags or the environment):
+/// an empty name or cookie passes, a non-empty malformed name does not.
+enum class Identity { required, optional };
+
+/// The first problem of `options`, or nullopt when every field is in range:
+///
+/// | field | valid |
+/// |---|---|
+/// | name | `short@host`: exactly one '@', both parts non-empty |
+/// | cookie | non-empty |
+/// | network_threads | 1..64 |
+/// | worker_threads | 1..1024 |
+/// | idle_timeout, handshake_timeout, reconnect_interval | 1 ms..max_option_duration |
+/// | stop_timeout | 0..max_option_duration |
+/// | max_message_size | at least 1024 bytes |
+///
+/// `listen` and `seeds` are checked when the node starts (they need the resolver).
+/// Thread safety: pure function.
+std::optional<OptionProblem> check(const ClusterOptions& options, Identity identity = Identity::required);
+
+/// The first problem of `options`, or nullopt: name non-empty without control characters,
+/// algorithm non-empty, drain_timeout in 0..max_option_duration. Whether the algorithm's
+/// plugin exists and accepts `algorithm_opts` is only known when the balancer starts.
+/// Thread safety: pure function.
+std::optional<OptionProblem> check(const LoadBalancerOptions& options);
+
+}  // namespace rpclb::detail

@@ -1,0 +1,58 @@
+#include <rpclb/detail/options_check.hpp>
+
+namespace rpclb::detail {
+
+namespace {
+
+OptionProblem problem(std::string field, std::string reason) {
+    return OptionProblem{std::move(field), std::move(reason)};
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+template <class T>
+std::optional<OptionProblem> in_range(const char* field, T value, T min, T max) {
+    if (value >= min && value <= max) return std::nullopt;
+    return problem(field, "must be in " + std::to_string(min) + ".." + std::to_string(max) + ", got " +
+                              std::to_string(value));
+}
+
+std::optional<OptionProblem> duration(const char* field, std::chrono::milliseconds value, bool zero_allowed) {
+    const auto min = zero_allowed ? 0 : 1;
+    if (value.count() >= min && value <= max_option_duration) return std::nullopt;
+    return problem(field, std::string(zero_allowed ? "must be in 0.." : "must be in 1..") +
+                              std::to_string(max_option_duration.count()) + " (milliseconds), got " +
+                              std::to_string(value.count()));
+}
+
+}  // namespace
+
+std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
+    const bool required = identity == Identity::required;
+    if (required || !o.name.empty()) {
+        const auto at = o.name.find('@');
+        if (at == std::string::npos || at == 0 || at + 1 == o.name.size() ||
+            o.name.find('@', at + 1) != std::string::npos)
+            return problem("name", "must be short@host (one '@', both parts non-empty), got " + quoted(o.name));
+    }
+    if (required && o.cookie.empty()) return problem("cookie", "must not be empty");
+    if (auto p = in_range<std::size_t>("network_threads", o.network_threads, 1, 64)) return p;
+    if (auto p = in_range<std::size_t>("worker_threads", o.worker_threads, 1, 1024)) return p;
+    if (auto p = duration("idle_timeout_ms", o.idle_timeout, false)) return p;
+    if (auto p = duration("handshake_timeout_ms", o.handshake_timeout, false)) return p;
+    if (auto p = duration("reconnect_interval_ms", o.reconnect_interval, false)) return p;
+    if (auto p = duration("stop_timeout_ms", o.stop_timeout, true)) return p;
+    if (o.max_message_size < 1024)
+        return problem("max_message_size", "must be at least 1024 (bytes), got " + std::to_string(o.max_message_size));
+    return std::nullopt;
+}
+
+std::optional<OptionProblem> check(const LoadBalancerOptions& o) {
+    if (o.name.empty()) return problem("name", "must not be empty");
+    for (const unsigned char ch : o.name)
+        if (ch < 0x20 || ch == 0x7f) return problem("name", "must not contain control characters");
+    if (o.algorithm.empty()) return problem("algorithm", "must not be empty");
+    return duration("drain_timeout_ms", o.drain_timeout, true);
+}
+
+}  // namespace rpclb::detail
