@@ -1,0 +1,233 @@
+// The telemetry bus: named events, Signals2-style listeners, free when nobody listens.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+namespace rpclb {
+
+/// The events rpclb emits. The first nine are the seed's (`[:rpc_load_balancer, ...]`,
+/// reference §5.1–5.3), named with dots; the rest are rpclb's own.
+///
+/// | event | measurements | metadata |
+/// |---|---|---|
+/// | `rpc.start` | system_time_ns | type, node, module, function, load_balancer |
+/// | `rpc.stop` | duration | the same + status |
+/// | `rpc.exception` | duration | type, node, module, function, load_balancer, kind, reason |
+/// | `node_selected` | count = 1, members_count | algorithm, load_balancer, node (the pick) |
+/// | `node_selected.empty` | count = 1 | algorithm, load_balancer (no node) |
+/// | `least_cpu.poll.start` | system_time_ns | load_balancer |
+/// | `least_cpu.poll.stop` | duration | load_balancer |
+/// | `least_cpu.poll.exception` | duration | load_balancer, kind, reason |
+/// | `least_cpu.poll.remote_error` | count = 1 | load_balancer, node (the remote), kind, reason |
+/// | `membership.join` / `.leave` | count = 1 | group, node |
+/// | `drain.begin` | in_flight (at the start) | load_balancer |
+/// | `drain.end` | in_flight (left), duration | load_balancer, outcome |
+/// | `supervisor.restart` | count = 1 | supervisor, child, reason |
+/// | `plugin.loaded` | count = 1 | algorithm, path |
+/// | `plugin.rejected` | count = 1 | algorithm, path, reason |
+///
+/// The seed's LeastCpu poller calls the balancer `load_balancer_name`; here it is the
+/// `load_balancer` field like everywhere else.
+enum class EventName : std::uint8_t {
+    rpc_start,
+    rpc_stop,
+    rpc_exception,
+    node_selected,
+    node_selected_empty,
+    least_cpu_poll_start,
+    least_cpu_poll_stop,
+    least_cpu_poll_exception,
+    least_cpu_poll_remote_error,
+    membership_join,
+    membership_leave,
+    drain_begin,
+    drain_end,
+    supervisor_restart,
+    plugin_loaded,
+    plugin_rejected,
+};
+
+/// How many EventName values there are (one past the last).
+inline constexpr std::size_t event_name_count =
+    static_cast<std::size_t>(EventName::plugin_rejected) + 1;
+
+/// The dotted name of `name`: "rpc.start", "node_selected.empty",
+/// "least_cpu.poll.remote_error", "membership.join", "drain.end", "plugin.rejected"...
+/// "unknown" for a value outside the enumeration.
+std::string_view to_string(EventName name) noexcept;
+
+/// One telemetry event: its name, measurements and metadata (see EventName for which
+/// fields each event sets; a field an event doesn't use keeps its default).
+///
+/// The string views point into the emitter's data and are valid only while listeners
+/// run: a listener that keeps anything must copy it. Build an Event only after
+/// TelemetryBus::active() said someone listens.
+struct Event {
+    EventName name;
+
+    // ---- measurements ------------------------------------------------------------------
+    /// rpc.start, least_cpu.poll.start: wall clock, ns since the Unix epoch.
+    std::int64_t system_time_ns = 0;
+    /// rpc.stop, rpc.exception, least_cpu.poll.stop/exception, drain.end: elapsed time.
+    std::chrono::nanoseconds duration{0};
+    /// node_selected*, remote_error, membership.*, supervisor.*, plugin.*: always 1.
+    std::int64_t count = 1;
+    /// node_selected: number of members the pick chose from.
+    std::int64_t members_count = 0;
+    /// drain.begin: calls in flight when the drain starts; drain.end: calls left.
+    std::int64_t in_flight = 0;
+
+    // ---- metadata ----------------------------------------------------------------------
+    std::string_view type;           ///< rpc.*: "call" | "cast"
+    /// rpc.*: the node argument of the call (the seed's rule: for a load-balanced call the
+    /// caller's value, not the selected target); node_selected: the pick; membership.*:
+    /// the member; remote_error: the remote node.
+    std::string_view node;
+    std::string_view module;         ///< rpc.*
+    std::string_view function;       ///< rpc.*
+    std::string_view load_balancer;  ///< the balancer's name; empty = none (the seed's nil)
+    /// rpc.stop: "ok", or the ErrorCode name (`to_string(ErrorCode)`, e.g.
+    /// "request_timeout") of an error.
+    std::string_view status;
+    std::string_view algorithm;      ///< node_selected*: algorithm name; plugin.*: same
+    std::string_view group;          ///< membership.*
+    std::string_view outcome;        ///< drain.end: "drained" | "timeout"
+    std::string_view kind;           ///< rpc.exception / poll.*: "error" | "exit" | ...
+    /// rpc.exception: exception text; supervisor.restart: why the child stopped;
+    /// plugin.rejected: the loader's message; remote_error: what failed.
+    std::string_view reason;
+    std::string_view child;          ///< supervisor.restart: the child's id
+    std::string_view supervisor;     ///< supervisor.restart: the supervisor's name
+    std::string_view path;           ///< plugin.*: the shared object's file
+};
+
+/// A listener: called with each event, on the emitting thread.
+using Listener = std::function<void(const Event&)>;
+
+/// The bus events go through: listeners connect and disconnect as with Boost.Signals2
+/// (which it uses for its listener list); emitters call emit().
+///
+/// Cost when idle: with no listener connected, active() and emit() are one atomic load
+/// each, take no lock and allocate nothing; emitters test active() before building an
+/// Event so that the call site costs no more either. With listeners, emit() is a
+/// Signals2 invocation: a short lock on the listener list, then each listener in
+/// connection order, on the emitting thread.
+///
+/// A listener that throws doesn't stop the others: the exception is caught and logged on
+/// the Boost.Log channel "telemetry" (severity error), and never reaches the emitter.
+///
+/// Thread safety: distinct objects safe; shared objects safe — connect, disconnect and
+/// emit may run concurrently from any threads, and a listener may disconnect itself or
+/// others. As with Signals2, a listener may still be running on another thread after
+/// disconnect() returned (it was already called when the disconnect happened); a listener
+/// that uses state it doesn't own must keep that state alive itself (e.g. capture a
+/// shared_ptr). Listeners run concurrently when emitters do, so they must be thread-safe.
+///
+/// Example:
+/// \code
+///   rpclb::TelemetryBus::ScopedConnection c = bus.connect([](const rpclb::Event& e) {
+///       if (e.name == rpclb::EventName::rpc_stop) std::cout << e.status << '\n';
+///   });
+///   if (bus.active())
+///       bus.emit({.name = rpclb::EventName::membership_join, .node = node, .group = g});
+/// \endcode
+class TelemetryBus {
+    struct Core;
+
+public:
+    /// A handle to one connected listener. Copies refer to the same listener; a default-
+    /// constructed handle refers to none. Dropping every handle leaves the listener
+    /// connected (as a Signals2 connection does); use ScopedConnection to tie it to a
+    /// scope. A handle may outlive its bus: it then reports disconnected.
+    ///
+    /// Thread safety: distinct objects safe; shared objects safe.
+    class Connection {
+    public:
+        Connection() = default;
+
+        /// Disconnects the listener: later emissions don't call it (one already running
+        /// on another thread may finish). Calling it again, through any copy, does
+        /// nothing.
+        void disconnect() noexcept;
+
+        /// True while the listener is connected (false after disconnect() through any
+        /// copy, after the bus was destroyed, and for a default-constructed handle).
+        bool connected() const noexcept;
+
+    private:
+        friend class TelemetryBus;
+        struct State;
+        explicit Connection(std::shared_ptr<State> state) noexcept : state_(std::move(state)) {}
+        std::shared_ptr<State> state_;
+    };
+
+    /// Disconnects its listener when destroyed (or assigned over). Movable, not copyable.
+    ///
+    /// Thread safety: distinct objects safe; shared objects unsafe.
+    class ScopedConnection {
+    public:
+        ScopedConnection() = default;
+        /// Takes over `connection` (implicit, so `ScopedConnection c = bus.connect(f);`).
+        ScopedConnection(Connection connection) noexcept : connection_(std::move(connection)) {}
+        ScopedConnection(ScopedConnection&& other) noexcept;
+        ScopedConnection& operator=(ScopedConnection&& other) noexcept;
+        ScopedConnection(const ScopedConnection&) = delete;
+        ScopedConnection& operator=(const ScopedConnection&) = delete;
+        ~ScopedConnection() { connection_.disconnect(); }
+
+        void disconnect() noexcept { connection_.disconnect(); }
+        bool connected() const noexcept { return connection_.connected(); }
+
+        /// Gives up ownership: the listener stays connected; returns its handle.
+        Connection release() noexcept;
+
+    private:
+        Connection connection_;
+    };
+
+    TelemetryBus();
+    /// Disconnects every listener (their handles then report disconnected). No emit() may
+    /// be running or start on this bus.
+    ~TelemetryBus();
+    TelemetryBus(const TelemetryBus&) = delete;
+    TelemetryBus& operator=(const TelemetryBus&) = delete;
+
+    /// Connects `listener`; it receives every event emitted after connect() returns, until
+    /// it is disconnected. Listeners are called in connection order.
+    ///
+    /// Errors: throws std::invalid_argument when `listener` is empty; std::bad_alloc.
+    Connection connect(Listener listener);
+
+    /// True when at least one listener is connected: one atomic load (acquire). A hint,
+    /// since listeners come and go concurrently: an event emitted while one connects may
+    /// or may not reach it.
+    bool active() const noexcept { return listeners_->load(std::memory_order_acquire) != 0; }
+
+    /// Delivers `event` to every connected listener, on this thread, in connection order.
+    /// With no listener it returns after one atomic load (no lock, no allocation).
+    /// Never throws: listeners' exceptions are caught and logged.
+    void emit(const Event& event) const noexcept {
+        if (active()) deliver(event);
+    }
+
+    /// Number of connected listeners (a snapshot).
+    std::size_t listener_count() const noexcept {
+        return listeners_->load(std::memory_order_acquire);
+    }
+
+private:
+    void deliver(const Event& event) const noexcept;
+
+    // The listener list and the count live in a Core shared with the connections' weak
+    // references, so a handle that outlives the bus stays safe to use.
+    std::shared_ptr<Core> core_;
+    const std::atomic<std::size_t>* listeners_;  // inside *core_
+};
+
+}  // namespace rpclb
