@@ -2,6 +2,7 @@
 #include "cluster_impl.hpp"
 
 #include <rpclb/detail/log.hpp>
+#include <rpclb/detail/options_check.hpp>
 
 #include <boost/asio/post.hpp>
 #include <boost/json/serialize.hpp>
@@ -24,17 +25,7 @@ std::string draw_incarnation() {
 }
 
 void validate(const ClusterOptions& o) {
-    const auto at = o.name.find('@');
-    if (at == std::string::npos || at == 0 || at + 1 == o.name.size() ||
-        o.name.find('@', at + 1) != std::string::npos)
-        throw std::invalid_argument("node name \"" + o.name + "\" must be short@host");
-    if (o.cookie.empty()) throw std::invalid_argument("cookie must not be empty");
-    if (o.network_threads < 1 || o.network_threads > 64)
-        throw std::invalid_argument("network_threads must be in 1..64");
-    if (o.worker_threads < 1 || o.worker_threads > 1024)
-        throw std::invalid_argument("worker_threads must be in 1..1024");
-    if (o.idle_timeout.count() <= 0) throw std::invalid_argument("idle_timeout must be positive");
-    if (o.max_message_size < 1024) throw std::invalid_argument("max_message_size must be at least 1024");
+    if (auto problem = detail::check(o)) throw std::invalid_argument(problem->message());
 }
 
 }  // namespace
@@ -64,6 +55,15 @@ void Cluster::Impl::start() {
         RPCLB_LOG("plugins", error) << "plugin directory " << dir << " does not exist";
     groups.set_broadcast([weak = weak_from_this()](std::string frame) {
         if (auto self = weak.lock()) self->broadcast(frame);
+    });
+    groups.set_observer([this](const std::string& group, NodeChange change, const std::vector<std::string>& nodes) {
+        if (!bus.active()) return;
+        Event e{change == NodeChange::joined ? EventName::membership_join : EventName::membership_leave};
+        e.group = group;
+        for (const auto& node : nodes) {
+            e.node = node;
+            bus.emit(e);
+        }
     });
     work.emplace(ioc.get_executor());
     for (std::size_t i = 0; i < options.network_threads; ++i) threads.emplace_back([this] { ioc.run(); });
@@ -129,6 +129,7 @@ void Cluster::Impl::stop() {
         connecting.clear();
     }
     groups.set_broadcast({});
+    groups.set_observer({});
     RPCLB_LOG("mesh", info) << options.name << " stopped";
 }
 
@@ -150,6 +151,7 @@ const std::string& Cluster::incarnation() const noexcept { return impl_->incarna
 std::optional<boost::asio::ip::tcp::endpoint> Cluster::listen_endpoint() const { return impl_->bound; }
 Groups& Cluster::groups() noexcept { return impl_->groups; }
 PluginRegistry& Cluster::plugins() noexcept { return impl_->plugins; }
+TelemetryBus& Cluster::telemetry() noexcept { return impl_->bus; }
 
 ClusterStats Cluster::stats() const noexcept {
     return ClusterStats{impl_->bad_frames.load(), impl_->auth_failures.load(), impl_->peers_lost.load()};

@@ -59,8 +59,9 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
 
     // ---- rpc (rpc.cpp) ------------------------------------------------------------------
     std::shared_ptr<const Handler> find_handler(std::string_view module, std::string_view function) const;
+    /// Runs a registered function here; `threw` (if given) tells whether it threw.
     CallResult run_handler(std::string_view module, std::string_view function,
-                           const boost::json::array& args) const;
+                           const boost::json::array& args, bool* threw = nullptr) const;
     void serve_request(const std::shared_ptr<detail::Connection>& c, detail::wire::Request&& request);
     void serve_cast(detail::wire::Cast&& cast);
     /// Sends a request to `node` (or runs it on the worker pool when it is this node).
@@ -104,6 +105,7 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     boost::asio::strand<boost::asio::io_context::executor_type> retry_strand{ioc.get_executor()};
     std::set<std::shared_ptr<boost::asio::steady_timer>> retry_timers;
 
+    TelemetryBus bus;
     Groups groups;
     PluginRegistry plugins;
 

@@ -71,6 +71,11 @@ std::uint64_t Groups::monitor(const std::string& group, MonitorCallback callback
     return id;
 }
 
+void Groups::set_observer(MonitorCallback observer) {
+    std::lock_guard lock(monitor_mutex_);
+    observer_ = std::move(observer);
+}
+
 void Groups::demonitor(std::uint64_t id) {
     std::lock_guard lock(monitor_mutex_);
     monitors_.erase(id);
@@ -163,15 +168,19 @@ void Groups::notify(std::vector<Change> changes) {
         RPCLB_LOG("groups", debug) << change.nodes.front()
                                    << (change.change == NodeChange::joined ? " joined " : " left ")
                                    << change.group;
-        for (const auto& [id, entry] : monitors_) {
-            if (entry.first != change.group) continue;
+        auto deliver = [&](const MonitorCallback& callback) {
             try {
-                entry.second(change.group, change.change, change.nodes);
+                callback(change.group, change.change, change.nodes);
             } catch (const std::exception& e) {
                 RPCLB_LOG("groups", error) << "monitor of " << change.group << " threw: " << e.what();
             } catch (...) {
                 RPCLB_LOG("groups", error) << "monitor of " << change.group << " threw";
             }
+        };
+        if (observer_) deliver(observer_);
+        for (const auto& [id, entry] : monitors_) {
+            if (entry.first != change.group) continue;
+            deliver(entry.second);
         }
     }
 }

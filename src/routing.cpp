@@ -41,6 +41,9 @@ public:
         call_directly_ = o.call_directly.value_or(defaults.call_directly);
         retry_ = o.retry.value_or(defaults.retry);
         retries_left_ = o.retry_count.value_or(defaults.retry_count);
+        // The seed's span covers direct and load-balanced calls from the start, retry
+        // sleeps included; a random-node helper's span is its inner direct call's.
+        if (!spec_.filter) begin_span(spec_.node, spec_.options.load_balancer);
     }
 
     // A blocking caller would otherwise wait forever for an operation dropped unrun (its
@@ -106,17 +109,19 @@ private:
                 return finish(boost::json::value());
             }
             if (on_caller_thread) {
-                auto result = impl_->run_handler(spec_.module, spec_.function, spec_.args);
+                auto result = impl_->run_handler(spec_.module, spec_.function, spec_.args, &threw_);
                 release();
                 return finish(std::move(result));
             }
             asio::post(impl_->workers, [self = shared_from_this(), release] {
-                auto result = self->impl_->run_handler(self->spec_.module, self->spec_.function, self->spec_.args);
+                auto result = self->impl_->run_handler(self->spec_.module, self->spec_.function, self->spec_.args,
+                                                       &self->threw_);
                 release();
                 self->finish(std::move(result));
             });
             return;
         }
+        if (spec_.filter) begin_span(target, {});
         // A load-balanced call may have to be sent again (after `draining`): keep the args.
         const bool may_resend = picked && spec_.kind == Spec::Kind::call;
         auto args = may_resend ? spec_.args : std::move(spec_.args);
@@ -159,9 +164,48 @@ private:
     }
 
     void finish(CallResult result) {
+        end_span(result);
         auto done = std::move(done_);
         done_ = nullptr;
         done(std::move(result));
+    }
+
+    // rpc.start / rpc.stop / rpc.exception (seed §5.1), only while someone listens.
+    void begin_span(std::string_view node, std::string_view balancer) {
+        auto& bus = impl_->bus;
+        if (!bus.active() || spanned_) return;
+        spanned_ = true;
+        span_node_ = std::string(node);
+        span_balancer_ = std::string(balancer);
+        span_start_ = std::chrono::steady_clock::now();
+        Event e = span_event(EventName::rpc_start);
+        e.system_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+        bus.emit(e);
+    }
+
+    void end_span(const CallResult& result) {
+        if (!spanned_) return;
+        spanned_ = false;
+        Event e = span_event(threw_ ? EventName::rpc_exception : EventName::rpc_stop);
+        e.duration = std::chrono::steady_clock::now() - span_start_;
+        e.status = result ? std::string_view("ok") : to_string(result.error().code);
+        if (threw_) {
+            e.kind = "error";
+            e.reason = result.error().message;
+        }
+        impl_->bus.emit(e);
+    }
+
+    Event span_event(EventName name) const {
+        Event e{name};
+        e.type = spec_.kind == Spec::Kind::call ? "call" : "cast";
+        e.node = span_node_;
+        e.module = spec_.module;
+        e.function = spec_.function;
+        e.load_balancer = span_balancer_;
+        return e;
     }
 
     std::shared_ptr<Cluster::Impl> impl_;
@@ -171,6 +215,10 @@ private:
     bool retry_ = true;
     std::size_t retries_left_ = 0;
     int reselections_ = 0;
+    bool threw_ = false;  // a handler run here threw (rpc.exception)
+    bool spanned_ = false;
+    std::string span_node_, span_balancer_;
+    std::chrono::steady_clock::time_point span_start_;
 };
 
 }  // namespace

@@ -40,7 +40,7 @@ std::shared_ptr<const Handler> Cluster::Impl::find_handler(std::string_view modu
 }
 
 CallResult Cluster::Impl::run_handler(std::string_view module, std::string_view function,
-                                      const boost::json::array& args) const {
+                                      const boost::json::array& args, bool* threw) const {
     auto handler = find_handler(module, function);
     if (!handler)
         return call_error(ErrorCode::not_found,
@@ -57,8 +57,10 @@ CallResult Cluster::Impl::run_handler(std::string_view module, std::string_view 
         }
         return result;
     } catch (const std::exception& e) {
+        if (threw) *threw = true;
         return call_error(ErrorCode::internal_server_error, e.what(), options.name, module, function);
     } catch (...) {
+        if (threw) *threw = true;
         return call_error(ErrorCode::internal_server_error, "unknown exception", options.name, module,
                           function);
     }

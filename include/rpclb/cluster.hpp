@@ -6,6 +6,7 @@
 #include <rpclb/load_balancer.hpp>
 #include <rpclb/node_filter.hpp>
 #include <rpclb/plugin_registry.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -164,6 +165,11 @@ public:
 
     /// Health counters.
     ClusterStats stats() const noexcept;
+
+    /// The node's telemetry bus: `rpc.*` around every call and cast, `node_selected*`,
+    /// `membership.*`, `drain.*`, `supervisor.restart`, `plugin.*`, `least_cpu.poll.*`
+    /// (doc/reference/telemetry.md). Lives as long as the Cluster.
+    TelemetryBus& telemetry() noexcept;
 
     /// Registers `module.function`; replaces an existing registration.
     void register_function(std::string module, std::string function, Handler handler);

@@ -65,6 +65,11 @@ public:
     /// Removes a monitor; after it returns the callback is not running and won't run.
     void demonitor(std::uint64_t id);
 
+    /// Installs the one observer of every group's changes (the Cluster publishes them as
+    /// `membership.join` / `membership.leave`); an empty function removes it. Called like
+    /// a monitor, under the same serialisation.
+    void set_observer(MonitorCallback observer);
+
     // ---- used by the mesh -------------------------------------------------------------
 
     /// Installs the function that sends deltas to every peer.
@@ -112,6 +117,7 @@ private:
     std::mutex monitor_mutex_;  // held while callbacks run: serialises notifications
     std::map<std::uint64_t, std::pair<std::string, MonitorCallback>> monitors_;
     std::uint64_t next_monitor_ = 1;
+    MonitorCallback observer_;  // guarded by monitor_mutex_
 };
 
 }  // namespace rpclb

@@ -14,11 +14,13 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
+#include "support/raw_peer.hpp"
 #include "support/wait.hpp"
 
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -376,6 +378,275 @@ BOOST_AUTO_TEST_CASE(deferred_starts_nothing_until_invoked) {
     std::move(op)([&](rpclb::CallResult r) { done.set_value(std::move(r)); });
     BOOST_TEST(done.get_future().get().value().as_string() == "b@127.0.0.1");
     BOOST_TEST(p.b_runs.load() == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+// A copy of an Event's fields that outlives the emission.
+struct Seen {
+    rpclb::EventName name;
+    std::string type, node, module, function, load_balancer, status, group, algorithm;
+    std::int64_t members_count = 0;
+    std::chrono::nanoseconds duration{0};
+    std::int64_t system_time_ns = 0;
+};
+
+class Recorder {
+public:
+    explicit Recorder(rpclb::TelemetryBus& bus)
+        : connection_(bus.connect([this](const rpclb::Event& e) {
+              std::lock_guard lock(mutex_);
+              seen_.push_back(Seen{e.name, std::string(e.type), std::string(e.node), std::string(e.module),
+                                   std::string(e.function), std::string(e.load_balancer), std::string(e.status),
+                                   std::string(e.group), std::string(e.algorithm), e.members_count, e.duration,
+                                   e.system_time_ns});
+          })) {}
+
+    std::vector<Seen> of(rpclb::EventName name) const {
+        std::lock_guard lock(mutex_);
+        std::vector<Seen> out;
+        for (const auto& s : seen_)
+            if (s.name == name) out.push_back(s);
+        return out;
+    }
+
+private:
+    mutable std::mutex mutex_;
+    std::vector<Seen> seen_;
+    rpclb::TelemetryBus::ScopedConnection connection_;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(telemetry)
+
+// Seed §7 cases 27 and 29.
+BOOST_AUTO_TEST_CASE(a_direct_call_emits_start_and_stop_with_the_seed_metadata) {
+    Pair p;
+    Recorder events(p.a.telemetry());
+    BOOST_TEST(p.a.call("b@127.0.0.1", "demo", "node").has_value());
+    auto start = events.of(rpclb::EventName::rpc_start);
+    auto stop = events.of(rpclb::EventName::rpc_stop);
+    BOOST_REQUIRE(start.size() == 1u);
+    BOOST_REQUIRE(stop.size() == 1u);
+    BOOST_TEST(start[0].type == "call");
+    BOOST_TEST(start[0].node == "b@127.0.0.1");
+    BOOST_TEST(start[0].module == "demo");
+    BOOST_TEST(start[0].function == "node");
+    BOOST_TEST(start[0].load_balancer == "");
+    BOOST_TEST(start[0].system_time_ns > 0);
+    BOOST_TEST(stop[0].status == "ok");
+    BOOST_TEST(stop[0].type == "call");
+    BOOST_TEST(stop[0].duration.count() > 0);
+}
+
+// Seed §7 cases 28 and 30.
+BOOST_AUTO_TEST_CASE(a_load_balanced_call_names_its_balancer_and_a_failed_call_its_status) {
+    Pair p;
+    p.b->start_balancer(balancer("w"));
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    Recorder events(p.a.telemetry());
+    BOOST_TEST(p.a.call("demo", "node", {}, through("w")).has_value());
+    rpclb::CallOptions quick;
+    quick.timeout = 50ms;
+    BOOST_TEST(!p.a.call("nonexistent@nowhere", "demo", "node", {}, quick));
+    auto stop = events.of(rpclb::EventName::rpc_stop);
+    BOOST_REQUIRE(stop.size() == 2u);
+    BOOST_TEST(stop[0].load_balancer == "w");
+    BOOST_TEST(stop[0].node == "a@127.0.0.1");  // the node argument, as the seed
+    BOOST_TEST(stop[1].status == "service_unavailable");
+}
+
+// Seed §7 case 31 and the short-circuits: casts and local runs are spans too; a handler
+// that throws here is rpc.exception.
+BOOST_AUTO_TEST_CASE(casts_and_short_circuited_calls_are_spans_and_a_local_throw_is_an_exception) {
+    Pair p;
+    p.a.register_function("demo", "fail", [](const boost::json::array&) -> rpclb::CallResult {
+        throw std::runtime_error("boom");
+    });
+    p.a.start_balancer(balancer("here", "call_direct"));
+    Recorder events(p.a.telemetry());
+    BOOST_TEST(p.a.cast("b@127.0.0.1", "demo", "node").has_value());
+    BOOST_TEST(p.a.call("demo", "node", {}, through("here")).has_value());
+    BOOST_TEST(!p.a.call("demo", "fail", {}, through("here")));
+    auto start = events.of(rpclb::EventName::rpc_start);
+    auto stop = events.of(rpclb::EventName::rpc_stop);
+    auto exception = events.of(rpclb::EventName::rpc_exception);
+    BOOST_REQUIRE(start.size() == 3u);
+    BOOST_TEST(start[0].type == "cast");
+    BOOST_REQUIRE(stop.size() == 2u);
+    BOOST_TEST(stop[0].type == "cast");
+    BOOST_TEST(stop[1].load_balancer == "here");
+    BOOST_REQUIRE(exception.size() == 1u);
+    BOOST_TEST(exception[0].function == "fail");
+    // No selection for a short-circuit (seed §5.2).
+    BOOST_TEST(events.of(rpclb::EventName::node_selected).empty());
+}
+
+BOOST_AUTO_TEST_CASE(membership_changes_are_published) {
+    Pair p;
+    Recorder events(p.a.telemetry());
+    p.b->start_balancer(balancer("w"));
+    BOOST_REQUIRE(eventually([&] { return events.of(rpclb::EventName::membership_join).size() == 1u; }, 5s));
+    auto join = events.of(rpclb::EventName::membership_join)[0];
+    BOOST_TEST(join.group == "w");
+    BOOST_TEST(join.node == "b@127.0.0.1");
+    p.b->stop_balancer("w");
+    BOOST_REQUIRE(eventually([&] { return events.of(rpclb::EventName::membership_leave).size() == 1u; }, 5s));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+namespace wire = rpclb::detail::wire;
+
+// A hand-driven member node `r@127.0.0.1` connected to `node`: it answers every request
+// with a draining reply (counting them) and every bye with a bye.
+class DrainingPeer {
+public:
+    explicit DrainingPeer(rpclb::Cluster& node) : raw_(node.listen_endpoint()->port()) {
+        const wire::PeerInfo me{"r@127.0.0.1", "inc-r", "", false};
+        if (auto failure = raw_.handshake(me, "routing-cookie"))
+            throw std::runtime_error("raw handshake failed: " + *failure);
+    }
+    ~DrainingPeer() {
+        if (thread_.joinable()) thread_.join();
+    }
+
+    void join(const std::string& group) {
+        raw_.send(wire::GroupJoin{group, boost::json::object{{"algorithm", "round_robin"},
+                                                             {"algorithm_opts", boost::json::object{}}}});
+    }
+
+    // Answers until the node closes the connection.
+    void serve() {
+        thread_ = std::thread([this] {
+            while (auto text = raw_.read(30s)) {
+                auto frame = wire::decode(*text);
+                if (!frame) continue;
+                if (auto* req = std::get_if<wire::Request>(&*frame)) {
+                    ++refused;
+                    raw_.send(wire::Response{req->id, rpclb::draining_error("r@127.0.0.1", req->module,
+                                                                             req->function, req->load_balancer)});
+                } else if (std::holds_alternative<wire::Bye>(*frame)) {
+                    raw_.send(wire::Bye{});
+                }
+            }
+        });
+    }
+
+    std::atomic<int> refused{0};
+
+private:
+    rpclb::test::RawPeer raw_;
+    std::thread thread_;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(draining)
+
+// Serving side (DESIGN.md "Drainer"): a call routed by a balancer this node does not (or
+// no longer) serve is refused with `draining` and never run.
+BOOST_AUTO_TEST_CASE(a_node_refuses_unrun_a_call_routed_by_a_balancer_it_does_not_serve) {
+    Pair p;
+    rpclb::test::RawPeer raw(p.a.listen_endpoint()->port());
+    BOOST_REQUIRE(!raw.handshake(wire::PeerInfo{"r@127.0.0.1", "inc-r", "", true}, "routing-cookie"));
+    auto ask = [&](std::uint64_t id) {
+        raw.send(wire::Request{id, "demo", "node", {}, "w"});
+        auto res = raw.read_response(id, 5s);
+        BOOST_REQUIRE(res);
+        return *res;
+    };
+    auto refused = ask(1);
+    BOOST_REQUIRE(refused.contains("err"));
+    auto error = rpclb::ErrorMessage::from_json(refused.at("err"));
+    BOOST_REQUIRE(error);
+    BOOST_TEST(rpclb::is_draining(*error));
+    BOOST_TEST(error->details.at("load_balancer").as_string() == "w");
+    BOOST_TEST(p.a_runs.load() == 0);
+
+    p.a.start_balancer(balancer("w"));
+    BOOST_TEST(ask(2).at("ok").as_string() == "a@127.0.0.1");
+    BOOST_TEST(p.a_runs.load() == 1);
+
+    p.a.stop_balancer("w");
+    BOOST_TEST(ask(3).contains("err"));
+    BOOST_TEST(p.a_runs.load() == 1);
+}
+
+// Caller side: a `draining` reply sends the call to another member; nothing is lost.
+BOOST_AUTO_TEST_CASE(a_caller_picks_another_member_after_a_draining_reply) {
+    Pair p;
+    p.b->start_balancer(balancer("w"));
+    DrainingPeer r(p.a);
+    r.join("w");
+    BOOST_REQUIRE(eventually([&] { auto m = p.a.get_members("w"); return m && m->size() == 2u; }, 5s));
+    r.serve();
+    for (int i = 0; i < 20; ++i) {
+        auto result = p.a.call("demo", "node", {}, through("w"));
+        BOOST_REQUIRE(result.has_value());
+        BOOST_TEST(result->as_string() == "b@127.0.0.1");
+    }
+    BOOST_TEST(r.refused.load() >= 5);
+    BOOST_TEST(p.b_runs.load() == 20);
+    p.a.stop();
+}
+
+// A handler cannot fake a draining reply (the caller would run the call twice).
+BOOST_AUTO_TEST_CASE(a_handler_error_claiming_draining_is_not_taken_for_one) {
+    Pair p;
+    std::atomic<int> runs{0};
+    p.b->register_function("demo", "fake", [&](const boost::json::array&) -> rpclb::CallResult {
+        ++runs;
+        return rpclb::draining_error("b@127.0.0.1", "demo", "fake", "w");
+    });
+    p.b->start_balancer(balancer("w"));
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    auto r = p.a.call("demo", "fake", {}, through("w"));
+    BOOST_REQUIRE(!r);
+    BOOST_TEST(!rpclb::is_draining(r.error()));
+    BOOST_TEST(runs.load() == 1);
+}
+
+// Caller side (seed §4.2): stop waits for calls in flight through the balancer, up to
+// drain_timeout.
+BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_the_drain_timeout) {
+    Pair p;
+    p.b->start_balancer(balancer("w"));
+    auto mine = nobody("w");
+    mine.drain_timeout = 5s;
+    auto lb = p.a.start_balancer(mine);
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    auto call = p.a.async_call("", "demo", "sleep", {300}, through("w"), boost::asio::use_future);
+    BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
+    const auto t0 = std::chrono::steady_clock::now();
+    p.a.stop_balancer("w");
+    const auto took = std::chrono::steady_clock::now() - t0;
+    BOOST_TEST((call.wait_for(0s) == std::future_status::ready));
+    BOOST_TEST(call.get().has_value());
+    BOOST_TEST((took >= 150ms));
+    BOOST_TEST((took < 4s));
+}
+
+BOOST_AUTO_TEST_CASE(stopping_a_balancer_gives_up_on_a_call_that_outlives_the_drain_timeout) {
+    Pair p;
+    p.b->start_balancer(balancer("w"));
+    auto mine = nobody("w");
+    mine.drain_timeout = 100ms;
+    auto lb = p.a.start_balancer(mine);
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    auto call = p.a.async_call("", "demo", "sleep", {1500}, through("w"), boost::asio::use_future);
+    BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
+    const auto t0 = std::chrono::steady_clock::now();
+    p.a.stop_balancer("w");
+    const auto took = std::chrono::steady_clock::now() - t0;
+    BOOST_TEST((took < 1s));
+    BOOST_TEST((call.wait_for(0s) == std::future_status::timeout));
+    BOOST_TEST(call.get().has_value());  // not cancelled: it still completes
 }
 
 BOOST_AUTO_TEST_SUITE_END()
