@@ -174,18 +174,26 @@ public:
     /// Registers `module.function`; replaces an existing registration.
     void register_function(std::string module, std::string function, Handler handler);
 
-    /// Calls `module.function(args...)` on `node` and waits for the result.
+    /// Calls `module.function(args...)` on `node` and waits for the result. A thin layer
+    /// over async_call(): only the calling thread blocks.
     ///
-    /// With `options.load_balancer` set, `node` is ignored and the balancer picks the
-    /// target (see the overload without node). A call to the local node runs the handler
-    /// in the calling thread, without the network.
+    /// With `options.load_balancer` set, `node` is ignored and the balancer routes (DESIGN.md
+    /// "how a call flows"): `call_directly` or a `local()` algorithm (call_direct) runs the
+    /// handler here; otherwise the algorithm picks a member, the balancer's drainer counts
+    /// the call, and the algorithm's release_node runs when it completes. When the group is
+    /// empty the call waits `retry_sleep` and tries again, `retry_count` times (seed §4.1;
+    /// the only case ever retried). A member that answers `draining` (it is leaving the
+    /// group and never ran the call) is replaced by another pick, at most 16 times.
+    /// A call to the local node runs the handler in the calling thread, without the network.
     ///
     /// Errors (DESIGN.md "Contracts → Errors"): `request_timeout` "timeout" when the
     /// deadline passes; `service_unavailable` "noconnection" at once when the node is
-    /// unknown, not connected, or its connection drops while waiting; `not_found` when
-    /// the target has no such function; `bad_request` for a request over the size limit;
-    /// `internal_server_error` with the exception text when the handler threw; a
-    /// handler's own ErrorMessage as is. Details always name node, module and function.
+    /// unknown, not connected, saying bye, or its connection drops while waiting; `not_found`
+    /// when the target has no such function; `bad_request` for a request over the size limit;
+    /// `internal_server_error` with the exception text when the handler threw; a handler's
+    /// own ErrorMessage as is; `service_unavailable` "no members registered" {"load_balancer"}
+    /// when the retries ran out; `service_unavailable` "node stopping" when this node stops
+    /// while the call waits for a route. Details always name node, module and function.
     CallResult call(std::string_view node, std::string_view module, std::string_view function,
                     boost::json::array args = {}, const CallOptions& options = {});
 
