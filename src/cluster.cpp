@@ -66,6 +66,7 @@ void Cluster::Impl::start() {
     if (running) return;
     if (!options.client) start_listener();  // throws before anything runs
     running = true;
+    root.start();
     for (const auto& dir : plugins.missing_directories())
         RPCLB_LOG("plugins", error) << "plugin directory " << dir << " does not exist";
     groups.set_broadcast([weak = weak_from_this()](std::string frame) {
@@ -81,16 +82,16 @@ void Cluster::Impl::start() {
 
 void Cluster::Impl::stop() {
     if (!running || stopping.exchange(true)) return;
-    std::vector<std::shared_ptr<LoadBalancer>> balancers;
+    std::vector<std::shared_ptr<LoadBalancer>> routing_only;
     {
         std::lock_guard lock(balancers_mutex);
-        for (auto& [name, b] : hosted) balancers.push_back(b);
-        for (auto& [name, b] : routing) balancers.push_back(b);
+        for (auto& [name, b] : routing) routing_only.push_back(b);
         hosted.clear();
         routing.clear();
     }
-    for (auto& b : balancers) b->stop();
-    balancers.clear();
+    root.stop();  // each hosted balancer leaves and drains, then its services stop
+    for (auto& b : routing_only) b->stop();
+    routing_only.clear();
     // Finish the calls this node is serving before closing their connections.
     const auto drain_deadline = std::chrono::steady_clock::now() + options.stop_timeout;
     while (serving.load() > 0 && std::chrono::steady_clock::now() < drain_deadline)
@@ -293,7 +294,18 @@ std::shared_ptr<LoadBalancer> Cluster::start_balancer(LoadBalancerOptions option
         throw std::runtime_error("balancer " + options.name + ": " + algorithm.error().message);
     if (impl_->options.client) options.node_match_list = NodeMatchList::none();
     auto b = std::make_shared<LoadBalancer>(*this, std::move(options), std::move(*algorithm), true);
-    b->start();
+    // The balancer's subtree (seed §1.1): the algorithm's services first, then the
+    // balancer, so that it joins last and leaves first; one_for_all, so that a failure of
+    // any of them restarts them all (§3.6).
+    SupervisorOptions tree_options{.name = b->name(), .strategy = RestartStrategy::one_for_all};
+    auto tree = std::make_shared<Supervisor>(std::move(tree_options));
+    for (const auto& service : b->prepare()) tree->add_child(ChildSpec{service->name(), service});
+    // The balancer's stop drains for up to drain_timeout; give it that and some more.
+    constexpr std::chrono::milliseconds margin{5000};
+    const auto drain = b->options().drain_timeout;
+    tree->add_child(ChildSpec{b->name() + "_server", b, RestartType::permanent,
+                              drain < infinite_shutdown - margin ? drain + margin : infinite_shutdown});
+    impl_->root.start_child(ChildSpec{b->name(), tree, RestartType::permanent, infinite_shutdown});
     std::shared_ptr<LoadBalancer> previous_routing;
     {
         std::lock_guard lock(impl_->balancers_mutex);
@@ -310,16 +322,15 @@ std::shared_ptr<LoadBalancer> Cluster::start_balancer(LoadBalancerOptions option
 }
 
 bool Cluster::stop_balancer(std::string_view name) {
-    std::shared_ptr<LoadBalancer> b;
     {
         std::lock_guard lock(impl_->balancers_mutex);
         auto it = impl_->hosted.find(name);
         if (it == impl_->hosted.end()) return false;
-        b = it->second;
         impl_->hosted.erase(it);
     }
-    const bool drained = b->stop();
-    RPCLB_LOG("balancer", info) << "stopped balancer " << name << (drained ? "" : " (drain timed out)");
+    // The subtree stops in reverse order: the balancer leaves and drains, then its services.
+    impl_->root.remove_child(name);
+    RPCLB_LOG("balancer", info) << "stopped balancer " << name;
     return true;
 }
 

@@ -5,6 +5,7 @@
 #include "connection.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/supervisor.hpp>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -101,6 +102,10 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     mutable std::mutex balancers_mutex;
     std::map<std::string, std::shared_ptr<LoadBalancer>, std::less<>> hosted;
     std::map<std::string, std::shared_ptr<LoadBalancer>, std::less<>> routing;
+    // The root of the node's supervision tree: one one_for_all subtree per hosted
+    // balancer (its algorithm's services, then the LoadBalancer), named after it. Declared
+    // after `groups`, which the balancers use until they are destroyed.
+    Supervisor root{SupervisorOptions{.name = options.name}};
 
     std::atomic<const PickObserver*> pick_observer{nullptr};
     std::mutex observers_mutex;

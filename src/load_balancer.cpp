@@ -36,23 +36,35 @@ boost::json::object LoadBalancer::announcement() const {
                                {"algorithm_opts", options_.algorithm_opts}};
 }
 
-void LoadBalancer::start() {
-    if (started_) return;
+const std::vector<std::shared_ptr<Service>>& LoadBalancer::prepare() {
+    if (prepared_) return services_;
     const AlgorithmContext context{options_.name, cluster_.name(), &cluster_};
     try {
         algorithm_->init(context, options_.algorithm_opts);
         services_ = algorithm_->services();
         local_ = algorithm_->local();
     } catch (const std::exception& e) {
+        services_.clear();
         throw std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm +
                                  " init failed: " + e.what());
     } catch (...) {
+        services_.clear();
         throw std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm +
                                  " init failed with an unknown exception");
     }
+    prepared_ = true;
+    return services_;
+}
+
+void LoadBalancer::start() {
+    if (started_) return;
+    prepare();
+    // A routing-only balancer has no supervisor: its services (e.g. the least_cpu poller,
+    // whose readings its picks need) are its own to run.
     std::size_t started = 0;
     try {
-        for (; started < services_.size(); ++started) services_[started]->start();
+        if (!hosted_)
+            for (; started < services_.size(); ++started) services_[started]->start();
     } catch (const std::exception& e) {
         while (started > 0) services_[--started]->stop();
         throw std::runtime_error("balancer " + options_.name + ": service failed to start: " + e.what());
@@ -73,24 +85,26 @@ void LoadBalancer::start() {
     started_ = true;
 }
 
-bool LoadBalancer::stop() {
-    if (!started_) return true;
+void LoadBalancer::stop() noexcept {
+    if (!started_) return;
     started_ = false;
-    if (joined_.exchange(false)) cluster_.groups().leave(options_.name);
+    try {
+        if (joined_.exchange(false)) cluster_.groups().leave(options_.name);
+    } catch (const std::exception& e) {
+        RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": leaving the group failed: " << e.what();
+    }
     const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
-    bool drained = true;
     while (in_flight_.load() > 0) {
         if (std::chrono::steady_clock::now() >= deadline) {
-            drained = false;
             RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": " << in_flight_.load()
                                            << " calls still in flight after the drain timeout";
             break;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    for (auto it = services_.rbegin(); it != services_.rend(); ++it) (*it)->stop();
+    if (!hosted_)
+        for (auto it = services_.rbegin(); it != services_.rend(); ++it) (*it)->stop();
     if (monitor_id_) cluster_.groups().demonitor(std::exchange(monitor_id_, 0));
-    return drained;
 }
 
 void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& nodes) {

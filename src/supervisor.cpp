@@ -407,7 +407,6 @@ void Supervisor::start() {
     }
     if (failure.empty()) return;
     impl_->stop_control();
-    RPCLB_LOG("supervisor", error) << failure;
     throw std::runtime_error(failure);
 }
 
@@ -447,7 +446,6 @@ void Supervisor::start_child(ChildSpec spec) {
                              " failed to start: " + current_exception_text();
         impl_->children.back().spec.service->set_exit_receiver({});
         impl_->children.pop_back();
-        RPCLB_LOG("supervisor", error) << failure;
         throw std::runtime_error(failure);
     }
 }

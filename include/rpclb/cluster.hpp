@@ -218,9 +218,12 @@ public:
 
     /// Starts a balancer hosted on this node (seed §1.1): loads the algorithm plugin,
     /// runs its init, starts its services, joins the group when `node_match_list` matches
-    /// (client nodes never join). Returns once it is registered and selectable.
-    /// Throws std::invalid_argument (bad options, name already started) or
-    /// std::runtime_error (plugin not found or refused, init failed) naming the balancer.
+    /// (client nodes never join). Returns once it is registered and selectable. The
+    /// services and the balancer form a one_for_all subtree of the node's root
+    /// Supervisor (doc/explanation/supervision.md): a failure of one restarts them all.
+    /// Throws std::invalid_argument (bad options, name already started),
+    /// std::runtime_error (plugin not found or refused, init failed, a service failed to
+    /// start) naming the balancer, or std::logic_error before start() or after stop().
     std::shared_ptr<LoadBalancer> start_balancer(LoadBalancerOptions options);
 
     /// Stops a hosted balancer: leave, drain, stop its services. Returns false when it

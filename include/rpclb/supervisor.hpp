@@ -80,11 +80,11 @@ struct SupervisorOptions {
     std::chrono::seconds max_seconds{5};
     /// The clock of the intensity window; empty = std::chrono::steady_clock::now. Tests
     /// inject one. Called on the control thread.
-    std::function<std::chrono::steady_clock::time_point()> clock;
+    std::function<std::chrono::steady_clock::time_point()> clock{};
     /// Receives every restart and escalation, on the supervisor's control thread, after
     /// the restart was done. Must not block, and must not call this supervisor's members;
     /// an exception it throws is logged and dropped. Empty = none.
-    std::function<void(const SupervisorEvent&)> on_event;
+    std::function<void(const SupervisorEvent&)> on_event{};
 };
 
 /// A supervisor's view of one child, for inspection (OTP `which_children`).

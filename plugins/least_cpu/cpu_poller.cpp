@@ -118,21 +118,26 @@ bool CpuPoller::sleep_for(std::chrono::milliseconds duration) {
 }
 
 void CpuPoller::run() noexcept {
-    std::chrono::milliseconds delay{0};
-    if (settings_.poll_startup_jitter.count() > 0) {
-        std::mt19937_64 rng(settings_.seed ? *settings_.seed : std::random_device{}());
-        delay = std::chrono::milliseconds(std::uniform_int_distribution<std::int64_t>(
-            0, settings_.poll_startup_jitter.count())(rng));
-    }
-    if (!sleep_for(delay)) return;
-    do {
-        try {
-            poll_once();
-        } catch (const std::exception& e) {
-            RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer_
-                                           << ": poll cycle failed: " << e.what();
+    // What escapes a cycle (anything but a std::exception, or a failure outside the
+    // cycles) ends the thread as a failure: the balancer's supervisor restarts the poller
+    // with its balancer, instead of std::terminate taking the node down.
+    run_reporting_failure([this] {
+        std::chrono::milliseconds delay{0};
+        if (settings_.poll_startup_jitter.count() > 0) {
+            std::mt19937_64 rng(settings_.seed ? *settings_.seed : std::random_device{}());
+            delay = std::chrono::milliseconds(std::uniform_int_distribution<std::int64_t>(
+                0, settings_.poll_startup_jitter.count())(rng));
         }
-    } while (sleep_for(settings_.poll_interval));
+        if (!sleep_for(delay)) return;
+        do {
+            try {
+                poll_once();
+            } catch (const std::exception& e) {
+                RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer_
+                                               << ": poll cycle failed: " << e.what();
+            }
+        } while (sleep_for(settings_.poll_interval));
+    });
 }
 
 void CpuPoller::poll_once() {
