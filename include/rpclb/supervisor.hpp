@@ -82,8 +82,8 @@ struct SupervisorOptions {
     /// inject one. Called on the control thread.
     std::function<std::chrono::steady_clock::time_point()> clock{};
     /// Receives every restart and escalation, on the supervisor's control thread, after
-    /// the restart was done. Must not block, and must not call this supervisor's members;
-    /// an exception it throws is logged and dropped. Empty = none.
+    /// the restart was done. Must not block, must not call this supervisor's members and
+    /// must not destroy it; an exception it throws is logged and dropped. Empty = none.
     std::function<void(const SupervisorEvent&)> on_event{};
 };
 
@@ -176,7 +176,7 @@ public:
     /// is no such child.
     bool remove_child(std::string_view id);
 
-    /// The children in start order.
+    /// The children in start order. Waits for a restart in progress to finish.
     std::vector<ChildStatus> which_children() const;
 
     /// The current state (stopping from the moment stop() is called).
