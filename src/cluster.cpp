@@ -51,6 +51,7 @@ void Cluster::Impl::start() {
     if (running) return;
     if (!options.client) start_listener();  // throws before anything runs
     running = true;
+    root.start();
     for (const auto& dir : plugins.missing_directories())
         RPCLB_LOG("plugins", error) << "plugin directory " << dir << " does not exist";
     groups.set_broadcast([weak = weak_from_this()](std::string frame) {
@@ -58,7 +59,7 @@ void Cluster::Impl::start() {
     });
     groups.set_observer([this](const std::string& group, NodeChange change, const std::vector<std::string>& nodes) {
         if (!bus.active()) return;
-        Event e{change == NodeChange::joined ? EventName::membership_join : EventName::membership_leave};
+        Event e{.name = change == NodeChange::joined ? EventName::membership_join : EventName::membership_leave};
         e.group = group;
         for (const auto& node : nodes) {
             e.node = node;
@@ -76,16 +77,16 @@ void Cluster::Impl::start() {
 void Cluster::Impl::stop() {
     if (!running || stopping.exchange(true)) return;
     cancel_waits();  // calls waiting for a route fail now
-    std::vector<std::shared_ptr<LoadBalancer>> balancers;
+    std::vector<std::shared_ptr<LoadBalancer>> routing_only;
     {
         std::lock_guard lock(balancers_mutex);
-        for (auto& [name, b] : hosted) balancers.push_back(b);
-        for (auto& [name, b] : routing) balancers.push_back(b);
+        for (auto& [name, b] : routing) routing_only.push_back(b);
         hosted.clear();
         routing.clear();
     }
-    for (auto& b : balancers) b->stop();
-    balancers.clear();
+    root.stop();  // each hosted balancer leaves and drains, then its services stop
+    for (auto& b : routing_only) b->stop();
+    routing_only.clear();
     // Finish the calls this node is serving, tell every peer to send nothing new (serving
     // what crossed that on the wire), then close: no request is lost in the close.
     const auto drain_deadline = std::chrono::steady_clock::now() + options.stop_timeout;
@@ -133,6 +134,33 @@ void Cluster::Impl::stop() {
     RPCLB_LOG("mesh", info) << options.name << " stopped";
 }
 
+std::function<void(const SupervisorEvent&)> Cluster::Impl::supervisor_events() {
+    return [this](const SupervisorEvent& event) {
+        if (!bus.active()) return;
+        Event e{.name = EventName::supervisor_restart};
+        e.supervisor = event.supervisor;
+        e.child = event.child;
+        e.reason = event.reason;
+        e.kind = event.kind == SupervisorEvent::Kind::restart ? "restart" : "escalation";
+        bus.emit(e);
+    };
+}
+
+boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> Cluster::Impl::create_algorithm(
+    const std::string& name) {
+    auto algorithm = plugins.create(name);
+    if (bus.active()) {
+        const auto file = plugins.find(name);
+        const auto path = file ? file->string() : std::string();
+        Event e{.name = algorithm ? EventName::plugin_loaded : EventName::plugin_rejected};
+        e.algorithm = name;
+        e.path = path;
+        if (!algorithm) e.reason = algorithm.error().message;
+        bus.emit(e);
+    }
+    return algorithm;
+}
+
 // ---- Cluster ---------------------------------------------------------------------------
 
 Cluster::Cluster(ClusterOptions options) {
@@ -164,19 +192,6 @@ std::vector<std::string> Cluster::connected_nodes() const {
     return names;
 }
 
-void Cluster::set_pick_observer(PickObserver observer) {
-    std::lock_guard lock(impl_->observers_mutex);
-    if (!observer) {
-        impl_->pick_observer.store(nullptr, std::memory_order_release);
-        return;
-    }
-    impl_->observers.push_back(std::make_unique<const PickObserver>(std::move(observer)));
-    impl_->pick_observer.store(impl_->observers.back().get(), std::memory_order_release);
-}
-
-const PickObserver* Cluster::pick_observer() const noexcept {
-    return impl_->pick_observer.load(std::memory_order_acquire);
-}
 
 boost::asio::any_io_executor Cluster::worker_executor() const { return impl_->workers.get_executor(); }
 boost::asio::any_io_executor Cluster::network_executor() const { return impl_->ioc.get_executor(); }
@@ -190,23 +205,32 @@ void Cluster::register_function(std::string module, std::string function, Handle
 // ---- balancers ---------------------------------------------------------------------------
 
 std::shared_ptr<LoadBalancer> Cluster::start_balancer(LoadBalancerOptions options) {
-    if (options.name.empty()) throw std::invalid_argument("balancer name must not be empty");
-    for (const unsigned char ch : options.name)
-        if (ch < 0x20 || ch == 0x7f)
-            throw std::invalid_argument("balancer name must not contain control characters");
-    if (options.drain_timeout.count() < 0)
-        throw std::invalid_argument("balancer " + options.name + ": drain_timeout must not be negative");
+    if (auto problem = detail::check(options))
+        throw std::invalid_argument("balancer " + options.name + ": " + problem->message());
     {
         std::lock_guard lock(impl_->balancers_mutex);
         if (impl_->hosted.contains(options.name))
             throw std::invalid_argument("balancer " + options.name + " is already started");
     }
-    auto algorithm = impl_->plugins.create(options.algorithm);
+    auto algorithm = impl_->create_algorithm(options.algorithm);
     if (!algorithm)
         throw std::runtime_error("balancer " + options.name + ": " + algorithm.error().message);
     if (impl_->options.client) options.node_match_list = NodeMatchList::none();
     auto b = std::make_shared<LoadBalancer>(*this, std::move(options), std::move(*algorithm), true);
-    b->start();
+    // The balancer's subtree (seed §1.1): the algorithm's services first, then the
+    // balancer, so that it joins last and leaves first; one_for_all, so that a failure of
+    // any of them restarts them all (§3.6).
+    SupervisorOptions tree_options{.name = b->name(),
+                                   .strategy = RestartStrategy::one_for_all,
+                                   .on_event = impl_->supervisor_events()};
+    auto tree = std::make_shared<Supervisor>(std::move(tree_options));
+    for (const auto& service : b->prepare()) tree->add_child(ChildSpec{service->name(), service});
+    // The balancer's stop drains for up to drain_timeout; give it that and some more.
+    constexpr std::chrono::milliseconds margin{5000};
+    const auto drain = b->options().drain_timeout;
+    tree->add_child(ChildSpec{b->name() + "_server", b, RestartType::permanent,
+                              drain < infinite_shutdown - margin ? drain + margin : infinite_shutdown});
+    impl_->root.start_child(ChildSpec{b->name(), tree, RestartType::permanent, infinite_shutdown});
     std::shared_ptr<LoadBalancer> previous_routing;
     {
         std::lock_guard lock(impl_->balancers_mutex);
@@ -223,16 +247,15 @@ std::shared_ptr<LoadBalancer> Cluster::start_balancer(LoadBalancerOptions option
 }
 
 bool Cluster::stop_balancer(std::string_view name) {
-    std::shared_ptr<LoadBalancer> b;
     {
         std::lock_guard lock(impl_->balancers_mutex);
         auto it = impl_->hosted.find(name);
         if (it == impl_->hosted.end()) return false;
-        b = it->second;
         impl_->hosted.erase(it);
     }
-    const bool drained = b->stop();
-    RPCLB_LOG("balancer", info) << "stopped balancer " << name << (drained ? "" : " (drain timed out)");
+    // The subtree stops in reverse order: the balancer leaves and drains, then its services.
+    impl_->root.remove_child(name);
+    RPCLB_LOG("balancer", info) << "stopped balancer " << name;
     return true;
 }
 
@@ -271,7 +294,7 @@ Result<std::shared_ptr<LoadBalancer>> Cluster::balancer(std::string_view name) {
         if (const auto* o = chosen->if_contains("algorithm_opts"); o && o->is_object())
             options.algorithm_opts = o->get_object();
     }
-    auto algorithm = impl_->plugins.create(options.algorithm);
+    auto algorithm = impl_->create_algorithm(options.algorithm);
     if (!algorithm)
         return ErrorMessage{ErrorCode::service_unavailable,
                             "cannot load algorithm " + options.algorithm + ": " + algorithm.error().message,

@@ -5,6 +5,7 @@
 #include "connection.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/supervisor.hpp>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -33,6 +34,11 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     // ---- life cycle (cluster.cpp) -------------------------------------------------------
     void start();
     void stop();
+    /// What supervisors of this node report to: the log and `supervisor.restart`.
+    std::function<void(const SupervisorEvent&)> supervisor_events();
+    /// Loads an algorithm plugin and publishes `plugin.loaded` / `plugin.rejected`.
+    boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> create_algorithm(
+        const std::string& name);
 
     // ---- mesh (mesh.cpp) ----------------------------------------------------------------
     void start_listener();
@@ -129,10 +135,11 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     mutable std::mutex balancers_mutex;
     std::map<std::string, std::shared_ptr<LoadBalancer>, std::less<>> hosted;
     std::map<std::string, std::shared_ptr<LoadBalancer>, std::less<>> routing;
+    // The root of the node's supervision tree: one one_for_all subtree per hosted
+    // balancer (its algorithm's services, then the LoadBalancer), named after it. Declared
+    // after `groups`, which the balancers use until they are destroyed.
+    Supervisor root{SupervisorOptions{.name = options.name, .on_event = supervisor_events()}};
 
-    std::atomic<const PickObserver*> pick_observer{nullptr};
-    std::mutex observers_mutex;
-    std::vector<std::unique_ptr<const PickObserver>> observers;  // every one ever set
 
     std::atomic<std::uint64_t> bad_frames{0};
     std::atomic<std::uint64_t> auth_failures{0};

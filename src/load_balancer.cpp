@@ -36,23 +36,35 @@ boost::json::object LoadBalancer::announcement() const {
                                {"algorithm_opts", options_.algorithm_opts}};
 }
 
-void LoadBalancer::start() {
-    if (started_) return;
+const std::vector<std::shared_ptr<Service>>& LoadBalancer::prepare() {
+    if (prepared_) return services_;
     const AlgorithmContext context{options_.name, cluster_.name(), &cluster_};
     try {
         algorithm_->init(context, options_.algorithm_opts);
         services_ = algorithm_->services();
         local_ = algorithm_->local();
     } catch (const std::exception& e) {
+        services_.clear();
         throw std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm +
                                  " init failed: " + e.what());
     } catch (...) {
+        services_.clear();
         throw std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm +
                                  " init failed with an unknown exception");
     }
+    prepared_ = true;
+    return services_;
+}
+
+void LoadBalancer::start() {
+    if (started_) return;
+    prepare();
+    // A routing-only balancer has no supervisor: its services (e.g. the least_cpu poller,
+    // whose readings its picks need) are its own to run.
     std::size_t started = 0;
     try {
-        for (; started < services_.size(); ++started) services_[started]->start();
+        if (!hosted_)
+            for (; started < services_.size(); ++started) services_[started]->start();
     } catch (const std::exception& e) {
         while (started > 0) services_[--started]->stop();
         throw std::runtime_error("balancer " + options_.name + ": service failed to start: " + e.what());
@@ -73,11 +85,22 @@ void LoadBalancer::start() {
     started_ = true;
 }
 
-bool LoadBalancer::stop() {
-    if (!started_) return true;
+void LoadBalancer::stop() noexcept {
+    if (!started_) return;
     started_ = false;
-    if (joined_.exchange(false)) cluster_.groups().leave(options_.name);
-    const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
+    try {
+        if (joined_.exchange(false)) cluster_.groups().leave(options_.name);
+    } catch (const std::exception& e) {
+        RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": leaving the group failed: " << e.what();
+    }
+    // The seed's Drainer (§4.2): wait for this node's calls through the balancer.
+    auto& bus = cluster_.telemetry();
+    const auto began = std::chrono::steady_clock::now();
+    Event drain{.name = EventName::drain_begin};
+    drain.load_balancer = options_.name;
+    drain.in_flight = in_flight_.load();
+    if (bus.active()) bus.emit(drain);
+    const auto deadline = began + options_.drain_timeout;
     bool drained = true;
     while (in_flight_.load() > 0) {
         if (std::chrono::steady_clock::now() >= deadline) {
@@ -88,9 +111,16 @@ bool LoadBalancer::stop() {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    for (auto it = services_.rbegin(); it != services_.rend(); ++it) (*it)->stop();
+    if (bus.active()) {
+        drain.name = EventName::drain_end;
+        drain.in_flight = in_flight_.load();
+        drain.duration = std::chrono::steady_clock::now() - began;
+        drain.outcome = drained ? "drained" : "timeout";
+        bus.emit(drain);
+    }
+    if (!hosted_)
+        for (auto it = services_.rbegin(); it != services_.rend(); ++it) (*it)->stop();
     if (monitor_id_) cluster_.groups().demonitor(std::exchange(monitor_id_, 0));
-    return drained;
 }
 
 void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& nodes) {
@@ -112,9 +142,15 @@ Result<std::vector<std::string>> LoadBalancer::get_members() const {
 
 Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
     auto snapshot = members_.load();
-    const auto* observer = cluster_.pick_observer();
+    // The seed's selection events (§5.2), from the dispatch so custom algorithms get them.
+    auto& bus = cluster_.telemetry();
     if (snapshot->nodes.empty()) {
-        if (observer) (*observer)(PickEvent{options_.algorithm, options_.name, {}, 0, true});
+        if (bus.active()) {
+            Event e{.name = EventName::node_selected_empty};
+            e.algorithm = options_.algorithm;
+            e.load_balancer = options_.name;
+            bus.emit(e);
+        }
         return empty_members_error(options_.name);
     }
     try {
@@ -124,8 +160,14 @@ Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
             return algorithm_failure(options_.name, "algorithm " + options_.algorithm +
                                                         " picked an index out of range");
         const auto& node = snapshot->nodes[*picked];
-        if (observer)
-            (*observer)(PickEvent{options_.algorithm, options_.name, node, snapshot->nodes.size(), false});
+        if (bus.active()) {
+            Event e{.name = EventName::node_selected};
+            e.members_count = static_cast<std::int64_t>(snapshot->nodes.size());
+            e.algorithm = options_.algorithm;
+            e.load_balancer = options_.name;
+            e.node = node;
+            bus.emit(e);
+        }
         return node;
     } catch (const std::exception& e) {
         return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());

@@ -199,7 +199,7 @@ private:
     }
 
     Event span_event(EventName name) const {
-        Event e{name};
+        Event e{.name = name};
         e.type = spec_.kind == Spec::Kind::call ? "call" : "cast";
         e.node = span_node_;
         e.module = spec_.module;

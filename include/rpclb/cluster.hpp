@@ -279,9 +279,12 @@ public:
 
     /// Starts a balancer hosted on this node (seed §1.1): loads the algorithm plugin,
     /// runs its init, starts its services, joins the group when `node_match_list` matches
-    /// (client nodes never join). Returns once it is registered and selectable.
-    /// Throws std::invalid_argument (bad options, name already started) or
-    /// std::runtime_error (plugin not found or refused, init failed) naming the balancer.
+    /// (client nodes never join). Returns once it is registered and selectable. The
+    /// services and the balancer form a one_for_all subtree of the node's root
+    /// Supervisor (doc/explanation/supervision.md): a failure of one restarts them all.
+    /// Throws std::invalid_argument (bad options, name already started),
+    /// std::runtime_error (plugin not found or refused, init failed, a service failed to
+    /// start) naming the balancer, or std::logic_error before start() or after stop().
     std::shared_ptr<LoadBalancer> start_balancer(LoadBalancerOptions options);
 
     /// Stops a hosted balancer: leave, drain, stop its services. Returns false when it
@@ -302,14 +305,6 @@ public:
     /// Members of a balancer's group (seed §1.2); "no members registered" when empty.
     Result<std::vector<std::string>> get_members(std::string_view balancer) const;
 
-    /// Installs the observer of every pick made through this node's balancers (replacing
-    /// the previous one; an empty function removes it). Without an observer a pick pays
-    /// one atomic load. Observers set before are kept alive until the cluster is destroyed,
-    /// so a pick racing with the change never sees a dangling one.
-    void set_pick_observer(PickObserver observer);
-
-    /// The current pick observer, or null. Used by LoadBalancer on the pick path.
-    const PickObserver* pick_observer() const noexcept;
 
     /// Executor of the worker pool (handlers, default completion executor).
     boost::asio::any_io_executor worker_executor() const;

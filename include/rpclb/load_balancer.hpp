@@ -4,6 +4,7 @@
 #include <rpclb/error.hpp>
 #include <rpclb/node_filter.hpp>
 #include <rpclb/selection_algorithm.hpp>
+#include <rpclb/service.hpp>
 
 #include <boost/json/object.hpp>
 
@@ -20,20 +21,6 @@ namespace rpclb {
 
 class Cluster;
 
-/// What the selection dispatch reports for each pick through a balancer (the seed's
-/// `node_selected` and `node_selected.empty` events, §5.2), whatever the algorithm, so
-/// custom plugins are observed too. The views are valid only during the call.
-struct PickEvent {
-    std::string_view algorithm;  ///< plugin name, e.g. "round_robin"
-    std::string_view balancer;   ///< balancer name
-    std::string_view node;       ///< the picked node; empty when `empty`
-    std::size_t members_count;   ///< members the algorithm chose from
-    bool empty;                  ///< true: the member list was empty (no algorithm call)
-};
-
-/// Receives PickEvents. Runs on the picking thread, on the pick path: it must be quick,
-/// must not throw and must not block.
-using PickObserver = std::function<void(const PickEvent&)>;
 
 /// Options of a balancer (seed §1.1; `selection_algorithm` is named `algorithm` here and
 /// is a plugin name).
@@ -54,21 +41,29 @@ struct LoadBalancerOptions {
 /// join the group) or implicitly when routing through a balancer that only other nodes
 /// host (routing-only: built from the algorithm its members announce, never joins).
 ///
+/// A hosted balancer is the last child of its balancer's supervision subtree (seed §1.1,
+/// §3.5, §3.6; doc/explanation/supervision.md): the algorithm's services start before it
+/// and stop after it, and a failure of any of them restarts them all (stop() then
+/// start() on the same object). A routing-only balancer has no supervisor: it starts and
+/// stops its algorithm's services itself.
+///
 /// Picking reads an atomically published member snapshot and calls the algorithm: no
 /// lock, no allocation on success.
 ///
-/// Thread safety: distinct objects safe; shared objects safe.
-class LoadBalancer : public std::enable_shared_from_this<LoadBalancer> {
+/// Thread safety: distinct objects safe; shared objects safe, except that prepare(),
+/// start() and stop() are called one at a time (Service's contract).
+class LoadBalancer : public Service, public std::enable_shared_from_this<LoadBalancer> {
 public:
     /// Used by Cluster. `hosted` = started on this node by the user.
     LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
                  std::shared_ptr<SelectionAlgorithm> algorithm, bool hosted);
-    ~LoadBalancer();
+    ~LoadBalancer() override;
 
     LoadBalancer(const LoadBalancer&) = delete;
     LoadBalancer& operator=(const LoadBalancer&) = delete;
 
-    const std::string& name() const noexcept { return options_.name; }
+    /// The balancer's name (also its group's).
+    std::string name() const override { return options_.name; }
     const LoadBalancerOptions& options() const noexcept { return options_; }
 
     /// True when this node is a member of the balancer's group.
@@ -97,7 +92,7 @@ public:
     /// The algorithm instance (lives as long as the balancer).
     SelectionAlgorithm& algorithm() noexcept { return *algorithm_; }
 
-    /// The algorithm's `local()` answer, read once at start: load-balanced calls run on
+    /// The algorithm's `local()` answer, read once by prepare(): load-balanced calls run on
     /// this node without selection (call_direct).
     bool local() const noexcept { return local_; }
 
@@ -106,14 +101,27 @@ public:
 
     // ---- used by Cluster ----------------------------------------------------------------
 
-    /// Initialises the algorithm, starts its services, follows the group, and joins it
-    /// when hosted and `node_match_list` matches this node. Throws std::exception with a
-    /// message naming the balancer on failure (then nothing is left running).
-    void start();
+    /// Runs the algorithm's `init` with `algorithm_opts`, reads its `local()` answer and
+    /// returns the services it asks for (`services()`, the seed's `child_specs`), which a
+    /// hosted balancer's supervisor starts before start(). Runs once: later calls (and
+    /// restarts) return the same services without running `init` again, since picks may
+    /// run concurrently with a restart and `init` is not safe against them (plugin
+    /// contract). Throws std::runtime_error "balancer <b>: algorithm <a> init failed:
+    /// <what>"; it may then be called again.
+    const std::vector<std::shared_ptr<Service>>& prepare();
 
-    /// Leaves the group, waits for in-flight calls up to `drain_timeout`, stops the
-    /// services. Returns true when everything drained in time. Idempotent.
-    bool stop();
+    /// Runs prepare() if it hasn't run, starts the services of a routing-only balancer,
+    /// follows the group (membership changes reach the algorithm), and joins it when
+    /// hosted and `node_match_list` matches this node, so that it is selectable when
+    /// start() returns (seed §3.2). Supports start() after stop() (a restart). Throws
+    /// std::runtime_error naming the balancer on failure; then nothing is left running.
+    void start() override;
+
+    /// Leaves the group, waits for this node's in-flight calls through it up to
+    /// `drain_timeout` (a warning is logged when some are still running), stops following
+    /// the group, and stops the services of a routing-only balancer (seed §3.5; errors of
+    /// the leave are swallowed). Idempotent.
+    void stop() noexcept override;
 
     /// Counts a call dispatched through this balancer (the seed's Drainer track/release).
     void track_call() noexcept { in_flight_.fetch_add(1); }
@@ -134,6 +142,7 @@ private:
     std::atomic<std::int64_t> in_flight_{0};
     std::vector<std::shared_ptr<Service>> services_;
     std::uint64_t monitor_id_ = 0;
+    bool prepared_ = false;
     bool started_ = false;
     bool local_ = false;
 };

@@ -69,7 +69,7 @@ std::string_view to_string(EventName name) noexcept;
 /// run: a listener that keeps anything must copy it. Build an Event only after
 /// TelemetryBus::active() said someone listens.
 struct Event {
-    EventName name;
+    EventName name{};
 
     // ---- measurements ------------------------------------------------------------------
     /// rpc.start, least_cpu.poll.start: wall clock, ns since the Unix epoch.
@@ -84,27 +84,27 @@ struct Event {
     std::int64_t in_flight = 0;
 
     // ---- metadata ----------------------------------------------------------------------
-    std::string_view type;           ///< rpc.*: "call" | "cast"
+    std::string_view type{};           ///< rpc.*: "call" | "cast"
     /// rpc.*: the node argument of the call (the seed's rule: for a load-balanced call the
     /// caller's value, not the selected target); node_selected: the pick; membership.*:
     /// the member; remote_error: the remote node.
-    std::string_view node;
-    std::string_view module;         ///< rpc.*
-    std::string_view function;       ///< rpc.*
-    std::string_view load_balancer;  ///< the balancer's name; empty = none (the seed's nil)
+    std::string_view node{};
+    std::string_view module{};         ///< rpc.*
+    std::string_view function{};       ///< rpc.*
+    std::string_view load_balancer{};  ///< the balancer's name; empty = none (the seed's nil)
     /// rpc.stop: "ok", or the ErrorCode name (`to_string(ErrorCode)`, e.g.
     /// "request_timeout") of an error.
-    std::string_view status;
-    std::string_view algorithm;      ///< node_selected*: algorithm name; plugin.*: same
-    std::string_view group;          ///< membership.*
-    std::string_view outcome;        ///< drain.end: "drained" | "timeout"
-    std::string_view kind;           ///< rpc.exception / poll.*: "error" | "exit" | ...
+    std::string_view status{};
+    std::string_view algorithm{};      ///< node_selected*: algorithm name; plugin.*: same
+    std::string_view group{};          ///< membership.*
+    std::string_view outcome{};        ///< drain.end: "drained" | "timeout"
+    std::string_view kind{};           ///< rpc.exception / poll.*: "error" | "exit" | ...
     /// rpc.exception: exception text; supervisor.restart: why the child stopped;
     /// plugin.rejected: the loader's message; remote_error: what failed.
-    std::string_view reason;
-    std::string_view child;          ///< supervisor.restart: the child's id
-    std::string_view supervisor;     ///< supervisor.restart: the supervisor's name
-    std::string_view path;           ///< plugin.*: the shared object's file
+    std::string_view reason{};
+    std::string_view child{};          ///< supervisor.restart: the child's id
+    std::string_view supervisor{};     ///< supervisor.restart: the supervisor's name
+    std::string_view path{};           ///< plugin.*: the shared object's file
 };
 
 /// A listener: called with each event, on the emitting thread.

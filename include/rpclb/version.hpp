@@ -10,8 +10,9 @@
 
 /// Version of the plugin ABI: the layout of rpclb::SelectionAlgorithm, rpclb::Service,
 /// rpclb::PluginInfo and the factory signature. Bump it whenever any of them changes
-/// incompatibly; the loader refuses a plugin whose exported value differs.
-#define RPCLB_PLUGIN_ABI_VERSION 1u
+/// incompatibly; the loader refuses a plugin whose exported value differs. 2: Service
+/// gained its exit reporting (set_exit_receiver, report_failure, report_exit).
+#define RPCLB_PLUGIN_ABI_VERSION 2u
 
 namespace rpclb {
 

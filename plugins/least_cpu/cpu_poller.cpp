@@ -118,21 +118,44 @@ bool CpuPoller::sleep_for(std::chrono::milliseconds duration) {
 }
 
 void CpuPoller::run() noexcept {
-    std::chrono::milliseconds delay{0};
-    if (settings_.poll_startup_jitter.count() > 0) {
-        std::mt19937_64 rng(settings_.seed ? *settings_.seed : std::random_device{}());
-        delay = std::chrono::milliseconds(std::uniform_int_distribution<std::int64_t>(
-            0, settings_.poll_startup_jitter.count())(rng));
-    }
-    if (!sleep_for(delay)) return;
-    do {
-        try {
-            poll_once();
-        } catch (const std::exception& e) {
-            RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer_
-                                           << ": poll cycle failed: " << e.what();
+    // What escapes a cycle (anything but a std::exception, or a failure outside the
+    // cycles) ends the thread as a failure: the balancer's supervisor restarts the poller
+    // with its balancer, instead of std::terminate taking the node down.
+    run_reporting_failure([this] {
+        std::chrono::milliseconds delay{0};
+        if (settings_.poll_startup_jitter.count() > 0) {
+            std::mt19937_64 rng(settings_.seed ? *settings_.seed : std::random_device{}());
+            delay = std::chrono::milliseconds(std::uniform_int_distribution<std::int64_t>(
+                0, settings_.poll_startup_jitter.count())(rng));
         }
-    } while (sleep_for(settings_.poll_interval));
+        if (!sleep_for(delay)) return;
+        do {
+            // The seed's poll span (§5.3): start, then stop or exception.
+            auto& bus = cluster_->telemetry();
+            Event e{.name = EventName::least_cpu_poll_start};
+            e.load_balancer = balancer_;
+            e.system_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+            const auto began = std::chrono::steady_clock::now();
+            if (bus.active()) bus.emit(e);
+            std::string failure;
+            try {
+                poll_once();
+            } catch (const std::exception& ex) {
+                failure = ex.what();
+                RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer_
+                                               << ": poll cycle failed: " << failure;
+            }
+            if (bus.active()) {
+                e.name = failure.empty() ? EventName::least_cpu_poll_stop : EventName::least_cpu_poll_exception;
+                e.duration = std::chrono::steady_clock::now() - began;
+                e.kind = failure.empty() ? "" : "error";
+                e.reason = failure;
+                bus.emit(e);
+            }
+        } while (sleep_for(settings_.poll_interval));
+    });
 }
 
 void CpuPoller::poll_once() {
@@ -192,7 +215,7 @@ void CpuPoller::fetch_remote() {
         cluster_->async_call(
             node, reading_module, reading_function, {}, std::move(options),
             [shared = shared_, cycle, slot, node, balancer = balancer_, errors = &remote_errors_,
-             settings = settings_](CallResult result) {
+             settings = settings_, bus = &cluster_->telemetry()](CallResult result) {
                 double cpu = 0.0;
                 const Reply reply = result ? parse_reply(*result, cpu) : Reply::malformed;
                 {
@@ -207,6 +230,14 @@ void CpuPoller::fetch_remote() {
                 }
                 if (reply != Reply::malformed) return;
                 errors->fetch_add(1);
+                if (bus->active()) {
+                    Event e{.name = EventName::least_cpu_poll_remote_error};
+                    e.load_balancer = balancer;
+                    e.node = node;
+                    e.kind = result ? "error" : "exit";  // a bad reply, or no reply at all
+                    e.reason = result ? std::string_view("malformed reading") : std::string_view(result.error().message);
+                    bus->emit(e);
+                }
                 if (result)
                     RPCLB_LOG("balancer", debug) << "least_cpu poller of " << balancer
                                                  << ": malformed cpu reading from " << node << ": "

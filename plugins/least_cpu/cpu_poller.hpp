@@ -49,7 +49,13 @@ namespace rpclb::plugins {
 /// process: the registered function and the callbacks of calls still in flight after
 /// stop() are code of this plugin, and the cluster may outlive every algorithm object.
 ///
-/// Thread safety: start() and stop() from one control thread (Service's contract);
+/// A failed cycle (a std::exception from it) is logged at warning and the next one runs
+/// as usual; anything else that escapes the thread's work is reported as a failure
+/// (Service::run_reporting_failure) and ends the thread, so the balancer's supervisor
+/// restarts the poller together with its balancer (seed §3.6). start() after stop()
+/// starts a new thread; the readings, in AlgorithmState, persist.
+///
+/// Thread safety: start() and stop() one at a time (Service's contract);
 /// stop() may be called from any thread but the poller's own, including network and
 /// worker threads: it never waits for the network.
 class CpuPoller final : public Service {

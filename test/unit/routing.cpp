@@ -387,8 +387,8 @@ namespace {
 // A copy of an Event's fields that outlives the emission.
 struct Seen {
     rpclb::EventName name;
-    std::string type, node, module, function, load_balancer, status, group, algorithm;
-    std::int64_t members_count = 0;
+    std::string type, node, module, function, load_balancer, status, group, algorithm, outcome, reason, path;
+    std::int64_t members_count = 0, in_flight = 0;
     std::chrono::nanoseconds duration{0};
     std::int64_t system_time_ns = 0;
 };
@@ -400,7 +400,8 @@ public:
               std::lock_guard lock(mutex_);
               seen_.push_back(Seen{e.name, std::string(e.type), std::string(e.node), std::string(e.module),
                                    std::string(e.function), std::string(e.load_balancer), std::string(e.status),
-                                   std::string(e.group), std::string(e.algorithm), e.members_count, e.duration,
+                                   std::string(e.group), std::string(e.algorithm), std::string(e.outcome),
+                                   std::string(e.reason), std::string(e.path), e.members_count, e.in_flight, e.duration,
                                    e.system_time_ns});
           })) {}
 
@@ -483,6 +484,42 @@ BOOST_AUTO_TEST_CASE(casts_and_short_circuited_calls_are_spans_and_a_local_throw
     BOOST_TEST(exception[0].function == "fail");
     // No selection for a short-circuit (seed §5.2).
     BOOST_TEST(events.of(rpclb::EventName::node_selected).empty());
+}
+
+// Seed §7 cases 32–34, from the dispatch, for any algorithm.
+BOOST_AUTO_TEST_CASE(each_pick_publishes_node_selected_and_an_empty_pool_node_selected_empty) {
+    Pair p;
+    p.b->start_balancer(balancer("w"));
+    p.a.start_balancer(nobody("empty"));
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    Recorder events(p.a.telemetry());
+    BOOST_TEST(p.a.select_node("w").value() == "b@127.0.0.1");
+    BOOST_TEST(!p.a.select_node("empty"));
+    auto picked = events.of(rpclb::EventName::node_selected);
+    BOOST_REQUIRE(picked.size() == 1u);
+    BOOST_TEST(picked[0].algorithm == "round_robin");
+    BOOST_TEST(picked[0].load_balancer == "w");
+    BOOST_TEST(picked[0].node == "b@127.0.0.1");
+    BOOST_TEST(picked[0].members_count == 1);
+    auto empty = events.of(rpclb::EventName::node_selected_empty);
+    BOOST_REQUIRE(empty.size() == 1u);
+    BOOST_TEST(empty[0].load_balancer == "empty");
+    BOOST_TEST(empty[0].node == "");
+}
+
+BOOST_AUTO_TEST_CASE(loading_and_refusing_a_plugin_is_published) {
+    Pair p;
+    Recorder events(p.a.telemetry());
+    p.a.start_balancer(balancer("w", "random"));
+    BOOST_CHECK_THROW(p.a.start_balancer(balancer("x", "no_such_algorithm")), std::runtime_error);
+    auto loaded = events.of(rpclb::EventName::plugin_loaded);
+    auto rejected = events.of(rpclb::EventName::plugin_rejected);
+    BOOST_REQUIRE(loaded.size() == 1u);
+    BOOST_TEST(loaded[0].algorithm == "random");
+    BOOST_TEST(loaded[0].path.find("librpclb_random.so") != std::string::npos);
+    BOOST_REQUIRE(rejected.size() == 1u);
+    BOOST_TEST(rejected[0].algorithm == "no_such_algorithm");
+    BOOST_TEST(rejected[0].reason.find("not found") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(membership_changes_are_published) {
@@ -621,6 +658,7 @@ BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_t
     mine.drain_timeout = 5s;
     auto lb = p.a.start_balancer(mine);
     BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    Recorder events(p.a.telemetry());
     auto call = p.a.async_call("", "demo", "sleep", {300}, through("w"), boost::asio::use_future);
     BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
     const auto t0 = std::chrono::steady_clock::now();
@@ -630,6 +668,12 @@ BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_t
     BOOST_TEST(call.get().has_value());
     BOOST_TEST((took >= 150ms));
     BOOST_TEST((took < 4s));
+    auto begin = events.of(rpclb::EventName::drain_begin);
+    auto end = events.of(rpclb::EventName::drain_end);
+    BOOST_REQUIRE(begin.size() == 1u);
+    BOOST_REQUIRE(end.size() == 1u);
+    BOOST_TEST(begin[0].load_balancer == "w");
+    BOOST_TEST(end[0].outcome == "drained");
 }
 
 BOOST_AUTO_TEST_CASE(stopping_a_balancer_gives_up_on_a_call_that_outlives_the_drain_timeout) {
@@ -639,6 +683,7 @@ BOOST_AUTO_TEST_CASE(stopping_a_balancer_gives_up_on_a_call_that_outlives_the_dr
     mine.drain_timeout = 100ms;
     auto lb = p.a.start_balancer(mine);
     BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    Recorder events(p.a.telemetry());
     auto call = p.a.async_call("", "demo", "sleep", {1500}, through("w"), boost::asio::use_future);
     BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
     const auto t0 = std::chrono::steady_clock::now();
@@ -646,6 +691,10 @@ BOOST_AUTO_TEST_CASE(stopping_a_balancer_gives_up_on_a_call_that_outlives_the_dr
     const auto took = std::chrono::steady_clock::now() - t0;
     BOOST_TEST((took < 1s));
     BOOST_TEST((call.wait_for(0s) == std::future_status::timeout));
+    auto end = events.of(rpclb::EventName::drain_end);
+    BOOST_REQUIRE(end.size() == 1u);
+    BOOST_TEST(end[0].outcome == "timeout");
+    BOOST_TEST(end[0].in_flight == 1);
     BOOST_TEST(call.get().has_value());  // not cancelled: it still completes
 }
 

@@ -1,0 +1,105 @@
+// An algorithm for the balancer supervision tests (test/unit/balancer_supervision.cpp):
+// it picks the first member and asks for one service, a probe that
+//  - counts, in AlgorithmState under its balancer's name, its starts and stops and those
+//    that happened while its node was a member of the balancer's group
+//    ("probe.<node>.starts", ".stops", ".started_as_member", ".stopped_as_member"), so the
+//    order of the probe and the LoadBalancer is observable;
+//  - reports a failure when the function `<balancer>.probe_fail` is called on its node
+//    (from a worker thread, like a failing service's own work);
+//  - refuses to start when the algorithm option "refuse_start" is true.
+#include <rpclb/algorithm_state.hpp>
+#include <rpclb/cluster.hpp>
+#include <rpclb/selection_algorithm.hpp>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+// The probe registers a function on the cluster, which keeps it (and the code of its
+// std::function) after every algorithm is gone: keep this library mapped for good, as
+// the least_cpu poller does.
+void pin_plugin() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        static const char anchor = 0;
+        Dl_info info{};
+        if (dladdr(&anchor, &info) != 0 && info.dli_fname != nullptr)
+            dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    });
+}
+
+class Probe final : public rpclb::Service, public std::enable_shared_from_this<Probe> {
+public:
+    Probe(std::string balancer, rpclb::Cluster* cluster, bool refuse_start)
+        : balancer_(std::move(balancer)), cluster_(cluster), refuse_start_(refuse_start) {}
+
+    std::string name() const override { return balancer_ + "_probe"; }
+
+    void start() override {
+        count("starts", "started_as_member");
+        if (refuse_start_) throw std::runtime_error("probe of " + balancer_ + " refuses to start");
+        pin_plugin();
+        cluster_->register_function(balancer_, "probe_fail",
+                                    [weak = weak_from_this()](const boost::json::array&) -> rpclb::CallResult {
+                                        auto self = weak.lock();
+                                        if (!self) return false;
+                                        self->report_failure("told to fail");
+                                        return true;
+                                    });
+    }
+
+    void stop() noexcept override { count("stops", "stopped_as_member"); }
+
+private:
+    bool member() const {
+        const auto members = cluster_->groups().members(balancer_);
+        return std::find(members->nodes.begin(), members->nodes.end(), cluster_->name()) != members->nodes.end();
+    }
+
+    // Counts `total`, and `as_member` first when this node is a member, so a reader who
+    // sees the total sees the other count of the same moment. Keyed by node too: a
+    // routing-only balancer of another in-process node runs a probe of its own.
+    void count(const std::string& total, const std::string& as_member) {
+        auto& state = rpclb::AlgorithmState::instance();
+        const auto prefix = "probe." + cluster_->name() + ".";
+        if (member()) state.counter(balancer_, prefix + as_member).fetch_add(1);
+        state.counter(balancer_, prefix + total).fetch_add(1);
+    }
+
+    std::string balancer_;
+    rpclb::Cluster* cluster_;
+    bool refuse_start_;
+};
+
+class SupervisedProbe final : public rpclb::SelectionAlgorithm {
+public:
+    void init(const rpclb::AlgorithmContext& context, const boost::json::object& options) override {
+        context_ = context;
+        if (const auto* refuse = options.if_contains("refuse_start")) refuse_start_ = refuse->as_bool();
+        if (!context_.cluster) throw std::invalid_argument("supervised_probe needs a cluster");
+    }
+
+    rpclb::Result<std::size_t> choose_from_nodes(const rpclb::MemberSnapshot& members,
+                                                 const rpclb::PickOptions&) override {
+        if (members.nodes.empty()) return rpclb::empty_members_error(context_.balancer);
+        return std::size_t{0};
+    }
+
+    std::vector<std::shared_ptr<rpclb::Service>> services() override {
+        return {std::make_shared<Probe>(context_.balancer, context_.cluster, refuse_start_)};
+    }
+
+private:
+    rpclb::AlgorithmContext context_;
+    bool refuse_start_ = false;
+};
+
+}  // namespace
+
+RPCLB_PLUGIN(supervised_probe, SupervisedProbe)
