@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the library, the algorithm plugins and their unit tests with ThreadSanitizer and
-# runs the algorithm tests (concurrent picks while membership changes). Needs the packages
-# scripts/setup.sh installs.
+# Builds the library, the plugins and the concurrency-heavy unit tests with
+# ThreadSanitizer and runs them: the algorithm tests (concurrent picks while membership
+# changes), the supervisor and balancer supervision, the telemetry bus and metrics, and
+# routing between in-process nodes (retry timers, draining, async completions). Needs the
+# packages scripts/setup.sh installs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RPCLB_TSAN_BUILD_DIR:-$root/build-tsan}"
@@ -10,7 +12,13 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRPCLB_
       -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
 targets=(rpclb)
 for dir in "$root"/plugins/*/; do targets+=("rpclb_$(basename "$dir")"); done
-for src in "$root"/test/unit/algorithms*.cpp; do targets+=("unit_$(basename "$src" .cpp)"); done
+tests=(algorithms supervisor balancer_supervision telemetry metrics routing)
+for t in "${tests[@]}"; do
+  for src in "$root"/test/unit/"$t"*.cpp; do targets+=("unit_$(basename "$src" .cpp)"); done
+done
+test_plugins=()
+for src in "$root"/test/plugins/*.cpp; do test_plugins+=("rpclb_$(basename "$src" .cpp)"); done
+targets+=("${test_plugins[@]}")
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ctest --test-dir "$build" --output-on-failure -R '^unit\.algorithms'
+  ctest --test-dir "$build" --output-on-failure -R "^unit\.($(IFS='|'; echo "${tests[*]}"))"
