@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: sets up and builds rpclb, then runs a three-node cluster on 127.0.0.1,
 # load-balances calls through a round_robin and a random balancer, kills one node with
-# SIGKILL in the middle of a run, and stops the others with SIGTERM.
+# SIGKILL in the middle of a run, restarts another with SIGTERM in the middle of a run
+# without losing a call, and stops the others with SIGTERM.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RPCLB_BUILD_DIR:-$root/build}"
@@ -72,6 +73,20 @@ echo "(calls in flight on gamma when it died fail at once with service_unavailab
 echo
 echo "== after the kill: 1000 calls through 'workers' land on the two survivors"
 call --balancer workers --count 1000 --concurrency 4 demo node
+
+echo
+echo "== 3000 calls of demo.sleep [2] through 'workers'; beta is stopped with SIGTERM after 1 s and started again"
+call --balancer workers --count 3000 --concurrency 4 demo sleep '[2]' >"$work/rolling.json" 2>"$work/rolling.err" &
+run=$!
+sleep 1
+beta_pid=$(cat "$work/beta.pid")
+kill -TERM "$beta_pid"
+status=0; wait "$beta_pid" || status=$?
+echo "(beta left, drained, said bye and exited with status $status; starting it again)"
+start_node beta "127.0.0.1:$port_a"
+wait $run || true
+cat "$work/rolling.json"
+echo "(a graceful stop loses no call: errors stays 0, the calls move to alpha and back to beta)"
 
 echo
 echo "== stopping alpha and beta with SIGTERM"
