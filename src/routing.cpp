@@ -39,8 +39,8 @@ public:
         const auto& o = spec_.options;
         const auto& defaults = impl_->options;
         call_directly_ = o.call_directly.value_or(defaults.call_directly);
-        retry_ = o.retry.value_or(defaults.retry);
-        retries_left_ = o.retry_count.value_or(defaults.retry_count);
+        retry_ = RetryPolicy{o.retry.value_or(defaults.retry), o.retry_count.value_or(defaults.retry_count),
+                             o.retry_sleep};
         // The seed's span covers direct and load-balanced calls from the start, retry
         // sleeps included; a random-node helper's span is its inner direct call's.
         if (!spec_.filter) begin_span(spec_.node, spec_.options.load_balancer);
@@ -154,9 +154,8 @@ private:
     // Nothing to send to (seed §4.1): wait `retry_sleep` on a timer and try again, or
     // give up with `final_error`.
     void no_route(ErrorMessage final_error) {
-        if (!retry_ || retries_left_ == 0 || impl_->stopping.load()) return finish(std::move(final_error));
-        if (retries_left_ != unlimited_retries) --retries_left_;
-        impl_->after(spec_.options.retry_sleep, [self = shared_from_this()](bool fired) {
+        if (impl_->stopping.load() || !retry_.consume()) return finish(std::move(final_error));
+        impl_->after(retry_.sleep, [self = shared_from_this()](bool fired) {
             if (fired) return self->attempt(false);
             self->finish(call_error(ErrorCode::service_unavailable, "node stopping", self->impl_->options.name,
                                     self->spec_.module, self->spec_.function));
@@ -212,8 +211,7 @@ private:
     Spec spec_;
     std::function<void(CallResult)> done_;
     bool call_directly_ = false;
-    bool retry_ = true;
-    std::size_t retries_left_ = 0;
+    RetryPolicy retry_;
     int reselections_ = 0;
     bool threw_ = false;  // a handler run here threw (rpc.exception)
     bool spanned_ = false;

@@ -6,6 +6,7 @@
 #include <rpclb/load_balancer.hpp>
 #include <rpclb/node_filter.hpp>
 #include <rpclb/plugin_registry.hpp>
+#include <rpclb/retry.hpp>
 #include <rpclb/telemetry.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -79,8 +80,6 @@ struct ClusterOptions {
     std::vector<std::string> excluded_node_patterns;
 };
 
-/// `retry_count` meaning "retry until a route appears" (the seed's `:infinity`).
-inline constexpr std::size_t unlimited_retries = static_cast<std::size_t>(-1);
 
 /// Options of one call (seed §1.4).
 struct CallOptions {

@@ -649,6 +649,25 @@ BOOST_AUTO_TEST_CASE(a_handler_error_claiming_draining_is_not_taken_for_one) {
     BOOST_TEST(runs.load() == 1);
 }
 
+// Seed §7 cases 37, 38 and 41: the in-flight count, and an idle balancer stops at once.
+BOOST_AUTO_TEST_CASE(the_in_flight_count_tracks_and_releases_and_an_idle_balancer_stops_at_once) {
+    Pair p;
+    auto mine = nobody("idle");
+    mine.drain_timeout = 0ms;
+    auto lb = p.a.start_balancer(mine);
+    BOOST_TEST(lb->in_flight() == 0);
+    lb->track_call();
+    lb->track_call();
+    BOOST_TEST(lb->in_flight() == 2);
+    lb->release_call();
+    BOOST_TEST(lb->in_flight() == 1);
+    lb->release_call();
+    BOOST_TEST(lb->in_flight() == 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    BOOST_TEST(p.a.stop_balancer("idle"));
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 500ms));
+}
+
 // Caller side (seed §4.2): stop waits for calls in flight through the balancer, up to
 // drain_timeout.
 BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_the_drain_timeout) {
