@@ -349,8 +349,10 @@ BOOST_AUTO_TEST_CASE(use_future_works_for_call_cast_and_select) {
 }
 
 BOOST_AUTO_TEST_CASE(use_awaitable_works_in_a_coroutine) {
-    Pair p;
+    // Declared before the nodes, so destroyed after them: a network thread may still be
+    // returning from its post to `ioc` when the coroutine ends.
     boost::asio::io_context ioc;
+    Pair p;
     std::string got;
     boost::asio::co_spawn(
         ioc,
