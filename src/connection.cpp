@@ -249,8 +249,12 @@ void Connection::on_deadline() {
     const auto now = Clock::now();
     // Re-read the front each time: a completion handler may send a new request here.
     while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-        if (auto p = take_pending(deadlines_.begin()->second))
-            p->done(call_error(ErrorCode::request_timeout, "timeout", peer().node, p->module, p->function));
+        auto p = take_pending(deadlines_.begin()->second);
+        if (!p) {  // cannot happen (take_pending erases both), but never loop on it
+            deadlines_.erase(deadlines_.begin());
+            continue;
+        }
+        p->done(call_error(ErrorCode::request_timeout, "timeout", peer().node, p->module, p->function));
     }
     if (!deadlines_.empty() && !closed_) arm_deadline(deadlines_.begin()->first);
 }
