@@ -130,7 +130,12 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     std::map<std::string, KnownNode, std::less<>> known;
 
     mutable std::shared_mutex functions_mutex;
-    std::unordered_map<std::string, std::shared_ptr<const Handler>> functions;
+    // Keyed "module.function"; found by string_view (see find_handler).
+    struct KeyHash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+    };
+    std::unordered_map<std::string, std::shared_ptr<const Handler>, KeyHash, std::equal_to<>> functions;
 
     mutable std::mutex balancers_mutex;
     std::map<std::string, std::shared_ptr<LoadBalancer>, std::less<>> hosted;

@@ -1,6 +1,7 @@
 #include "connection.hpp"
 
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -23,12 +24,13 @@ std::pair<std::string, std::string> split_host_port(const std::string& address) 
 
 }  // namespace
 
-Connection::Connection(tcp::socket socket, ConnectionOwner& owner, const ConnectionSettings& settings)
+Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSettings& settings)
     : ws_(std::move(socket)),
       owner_(owner),
       settings_(settings),
       handshake_(Role::acceptor, settings.local, settings.cookie),
-      handshake_timer_(ws_.get_executor()) {}
+      handshake_timer_(ws_.get_executor()),
+      deadline_timer_(ws_.get_executor()) {}
 
 Connection::Connection(Executor executor, std::string target, ConnectionOwner& owner,
                        const ConnectionSettings& settings)
@@ -37,7 +39,8 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       settings_(settings),
       target_(std::move(target)),
       handshake_(Role::dialer, settings.local, settings.cookie),
-      handshake_timer_(ws_.get_executor()) {}
+      handshake_timer_(ws_.get_executor()),
+      deadline_timer_(ws_.get_executor()) {}
 
 void Connection::configure() {
     // Senders check the size limit first, so an oversize call fails at its caller with a
@@ -55,7 +58,7 @@ void Connection::configure() {
     t.idle_timeout = settings_.idle_timeout;
     t.keep_alive_pings = true;
     ws_.set_option(t);
-    beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay(true));
+    ws_.next_layer().set_option(tcp::no_delay(true));
 }
 
 void Connection::start() {
@@ -80,11 +83,10 @@ void Connection::start() {
         resolver->async_resolve(host, port, [self, resolver, host](beast::error_code ec,
                                                                    tcp::resolver::results_type results) {
             if (ec) return self->fail("resolve " + self->target_ + ": " + ec.message());
-            beast::get_lowest_layer(self->ws_).expires_after(self->settings_.handshake_timeout);
-            beast::get_lowest_layer(self->ws_).async_connect(
-                results, [self, host](beast::error_code ec, const tcp::endpoint&) {
+            // handshake_timer_ (armed in start) bounds the connect too: fail() closes the socket.
+            asio::async_connect(
+                self->ws_.next_layer(), results, [self, host](beast::error_code ec, const tcp::endpoint&) {
                     if (ec) return self->fail("connect " + self->target_ + ": " + ec.message());
-                    beast::get_lowest_layer(self->ws_).expires_never();
                     self->configure();
                     self->ws_.async_handshake(self->target_, "/rpclb", [self](beast::error_code ec) {
                         if (ec) return self->fail("websocket handshake: " + ec.message());
@@ -129,13 +131,9 @@ void Connection::on_read(std::size_t) {
                              boost::json::object{{"node", settings_.local.node}}}}));
         }
         if (const auto response_id = wire::peek_frame_id(text, "res"); response_id && established_) {
-            if (auto it = pending_.find(*response_id); it != pending_.end()) {
-                auto p = std::move(it->second);
-                pending_.erase(it);
-                p.timer->cancel();
-                p.done(call_error(ErrorCode::internal_server_error, "malformed response: " + error.message,
-                                  peer().node, p.module, p.function));
-            }
+            if (auto p = take_pending(*response_id))
+                p->done(call_error(ErrorCode::internal_server_error, "malformed response: " + error.message,
+                                   peer().node, p->module, p->function));
         }
         owner_.on_bad_frame(shared_from_this(), error);
         buffer_.consume(buffer_.size());
@@ -203,7 +201,14 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
                                    std::to_string(settings_.max_message_size),
                                peer().node, request.module, request.function));
     }
-    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), id, frame = std::move(frame), timeout,
+    // The deadline counts from here, before the hop to the strand (saturating: a huge
+    // timeout means none).
+    const auto now = Clock::now();
+    const auto deadline =
+        timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now)
+                              ? Clock::time_point::max()
+                              : now + std::chrono::duration_cast<Clock::duration>(timeout);
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), id, frame = std::move(frame), deadline,
                                         module = std::move(request.module),
                                         function = std::move(request.function),
                                         done = std::move(done)]() mutable {
@@ -211,31 +216,51 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
             return done(call_error(ErrorCode::service_unavailable, "noconnection", self->peer().node,
                                    module, function));
         }
-        Pending pending{std::move(done), std::make_unique<asio::steady_timer>(self->ws_.get_executor()),
-                        std::move(module), std::move(function)};
-        pending.timer->expires_after(timeout);
-        pending.timer->async_wait([self, id](beast::error_code ec) {
-            if (ec) return;
-            auto it = self->pending_.find(id);
-            if (it == self->pending_.end()) return;
-            auto p = std::move(it->second);
-            self->pending_.erase(it);
-            p.done(call_error(ErrorCode::request_timeout, "timeout", self->peer().node, p.module,
-                              p.function));
-        });
-        self->pending_.emplace(id, std::move(pending));
+        self->pending_.emplace(id, Pending{std::move(done), deadline, std::move(module), std::move(function)});
+        self->deadlines_.emplace(deadline, id);
+        self->arm_deadline(deadline);
         self->queue_.push_back(std::move(frame));
         self->write_next();
     });
 }
 
-void Connection::complete(wire::Response&& response) {
-    auto it = pending_.find(response.id);
-    if (it == pending_.end()) return;  // timed out already
-    auto p = std::move(it->second);
+std::optional<Connection::Pending> Connection::take_pending(std::uint64_t id) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return std::nullopt;
+    std::optional<Pending> p(std::move(it->second));
     pending_.erase(it);
-    p.timer->cancel();
-    p.done(std::move(response.result));
+    deadlines_.erase(Deadline{p->deadline, id});
+    // The timer stays armed: cancelling it would cost a completion per call. When it
+    // fires with nothing due it re-arms for the earliest call left, if any.
+    return p;
+}
+
+void Connection::arm_deadline(Clock::time_point deadline) {
+    if (armed_ && *armed_ <= deadline) return;
+    armed_ = deadline;
+    deadline_timer_.expires_at(deadline);  // cancels the previous wait (operation_aborted)
+    deadline_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+        if (!ec) self->on_deadline();
+    });
+}
+
+void Connection::on_deadline() {
+    armed_.reset();
+    const auto now = Clock::now();
+    // Re-read the front each time: a completion handler may send a new request here.
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+        auto p = take_pending(deadlines_.begin()->second);
+        if (!p) {  // cannot happen (take_pending erases both), but never loop on it
+            deadlines_.erase(deadlines_.begin());
+            continue;
+        }
+        p->done(call_error(ErrorCode::request_timeout, "timeout", peer().node, p->module, p->function));
+    }
+    if (!deadlines_.empty() && !closed_) arm_deadline(deadlines_.begin()->first);
+}
+
+void Connection::complete(wire::Response&& response) {
+    if (auto p = take_pending(response.id)) p->done(std::move(response.result));  // else timed out already
 }
 
 void Connection::close(std::string reason) {
@@ -261,9 +286,11 @@ void Connection::start_close() {
 void Connection::fail(const std::string& reason) {
     if (closed_.exchange(true)) return;
     handshake_timer_.cancel();
+    armed_.reset();
+    deadline_timer_.cancel();
     beast::error_code ignored;
-    beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ignored);
-    beast::get_lowest_layer(ws_).socket().close(ignored);
+    ws_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
+    ws_.next_layer().close(ignored);
     queue_.clear();
     fail_pending(reason);
     if (!established_ && handshake_.awaiting_ready())
@@ -276,8 +303,8 @@ void Connection::fail(const std::string& reason) {
 void Connection::fail_pending(const std::string& reason) {
     auto pending = std::move(pending_);
     pending_.clear();
+    deadlines_.clear();
     for (auto& [id, p] : pending) {
-        p.timer->cancel();
         auto error = call_error(ErrorCode::service_unavailable, "noconnection", peer().node, p.module,
                                 p.function);
         error.details["reason"] = reason;

@@ -9,8 +9,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/basic_stream_socket.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/websocket/stream.hpp>
 
 #include <atomic>
@@ -19,8 +19,10 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace rpclb::detail {
 
@@ -63,9 +65,14 @@ using ResponseHandler = std::function<void(CallResult)>;
 class Connection : public std::enable_shared_from_this<Connection> {
 public:
     using Executor = boost::asio::strand<boost::asio::io_context::executor_type>;
+    /// The socket type: its executor is the connection's strand, typed (not
+    /// any_io_executor), so that each operation skips the type-erased executor's copies.
+    using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor>;
 
-    /// An accepted socket (this side is the acceptor).
-    Connection(boost::asio::ip::tcp::socket socket, ConnectionOwner& owner,
+    /// An accepted socket (this side is the acceptor). Its executor must be a strand of
+    /// an io_context (as `async_accept(make_strand(ioc), ...)` gives); it becomes the
+    /// connection's strand.
+    Connection(Socket socket, ConnectionOwner& owner,
                const ConnectionSettings& settings);
     /// A connection to dial at "host:port" (this side is the dialer).
     Connection(Executor executor, std::string target, ConnectionOwner& owner,
@@ -101,9 +108,16 @@ public:
     bool mark_bye_sent() noexcept { return !bye_sent_.exchange(true); }
 
 private:
+    using Clock = std::chrono::steady_clock;
+    // One deadline timer per connection, not one per call: `deadlines_` orders the
+    // pending calls by deadline and `deadline_timer_` is armed for the earliest one (it
+    // is re-armed only when a new call's deadline is earlier than the armed expiry; a
+    // wake-up for a call that completed meanwhile just re-arms for the next).
+    using Deadline = std::pair<Clock::time_point, std::uint64_t>;  // (deadline, request id)
+
     struct Pending {
         ResponseHandler done;
-        std::unique_ptr<boost::asio::steady_timer> timer;
+        Clock::time_point deadline;
         std::string module;
         std::string function;
     };
@@ -118,8 +132,12 @@ private:
     void start_close();
     void fail(const std::string& reason);
     void fail_pending(const std::string& reason);
+    /// Removes request `id` from the pending calls; nullopt when it is not pending.
+    std::optional<Pending> take_pending(std::uint64_t id);
+    void arm_deadline(Clock::time_point deadline);
+    void on_deadline();
 
-    boost::beast::websocket::stream<boost::beast::tcp_stream> ws_;
+    boost::beast::websocket::stream<Socket> ws_;
     ConnectionOwner& owner_;
     const ConnectionSettings& settings_;
     std::string target_;
@@ -132,6 +150,9 @@ private:
     bool close_started_ = false;
     boost::asio::steady_timer handshake_timer_;
     std::unordered_map<std::uint64_t, Pending> pending_;
+    std::set<Deadline> deadlines_;
+    boost::asio::steady_timer deadline_timer_;
+    std::optional<Clock::time_point> armed_;  // deadline_timer_'s expiry while it waits
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<bool> established_{false};
     std::atomic<bool> closed_{false};

@@ -58,7 +58,7 @@ void Cluster::Impl::start_listener() {
 
 void Cluster::Impl::do_accept() {
     acceptor->async_accept(asio::make_strand(ioc), [self = shared_from_this()](boost::system::error_code ec,
-                                                                               tcp::socket socket) {
+                                                                               Connection::Socket socket) {
         if (ec) {
             if (ec == asio::error::operation_aborted || self->stopping) return;
             RPCLB_LOG("mesh", warning) << "accept failed: " << ec.message();

@@ -33,7 +33,20 @@ void name_call(ErrorMessage& error, std::string_view node, std::string_view modu
 
 std::shared_ptr<const Handler> Cluster::Impl::find_handler(std::string_view module,
                                                            std::string_view function) const {
-    const auto key = function_key(module, function);
+    // The "module.function" key is built on the stack when it fits (no allocation per
+    // served call); `functions` takes a string_view (heterogeneous lookup).
+    char buffer[128];
+    std::string heap;
+    std::string_view key;
+    if (const auto size = module.size() + function.size() + 1; size <= sizeof buffer) {
+        auto* end = std::copy(module.begin(), module.end(), buffer);
+        *end++ = '.';
+        end = std::copy(function.begin(), function.end(), end);
+        key = std::string_view(buffer, size);
+    } else {
+        heap = function_key(module, function);
+        key = heap;
+    }
     std::shared_lock lock(functions_mutex);
     auto it = functions.find(key);
     return it == functions.end() ? nullptr : it->second;

@@ -535,18 +535,27 @@ boost::system::result<Frame, DecodeError> decode(std::string_view text, std::siz
     }
 }
 
-std::string encode(const Frame& frame) {
-    return std::visit(
-        [](const auto& f) {
-            Writer w;
-            w.begin_object();
-            w.string("t", frame_name<std::decay_t<decltype(f)>>);
-            write(w, f);
-            w.end_object();
-            return std::move(w).finish();
-        },
-        frame);
+namespace {
+
+template <class F>
+std::string encode_one(const F& f) {
+    Writer w;
+    w.begin_object();
+    w.string("t", frame_name<F>);
+    write(w, f);
+    w.end_object();
+    return std::move(w).finish();
 }
+
+}  // namespace
+
+std::string encode(const Frame& frame) {
+    return std::visit([](const auto& f) { return encode_one(f); }, frame);
+}
+
+std::string encode(const Request& frame) { return encode_one(frame); }
+std::string encode(const Cast& frame) { return encode_one(frame); }
+std::string encode(const Response& frame) { return encode_one(frame); }
 
 std::string_view type_name(const Frame& frame) noexcept {
     return frame_types[frame.index()].name;
