@@ -183,6 +183,26 @@ BOOST_AUTO_TEST_CASE(stopping_the_node_ends_a_call_waiting_for_a_route) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
+BOOST_AUTO_TEST_SUITE(deadlines)
+
+// Each call keeps its own deadline even when a later call has the earlier one.
+BOOST_AUTO_TEST_CASE(a_later_call_with_a_shorter_timeout_times_out_first) {
+    Pair p;
+    rpclb::CallOptions patient, hasty;
+    patient.timeout = 3s;
+    hasty.timeout = 100ms;
+    auto slow = p.a.async_call("b@127.0.0.1", "demo", "sleep", {1200}, patient, boost::asio::use_future);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = p.a.call("b@127.0.0.1", "demo", "sleep", {1000}, hasty);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    BOOST_REQUIRE(!r);
+    BOOST_TEST(r.error().code == rpclb::ErrorCode::request_timeout);
+    BOOST_TEST((took < 800ms));
+    BOOST_TEST(slow.get().has_value());  // the earlier call is unaffected
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
 BOOST_AUTO_TEST_SUITE(short_circuits)
 
 // Seed §7 case 96: call_directly runs the function here.
