@@ -175,6 +175,7 @@ Cluster::~Cluster() {
 void Cluster::start() { impl_->start(); }
 void Cluster::stop() { impl_->stop(); }
 const std::string& Cluster::name() const noexcept { return impl_->options.name; }
+const ClusterOptions& Cluster::options() const noexcept { return impl_->options; }
 const std::string& Cluster::incarnation() const noexcept { return impl_->incarnation; }
 std::optional<boost::asio::ip::tcp::endpoint> Cluster::listen_endpoint() const { return impl_->bound; }
 Groups& Cluster::groups() noexcept { return impl_->groups; }

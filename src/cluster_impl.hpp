@@ -90,9 +90,9 @@ struct Cluster::Impl : detail::ConnectionOwner, std::enable_shared_from_this<Clu
     std::vector<std::string> routable_nodes() const;
     /// The balancer started on this node under `name`, or an error naming it.
     Result<std::shared_ptr<LoadBalancer>> hosted_balancer(std::string_view name) const;
-    /// True when this node is a live member of `balancer` and takes calls routed by it;
-    /// false while it drains or after it left (the caller then gets `draining`).
-    bool accepts(std::string_view balancer) const;
+    /// The hosted balancer `balancer` when this node is a live member of it and takes calls
+    /// routed by it; null while it drains or after it left (the caller then gets `draining`).
+    std::shared_ptr<LoadBalancer> accepting(std::string_view balancer) const;
 
     Cluster& owner;
     ClusterOptions options;

@@ -78,7 +78,7 @@ void LoadBalancer::start() {
         on_change(change, nodes);
     });
     members_.store(groups.members(options_.name));
-    if (hosted_ && options_.node_match_list.matches(cluster_.name())) {
+    if (hosted_ && options_.node_match_list.matches(cluster_.name(), cluster_.options().excluded_node_patterns)) {
         groups.join(options_.name, announcement());
         joined_ = true;
     }
@@ -98,22 +98,24 @@ void LoadBalancer::stop() noexcept {
     const auto began = std::chrono::steady_clock::now();
     Event drain{.name = EventName::drain_begin};
     drain.load_balancer = options_.name;
-    drain.in_flight = in_flight_.load();
+    auto outstanding = [this] { return in_flight_.load() + serving_.load(); };
+    drain.in_flight = outstanding();
     if (bus.active()) bus.emit(drain);
     const auto deadline = began + options_.drain_timeout;
     bool drained = true;
-    while (in_flight_.load() > 0) {
+    while (outstanding() > 0) {
         if (std::chrono::steady_clock::now() >= deadline) {
             drained = false;
             RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": " << in_flight_.load()
-                                           << " calls still in flight after the drain timeout";
+                                           << " calls sent and " << serving_.load()
+                                           << " calls served still running after the drain timeout";
             break;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (bus.active()) {
         drain.name = EventName::drain_end;
-        drain.in_flight = in_flight_.load();
+        drain.in_flight = outstanding();
         drain.duration = std::chrono::steady_clock::now() - began;
         drain.outcome = drained ? "drained" : "timeout";
         bus.emit(drain);

@@ -259,10 +259,10 @@ Result<std::shared_ptr<LoadBalancer>> Cluster::Impl::hosted_balancer(std::string
                         boost::json::object{{"load_balancer", name}, {"node", options.name}}};
 }
 
-bool Cluster::Impl::accepts(std::string_view balancer) const {
+std::shared_ptr<LoadBalancer> Cluster::Impl::accepting(std::string_view balancer) const {
     std::lock_guard lock(balancers_mutex);
     auto it = hosted.find(balancer);
-    return it != hosted.end() && it->second->joined();
+    return it != hosted.end() && it->second->joined() ? it->second : nullptr;
 }
 
 // ---- Cluster ---------------------------------------------------------------------------

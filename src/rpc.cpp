@@ -80,15 +80,20 @@ CallResult Cluster::Impl::run_handler(std::string_view module, std::string_view 
 }
 
 void Cluster::Impl::serve_request(const std::shared_ptr<detail::Connection>& c, wire::Request&& request) {
-    if (!request.load_balancer.empty() && !accepts(request.load_balancer)) {
-        // Routed here by a balancer this node has left or is draining: refuse it unrun,
-        // so that the caller picks another member.
-        c->send(wire::encode(wire::Response{
-            request.id, draining_error(options.name, request.module, request.function, request.load_balancer)}));
-        return;
+    std::shared_ptr<LoadBalancer> balancer;
+    if (!request.load_balancer.empty()) {
+        balancer = accepting(request.load_balancer);
+        if (!balancer) {
+            // Routed here by a balancer this node has left or is draining: refuse it unrun,
+            // so that the caller picks another member.
+            c->send(wire::encode(wire::Response{
+                request.id, draining_error(options.name, request.module, request.function, request.load_balancer)}));
+            return;
+        }
+        balancer->track_served();  // its drain waits for this call too
     }
     ++serving;
-    asio::post(workers, [self = shared_from_this(), c, request = std::move(request)]() mutable {
+    asio::post(workers, [self = shared_from_this(), c, balancer, request = std::move(request)]() mutable {
         wire::Response response{request.id, self->run_handler(request.module, request.function, request.args)};
         auto frame = wire::encode(response);
         if (frame.size() > self->options.max_message_size) {
@@ -101,6 +106,7 @@ void Cluster::Impl::serve_request(const std::shared_ptr<detail::Connection>& c, 
                            self->options.name, request.module, request.function)});
         }
         c->send(std::move(frame));
+        if (balancer) balancer->release_served();
         --self->serving;
     });
 }

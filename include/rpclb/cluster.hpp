@@ -83,7 +83,10 @@ struct ClusterOptions {
 
 /// Options of one call (seed §1.4).
 struct CallOptions {
-    /// Deadline of the call, from the moment it is made. Default 10 s (seed).
+    /// Deadline of each request sent, from the moment it is sent. Default 10 s (seed). The
+    /// no-route retry's waits come before any request and are not counted (seed §4.1:
+    /// only `timeout` is forwarded to the remote call); bound them with `retry_count` and
+    /// `retry_sleep`. Range 1 ms..4294967295 ms.
     std::chrono::milliseconds timeout{10000};
     /// Route through this balancer; empty = call the given node directly.
     std::string load_balancer;
@@ -146,6 +149,9 @@ public:
 
     /// `short@host`.
     const std::string& name() const noexcept;
+
+    /// The options the node was built with (validated; never changes).
+    const ClusterOptions& options() const noexcept;
 
     /// Random id drawn at construction; a restarted node has a new one.
     const std::string& incarnation() const noexcept;

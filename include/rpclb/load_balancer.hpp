@@ -99,6 +99,10 @@ public:
     /// Load-balanced calls from this node through this balancer still in flight.
     std::int64_t in_flight() const noexcept { return in_flight_.load(); }
 
+    /// Calls other nodes routed here through this balancer that this node is running now
+    /// (the serving side of the drain).
+    std::int64_t serving() const noexcept { return serving_.load(); }
+
     // ---- used by Cluster ----------------------------------------------------------------
 
     /// Runs the algorithm's `init` with `algorithm_opts`, reads its `local()` answer and
@@ -117,8 +121,10 @@ public:
     /// std::runtime_error naming the balancer on failure; then nothing is left running.
     void start() override;
 
-    /// Leaves the group, waits for this node's in-flight calls through it up to
-    /// `drain_timeout` (a warning is logged when some are still running), stops following
+    /// Leaves the group (from then on calls routed here by it get `draining`), waits until
+    /// both this node's in-flight calls through it and the calls it routed here that this
+    /// node is running are done, up to `drain_timeout` (a warning is logged when some are
+    /// still running; they are not cancelled), stops following
     /// the group, and stops the services of a routing-only balancer (seed §3.5; errors of
     /// the leave are swallowed). Idempotent.
     void stop() noexcept override;
@@ -126,6 +132,9 @@ public:
     /// Counts a call dispatched through this balancer (the seed's Drainer track/release).
     void track_call() noexcept { in_flight_.fetch_add(1); }
     void release_call() noexcept { in_flight_.fetch_sub(1); }
+    /// Counts a call routed here by this balancer while this node runs it.
+    void track_served() noexcept { serving_.fetch_add(1); }
+    void release_served() noexcept { serving_.fetch_sub(1); }
 
     /// The announcement this balancer joins with: {"algorithm": ..., "algorithm_opts": ...}.
     boost::json::object announcement() const;
@@ -140,6 +149,7 @@ private:
     std::atomic<std::shared_ptr<const MemberSnapshot>> members_;
     std::atomic<bool> joined_{false};
     std::atomic<std::int64_t> in_flight_{0};
+    std::atomic<std::int64_t> serving_{0};
     std::vector<std::shared_ptr<Service>> services_;
     std::uint64_t monitor_id_ = 0;
     bool prepared_ = false;

@@ -86,8 +86,11 @@ int main(int argc, char** argv) {
         if (module.empty() || function.empty()) throw std::invalid_argument("MODULE and FUNCTION are required");
         if (seeds.empty()) throw std::invalid_argument("at least one --seed is required");
         if (balancer.empty() && node.empty()) throw std::invalid_argument("give --balancer or --node");
-        if (count < 1 || concurrency < 1 || timeout_ms < 1)
-            throw std::invalid_argument("--count, --concurrency and --timeout must be positive");
+        if (count < 1 || count > 100'000'000) throw std::invalid_argument("--count must be in 1..100000000");
+        if (concurrency < 1 || concurrency > 1024) throw std::invalid_argument("--concurrency must be in 1..1024");
+        if (timeout_ms < 1 || timeout_ms > 4'294'967'295L)
+            throw std::invalid_argument("--timeout must be in 1..4294967295 milliseconds");
+        concurrency = std::min(concurrency, count);  // no idle threads
         if (!args_text.empty()) {
             boost::system::error_code ec;
             auto parsed = boost::json::parse(args_text, ec);

@@ -163,9 +163,6 @@ int main(int argc, char** argv) {
         std::cerr << "rpclb-node: " << e.what() << "\n";
         return 1;
     }
-    const auto endpoint = cluster->listen_endpoint();
-    std::cout << "listening on " << endpoint->address().to_string() << ":" << endpoint->port() << std::endl;
-
     for (const auto& lb : config->balancers) {
         try {
             cluster->start_balancer(lb);
@@ -175,6 +172,10 @@ int main(int argc, char** argv) {
                       << "\": " << e.what() << std::endl;
         }
     }
+    // Printed once the balancers are started, so that a script waiting for this line can
+    // route through them at once.
+    const auto endpoint = cluster->listen_endpoint();
+    std::cout << "listening on " << endpoint->address().to_string() << ":" << endpoint->port() << std::endl;
 
     int signal = 0;
     sigwait(&stop_signals, &signal);

@@ -25,13 +25,16 @@ class Load {
 public:
     explicit Load(rpclb::Cluster& client) {
         for (int i = 0; i < load_threads; ++i)
-            threads_.emplace_back([this, &client] {
+            threads_.emplace_back([this, &client, i] {
                 rpclb::CallOptions options;
                 options.load_balancer = "workers";
                 options.timeout = 10s;
                 while (!stop_) {
                     // Many short calls at once, so that SIGTERM finds calls in flight and on the wire.
-                    auto r = client.call("demo", "node", {}, options);
+                    // Even threads: instant calls, many on the wire at SIGTERM; odd threads:
+                    // 3 ms calls, running on the node when SIGTERM comes.
+                    auto r = i % 2 == 0 ? client.call("demo", "node", {}, options)
+                                        : client.call("demo", "sleep", {3}, options);
                     std::lock_guard lock(mutex_);
                     if (r) {
                         ++served_[std::string(r->as_string())];

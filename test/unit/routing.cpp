@@ -690,6 +690,37 @@ BOOST_AUTO_TEST_CASE(the_in_flight_count_tracks_and_releases_and_an_idle_balance
     BOOST_TEST((std::chrono::steady_clock::now() - t0 < 500ms));
 }
 
+// Serving side: stopping a balancer also waits for the calls it routed here that this node
+// is still running, up to drain_timeout.
+BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_the_calls_it_routed_here) {
+    Pair p;
+    auto w = balancer("w");
+    w.drain_timeout = 5s;
+    auto lb = p.b->start_balancer(w);
+    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    auto call = p.a.async_call("", "demo", "sleep", {400}, through("w"), boost::asio::use_future);
+    BOOST_REQUIRE(eventually([&] { return lb->serving() == 1; }, 5s));
+    const auto t0 = std::chrono::steady_clock::now();
+    p.b->stop_balancer("w");
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 >= 200ms));
+    BOOST_TEST((call.wait_for(2s) == std::future_status::ready));
+    BOOST_TEST(call.get().value().as_string() == "b@127.0.0.1");
+    BOOST_TEST(lb->serving() == 0);
+}
+
+// Seed §3.3 with §4.3: excluded patterns apply to node_match_list too.
+BOOST_AUTO_TEST_CASE(a_node_whose_short_name_is_excluded_does_not_join) {
+    auto oa = options("w_qa@127.0.0.1");
+    oa.excluded_node_patterns = {"_qa"};
+    Pair p(oa);
+    auto only_w = balancer("qa");
+    only_w.node_match_list = rpclb::NodeMatchList{false, {rpclb::NodeFilter::substring("w")}};
+    BOOST_TEST(!p.a.start_balancer(only_w)->joined());
+    auto named = balancer("qa2");
+    named.node_match_list = rpclb::NodeMatchList{false, {rpclb::NodeFilter::substring("w_qa")}};
+    BOOST_TEST(p.a.start_balancer(named)->joined());
+}
+
 // Caller side (seed §4.2): stop waits for calls in flight through the balancer, up to
 // drain_timeout.
 BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_the_drain_timeout) {
