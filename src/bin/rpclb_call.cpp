@@ -51,7 +51,7 @@ std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
 int main(int argc, char** argv) {
     std::string name, cookie, balancer, key, algorithm, node, log_level, module, function, args_text;
     std::vector<std::string> seeds, plugin_dirs;
-    long count = 1, concurrency = 1, timeout_ms = 10000, wait_ms = 5000;
+    long count = 1, concurrency = 1, timeout_ms = 10000, wait_ms = 5000, retry_count = 5, retry_sleep_ms = 5000;
     po::options_description desc(
         "rpclb-call [options] MODULE FUNCTION [JSON-ARGS]\n"
         "Joins a cluster as a client node and makes calls; prints one JSON object");
@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
         ("concurrency", po::value(&concurrency)->default_value(1), "calls in flight at once")
         ("timeout", po::value(&timeout_ms)->default_value(10000), "per-call timeout, milliseconds")
         ("wait", po::value(&wait_ms)->default_value(5000), "longest wait to meet the cluster, milliseconds")
+        ("retry-count", po::value(&retry_count)->default_value(5),
+         "when a balancer has no members: retries after the first attempt (-1 = unlimited, 0 = none)")
+        ("retry-sleep", po::value(&retry_sleep_ms)->default_value(5000), "wait between those retries, milliseconds")
         ("name", po::value(&name), "client node name (default client<pid>@127.0.0.1)")
         ("plugins", po::value(&plugin_dirs)->composing(), "plugin directory searched first")
         ("log-level", po::value(&log_level)->default_value("warning"), "trace|debug|info|warning|error|fatal")
@@ -91,6 +94,9 @@ int main(int argc, char** argv) {
         if (timeout_ms < 1 || timeout_ms > 4'294'967'295L)
             throw std::invalid_argument("--timeout must be in 1..4294967295 milliseconds");
         concurrency = std::min(concurrency, count);  // no idle threads
+        if (retry_count < -1) throw std::invalid_argument("--retry-count must be -1 (unlimited) or more");
+        if (retry_sleep_ms < 0 || retry_sleep_ms > 4'294'967'295L)
+            throw std::invalid_argument("--retry-sleep must be in 0..4294967295 milliseconds");
         if (!args_text.empty()) {
             boost::system::error_code ec;
             auto parsed = boost::json::parse(args_text, ec);
@@ -136,6 +142,9 @@ int main(int argc, char** argv) {
                 rpclb::CallOptions call_options;
                 call_options.timeout = milliseconds(timeout_ms);
                 call_options.load_balancer = balancer;
+                call_options.retry_count =
+                    retry_count < 0 ? rpclb::unlimited_retries : static_cast<std::size_t>(retry_count);
+                call_options.retry_sleep = milliseconds(retry_sleep_ms);
                 if (vm.count("key")) call_options.key = key;
                 std::string peer;
                 call_options.peer = &peer;
