@@ -2,6 +2,7 @@
 
 #include <rpclb/cluster.hpp>
 #include <rpclb/detail/log.hpp>
+#include <rpclb/plugin_pin.hpp>
 
 #include <boost/json/serialize.hpp>
 
@@ -29,21 +30,6 @@ struct CpuPoller::Shared {
 };
 
 namespace {
-
-// Keeps this shared object mapped until the process exits: a dlopen reference that is
-// never closed, on a library marked NODELETE. Done once, on the first start().
-void pin_plugin() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        static const char anchor = 0;
-        Dl_info info{};
-        if (dladdr(&anchor, &info) != 0 && info.dli_fname != nullptr &&
-            dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) != nullptr)
-            return;
-        RPCLB_LOG("balancer", warning) << "least_cpu: could not pin the plugin in memory: "
-                                       << (dlerror() ? "dlopen failed" : "dladdr failed");
-    });
-}
 
 std::optional<CpuTimes> read_proc_stat() {
     std::ifstream file("/proc/stat");
@@ -85,7 +71,8 @@ void CpuPoller::start() {
     if (cluster_ == nullptr)
         throw std::logic_error("least_cpu poller of " + balancer_ + " needs a cluster");
     if (thread_.joinable()) return;
-    pin_plugin();
+    if (!pin_this_plugin())
+        RPCLB_LOG("balancer", warning) << "least_cpu: could not pin the plugin in memory";
     // Process-wide slot, not this poller: any LeastCpu balancer of the node serves the
     // latest reading, whichever poller wrote it.
     NodeReading* local = &local_reading_;
@@ -211,7 +198,7 @@ void CpuPoller::fetch_remote() {
         CallOptions options;
         options.timeout = remote_timeout;
         // Only values and process-wide objects: the callback may run after this poller
-        // is gone (its code stays mapped, see pin_plugin).
+        // is gone (its code stays mapped, see pin_this_plugin).
         cluster_->async_call(
             node, reading_module, reading_function, {}, std::move(options),
             [shared = shared_, cycle, slot, node, balancer = balancer_, errors = &remote_errors_,

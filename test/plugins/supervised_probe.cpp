@@ -9,9 +9,8 @@
 //  - refuses to start when the algorithm option "refuse_start" is true.
 #include <rpclb/algorithm_state.hpp>
 #include <rpclb/cluster.hpp>
+#include <rpclb/plugin_pin.hpp>
 #include <rpclb/selection_algorithm.hpp>
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <memory>
@@ -22,17 +21,8 @@
 namespace {
 
 // The probe registers a function on the cluster, which keeps it (and the code of its
-// std::function) after every algorithm is gone: keep this library mapped for good, as
-// the least_cpu poller does.
-void pin_plugin() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        static const char anchor = 0;
-        Dl_info info{};
-        if (dladdr(&anchor, &info) != 0 && info.dli_fname != nullptr)
-            dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-    });
-}
+// std::function) after every algorithm is gone: this library stays mapped for good
+// (rpclb::pin_this_plugin), as the least_cpu poller's does.
 
 class Probe final : public rpclb::Service, public std::enable_shared_from_this<Probe> {
 public:
@@ -44,7 +34,7 @@ public:
     void start() override {
         count("starts", "started_as_member");
         if (refuse_start_) throw std::runtime_error("probe of " + balancer_ + " refuses to start");
-        pin_plugin();
+        rpclb::pin_this_plugin();
         cluster_->register_function(balancer_, "probe_fail",
                                     [weak = weak_from_this()](const boost::json::array&) -> rpclb::CallResult {
                                         auto self = weak.lock();
