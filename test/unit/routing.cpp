@@ -721,27 +721,36 @@ BOOST_AUTO_TEST_CASE(a_node_whose_short_name_is_excluded_does_not_join) {
     BOOST_TEST(p.a.start_balancer(named)->joined());
 }
 
-// Caller side (seed §4.2): stop waits for calls in flight through the balancer, up to
-// drain_timeout.
-BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_the_drain_timeout) {
+// Caller side (seed §4.2): `a` routes a call of demo.sleep(`sleep_ms`) through its own
+// non-member instance of `w` (drain timeout `drain`) to `b`, then stops that balancer;
+// records how long the stop took and the drain events.
+struct DrainRun {
+    DrainRun(std::chrono::milliseconds drain, int sleep_ms) {
+        p.b->start_balancer(balancer("w"));
+        auto mine = nobody("w");
+        mine.drain_timeout = drain;
+        auto lb = p.a.start_balancer(mine);
+        BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+        call = p.a.async_call("", "demo", "sleep", {sleep_ms}, through("w"), boost::asio::use_future);
+        BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
+        const auto t0 = std::chrono::steady_clock::now();
+        p.a.stop_balancer("w");
+        took = std::chrono::steady_clock::now() - t0;
+    }
     Pair p;
-    p.b->start_balancer(balancer("w"));
-    auto mine = nobody("w");
-    mine.drain_timeout = 5s;
-    auto lb = p.a.start_balancer(mine);
-    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
-    Recorder events(p.a.telemetry());
-    auto call = p.a.async_call("", "demo", "sleep", {300}, through("w"), boost::asio::use_future);
-    BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
-    const auto t0 = std::chrono::steady_clock::now();
-    p.a.stop_balancer("w");
-    const auto took = std::chrono::steady_clock::now() - t0;
-    BOOST_TEST((call.wait_for(0s) == std::future_status::ready));
-    BOOST_TEST(call.get().has_value());
-    BOOST_TEST((took >= 150ms));
-    BOOST_TEST((took < 4s));
-    auto begin = events.of(rpclb::EventName::drain_begin);
-    auto end = events.of(rpclb::EventName::drain_end);
+    Recorder events{p.a.telemetry()};
+    std::future<rpclb::CallResult> call;
+    std::chrono::steady_clock::duration took{};
+};
+
+BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_the_drain_timeout) {
+    DrainRun run(5s, 300);
+    BOOST_TEST((run.call.wait_for(0s) == std::future_status::ready));
+    BOOST_TEST(run.call.get().has_value());
+    BOOST_TEST((run.took >= 150ms));
+    BOOST_TEST((run.took < 4s));
+    auto begin = run.events.of(rpclb::EventName::drain_begin);
+    auto end = run.events.of(rpclb::EventName::drain_end);
     BOOST_REQUIRE(begin.size() == 1u);
     BOOST_REQUIRE(end.size() == 1u);
     BOOST_TEST(begin[0].load_balancer == "w");
@@ -749,25 +758,14 @@ BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_t
 }
 
 BOOST_AUTO_TEST_CASE(stopping_a_balancer_gives_up_on_a_call_that_outlives_the_drain_timeout) {
-    Pair p;
-    p.b->start_balancer(balancer("w"));
-    auto mine = nobody("w");
-    mine.drain_timeout = 100ms;
-    auto lb = p.a.start_balancer(mine);
-    BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
-    Recorder events(p.a.telemetry());
-    auto call = p.a.async_call("", "demo", "sleep", {1500}, through("w"), boost::asio::use_future);
-    BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
-    const auto t0 = std::chrono::steady_clock::now();
-    p.a.stop_balancer("w");
-    const auto took = std::chrono::steady_clock::now() - t0;
-    BOOST_TEST((took < 1s));
-    BOOST_TEST((call.wait_for(0s) == std::future_status::timeout));
-    auto end = events.of(rpclb::EventName::drain_end);
+    DrainRun run(100ms, 1500);
+    BOOST_TEST((run.took < 1s));
+    BOOST_TEST((run.call.wait_for(0s) == std::future_status::timeout));
+    auto end = run.events.of(rpclb::EventName::drain_end);
     BOOST_REQUIRE(end.size() == 1u);
     BOOST_TEST(end[0].outcome == "timeout");
     BOOST_TEST(end[0].in_flight == 1);
-    BOOST_TEST(call.get().has_value());  // not cancelled: it still completes
+    BOOST_TEST(run.call.get().has_value());  // not cancelled: it still completes
 }
 
 BOOST_AUTO_TEST_SUITE_END()
