@@ -12,18 +12,18 @@ Result<std::size_t> LeastConnections::choose_from_nodes(const MemberSnapshot& me
     (void)options;
     const std::size_t size = members.nodes.size();
     if (size == 0) return empty_members_error(counts_.balancer());
-    const auto* counters = counts_.counters(members);
-    if (!counters) return detail::table_build_error(counts_.balancer());
+    const auto* counts = counts_.counts(members);
+    if (!counts) return detail::table_build_error(counts_.balancer());
     std::size_t best = 0;
-    std::int64_t fewest = (*counters)[0]->load(std::memory_order_relaxed);
+    std::int64_t fewest = (*counts)[0]->value();
     for (std::size_t i = 1; i < size; ++i) {
-        const std::int64_t count = (*counters)[i]->load(std::memory_order_relaxed);
+        const std::int64_t count = (*counts)[i]->value();
         if (count < fewest) {
             best = i;
             fewest = count;
         }
     }
-    detail::ConnectionCounts::acquire(*(*counters)[best]);
+    (*counts)[best]->acquire();
     return best;
 }
 

@@ -15,10 +15,16 @@ namespace rpclb::plugins {
 /// nothing (an unknown member counts 0). A fresh balancer over [a, b, c] picks a, b, c;
 /// after releasing b the next pick is b.
 ///
-/// Counts are the process-wide `"conn:" + node` counters of the balancer name
+/// Counts are the balancer's process-wide `AlgorithmState::in_flight(balancer, node)`
 /// (detail::ConnectionCounts), so they survive a balancer restart and are shared with a
-/// power_of_two instance on the same balancer name, as in the seed. Choosing and counting
-/// are two steps, so two concurrent picks may choose the same member (as in the seed).
+/// power_of_two instance on the same balancer name, as in the seed. Each count is kept per
+/// thread (detail::InFlightCount: one shard per thread slot, each on its own cache line)
+/// and summed when a pick reads it: a pick adds its call to its own thread's shard, and a
+/// release — from any thread, such as the network thread a call completes on — takes one
+/// call off a shard that holds one, so it cancels the pick exactly and no count goes below
+/// zero. A pick reads every count as it is at that moment (no cached view), so from one
+/// thread the order above is exact; choosing and counting are two steps, so two concurrent
+/// picks may choose the same member (as in the seed).
 ///
 /// Differences from the seed, on purpose: counts never go below zero and have no slot
 /// limit (§10.4); an empty member list gives `service_unavailable` "no members registered"
@@ -26,8 +32,11 @@ namespace rpclb::plugins {
 /// sample and counts nothing.
 ///
 /// Thread safety: distinct objects safe; shared objects safe once `init` has returned.
-/// A pick reads the cached counter table (rebuilt only when the membership version
-/// changes) and does one atomic add: no lock, no allocation.
+/// A pick reads the cached count table (rebuilt only when the membership version
+/// changes), reads each member's shards in use (one line per thread that has used it) and
+/// does one atomic add on its own thread's line; `release_node` is one hash look-up and
+/// one compare-exchange. No lock, no allocation (a thread's first pick claims its thread
+/// slot, once).
 class LeastConnections final : public SelectionAlgorithm {
 public:
     /// Binds the counts to the balancer's name. Takes no options.
