@@ -43,11 +43,14 @@ std::atomic<std::int64_t>& AlgorithmState::counter(std::string_view balancer, st
                         [](auto& storage) -> auto& { return storage.emplace_back().value; });
 }
 
-detail::InFlightCount& AlgorithmState::in_flight(std::string_view balancer, std::string_view node) {
+detail::InFlightCount AlgorithmState::in_flight(std::string_view balancer, std::string_view node) {
     auto name = compound_key(balancer, node);
     std::lock_guard lock(mutex_);
-    return find_or_make(in_flight_, in_flight_storage_, std::move(name),
-                        [](auto& storage) -> auto& { return storage.emplace_back(); });
+    auto it = in_flight_.find(name);
+    if (it != in_flight_.end()) return it->second;
+    auto& table = find_or_make(in_flight_tables_, in_flight_table_storage_, std::string(balancer),
+                               [](auto& storage) -> auto& { return storage.emplace_back(); });
+    return in_flight_.emplace(std::move(name), table.add_column()).first->second;
 }
 
 detail::BlockCursor& AlgorithmState::cursor(std::string_view balancer, std::string_view key) {

@@ -44,9 +44,11 @@ public:
 
     /// The calls in flight from this process on `node` through balancer `balancer`,
     /// created at 0 on first use: the count of least_connections and power_of_two
-    /// (the seed's `{:conn, name, node}` slot), sharded by thread: each takes
-    /// (detail::thread_slot_count() + 2) cache lines.
-    detail::InFlightCount& in_flight(std::string_view balancer, std::string_view node);
+    /// (the seed's `{:conn, name, node}` slot), kept per thread in the balancer's
+    /// detail::InFlightTable (every 16 nodes of a balancer take
+    /// 256 × (detail::thread_slot_count() + 1) bytes). Two calls for the same names give
+    /// handles on the same count.
+    detail::InFlightCount in_flight(std::string_view balancer, std::string_view node);
 
     /// The rotation cursor named `key` of balancer `balancer`, created at 0 on first use,
     /// handed to threads in blocks (the seed's `{:slot, name, id}` slots); the rest of each
@@ -69,11 +71,12 @@ private:
 
     std::map<std::string, std::atomic<std::int64_t>*, std::less<>> counters_;
     std::map<std::string, NodeReading*, std::less<>> readings_;
-    std::map<std::string, detail::InFlightCount*, std::less<>> in_flight_;
+    std::map<std::string, detail::InFlightCount, std::less<>> in_flight_;
+    std::map<std::string, detail::InFlightTable*, std::less<>> in_flight_tables_;
     std::map<std::string, detail::BlockCursor*, std::less<>> cursors_;
     std::deque<CounterSlot> counter_storage_;  // stable addresses
     std::deque<ReadingSlot> reading_storage_;
-    std::deque<detail::InFlightCount> in_flight_storage_;
+    std::deque<detail::InFlightTable> in_flight_table_storage_;
     std::deque<detail::BlockCursor> cursor_storage_;
 };
 

@@ -51,7 +51,9 @@ void PowerOfTwo::init(const AlgorithmContext& context, const boost::json::object
     }
 }
 
-std::uint64_t PowerOfTwo::draw() noexcept {
+// inline: keeps the call on the pick path out of the PLT (a plugin's default-visibility
+// member functions are otherwise called through it).
+inline std::uint64_t PowerOfTwo::draw() noexcept {
     if (seeded_) return mix(seeded_state_.fetch_add(golden_gamma, std::memory_order_relaxed) + golden_gamma);
     return mix(thread_state() += golden_gamma);
 }
@@ -69,9 +71,9 @@ Result<std::size_t> PowerOfTwo::choose_from_nodes(const MemberSnapshot& members,
         const std::size_t a = scale(bits & 0xffffffff, size);
         std::size_t b = scale(bits >> 32, size - 1);
         if (b >= a) ++b;  // b is uniform over the members other than a
-        chosen = (*counts)[a]->estimate() <= (*counts)[b]->estimate() ? a : b;
+        chosen = (*counts)[a].estimate() <= (*counts)[b].estimate() ? a : b;
     }
-    (*counts)[chosen]->acquire();
+    (*counts)[chosen].acquire();
     return chosen;
 }
 

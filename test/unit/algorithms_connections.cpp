@@ -43,13 +43,13 @@ std::shared_ptr<rpclb::SelectionAlgorithm> load(const std::string& name, const s
     return *algorithm;
 }
 
-rpclb::detail::InFlightCount& count(const std::string& balancer, std::string_view node) {
+rpclb::detail::InFlightCount count(const std::string& balancer, std::string_view node) {
     return rpclb::AlgorithmState::instance().in_flight(balancer, node);
 }
 
 // Puts `node`'s count at `calls` the way picks do: one acquire per call.
 void set_calls(const std::string& balancer, std::string_view node, int calls) {
-    auto& in_flight = count(balancer, node);
+    const auto in_flight = count(balancer, node);
     in_flight.reset();
     for (int i = 0; i < calls; ++i) in_flight.acquire();
 }

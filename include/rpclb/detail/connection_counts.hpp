@@ -43,7 +43,7 @@ namespace rpclb::detail {
 /// AlgorithmState's mutexes); `reset` takes AlgorithmState's mutex.
 class ConnectionCounts {
 public:
-    using Counts = std::vector<InFlightCount*>;
+    using Counts = std::vector<InFlightCount>;
 
     /// Binds the counts to `balancer`. Call once, before anything else.
     void init(std::string balancer) { balancer_ = std::move(balancer); }
@@ -62,7 +62,7 @@ public:
     void release(std::string_view node) noexcept {
         const Index* index = index_.load(std::memory_order_acquire);
         if (!index) return;
-        if (InFlightCount* count = index->find(node)) count->release();
+        if (const InFlightCount* count = index->find(node)) count->release();
     }
 
     /// Sets the counts of `nodes` to zero (they left the group). Never throws; a node
@@ -81,8 +81,8 @@ private:
     struct Index {
         struct Entry {
             std::size_t hash = 0;
-            std::string_view name;
-            InFlightCount* count = nullptr;  // nullptr: empty entry
+            std::string_view name;  // data() == nullptr: empty entry
+            InFlightCount count;
         };
         std::vector<Entry> entries;
         std::size_t known = 0;
@@ -92,20 +92,20 @@ private:
             return static_cast<std::size_t>(XXH3_64bits(name.data(), name.size()));
         }
 
-        InFlightCount* find(std::string_view name) const noexcept {
+        const InFlightCount* find(std::string_view name) const noexcept {
             const std::size_t hash = hash_of(name);
             const std::size_t mask = entries.size() - 1;
             for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
                 const Entry& entry = entries[i];
-                if (!entry.count) return nullptr;
-                if (entry.hash == hash && entry.name == name) return entry.count;
+                if (!entry.name.data()) return nullptr;
+                if (entry.hash == hash && entry.name == name) return &entry.count;
             }
         }
 
-        void insert(std::size_t hash, std::string_view name, InFlightCount* count) {
+        void insert(std::size_t hash, std::string_view name, InFlightCount count) {
             const std::size_t mask = entries.size() - 1;
             std::size_t i = hash & mask;
-            while (entries[i].count) i = (i + 1) & mask;
+            while (entries[i].name.data()) i = (i + 1) & mask;
             entries[i] = Entry{hash, name, count};
             ++known;
         }
@@ -116,7 +116,7 @@ private:
         auto& state = AlgorithmState::instance();
         Counts result;
         result.reserve(nodes.size());
-        for (const auto& node : nodes) result.push_back(&state.in_flight(balancer_, node));
+        for (const auto& node : nodes) result.push_back(state.in_flight(balancer_, node));
 
         const Index* old = index_.load(std::memory_order_relaxed);
         std::vector<std::size_t> fresh;  // positions in `nodes` of names not in the index
@@ -129,7 +129,7 @@ private:
         next->entries.resize(std::bit_ceil(2 * known));
         if (old)
             for (const auto& entry : old->entries)
-                if (entry.count) next->insert(entry.hash, entry.name, entry.count);
+                if (entry.name.data()) next->insert(entry.hash, entry.name, entry.count);
         for (std::size_t i : fresh) {
             const std::string_view name = names_.emplace_back(nodes[i]);
             next->insert(Index::hash_of(name), name, result[i]);

@@ -1,4 +1,4 @@
-// The number of calls in flight on one node of one balancer, sharded by thread.
+// Calls in flight per node of one balancer, kept per thread: InFlightTable and its counts.
 #pragma once
 
 #include <rpclb/detail/thread_slot.hpp>
@@ -7,16 +7,69 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace rpclb::detail {
 
-/// A count of calls in flight that picks on many threads can raise without sharing a cache
-/// line (reference §2.4, §2.5; never below zero as §10.4 asks).
+class InFlightCount;
+
+/// The in-flight counts of one balancer's nodes, laid out so that each thread writes only
+/// its own cache lines (reference §2.4, §2.5; never below zero as §10.4 asks).
 ///
-/// The count is the sum of one shard per thread slot (detail::thread_slot) plus one shard
-/// for threads without a slot, each on its own cache line and each never below zero.
-/// `acquire` adds a call to the calling thread's shard. `release` takes a call off the
-/// calling thread's shard if it holds one, else off the first other shard that does, with a
+/// Every node gets a column. Every thread slot (detail::thread_slot), plus one shard for
+/// threads without a slot, gets a row: its part of every node's count. Columns come in
+/// blocks of 16; within a block each shard's 16 counts fill one 128-byte segment
+/// (per_thread_alignment), followed by that shard's 16 view words (InFlightCount::estimate).
+/// So a thread reading the counts of up to 16 nodes that got their columns together (the
+/// members of a balancer usually do) reads one segment per shard in use, and writing its
+/// own part touches only its own segment.
+///
+/// Blocks are never moved or freed while the table lives, so InFlightCount handles stay
+/// valid. The table is owned by AlgorithmState, one per balancer, for the whole process.
+///
+/// Thread safety: distinct objects safe. `add_column` must not run concurrently with
+/// itself (AlgorithmState calls it under its mutex); the counts are safe from any thread.
+class InFlightTable {
+public:
+    InFlightTable() : shards_(thread_slot_count() + 1) {}
+    InFlightTable(const InFlightTable&) = delete;
+    InFlightTable& operator=(const InFlightTable&) = delete;
+
+    /// The count of a new node, at 0. Allocates a block every 16 columns; throws
+    /// std::bad_alloc when memory runs out.
+    InFlightCount add_column();
+
+private:
+    friend class InFlightCount;
+    static constexpr std::size_t block_columns = 16;
+
+    struct alignas(per_thread_alignment) Segment {
+        std::atomic<std::uint64_t> words[block_columns]{};
+    };
+    // One shard's part of one block.
+    struct Part {
+        Segment counts;
+        Segment views;
+    };
+    static_assert(sizeof(Segment) == per_thread_alignment);
+    static_assert(sizeof(Part) == 2 * sizeof(Segment));
+
+    // Shards at index ≥ used_ have never been written; raised before a shard's first write,
+    // so `release` and `value` need not read the others. Read by every pick, written only
+    // when a thread slot first counts on this balancer: its own line.
+    alignas(per_thread_alignment) std::atomic<std::uint32_t> used_{0};
+    alignas(per_thread_alignment) const std::size_t shards_;
+    std::vector<std::unique_ptr<Part[]>> blocks_;  // each holds shards_ parts
+    std::size_t columns_ = 0;
+};
+
+/// The count of calls in flight on one node of one balancer: a handle on a column of its
+/// InFlightTable, cheap to copy, like a pointer (its operations are `const` and change the
+/// count, not the handle; the default value refers to nothing and must not be used).
+///
+/// The count is the sum of the column's shards, each never below zero. `acquire` adds a
+/// call to the calling thread's shard. `release` takes a call off the calling thread's
+/// shard if it holds one, else off the first other shard that does, with a
 /// compare-exchange, so a release on thread B cancels a pick made on thread A exactly. When
 /// no shard holds a call, `release` reads every shard twice; if nothing changed in between
 /// (each shard carries a modification counter beside its count), the count was zero at that
@@ -29,140 +82,153 @@ namespace rpclb::detail {
 /// thread has written since this thread last read it costs a cache-line transfer, on every
 /// read. `estimate` adds the calling thread's own shard, read now, to the sum of the other
 /// shards as this thread last read them; it re-reads them every `refresh_every` estimates
-/// (per thread, per count). So from one thread, with no other thread picking, `estimate` is
+/// (per thread, per node). So from one thread, with no other thread picking, `estimate` is
 /// exact (a release from another thread lands on the picking thread's own shard), and with
 /// several picking threads it lags the others' calls by at most `refresh_every` of this
 /// thread's estimates of this count.
 ///
 /// A shard holds up to 2³² − 1 calls (one thread's calls in flight on one node).
 ///
-/// Costs: `acquire` is one uncontended atomic add on the thread's own line. `release` on the
-/// thread that picked is one compare-exchange on that line; on another thread it writes the
-/// picker's line (one cache-line transfer per call, not per pick). `value` reads one line
-/// per shard in use (shards are used from the lowest, so with k threads about k lines);
-/// `estimate` reads only the thread's own line, and those lines once per `refresh_every`.
+/// Costs: `acquire` is one uncontended atomic add on the thread's own segment. `release`
+/// on the thread that picked is one compare-exchange there; on another thread it writes the
+/// picker's segment (one cache-line transfer per call, not per pick). `value` reads one
+/// segment per shard in use (shards are used from the lowest, so with k threads about k);
+/// `estimate` reads the thread's own segments, and the others once per `refresh_every`.
 ///
-/// Thread safety: distinct objects safe; shared objects safe. No lock, no allocation
-/// (construction allocates the shards).
+/// Thread safety: distinct objects safe; shared objects safe. No lock, no allocation.
 class InFlightCount {
 public:
-    InFlightCount() : shards_(new Shard[thread_slot_count() + 1]) {}
-    InFlightCount(const InFlightCount&) = delete;
-    InFlightCount& operator=(const InFlightCount&) = delete;
+    /// Estimates between two reads of the other threads' shards.
+    static constexpr std::uint32_t refresh_every = 32;
+
+    InFlightCount() = default;
 
     /// One more call in flight.
-    void acquire() noexcept {
+    void acquire() const noexcept {
         const std::size_t shard = thread_slot();
-        raise_used(shard + 1);
-        shards_[shard].word.fetch_add(one_call);
+        raise_used(static_cast<std::uint32_t>(shard + 1));
+        count(shard).fetch_add(one_call);
     }
 
     /// One call fewer in flight; false (and no change) when the count was zero.
-    bool release() noexcept {
+    bool release() const noexcept {
         const std::size_t own = thread_slot();
         std::uint64_t word = 0;
-        if (own < used_.load() && take(shards_[own], word)) return true;
+        if (own < used_->load() && take(count(own), word)) return true;
         for (;;) {
             // First pass: take a call from any shard holding one; else sum the shards'
             // modification counters, which only grow.
-            const std::uint32_t used = used_.load();
+            const std::uint32_t used = used_->load();
             std::uint64_t changes = 0;
-            bool held = false;
             for (std::size_t s = 0; s < used; ++s) {
-                if (take(shards_[s], word)) return true;
+                if (take(count(s), word)) return true;
                 changes += word >> 32;
             }
             // Second pass: the same shards, the same counters and all counts zero mean
             // every shard was at zero at once, between the passes.
             std::uint64_t again = 0;
+            bool held = false;
             for (std::size_t s = 0; s < used; ++s) {
-                word = shards_[s].word.load();
+                word = count(s).load();
                 held = held || (word & count_mask) != 0;
                 again += word >> 32;
             }
-            if (!held && again == changes && used_.load() == used) return false;
+            if (!held && again == changes && used_->load() == used) return false;
         }
     }
 
-    /// Estimates between two reads of the other threads' shards.
-    static constexpr std::uint32_t refresh_every = 32;
-
     /// Calls in flight now: the sum of the shards, each read once (≥ 0 always).
-    std::int64_t value() const noexcept {
-        const std::uint32_t used = used_.load(std::memory_order_relaxed);
+    std::int64_t value() const noexcept { return value(shards_in_use()); }
+
+    /// The same sum given `shards_in_use()`, read once for many counts of one balancer (a
+    /// pick that reads every member's count). A shard raised after that read is left out:
+    /// it had no call counted when the read was made.
+    std::int64_t value(std::uint32_t shards_in_use) const noexcept {
         std::uint64_t sum = 0;
-        for (std::size_t s = 0; s < used; ++s)
-            sum += shards_[s].word.load(std::memory_order_relaxed) & count_mask;
+        for (std::size_t s = 0; s < shards_in_use; ++s) sum += count(s).load(std::memory_order_relaxed) & count_mask;
         return static_cast<std::int64_t>(sum);
     }
 
+    /// How many shards of this count's balancer have ever been written (from 0 up).
+    std::uint32_t shards_in_use() const noexcept { return used_->load(std::memory_order_relaxed); }
+
     /// Calls in flight as the calling thread sees them (≥ 0 always): its own shard now plus
     /// the other shards as of its last refresh, at most `refresh_every` estimates ago.
-    std::int64_t estimate() noexcept {
+    std::int64_t estimate() const noexcept {
         const std::size_t slot = thread_slot();
-        Shard& mine = shards_[slot];
-        // The view fields have one writer, this thread (or, for the shard of threads without
-        // a slot, any of them: then the view is merely shared): no read-modify-write.
-        std::uint32_t left = mine.estimates_left.load(std::memory_order_relaxed);
-        std::uint64_t others = mine.others.load(std::memory_order_relaxed);
+        // This thread's view word: the other shards' sum (low 48 bits) and the estimates
+        // left before the next refresh (high 16 bits; 0: refresh now). One writer, this
+        // thread (for the shard of threads without a slot, any of them: then the view is
+        // merely shared), so a plain store.
+        std::atomic<std::uint64_t>& view = block_[slot].views.words[column_];
+        std::uint64_t seen = view.load(std::memory_order_relaxed);
+        std::uint64_t others = seen & view_mask;
+        std::uint64_t left = seen >> 48;
         if (left == 0) {
             others = 0;
-            const std::uint32_t used = used_.load(std::memory_order_relaxed);
+            const std::uint32_t used = used_->load(std::memory_order_relaxed);
             for (std::size_t s = 0; s < used; ++s)
-                if (s != slot) others += shards_[s].word.load(std::memory_order_relaxed) & count_mask;
-            mine.others.store(others, std::memory_order_relaxed);
+                if (s != slot) others += count(s).load(std::memory_order_relaxed) & count_mask;
+            others &= view_mask;
             left = refresh_every;
         }
-        mine.estimates_left.store(left - 1, std::memory_order_relaxed);
-        return static_cast<std::int64_t>((mine.word.load(std::memory_order_relaxed) & count_mask) + others);
+        view.store(((left - 1) << 48) | others, std::memory_order_relaxed);
+        return static_cast<std::int64_t>((count(slot).load(std::memory_order_relaxed) & count_mask) + others);
     }
 
     /// Sets the count to zero (the node left its group). A pick or release racing with it
     /// lands before or after it shard by shard.
-    void reset() noexcept {
-        const std::uint32_t used = used_.load();
+    void reset() const noexcept {
+        const std::uint32_t used = used_->load();
         for (std::size_t s = 0; s < used; ++s) {
-            std::uint64_t word = shards_[s].word.load();
-            while (!shards_[s].word.compare_exchange_weak(word, ((word >> 32) + 1) << 32)) {
+            std::uint64_t word = count(s).load();
+            while (!count(s).compare_exchange_weak(word, ((word >> 32) + 1) << 32)) {
             }
         }
     }
 
 private:
+    friend class InFlightTable;
+
     // Low 32 bits: calls in flight counted on this shard. High 32 bits: how many times the
     // shard changed (wrapping), which tells `release` whether two reads saw the same state.
     static constexpr std::uint64_t count_mask = 0xffff'ffff;
     static constexpr std::uint64_t one_change = std::uint64_t{1} << 32;
     static constexpr std::uint64_t one_call = one_change + 1;
+    static constexpr std::uint64_t view_mask = (std::uint64_t{1} << 48) - 1;
 
-    struct alignas(per_thread_alignment) Shard {
-        std::atomic<std::uint64_t> word{0};
-        // The owner's view of the other shards, for `estimate`.
-        std::atomic<std::uint64_t> others{0};
-        std::atomic<std::uint32_t> estimates_left{0};  // 0: read the other shards now
-    };
+    InFlightCount(InFlightTable::Part* block, std::atomic<std::uint32_t>* used, std::size_t column)
+        : block_(block), used_(used), column_(static_cast<std::uint32_t>(column)) {}
 
-    // Takes one call off `shard` if it holds one; else leaves in `word` the state that
+    std::atomic<std::uint64_t>& count(std::size_t shard) const noexcept {
+        return block_[shard].counts.words[column_];
+    }
+
+    // Takes one call off `word_of` if it holds one; else leaves in `word` the state that
     // showed it held none.
-    static bool take(Shard& shard, std::uint64_t& word) noexcept {
-        word = shard.word.load();
+    static bool take(std::atomic<std::uint64_t>& word_of, std::uint64_t& word) noexcept {
+        word = word_of.load();
         while ((word & count_mask) != 0)
-            if (shard.word.compare_exchange_weak(word, word + one_change - 1)) return true;
+            if (word_of.compare_exchange_weak(word, word + one_change - 1)) return true;
         return false;
     }
 
-    // Shards at index ≥ used_ have never been written; raised before a shard's first write,
-    // so `release` and `value` need not read the others.
-    void raise_used(std::uint32_t at_least) noexcept {
-        std::uint32_t used = used_.load();
-        while (used < at_least && !used_.compare_exchange_weak(used, at_least)) {
+    void raise_used(std::uint32_t at_least) const noexcept {
+        std::uint32_t used = used_->load();
+        while (used < at_least && !used_->compare_exchange_weak(used, at_least)) {
         }
     }
 
-    // Read on every pick, written only when a thread slot touches this count the first
-    // time: its own line, away from the shards.
-    alignas(64) std::atomic<std::uint32_t> used_{0};
-    const std::unique_ptr<Shard[]> shards_;
+    InFlightTable::Part* block_ = nullptr;
+    std::atomic<std::uint32_t>* used_ = nullptr;
+    std::uint32_t column_ = 0;  // within the block
 };
+
+inline InFlightCount InFlightTable::add_column() {
+    const std::size_t column = columns_ % block_columns;
+    if (column == 0) blocks_.push_back(std::make_unique<Part[]>(shards_));
+    ++columns_;
+    return InFlightCount(blocks_.back().get(), &used_, column);
+}
 
 }  // namespace rpclb::detail
