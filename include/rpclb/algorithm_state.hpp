@@ -45,7 +45,7 @@ public:
     /// The calls in flight from this process on `node` through balancer `balancer`,
     /// created at 0 on first use: the count of least_connections and power_of_two
     /// (the seed's `{:conn, name, node}` slot), kept per thread in the balancer's
-    /// detail::InFlightTable (every 16 nodes of a balancer take
+    /// detail::InFlightTable (every 8 nodes of a balancer take
     /// 256 × (detail::thread_slot_count() + 1) bytes). Two calls for the same names give
     /// handles on the same count.
     detail::InFlightCount in_flight(std::string_view balancer, std::string_view node);

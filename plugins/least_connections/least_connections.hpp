@@ -38,9 +38,9 @@ namespace rpclb::plugins {
 /// Thread safety: distinct objects safe; shared objects safe once `init` has returned.
 /// A pick reads the cached count table (rebuilt only when the membership version
 /// changes), reads every member's count in each thread's row in use (one 128-byte segment
-/// per 16 members that joined together, per thread) and does one atomic add in its own
-/// thread's row; `release_node` is one hash look-up and one compare-exchange. No lock, no allocation (a thread's first pick claims its thread
-/// slot, once).
+/// per 8 members that joined together, per thread) and counts its call with a plain store
+/// in its own thread's row; `release_node` is one hash look-up and one compare-exchange.
+/// No lock, no allocation (a thread's first pick claims its thread slot, once).
 class LeastConnections final : public SelectionAlgorithm {
 public:
     /// Binds the counts to the balancer's name. Takes no options.

@@ -44,11 +44,11 @@ namespace rpclb::plugins {
 /// (§10.6). `choose_nodes` is the default random sample and counts nothing.
 ///
 /// Thread safety: distinct objects safe; shared objects safe once `init` has returned.
-/// A pick is one draw, a read of two members' counts (the thread's own line of each; the
-/// other threads' lines once per 32 reads) and one atomic add on the picking thread's own
-/// line; `release_node` is one hash look-up and one compare-exchange. No lock, no allocation (unless the membership version
-/// changed, when the count table is rebuilt; a thread's first pick claims its thread slot,
-/// once).
+/// A pick is one draw, a read of two members' counts (the thread's own lines of each; the
+/// other threads' lines once per 32 reads) and a plain store in the picking thread's own
+/// row; `release_node` is one hash look-up and one compare-exchange. No lock, no
+/// allocation (unless the membership version changed, when the count table is rebuilt; a
+/// thread's first pick claims its thread slot, once).
 class PowerOfTwo final : public SelectionAlgorithm {
 public:
     /// Binds the counts to the balancer's name and reads option `seed`. Throws
