@@ -44,6 +44,7 @@
 //                   without RPCLB_PLUGIN_PATH, <binary dir>/../plugins is searched (the
 //                   build tree's layout).
 //   --spread        print the build/spread report only; --no-spread: benchmarks only.
+//   --pin           pin benchmark thread i to CPU i mod (CPUs online).
 #include <rpclb/algorithm_state.hpp>
 #include <rpclb/plugin_registry.hpp>
 #include <rpclb/selection_algorithm.hpp>
@@ -72,6 +73,8 @@
 #include <utility>
 #include <vector>
 
+#include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -191,6 +194,19 @@ std::shared_ptr<rpclb::SelectionAlgorithm> create(rpclb::PluginRegistry& registr
 
 // ---- benchmarks ----------------------------------------------------------------------
 
+// --pin: benchmark thread i runs on CPU i mod (CPUs), so the two threads of a threads:2
+// run sit on different CPUs (other processes may still take those CPUs from them).
+bool pin_threads = false;
+
+void pin(const benchmark::State& state) {
+    if (!pin_threads) return;
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(static_cast<int>(state.thread_index() % (cpus > 0 ? cpus : 1)), &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 boost::random::taus88& floor_rng() {
     thread_local boost::random::taus88 rng = [] {
         std::random_device device;
@@ -201,6 +217,7 @@ boost::random::taus88& floor_rng() {
 }
 
 void bench_floor(benchmark::State& state) {
+    pin(state);
     std::size_t size = 8;
     benchmark::DoNotOptimize(size);  // a run-time bound, as a plugin sees it
     const auto start = Clock::now();
@@ -216,6 +233,7 @@ void bench_floor(benchmark::State& state) {
 
 template <Kind kind>
 void bench_pick(benchmark::State& state, const Case* c) {
+    pin(state);
     rpclb::SelectionAlgorithm& algorithm = *c->instance;
     const rpclb::MemberSnapshot& members = c->snapshot;
     if constexpr (kind == Kind::cpu) c->refresh_readings();
@@ -470,6 +488,8 @@ int main(int argc, char** argv) {
             report_only = true;
         } else if (arg == "--no-spread") {
             report = false;
+        } else if (arg == "--pin") {
+            pin_threads = true;
         } else {
             argv[kept++] = argv[i];
         }
@@ -485,7 +505,8 @@ int main(int argc, char** argv) {
     rpclb::PluginRegistry registry(search_path);
     double load[3] = {0, 0, 0};
     if (getloadavg(load, 3) < 1) load[0] = -1;
-    std::printf("# selection nproc=%ld loadavg=%.2f\n", sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+    std::printf("# selection nproc=%ld loadavg=%.2f pin=%s\n", sysconf(_SC_NPROCESSORS_ONLN), load[0],
+                pin_threads ? "on" : "off");
     for (std::string_view algorithm : algorithms) {
         auto file = registry.find(algorithm);
         if (file) std::printf("# plugin %.*s %s\n", int(algorithm.size()), algorithm.data(),

@@ -1,32 +1,130 @@
 #include <rpclb/algorithm_state.hpp>
+#include <rpclb/detail/thread_slot.hpp>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
 
 namespace rpclb {
+namespace {
+
+// '\n' cannot occur in a node or balancer name.
+std::string compound_key(std::string_view balancer, std::string_view key) {
+    std::string name;
+    name.reserve(balancer.size() + key.size() + 1);
+    name.append(balancer).push_back('\n');
+    name.append(key);
+    return name;
+}
+
+// Finds `key` in `index` or creates its object at the end of `storage` (stable addresses).
+template <class T, class Storage, class Make>
+T& find_or_make(std::map<std::string, T*, std::less<>>& index, Storage& storage, std::string key,
+                Make make) {
+    auto it = index.find(key);
+    if (it != index.end()) return *it->second;
+    T& made = make(storage);
+    index.emplace(std::move(key), &made);
+    return made;
+}
+
+}  // namespace
 
 AlgorithmState& AlgorithmState::instance() {
-    static AlgorithmState state;
-    return state;
+    // Never destroyed: a thread still picking while the process exits keeps valid references.
+    static AlgorithmState* state = new AlgorithmState;
+    return *state;
 }
 
 std::atomic<std::int64_t>& AlgorithmState::counter(std::string_view balancer, std::string_view key) {
-    std::string name;
-    name.reserve(balancer.size() + key.size() + 1);
-    name.append(balancer).push_back('\n');  // '\n' cannot occur in a node or balancer name
-    name.append(key);
+    auto name = compound_key(balancer, key);
     std::lock_guard lock(mutex_);
-    auto it = counters_.find(name);
-    if (it != counters_.end()) return *it->second;
-    auto& slot = counter_storage_.emplace_back().value;
-    counters_.emplace(std::move(name), &slot);
-    return slot;
+    return find_or_make(counters_, counter_storage_, std::move(name),
+                        [](auto& storage) -> auto& { return storage.emplace_back().value; });
+}
+
+detail::InFlightCount AlgorithmState::in_flight(std::string_view balancer, std::string_view node) {
+    auto name = compound_key(balancer, node);
+    std::lock_guard lock(mutex_);
+    auto it = in_flight_.find(name);
+    if (it != in_flight_.end()) return it->second;
+    auto& table = find_or_make(in_flight_tables_, in_flight_table_storage_, std::string(balancer),
+                               [](auto& storage) -> auto& { return storage.emplace_back(); });
+    return in_flight_.emplace(std::move(name), table.add_column()).first->second;
+}
+
+detail::BlockCursor& AlgorithmState::cursor(std::string_view balancer, std::string_view key) {
+    auto name = compound_key(balancer, key);
+    std::lock_guard lock(mutex_);
+    return find_or_make(cursors_, cursor_storage_, std::move(name),
+                        [](auto& storage) -> auto& { return storage.emplace_back(); });
 }
 
 NodeReading& AlgorithmState::reading(std::string_view node) {
     std::lock_guard lock(mutex_);
-    auto it = readings_.find(node);
-    if (it != readings_.end()) return *it->second;
-    auto& slot = reading_storage_.emplace_back().reading;
-    readings_.emplace(std::string(node), &slot);
-    return slot;
+    return find_or_make(readings_, reading_storage_, std::string(node),
+                        [](auto& storage) -> auto& { return storage.emplace_back().reading; });
 }
 
+namespace detail {
+
+constinit thread_local std::size_t thread_slot_plus_one = 0;
+
+namespace {
+
+// Which slots live threads hold. Never destroyed: threads may exit after static
+// destruction has begun.
+struct SlotTable {
+    std::mutex mutex;
+    std::vector<bool> taken = std::vector<bool>(thread_slot_count(), false);
+};
+
+SlotTable& slot_table() {
+    static SlotTable* table = new SlotTable;
+    return *table;
+}
+
+// The calling thread's slot; gives it back when the thread exits.
+struct HeldSlot {
+    std::size_t slot = thread_slot_count();
+
+    HeldSlot() {
+        auto& table = slot_table();
+        std::lock_guard lock(table.mutex);
+        auto free = std::find(table.taken.begin(), table.taken.end(), false);
+        if (free == table.taken.end()) return;
+        *free = true;
+        slot = static_cast<std::size_t>(free - table.taken.begin());
+    }
+
+    ~HeldSlot() {
+        // Whatever the thread still does (other thread_locals' destructors) goes through
+        // the state of threads without a slot: the slot may have a new holder already.
+        thread_slot_plus_one = thread_slot_count() + 1;
+        if (slot == thread_slot_count()) return;
+        auto& table = slot_table();
+        std::lock_guard lock(table.mutex);
+        table.taken[slot] = false;
+    }
+
+    HeldSlot(const HeldSlot&) = delete;
+    HeldSlot& operator=(const HeldSlot&) = delete;
+};
+
+}  // namespace
+
+std::size_t thread_slot_count() noexcept {
+    static const std::size_t count =
+        std::clamp<std::size_t>(2 * std::size_t{std::thread::hardware_concurrency()}, 8, 256);
+    return count;
+}
+
+std::size_t claim_thread_slot() noexcept {
+    // Holds the slot and gives it back when the thread exits.
+    thread_local const HeldSlot held;
+    thread_slot_plus_one = held.slot + 1;
+    return held.slot;
+}
+
+}  // namespace detail
 }  // namespace rpclb

@@ -1,6 +1,9 @@
 // Process-wide state for selection algorithms that outlives balancer restarts.
 #pragma once
 
+#include <rpclb/detail/block_cursor.hpp>
+#include <rpclb/detail/in_flight_count.hpp>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -39,6 +42,19 @@ public:
     /// The counter named `key` of balancer `balancer`, created at 0 on first use.
     std::atomic<std::int64_t>& counter(std::string_view balancer, std::string_view key);
 
+    /// The calls in flight from this process on `node` through balancer `balancer`,
+    /// created at 0 on first use: the count of least_connections and power_of_two
+    /// (the seed's `{:conn, name, node}` slot), kept per thread in the balancer's
+    /// detail::InFlightTable (every 8 nodes of a balancer take
+    /// 256 × (detail::thread_slot_count() + 1) bytes). Two calls for the same names give
+    /// handles on the same count.
+    detail::InFlightCount in_flight(std::string_view balancer, std::string_view node);
+
+    /// The rotation cursor named `key` of balancer `balancer`, created at 0 on first use,
+    /// handed to threads in blocks (the seed's `{:slot, name, id}` slots); the rest of each
+    /// thread's block survives the balancer's restart with it.
+    detail::BlockCursor& cursor(std::string_view balancer, std::string_view key);
+
     /// The reading slot of `node`, shared by every balancer; created empty on first use.
     NodeReading& reading(std::string_view node);
 
@@ -55,8 +71,13 @@ private:
 
     std::map<std::string, std::atomic<std::int64_t>*, std::less<>> counters_;
     std::map<std::string, NodeReading*, std::less<>> readings_;
+    std::map<std::string, detail::InFlightCount, std::less<>> in_flight_;
+    std::map<std::string, detail::InFlightTable*, std::less<>> in_flight_tables_;
+    std::map<std::string, detail::BlockCursor*, std::less<>> cursors_;
     std::deque<CounterSlot> counter_storage_;  // stable addresses
     std::deque<ReadingSlot> reading_storage_;
+    std::deque<detail::InFlightTable> in_flight_table_storage_;
+    std::deque<detail::BlockCursor> cursor_storage_;
 };
 
 }  // namespace rpclb

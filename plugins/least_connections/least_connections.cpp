@@ -12,18 +12,21 @@ Result<std::size_t> LeastConnections::choose_from_nodes(const MemberSnapshot& me
     (void)options;
     const std::size_t size = members.nodes.size();
     if (size == 0) return empty_members_error(counts_.balancer());
-    const auto* counters = counts_.counters(members);
-    if (!counters) return detail::table_build_error(counts_.balancer());
+    const auto* counts = counts_.counts(members);
+    if (!counts) return detail::table_build_error(counts_.balancer());
+    // Every member's count is on the same balancer's table: how many shards to add up is
+    // read once.
+    const std::uint32_t shards = (*counts)[0].shards_in_use();
     std::size_t best = 0;
-    std::int64_t fewest = (*counters)[0]->load(std::memory_order_relaxed);
+    std::int64_t fewest = (*counts)[0].value(shards);
     for (std::size_t i = 1; i < size; ++i) {
-        const std::int64_t count = (*counters)[i]->load(std::memory_order_relaxed);
+        const std::int64_t count = (*counts)[i].value(shards);
         if (count < fewest) {
             best = i;
             fewest = count;
         }
     }
-    detail::ConnectionCounts::acquire(*(*counters)[best]);
+    (*counts)[best].acquire();
     return best;
 }
 

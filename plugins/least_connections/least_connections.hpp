@@ -15,10 +15,20 @@ namespace rpclb::plugins {
 /// nothing (an unknown member counts 0). A fresh balancer over [a, b, c] picks a, b, c;
 /// after releasing b the next pick is b.
 ///
-/// Counts are the process-wide `"conn:" + node` counters of the balancer name
+/// Counts are the balancer's process-wide `AlgorithmState::in_flight(balancer, node)`
 /// (detail::ConnectionCounts), so they survive a balancer restart and are shared with a
-/// power_of_two instance on the same balancer name, as in the seed. Choosing and counting
-/// are two steps, so two concurrent picks may choose the same member (as in the seed).
+/// power_of_two instance on the same balancer name, as in the seed. Each count is kept per
+/// thread (detail::InFlightTable: a row per thread slot, written only by that thread's
+/// picks and by releases of its calls) and summed when a pick reads it. A pick adds its
+/// call to its own thread's row; a release — from any thread, such as the network thread a
+/// call completes on — takes one call off a row that holds one, so it cancels the pick
+/// exactly and no count goes below zero. A pick reads every count as it is at that moment
+/// (no cached view: the least loaded of all members, chosen on old figures, would be the
+/// same member for every thread at once), so from one thread the order above is exact;
+/// choosing and counting are two steps, so two concurrent picks may choose the same member
+/// (as in the seed). The price of fresh figures: when several threads pick at full speed,
+/// each pick reads rows that the other threads keep changing, one cache-line transfer per
+/// changed row (bench/README.md, `selection`).
 ///
 /// Differences from the seed, on purpose: counts never go below zero and have no slot
 /// limit (§10.4); an empty member list gives `service_unavailable` "no members registered"
@@ -26,8 +36,11 @@ namespace rpclb::plugins {
 /// sample and counts nothing.
 ///
 /// Thread safety: distinct objects safe; shared objects safe once `init` has returned.
-/// A pick reads the cached counter table (rebuilt only when the membership version
-/// changes) and does one atomic add: no lock, no allocation.
+/// A pick reads the cached count table (rebuilt only when the membership version
+/// changes), reads every member's count in each thread's row in use (one 128-byte segment
+/// per 8 members that joined together, per thread) and counts its call with a plain store
+/// in its own thread's row; `release_node` is one hash look-up and one compare-exchange.
+/// No lock, no allocation (a thread's first pick claims its thread slot, once).
 class LeastConnections final : public SelectionAlgorithm {
 public:
     /// Binds the counts to the balancer's name. Takes no options.

@@ -51,7 +51,9 @@ void PowerOfTwo::init(const AlgorithmContext& context, const boost::json::object
     }
 }
 
-std::uint64_t PowerOfTwo::draw() noexcept {
+// inline: keeps the call on the pick path out of the PLT (a plugin's default-visibility
+// member functions are otherwise called through it).
+inline std::uint64_t PowerOfTwo::draw() noexcept {
     if (seeded_) return mix(seeded_state_.fetch_add(golden_gamma, std::memory_order_relaxed) + golden_gamma);
     return mix(thread_state() += golden_gamma);
 }
@@ -61,19 +63,17 @@ Result<std::size_t> PowerOfTwo::choose_from_nodes(const MemberSnapshot& members,
     (void)options;
     const std::size_t size = members.nodes.size();
     if (size == 0) return empty_members_error(counts_.balancer());
-    const auto* counters = counts_.counters(members);
-    if (!counters) return detail::table_build_error(counts_.balancer());
+    const auto* counts = counts_.counts(members);
+    if (!counts) return detail::table_build_error(counts_.balancer());
     std::size_t chosen = 0;
     if (size > 1) {
         const std::uint64_t bits = draw();
         const std::size_t a = scale(bits & 0xffffffff, size);
         std::size_t b = scale(bits >> 32, size - 1);
         if (b >= a) ++b;  // b is uniform over the members other than a
-        const bool a_wins = (*counters)[a]->load(std::memory_order_relaxed) <=
-                            (*counters)[b]->load(std::memory_order_relaxed);
-        chosen = a_wins ? a : b;
+        chosen = (*counts)[a].estimate() <= (*counts)[b].estimate() ? a : b;
     }
-    detail::ConnectionCounts::acquire(*(*counters)[chosen]);
+    (*counts)[chosen].acquire();
     return chosen;
 }
 

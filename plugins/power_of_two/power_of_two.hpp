@@ -13,8 +13,21 @@ namespace rpclb::plugins {
 /// (reference §2.5): A when count(A) ≤ count(B), else B. A single member is always picked.
 /// The pick counts one more call on the chosen member; `release_node`, `on_node_change`
 /// and the counts themselves are those of least_connections (detail::ConnectionCounts:
-/// the balancer's process-wide `"conn:" + node` counters, shared by both algorithms on the
-/// same balancer name, surviving a restart, never below zero, reset when a node leaves).
+/// the balancer's process-wide `AlgorithmState::in_flight(balancer, node)`, shared by both
+/// algorithms on the same balancer name, surviving a restart, kept per thread, cancelled
+/// exactly by a release from any thread, never below zero, reset when a node leaves).
+///
+/// How a pick reads a count (detail::InFlightCount::estimate): the picking thread's own
+/// calls exactly, as they are now (releases of them from any thread included), plus other
+/// threads' calls as this thread last summed them, re-read every 32 of its reads of that
+/// member. So from one picking thread the rule above is exact; with several, a pick may not
+/// yet see up to 32 reads' worth of other threads' newest calls on a member. Unlike
+/// least_connections, which reads every count fresh, two random choices stay effective on
+/// load figures that are a little old (Mitzenmacher, "How useful is old information?", IEEE
+/// TPDS 11(1), 2000: with periodically updated loads, the best of two random choices keeps
+/// its advantage where taking the least loaded of all members herds every caller onto the
+/// same member); in exchange, picks on different threads don't move each other's cache
+/// lines.
 ///
 /// Option `seed` (integer ≥ 0, default: none): draw from a deterministic generator seeded
 /// with it instead of a per-thread one, so tests can repeat a sequence of picks. The seeded
@@ -31,8 +44,11 @@ namespace rpclb::plugins {
 /// (§10.6). `choose_nodes` is the default random sample and counts nothing.
 ///
 /// Thread safety: distinct objects safe; shared objects safe once `init` has returned.
-/// A pick is one draw, two relaxed loads and one atomic add: no lock, no allocation
-/// (unless the membership version changed, when the counter table is rebuilt).
+/// A pick is one draw, a read of two members' counts (the thread's own lines of each; the
+/// other threads' lines once per 32 reads) and a plain store in the picking thread's own
+/// row; `release_node` is one hash look-up and one compare-exchange. No lock, no
+/// allocation (unless the membership version changed, when the count table is rebuilt; a
+/// thread's first pick claims its thread slot, once).
 class PowerOfTwo final : public SelectionAlgorithm {
 public:
     /// Binds the counts to the balancer's name and reads option `seed`. Throws

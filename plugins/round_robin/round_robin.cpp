@@ -12,13 +12,9 @@ Result<std::size_t> RoundRobin::choose_from_nodes(const MemberSnapshot& members,
     (void)options;
     const std::size_t size = members.nodes.size();
     if (size == 0) return empty_members_error(balancer_);
-    // Relaxed: the cursor orders nothing but itself.
-    std::uint64_t c = cursor_.fetch_add(1, std::memory_order_relaxed) + 1;
-    const std::size_t index = static_cast<std::size_t>((c - 1) % size);
-    // Only the pick that saw the latest value resets, so a concurrent pick's increment
-    // is never lost to a stale reset; a failed exchange leaves it to a later pick.
-    if (c > reset_after) cursor_.compare_exchange_strong(c, 0, std::memory_order_relaxed);
-    return index;
+    const std::uint64_t c = cursor_.next();
+    if (c > reset_after) cursor_.restart(c);
+    return static_cast<std::size_t>((c - 1) % size);
 }
 
 }  // namespace rpclb::plugins

@@ -1,9 +1,9 @@
 // The RoundRobin selection algorithm.
 #pragma once
 
+#include <rpclb/detail/block_cursor.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -11,21 +11,36 @@ namespace rpclb::plugins {
 
 /// Picks members in turn (reference §2.2).
 ///
-/// Each pick takes the next value `c` of a cursor (the first pick of a fresh instance
-/// gets c = 1) and returns index `(c − 1) mod size` of `members.nodes` as given, so a
-/// fresh instance over [a, b, c] picks a, b, c, a, b, c. The cursor belongs to the
-/// balancer, not to a member list: a membership change just re-maps it through the new
-/// size. When a pick gets c > 10,000,000 the cursor goes back to 0 after that pick (the
-/// pick itself uses c), as in the seed.
+/// Each pick takes the next value `c` of the instance's cursor (the first pick of a fresh
+/// instance gets c = 1) and returns index `(c − 1) mod size` of `members.nodes` as given.
+/// The cursor belongs to the balancer, not to a member list: a membership change just
+/// re-maps it through the new size. When a pick gets c > 10,000,000 the cursor starts over
+/// at 0 after that pick (the pick itself uses c), as in the seed.
 ///
-/// Differences from the seed, on purpose: the increment and read are one `fetch_add`, so
-/// concurrent picks never share a value (the seed accepts duplicates); the cursor lives
-/// in the instance, so it starts over when the balancer restarts; an empty member list
-/// gives `service_unavailable` "no members registered" naming the balancer (§10.6).
-/// `choose_nodes` is the default random sample.
+/// Across threads (detail::BlockCursor): cursor values are handed to threads in blocks of
+/// 64 consecutive values, one shared `fetch_add` per block, and a thread walks its block in
+/// order. So:
+/// - from one thread, with no other thread picking, a fresh instance over [a, b, c] picks
+///   a, b, c, a, b, c, exactly as one counter would;
+/// - with several threads, each thread's picks rotate through the members in turn within
+///   its block, and no two picks share a cursor value. The values used so far are 1 …
+///   (last value handed out) except the unused rest of each thread's current block, so
+///   every member's total is its exact share (picks ÷ size) give or take one, plus what
+///   those rests (under 64 values per thread) would have given it. Threads that always
+///   finish their blocks give exact totals.
+///
+/// Differences from the seed, on purpose: no two concurrent picks share a value (the
+/// seed's increment and read are two steps and accept duplicates); the order across
+/// threads holds per block, not globally (the seed's single counter serialises every pick
+/// on one shared word); the cursor lives in the instance, so it starts over when the
+/// balancer restarts; an empty member list gives `service_unavailable` "no members
+/// registered" naming the balancer (§10.6). `choose_nodes` is the default random sample.
 ///
 /// Thread safety: distinct objects safe; shared objects safe for concurrent picks once
-/// `init` has returned. A pick is one atomic add: no lock, no allocation.
+/// `init` has returned. A pick writes only its thread's own cache line (a shared
+/// `fetch_add` once per 64 picks): no lock, no allocation. A thread's first pick claims its
+/// thread slot (detail::thread_slot), once; threads beyond the slot count take single
+/// values with one shared `fetch_add` per pick.
 class RoundRobin final : public SelectionAlgorithm {
 public:
     /// Cursor value after which the cursor is reset to 0 (the seed's 10_000_000).
@@ -41,8 +56,7 @@ public:
 
 private:
     std::string balancer_;
-    // On its own cache line: every pick on every thread writes it.
-    alignas(64) std::atomic<std::uint64_t> cursor_{0};
+    detail::BlockCursor cursor_;
 };
 
 }  // namespace rpclb::plugins

@@ -39,7 +39,7 @@ void WeightedRoundRobin::init(const AlgorithmContext& context, const boost::json
         if (!weights_.empty() && !any_positive)
             throw std::invalid_argument("weights: every weight is 0; at least one must be positive");
     }
-    cursor_ = &AlgorithmState::instance().counter(balancer_, "wrr_cursor");
+    cursor_ = &AlgorithmState::instance().cursor(balancer_, "wrr_cursor");
 }
 
 WeightedRoundRobin::Period WeightedRoundRobin::build(std::span<const std::string> nodes) const {
@@ -92,15 +92,9 @@ Result<std::size_t> WeightedRoundRobin::choose_from_nodes(const MemberSnapshot& 
         return ErrorMessage{ErrorCode::service_unavailable, "no member has a positive weight",
                             boost::json::object{{"load_balancer", balancer_}}};
     const std::uint64_t period = order->size();
-    // Relaxed: the cursor orders nothing but itself.
-    const std::uint64_t c = static_cast<std::uint64_t>(cursor_->fetch_add(1, std::memory_order_relaxed)) + 1;
+    const std::uint64_t c = cursor_->next();
     const std::uint64_t position = (c - 1) % period;
-    // Only the pick that saw the latest value resets, so a concurrent pick's increment is
-    // never lost to a stale reset; a failed exchange leaves it to the next period's end.
-    if (c >= reset_after && position == period - 1) {
-        auto expected = static_cast<std::int64_t>(c);
-        cursor_->compare_exchange_strong(expected, 0, std::memory_order_relaxed);
-    }
+    if (c >= reset_after && position == period - 1) cursor_->restart(c);
     return (*order)[position];
 }
 

@@ -1,10 +1,10 @@
 // The WeightedRoundRobin selection algorithm.
 #pragma once
 
+#include <rpclb/detail/block_cursor.hpp>
 #include <rpclb/detail/member_table_cache.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,22 +32,36 @@ namespace rpclb::plugins {
 /// weights) is scaled down to about that length, keeping every positive weight ≥ 1, and
 /// the proportions are then approximate.
 ///
-/// The cursor is the balancer's AlgorithmState counter "wrr_cursor", so it survives a
-/// restart of the balancer. It goes back to 0 after the first pick with c ≥ 10,000,000
-/// that ends a period (the seed resets above 10,000,000 wherever it is in the
-/// expansion), so the interleaving continues without a seam.
+/// The cursor is the balancer's `AlgorithmState::cursor(balancer, "wrr_cursor")`, so it
+/// survives a restart of the balancer, the rest of each thread's block included. It goes
+/// back to 0 after the first pick with c ≥ 10,000,000 that ends a period (the seed resets
+/// above 10,000,000 wherever it is in the expansion), so the interleaving continues
+/// without a seam.
+///
+/// Across threads the cursor is handed out in blocks (detail::BlockCursor): a thread takes
+/// 64 consecutive values with one shared `fetch_add` and walks them in order. From one
+/// thread, with no other thread picking, the picks follow the period exactly (weights
+/// {a: 3, b: 1}: a a b a a a b a …, 6 a and 2 b in 8 picks). With several threads each
+/// thread walks the period in order within its block and no two picks share a value; the
+/// values used so far are 1 … (last value handed out) except the unused rest of each
+/// thread's current block (under 64 values per thread, plus rests dropped at a reset), so
+/// totals keep the exact proportions up to what those rests would have added. Threads
+/// that always finish their blocks give exact proportions.
 ///
 /// Differences from the seed, on purpose: interleaving instead of blocks (§10.5);
 /// negative, non-integer or all-zero weights are rejected at `init` instead of crashing at
 /// pick time (§10.5); members whose weights are all 0 give `service_unavailable` "no member
 /// has a positive weight"; an empty member list gives `service_unavailable` "no members
-/// registered" (§10.6); the cursor is one `fetch_add`, so concurrent picks never share a
-/// value. `choose_nodes` is the default random sample.
+/// registered" (§10.6); no two concurrent picks share a cursor value, and the order across
+/// threads holds per block rather than globally. `choose_nodes` is the default random
+/// sample.
 ///
 /// Thread safety: distinct objects safe; shared objects safe for concurrent picks once
-/// `init` has returned. A pick is one atomic add and a table read (the period is rebuilt,
-/// in O(period × members), only when the membership version changes): no lock, no
-/// allocation.
+/// `init` has returned. A pick writes only its thread's own cache line (a shared
+/// `fetch_add` once per 64 picks) and reads the period (rebuilt, in O(period × members),
+/// only when the membership version changes): no lock, no allocation. A thread's first
+/// pick claims its thread slot (detail::thread_slot), once; threads beyond the slot count
+/// take single values with one shared `fetch_add` per pick.
 class WeightedRoundRobin final : public SelectionAlgorithm {
 public:
     /// The cursor goes back to 0 at the end of the first period reached at this value.
@@ -76,7 +90,7 @@ private:
 
     std::string balancer_;
     std::map<std::string, std::uint64_t, std::less<>> weights_;
-    std::atomic<std::int64_t>* cursor_ = nullptr;
+    detail::BlockCursor* cursor_ = nullptr;
     detail::MemberTableCache<Period> periods_;
 };
 

@@ -1,10 +1,12 @@
 #define BOOST_TEST_MODULE algorithms
 #include <boost/test/unit_test.hpp>
 
+#include <rpclb/detail/thread_slot.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include <algorithm>
 #include <array>
+#include <latch>
 #include <memory>
 #include <set>
 #include <string>
@@ -82,7 +84,8 @@ BOOST_AUTO_TEST_CASE(round_robin_cursor_past_ten_million_starts_over) {
 BOOST_AUTO_TEST_CASE(round_robin_concurrent_picks_spread_exactly_evenly) {
     auto algorithm = load("round_robin");
     const auto four = members(4);
-    constexpr int threads = 4, picks_per_thread = 25'000;
+    // Whole blocks of 64 cursor values per thread: no thread keeps an unused rest.
+    constexpr int threads = 4, picks_per_thread = 64 * 400;
     std::array<std::array<int, 4>, threads> counts{};
     {
         std::vector<std::jthread> workers;
@@ -92,11 +95,57 @@ BOOST_AUTO_TEST_CASE(round_robin_concurrent_picks_spread_exactly_evenly) {
                     ++counts[t][algorithm->choose_from_nodes(four, {}).value()];
             });
     }
-    // One fetch_add per pick: no two picks share a cursor value, so the total is exact.
+    // No two picks share a cursor value and every value handed out was used: exact totals.
     for (std::size_t node = 0; node < 4; ++node) {
         int total = 0;
         for (const auto& per_thread : counts) total += per_thread[node];
         BOOST_TEST(total == threads * picks_per_thread / 4);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(round_robin_each_thread_rotates_in_turn_within_its_blocks) {
+    // Each thread walks blocks of 64 consecutive cursor values: its picks go round the
+    // members in turn, with a jump only where it starts a new block.
+    auto algorithm = load("round_robin");
+    const auto five = members(5);
+    constexpr int threads = 2, picks_per_thread = 640;
+    std::array<std::vector<std::size_t>, threads> picked;
+    {
+        std::vector<std::jthread> workers;
+        for (int t = 0; t < threads; ++t)
+            workers.emplace_back([&, t] {
+                for (int i = 0; i < picks_per_thread; ++i)
+                    picked[t].push_back(algorithm->choose_from_nodes(five, {}).value());
+            });
+    }
+    for (const auto& sequence : picked) {
+        for (std::size_t i = 1; i < sequence.size(); ++i)
+            if (i % 64 != 0) BOOST_TEST(sequence[i] == (sequence[i - 1] + 1) % 5, "pick " << i);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(round_robin_threads_beyond_slot_count_still_spread_exactly) {
+    // More live threads than thread slots: those without a slot take single cursor values
+    // from the shared counter. Values are still never shared or skipped.
+    auto algorithm = load("round_robin");
+    const auto four = members(4);
+    const std::size_t threads = rpclb::detail::thread_slot_count() + 3;
+    constexpr int picks_per_thread = 64 * 10;
+    std::vector<std::array<int, 4>> counts(threads);
+    std::latch all_alive(static_cast<std::ptrdiff_t>(threads));
+    {
+        std::vector<std::jthread> workers;
+        for (std::size_t t = 0; t < threads; ++t)
+            workers.emplace_back([&, t] {
+                all_alive.arrive_and_wait();
+                for (int i = 0; i < picks_per_thread; ++i)
+                    ++counts[t][algorithm->choose_from_nodes(four, {}).value()];
+            });
+    }
+    for (std::size_t node = 0; node < 4; ++node) {
+        int total = 0;
+        for (const auto& per_thread : counts) total += per_thread[node];
+        BOOST_TEST(total == static_cast<int>(threads) * picks_per_thread / 4);
     }
 }
 

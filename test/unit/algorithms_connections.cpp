@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <rpclb/algorithm_state.hpp>
+#include <rpclb/detail/thread_slot.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include <boost/json/parse.hpp>
@@ -10,8 +11,10 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <latch>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -40,8 +43,15 @@ std::shared_ptr<rpclb::SelectionAlgorithm> load(const std::string& name, const s
     return *algorithm;
 }
 
-std::atomic<std::int64_t>& count(const std::string& balancer, std::string_view node) {
-    return rpclb::AlgorithmState::instance().counter(balancer, "conn:" + std::string(node));
+rpclb::detail::InFlightCount count(const std::string& balancer, std::string_view node) {
+    return rpclb::AlgorithmState::instance().in_flight(balancer, node);
+}
+
+// Puts `node`'s count at `calls` the way picks do: one acquire per call.
+void set_calls(const std::string& balancer, std::string_view node, int calls) {
+    const auto in_flight = count(balancer, node);
+    in_flight.reset();
+    for (int i = 0; i < calls; ++i) in_flight.acquire();
 }
 
 std::string pick(rpclb::SelectionAlgorithm& algorithm, const rpclb::MemberSnapshot& members) {
@@ -84,11 +94,11 @@ BOOST_AUTO_TEST_CASE(pick_two_nodes_after_releasing_first_picks_it_again) {
 BOOST_AUTO_TEST_CASE(pick_takes_fewest_in_flight_and_counts_it) {
     const auto balancer = this_balancer();
     auto algorithm = load("least_connections", balancer);
-    count(balancer, "a").store(5);
-    count(balancer, "b").store(2);
-    count(balancer, "c").store(3);
+    set_calls(balancer, "a", 5);
+    set_calls(balancer, "b", 2);
+    set_calls(balancer, "c", 3);
     BOOST_TEST(pick(*algorithm, abc) == "b");
-    BOOST_TEST(count(balancer, "b").load() == 3);
+    BOOST_TEST(count(balancer, "b").value() == 3);
     // b and c now tie at 3: the earlier in list order wins.
     BOOST_TEST(pick(*algorithm, abc) == "b");
     BOOST_TEST(pick(*algorithm, abc) == "c");
@@ -97,12 +107,12 @@ BOOST_AUTO_TEST_CASE(pick_takes_fewest_in_flight_and_counts_it) {
 BOOST_AUTO_TEST_CASE(pick_tie_goes_to_earliest_in_list_order) {
     const auto balancer = this_balancer();
     auto algorithm = load("least_connections", balancer);
-    count(balancer, "a").store(2);
-    count(balancer, "b").store(1);
-    count(balancer, "c").store(1);
+    set_calls(balancer, "a", 2);
+    set_calls(balancer, "b", 1);
+    set_calls(balancer, "c", 1);
     BOOST_TEST(pick(*algorithm, abc) == "b");
     // The list order counts, not the name order.
-    count(balancer, "b").store(1);
+    set_calls(balancer, "b", 1);
     BOOST_TEST(pick(*algorithm, rpclb::MemberSnapshot{{"c", "b", "a"}, 100}) == "c");
 }
 
@@ -112,7 +122,7 @@ BOOST_AUTO_TEST_CASE(release_below_zero_stays_at_zero) {
     BOOST_TEST(pick(*algorithm, ab) == "a");
     algorithm->release_node("a");
     algorithm->release_node("a");
-    BOOST_TEST(count(balancer, "a").load() == 0);
+    BOOST_TEST(count(balancer, "a").value() == 0);
     // Had a gone to -1, it would win the next two picks.
     BOOST_TEST(pick(*algorithm, ab) == "a");
     BOOST_TEST(pick(*algorithm, ab) == "b");
@@ -127,8 +137,8 @@ BOOST_AUTO_TEST_CASE(new_instance_on_same_balancer_keeps_counts) {
     first.reset();
     auto restarted = load("least_connections", balancer);
     BOOST_TEST(pick(*restarted, ab) == "b");  // a fresh count would pick a
-    BOOST_TEST(count(balancer, "a").load() == 2);
-    BOOST_TEST(count(balancer, "b").load() == 2);
+    BOOST_TEST(count(balancer, "a").value() == 2);
+    BOOST_TEST(count(balancer, "b").value() == 2);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -141,7 +151,7 @@ BOOST_AUTO_TEST_CASE(pick_single_node_picks_it_and_counts_it) {
     auto algorithm = load("power_of_two", balancer);
     BOOST_TEST(pick(*algorithm, a_only) == "a");
     BOOST_TEST(pick(*algorithm, a_only) == "a");
-    BOOST_TEST(count(balancer, "a").load() == 2);
+    BOOST_TEST(count(balancer, "a").value() == 2);
 }
 
 // Seed §7 case 72.
@@ -161,9 +171,9 @@ BOOST_AUTO_TEST_CASE(release_and_node_change_after_pick_succeed) {
     const auto balancer = this_balancer();
     auto algorithm = load("power_of_two", balancer);
     const auto node = pick(*algorithm, abc);
-    BOOST_TEST(count(balancer, node).load() == 1);
+    BOOST_TEST(count(balancer, node).value() == 1);
     algorithm->release_node(node);
-    BOOST_TEST(count(balancer, node).load() == 0);
+    BOOST_TEST(count(balancer, node).value() == 0);
     const std::vector<std::string> d{"d"};
     algorithm->on_node_change(rpclb::NodeChange::joined, d);
     algorithm->on_node_change(rpclb::NodeChange::left, d);
@@ -187,7 +197,7 @@ BOOST_AUTO_TEST_CASE(pick_equal_counts_spread_evenly) {
             for (const auto& node : abcd.nodes) {
                 BOOST_TEST(picks[node] >= 2250, node << " " << picks[node]);
                 BOOST_TEST(picks[node] <= 2750, node << " " << picks[node]);
-                BOOST_TEST(count(balancer, node).load() == 0);
+                BOOST_TEST(count(balancer, node).value() == 0);
             }
         }
     }
@@ -196,7 +206,7 @@ BOOST_AUTO_TEST_CASE(pick_equal_counts_spread_evenly) {
 BOOST_AUTO_TEST_CASE(pick_prefers_less_loaded_member) {
     const auto balancer = this_balancer();
     auto algorithm = load("power_of_two", balancer, R"({"seed": 7})");
-    count(balancer, "a").store(100);
+    set_calls(balancer, "a", 100);
     std::map<std::string, int> picks;
     for (int i = 0; i < 1'000; ++i) {
         const auto node = pick(*algorithm, abc);
@@ -220,7 +230,7 @@ BOOST_AUTO_TEST_CASE(pick_without_release_keeps_counts_level) {
     auto algorithm = load("power_of_two", balancer, R"({"seed": 99})");
     for (int i = 0; i < 4'000; ++i) (void)pick(*algorithm, abcd);
     std::vector<std::int64_t> counts;
-    for (const auto& node : abcd.nodes) counts.push_back(count(balancer, node).load());
+    for (const auto& node : abcd.nodes) counts.push_back(count(balancer, node).value());
     const auto [low, high] = std::minmax_element(counts.begin(), counts.end());
     // Two choices keep the gap to a few calls; uniform random picks would spread by ~±30.
     BOOST_TEST(*high - *low <= 3);
@@ -264,8 +274,37 @@ BOOST_AUTO_TEST_CASE(shares_counts_with_least_connections_on_same_balancer) {
     BOOST_TEST(pick(*least, ab) == "a");
     BOOST_TEST(pick(*two, ab) == "b");  // a already has one call in flight
     two->release_node("a");
-    BOOST_TEST(count(balancer, "a").load() == 0);
+    BOOST_TEST(count(balancer, "a").value() == 0);
     BOOST_TEST(pick(*least, ab) == "a");
+}
+
+BOOST_AUTO_TEST_CASE(pick_sees_other_threads_calls_within_refresh_bound) {
+    // A pick reads other threads' calls as its thread last summed them, refreshed every
+    // refresh_every reads of a count (the picking thread's own calls are always current).
+    constexpr int refresh_every = static_cast<int>(rpclb::detail::InFlightCount::refresh_every);
+    const auto balancer = this_balancer();
+    auto least = load("least_connections", balancer);
+    auto two = load("power_of_two", balancer, R"({"seed": 11})");
+    std::jthread([&] {
+        for (int i = 0; i < 100; ++i) (void)least->choose_from_nodes(a_only, {});
+    }).join();
+    // This thread's first read of a sums the other threads' parts: 100 calls in flight.
+    BOOST_TEST(pick(*two, ab) == "b");
+    two->release_node("b");
+    // Another thread releases a's calls. This thread sees that only when it next sums the
+    // other parts, refresh_every reads of a after the first.
+    std::jthread([&] {
+        for (int i = 0; i < 100; ++i) least->release_node("a");
+    }).join();
+    BOOST_TEST(count(balancer, "a").value() == 0);
+    int first_a = -1;
+    for (int i = 0; i < refresh_every + 64 && first_a < 0; ++i) {
+        const auto node = pick(*two, ab);
+        two->release_node(node);
+        if (node == "a") first_a = i;
+    }
+    BOOST_TEST(first_a >= refresh_every - 1);  // not before the refresh...
+    BOOST_TEST(first_a < refresh_every + 64);   // ...and a tie at 0 after it (p = 2^-64 to miss)
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -279,9 +318,9 @@ BOOST_AUTO_TEST_CASE(release_never_goes_below_zero) {
             auto algorithm = load(name, balancer);
             const auto node = pick(*algorithm, a_only);
             for (int i = 0; i < 3; ++i) algorithm->release_node(node);
-            BOOST_TEST(count(balancer, node).load() == 0);
+            BOOST_TEST(count(balancer, node).value() == 0);
             (void)pick(*algorithm, a_only);
-            BOOST_TEST(count(balancer, node).load() == 1);
+            BOOST_TEST(count(balancer, node).value() == 1);
         }
     }
 }
@@ -295,7 +334,7 @@ BOOST_AUTO_TEST_CASE(release_unknown_node_changes_nothing) {
             const auto node = pick(*algorithm, ab);
             algorithm->release_node("never-picked");
             algorithm->release_node("");
-            BOOST_TEST(count(balancer, node).load() == 1);
+            BOOST_TEST(count(balancer, node).value() == 1);
         }
     }
 }
@@ -306,18 +345,18 @@ BOOST_AUTO_TEST_CASE(node_left_resets_its_count) {
             const auto balancer = this_balancer(name);
             auto algorithm = load(name, balancer);
             for (int i = 0; i < 6; ++i) (void)pick(*algorithm, abc);
-            BOOST_TEST(count(balancer, "a").load() + count(balancer, "b").load() +
-                           count(balancer, "c").load() == 6);
-            const auto b_before = count(balancer, "b").load();
+            BOOST_TEST(count(balancer, "a").value() + count(balancer, "b").value() +
+                           count(balancer, "c").value() == 6);
+            const auto b_before = count(balancer, "b").value();
             const std::vector<std::string> left{"a", "c"};
             algorithm->on_node_change(rpclb::NodeChange::left, left);
-            BOOST_TEST(count(balancer, "a").load() == 0);
-            BOOST_TEST(count(balancer, "c").load() == 0);
-            BOOST_TEST(count(balancer, "b").load() == b_before);
+            BOOST_TEST(count(balancer, "a").value() == 0);
+            BOOST_TEST(count(balancer, "c").value() == 0);
+            BOOST_TEST(count(balancer, "b").value() == b_before);
             // A join changes no count.
             algorithm->on_node_change(rpclb::NodeChange::joined, left);
-            BOOST_TEST(count(balancer, "a").load() == 0);
-            BOOST_TEST(count(balancer, "b").load() == b_before);
+            BOOST_TEST(count(balancer, "a").value() == 0);
+            BOOST_TEST(count(balancer, "b").value() == b_before);
         }
     }
 }
@@ -331,7 +370,7 @@ BOOST_AUTO_TEST_CASE(release_after_membership_change_counts_down) {
             BOOST_TEST(pick(*algorithm, a_only) == "a");
             (void)pick(*algorithm, bc);  // a newer member list without a
             algorithm->release_node("a");
-            BOOST_TEST(count(balancer, "a").load() == 0);
+            BOOST_TEST(count(balancer, "a").value() == 0);
         }
     }
 }
@@ -408,15 +447,175 @@ BOOST_AUTO_TEST_CASE(concurrent_picks_and_releases_during_membership_changes_sta
                 threads.emplace_back([&] {
                     while (working.load() > 0)
                         for (const auto& node : everyone)
-                            if (count(balancer, node).load() < 0) negative = true;
+                            if (count(balancer, node).value() < 0) negative = true;
                 });
             }
             BOOST_TEST(errors.load() == 0);
             BOOST_TEST(!negative.load());
             BOOST_TEST(changes.load() >= 200);
-            for (const auto& node : everyone) BOOST_TEST(count(balancer, node).load() == 0, node);
+            for (const auto& node : everyone) BOOST_TEST(count(balancer, node).value() == 0, node);
         }
     }
+}
+
+BOOST_AUTO_TEST_CASE(release_on_another_thread_cancels_pick_exactly) {
+    // Calls complete on network threads: the release comes from a thread that never picked.
+    for (const auto& name : both) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto balancer = this_balancer(name);
+            auto algorithm = load(name, balancer);
+            std::vector<std::string> picked;
+            std::jthread([&] {
+                for (int i = 0; i < 10; ++i) picked.push_back(ab.nodes[algorithm->choose_from_nodes(ab, {}).value()]);
+            }).join();
+            BOOST_TEST(count(balancer, "a").value() + count(balancer, "b").value() == 10);
+            std::jthread([&] {
+                for (const auto& node : picked) algorithm->release_node(node);
+            }).join();
+            BOOST_TEST(count(balancer, "a").value() == 0);
+            BOOST_TEST(count(balancer, "b").value() == 0);
+            // Nothing left to cancel: a surplus release is dropped.
+            algorithm->release_node("a");
+            BOOST_TEST(count(balancer, "a").value() == 0);
+            const auto node = pick(*algorithm, ab);
+            BOOST_TEST(count(balancer, node).value() == 1);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(concurrent_releases_on_other_threads_cancel_picks_exactly) {
+    // Two threads pick and hand each call to a third that releases it, as a network thread
+    // would; a fourth watches that no count goes below zero. Afterwards every count is zero.
+    const std::vector<std::string> everyone{"a", "b", "c", "d"};
+    for (const auto& name : both) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto balancer = this_balancer(name);
+            auto algorithm = load(name, balancer);
+            std::mutex mutex;
+            std::deque<std::string> completed;
+            std::atomic<int> picking{2};
+            std::atomic<bool> negative{false};
+            std::atomic<long> released{0};
+            {
+                std::vector<std::jthread> threads;
+                for (int t = 0; t < 2; ++t)
+                    threads.emplace_back([&] {
+                        for (int i = 0; i < 50'000; ++i) {
+                            auto index = algorithm->choose_from_nodes(abcd, {});
+                            if (!index) continue;
+                            std::lock_guard lock(mutex);
+                            completed.push_back(abcd.nodes[*index]);
+                        }
+                        --picking;
+                    });
+                threads.emplace_back([&] {
+                    for (;;) {
+                        std::string node;
+                        {
+                            std::lock_guard lock(mutex);
+                            if (completed.empty() && picking.load() == 0) return;
+                            if (!completed.empty()) {
+                                node = std::move(completed.front());
+                                completed.pop_front();
+                            }
+                        }
+                        if (node.empty()) {
+                            std::this_thread::yield();
+                            continue;
+                        }
+                        algorithm->release_node(node);
+                        ++released;
+                    }
+                });
+                threads.emplace_back([&] {
+                    while (picking.load() > 0)
+                        for (const auto& node : everyone)
+                            if (count(balancer, node).value() < 0) negative = true;
+                });
+            }
+            BOOST_TEST(released.load() == 100'000);
+            BOOST_TEST(!negative.load());
+            for (const auto& node : everyone) BOOST_TEST(count(balancer, node).value() == 0, node);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(concurrent_surplus_releases_never_push_count_below_zero) {
+    // One thread picks and releases a (a few calls in flight at a time); another releases a
+    // without having picked it. Surplus releases are dropped at zero, exactly as on one
+    // counter, so once the picking thread has released all its calls the count is zero.
+    const auto balancer = this_balancer();
+    auto algorithm = load("least_connections", balancer);
+    std::atomic<bool> picking{true};
+    std::atomic<bool> negative{false};
+    {
+        std::vector<std::jthread> threads;
+        threads.emplace_back([&] {
+            std::deque<std::string> in_flight;
+            for (int i = 0; i < 100'000; ++i) {
+                in_flight.push_back(a_only.nodes[algorithm->choose_from_nodes(a_only, {}).value()]);
+                if (in_flight.size() > 3) {
+                    algorithm->release_node(in_flight.front());
+                    in_flight.pop_front();
+                }
+            }
+            for (const auto& node : in_flight) algorithm->release_node(node);
+            picking = false;
+        });
+        threads.emplace_back([&] {
+            while (picking.load()) algorithm->release_node("a");
+        });
+        threads.emplace_back([&] {
+            while (picking.load())
+                if (count(balancer, "a").value() < 0) negative = true;
+        });
+    }
+    BOOST_TEST(!negative.load());
+    BOOST_TEST(count(balancer, "a").value() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(counts_from_more_threads_than_slots_stay_exact) {
+    // Threads beyond the slot count share one shard; every call is still counted once.
+    const auto balancer = this_balancer();
+    auto algorithm = load("least_connections", balancer);
+    const std::size_t threads = rpclb::detail::thread_slot_count() + 3;
+    std::latch all_alive(static_cast<std::ptrdiff_t>(threads));
+    {
+        std::vector<std::jthread> workers;
+        for (std::size_t t = 0; t < threads; ++t)
+            workers.emplace_back([&] {
+                all_alive.arrive_and_wait();  // every thread holds a slot (or none) at once
+                for (int i = 0; i < 1'000; ++i) (void)algorithm->choose_from_nodes(ab, {});
+            });
+    }
+    BOOST_TEST(count(balancer, "a").value() + count(balancer, "b").value() ==
+               static_cast<std::int64_t>(threads * 1'000));
+    for (std::size_t i = 0; i < threads * 1'000; ++i) {
+        algorithm->release_node("a");
+        algorithm->release_node("b");
+    }
+    BOOST_TEST(count(balancer, "a").value() == 0);
+    BOOST_TEST(count(balancer, "b").value() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(release_finds_nodes_among_many_handed_out) {
+    // The release look-up is a hash index over every node ever handed out: with hundreds of
+    // them, over several member lists, each release still finds its own node.
+    const auto balancer = this_balancer();
+    auto algorithm = load("power_of_two", balancer, R"({"seed": 5})");
+    std::vector<std::string> picked;
+    for (std::uint64_t list = 0; list < 4; ++list) {
+        rpclb::MemberSnapshot members;
+        for (int i = 0; i < 100; ++i) members.nodes.push_back("n" + std::to_string(list * 100 + i));
+        std::sort(members.nodes.begin(), members.nodes.end());
+        members.version = 1000 + list;
+        for (int i = 0; i < 500; ++i) picked.push_back(pick(*algorithm, members));
+    }
+    std::int64_t total = 0;
+    for (int i = 0; i < 400; ++i) total += count(balancer, "n" + std::to_string(i)).value();
+    BOOST_TEST(total == 2000);
+    for (const auto& node : picked) algorithm->release_node(node);
+    for (int i = 0; i < 400; ++i) BOOST_TEST(count(balancer, "n" + std::to_string(i)).value() == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

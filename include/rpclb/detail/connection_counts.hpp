@@ -2,12 +2,18 @@
 #pragma once
 
 #include <rpclb/algorithm_state.hpp>
+#include <rpclb/detail/in_flight_count.hpp>
 #include <rpclb/detail/member_table_cache.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
-#include <algorithm>
-#include <atomic>
-#include <cstdint>
+// Header-only xxHash, as plugins/hash_ring uses it: nothing has to link libxxhash.
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#include <xxhash.h>
+
+#include <bit>
+#include <cstddef>
 #include <deque>
 #include <memory>
 #include <span>
@@ -20,31 +26,24 @@ namespace rpclb::detail {
 
 /// The in-flight count of every member of one balancer (reference §2.4, §2.5 and §10.4).
 ///
-/// Counts live in AlgorithmState under the key `"conn:" + node` of the balancer, so they
-/// survive a restart of the balancer and are shared by every algorithm instance on the same
-/// balancer name (as the seed's `{:conn, name, node}` slots are).
+/// Counts are the balancer's `AlgorithmState::in_flight(balancer, node)`
+/// (detail::InFlightCount: sharded by thread, never below zero), so they survive a restart
+/// of the balancer and are shared by every algorithm instance on the same balancer name (as
+/// the seed's `{:conn, name, node}` slots are).
 ///
-/// A pick calls `counters(members)` (the counters of `members.nodes`, index-aligned, cached
-/// per member list) and `acquire` on the chosen one. `release` finds a node's counter
-/// in an index of every node this object has ever handed out, so a call picked before a
-/// membership change is still released after it; a node never handed out is ignored.
-/// A count never goes below zero; `reset` sets counts to zero (a node left).
+/// A pick calls `counts(members)` (the counts of `members.nodes`, index-aligned, cached per
+/// member list) and `acquire` on the chosen one. `release` finds a node's count in a hash
+/// index of every node this object has ever handed out — one XXH3 hash of the name and
+/// about one probe — so a call picked before a membership change is still released after it; a
+/// node never handed out is ignored. `reset` sets counts to zero (a node left).
 ///
 /// Thread safety: distinct objects safe; shared objects safe once `init` has returned.
-/// `counters`, `acquire` and `release` take no lock and allocate nothing, except that the
-/// first `counters` call for a new member list builds its table (taking this object's and
+/// `counts` and `release` take no lock and allocate nothing, except that the first
+/// `counts` call for a new member list builds its table (taking this object's and
 /// AlgorithmState's mutexes); `reset` takes AlgorithmState's mutex.
 class ConnectionCounts {
 public:
-    using Counter = std::atomic<std::int64_t>;
-    using Counters = std::vector<Counter*>;
-
-    /// The AlgorithmState key of `node`'s count.
-    static std::string key(std::string_view node) {
-        std::string k("conn:");
-        k.append(node);
-        return k;
-    }
+    using Counts = std::vector<InFlightCount>;
 
     /// Binds the counts to `balancer`. Call once, before anything else.
     void init(std::string balancer) { balancer_ = std::move(balancer); }
@@ -52,65 +51,89 @@ public:
     /// The balancer's name, for errors.
     const std::string& balancer() const noexcept { return balancer_; }
 
-    /// Counters of `members.nodes`, in the same order; nullptr when memory ran out while
+    /// Counts of `members.nodes`, in the same order; nullptr when memory ran out while
     /// building them after a membership change. `members.nodes` must not be empty.
-    const Counters* counters(const MemberSnapshot& members) noexcept {
+    const Counts* counts(const MemberSnapshot& members) noexcept {
         return tables_.get(members, [this](std::span<const std::string> nodes) { return build(nodes); });
     }
-
-    /// Counts one more call in flight on `counter`.
-    static void acquire(Counter& counter) noexcept { counter.fetch_add(1, std::memory_order_relaxed); }
 
     /// Counts one call fewer in flight on `node`; never below zero. Ignores a node this
     /// object never handed out.
     void release(std::string_view node) noexcept {
         const Index* index = index_.load(std::memory_order_acquire);
         if (!index) return;
-        auto it = std::lower_bound(index->begin(), index->end(), node,
-                                   [](const auto& entry, std::string_view n) { return entry.first < n; });
-        if (it == index->end() || it->first != node) return;
-        Counter& counter = *it->second;
-        // A plain decrement could go below zero when a release follows a reset (the node
-        // left while the call was in flight); the seed's counts can go negative (§10.4).
-        std::int64_t value = counter.load(std::memory_order_relaxed);
-        while (value > 0 &&
-               !counter.compare_exchange_weak(value, value - 1, std::memory_order_relaxed)) {
-        }
+        if (const InFlightCount* count = index->find(node)) count->release();
     }
 
     /// Sets the counts of `nodes` to zero (they left the group). Never throws; a node
-    /// whose counter can't be created for want of memory is skipped.
+    /// whose count can't be created for want of memory is skipped.
     void reset(std::span<const std::string> nodes) noexcept {
         for (const auto& node : nodes) {
             try {
-                AlgorithmState::instance().counter(balancer_, key(node)).store(0, std::memory_order_relaxed);
+                AlgorithmState::instance().in_flight(balancer_, node).reset();
             } catch (...) {
             }
         }
     }
 
 private:
-    // Sorted by name; views into names_.
-    using Index = std::vector<std::pair<std::string_view, Counter*>>;
+    // Open addressing with linear probing over a power-of-two table at most half full.
+    struct Index {
+        struct Entry {
+            std::size_t hash = 0;
+            std::string_view name;  // data() == nullptr: empty entry
+            InFlightCount count;
+        };
+        std::vector<Entry> entries;
+        std::size_t known = 0;
+
+        // XXH3 reads short names (node names are short) in a few wide loads.
+        static std::size_t hash_of(std::string_view name) noexcept {
+            return static_cast<std::size_t>(XXH3_64bits(name.data(), name.size()));
+        }
+
+        const InFlightCount* find(std::string_view name) const noexcept {
+            const std::size_t hash = hash_of(name);
+            const std::size_t mask = entries.size() - 1;
+            for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
+                const Entry& entry = entries[i];
+                if (!entry.name.data()) return nullptr;
+                if (entry.hash == hash && entry.name == name) return &entry.count;
+            }
+        }
+
+        void insert(std::size_t hash, std::string_view name, InFlightCount count) {
+            const std::size_t mask = entries.size() - 1;
+            std::size_t i = hash & mask;
+            while (entries[i].name.data()) i = (i + 1) & mask;
+            entries[i] = Entry{hash, name, count};
+            ++known;
+        }
+    };
 
     // Runs with tables_' mutex held, which also serialises every change of index_.
-    Counters build(std::span<const std::string> nodes) {
+    Counts build(std::span<const std::string> nodes) {
         auto& state = AlgorithmState::instance();
-        Counters result;
+        Counts result;
         result.reserve(nodes.size());
-        for (const auto& node : nodes) result.push_back(&state.counter(balancer_, key(node)));
+        for (const auto& node : nodes) result.push_back(state.in_flight(balancer_, node));
 
         const Index* old = index_.load(std::memory_order_relaxed);
-        auto next = std::make_unique<Index>(old ? *old : Index{});
-        const std::size_t known = next->size();
-        for (std::size_t i = 0; i < nodes.size(); ++i) {
-            auto it = std::lower_bound(next->begin(), next->begin() + known, nodes[i],
-                                       [](const auto& entry, std::string_view n) { return entry.first < n; });
-            if (it != next->begin() + known && it->first == nodes[i]) continue;
-            next->emplace_back(names_.emplace_back(nodes[i]), result[i]);
+        std::vector<std::size_t> fresh;  // positions in `nodes` of names not in the index
+        for (std::size_t i = 0; i < nodes.size(); ++i)
+            if (!old || !old->find(nodes[i])) fresh.push_back(i);
+        if (fresh.empty()) return result;
+
+        const std::size_t known = (old ? old->known : 0) + fresh.size();
+        auto next = std::make_unique<Index>();
+        next->entries.resize(std::bit_ceil(2 * known));
+        if (old)
+            for (const auto& entry : old->entries)
+                if (entry.name.data()) next->insert(entry.hash, entry.name, entry.count);
+        for (std::size_t i : fresh) {
+            const std::string_view name = names_.emplace_back(nodes[i]);
+            next->insert(Index::hash_of(name), name, result[i]);
         }
-        if (next->size() == known) return result;
-        std::sort(next->begin(), next->end());
         // Readers may still hold the old index: keep every version until destruction. Each
         // new version adds a node never seen before, so there are few of them.
         index_.store(indices_.emplace_back(std::move(next)).get(), std::memory_order_release);
@@ -118,9 +141,9 @@ private:
     }
 
     std::string balancer_;
-    MemberTableCache<Counters> tables_;
+    MemberTableCache<Counts> tables_;
     std::atomic<const Index*> index_{nullptr};
-    std::deque<std::string> names_;                 // stable storage for the index's views
+    std::deque<std::string> names_;                      // stable storage for the index's views
     std::vector<std::unique_ptr<const Index>> indices_;  // every published index
 };
 
