@@ -2,33 +2,27 @@
 #pragma once
 
 #include <rpclb/detail/connection_counts.hpp>
-#include <rpclb/selection_algorithm.hpp>
 
 namespace rpclb::plugins {
 
 /// Picks the member with the fewest calls in flight (reference §2.4).
 ///
-/// A pick scans `members.nodes` once and takes the first member with the strictly lowest
-/// count, so ties go to the earliest member in list order; it then counts one more call
-/// on the chosen member. `release_node` counts one fewer, never below zero. A member that
-/// leaves (`on_node_change(left, nodes)`) has its count reset to 0; `joined` changes
-/// nothing (an unknown member counts 0). A fresh balancer over [a, b, c] picks a, b, c;
-/// after releasing b the next pick is b.
+/// A pick reads every member's count once and takes the first member with the strictly
+/// lowest, so ties go to the earliest member in list order; it then counts one more call on
+/// the chosen member. A fresh balancer over [a, b, c] picks a, b, c; after releasing b the
+/// next pick is b. Counts, their release and their reset when a member leaves are those of
+/// every counting algorithm (detail::CountingAlgorithm), shared with power_of_two on the
+/// same balancer name.
 ///
-/// Counts are the balancer's process-wide `AlgorithmState::in_flight(balancer, node)`
-/// (detail::ConnectionCounts), so they survive a balancer restart and are shared with a
-/// power_of_two instance on the same balancer name, as in the seed. Each count is kept per
-/// thread (detail::InFlightTable: a row per thread slot, written only by that thread's
-/// picks and by releases of its calls) and summed when a pick reads it. A pick adds its
-/// call to its own thread's row; a release — from any thread, such as the network thread a
-/// call completes on — takes one call off a row that holds one, so it cancels the pick
-/// exactly and no count goes below zero. A pick reads every count as it is at that moment
-/// (no cached view: the least loaded of all members, chosen on old figures, would be the
-/// same member for every thread at once), so from one thread the order above is exact;
-/// choosing and counting are two steps, so two concurrent picks may choose the same member
-/// (as in the seed). The price of fresh figures: when several threads pick at full speed,
-/// each pick reads rows that the other threads keep changing, one cache-line transfer per
-/// changed row (bench/README.md, `selection`).
+/// How fresh the counts are (detail::InFlightCount::estimate): the picking thread's own
+/// calls always; other threads' calls as they are now while this thread picks at the pace
+/// of real calls (less than one pick per µs or so), so the least loaded member is the one
+/// the whole process sees. Only a thread picking back to back (a burst of asynchronous
+/// calls, a benchmark) reads other threads' part through a view up to 32 of its picks old;
+/// its own calls still spread it over the members, and other threads' newest calls are at
+/// most a few µs old at that pace — shorter than any call they made. Reading them afresh
+/// on every such pick would cost a cache-line transfer per pick per thread
+/// (bench/README.md, `selection`).
 ///
 /// Differences from the seed, on purpose: counts never go below zero and have no slot
 /// limit (§10.4); an empty member list gives `service_unavailable` "no members registered"
@@ -37,11 +31,10 @@ namespace rpclb::plugins {
 ///
 /// Thread safety: distinct objects safe; shared objects safe once `init` has returned.
 /// A pick reads the cached count table (rebuilt only when the membership version
-/// changes), reads every member's count in each thread's row in use (one 128-byte segment
-/// per 8 members that joined together, per thread) and counts its call with a plain store
-/// in its own thread's row; `release_node` is one hash look-up and one compare-exchange.
-/// No lock, no allocation (a thread's first pick claims its thread slot, once).
-class LeastConnections final : public SelectionAlgorithm {
+/// changes), each member's count in its own thread's row and its view of the others, and
+/// counts its call with a plain store. No lock, no allocation (a thread's first pick
+/// claims its thread slot, once).
+class LeastConnections final : public detail::CountingAlgorithm {
 public:
     /// Binds the counts to the balancer's name. Takes no options.
     void init(const AlgorithmContext& context, const boost::json::object& options) override;
@@ -51,15 +44,6 @@ public:
     /// memory ran out rebuilding the counter table.
     Result<std::size_t> choose_from_nodes(const MemberSnapshot& members,
                                           const PickOptions& options) override;
-
-    /// Resets the counts of nodes that left; ignores joins.
-    void on_node_change(NodeChange change, std::span<const std::string> nodes) override;
-
-    /// One call fewer in flight on `node`, never below zero.
-    void release_node(std::string_view node) override;
-
-private:
-    detail::ConnectionCounts counts_;
 };
 
 }  // namespace rpclb::plugins

@@ -61,27 +61,16 @@ inline std::uint64_t PowerOfTwo::draw() noexcept {
 Result<std::size_t> PowerOfTwo::choose_from_nodes(const MemberSnapshot& members,
                                                   const PickOptions& options) {
     (void)options;
-    const std::size_t size = members.nodes.size();
-    if (size == 0) return empty_members_error(counts_.balancer());
-    const auto* counts = counts_.counts(members);
-    if (!counts) return detail::table_build_error(counts_.balancer());
-    std::size_t chosen = 0;
-    if (size > 1) {
+    return pick_counted(members, [this](const detail::ConnectionCounts::Counts& counts, const detail::InFlightCount::Pick& pick) -> std::size_t {
+        const std::size_t size = counts.size();
+        if (size == 1) return 0;
         const std::uint64_t bits = draw();
         const std::size_t a = scale(bits & 0xffffffff, size);
         std::size_t b = scale(bits >> 32, size - 1);
         if (b >= a) ++b;  // b is uniform over the members other than a
-        chosen = (*counts)[a].estimate() <= (*counts)[b].estimate() ? a : b;
-    }
-    (*counts)[chosen].acquire();
-    return chosen;
+        return counts[a].estimate(pick) <= counts[b].estimate(pick) ? a : b;
+    });
 }
-
-void PowerOfTwo::on_node_change(NodeChange change, std::span<const std::string> nodes) {
-    if (change == NodeChange::left) counts_.reset(nodes);
-}
-
-void PowerOfTwo::release_node(std::string_view node) { counts_.release(node); }
 
 }  // namespace rpclb::plugins
 

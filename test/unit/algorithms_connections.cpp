@@ -3,6 +3,7 @@
 
 #include <rpclb/algorithm_state.hpp>
 #include <rpclb/detail/thread_slot.hpp>
+#include <rpclb/detail/view_clock.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include <boost/json/parse.hpp>
@@ -278,33 +279,108 @@ BOOST_AUTO_TEST_CASE(shares_counts_with_least_connections_on_same_balancer) {
     BOOST_TEST(pick(*least, ab) == "a");
 }
 
-BOOST_AUTO_TEST_CASE(pick_sees_other_threads_calls_within_refresh_bound) {
-    // A pick reads other threads' calls as its thread last summed them, refreshed every
-    // refresh_every reads of a count (the picking thread's own calls are always current).
-    constexpr int refresh_every = static_cast<int>(rpclb::detail::InFlightCount::refresh_every);
+BOOST_AUTO_TEST_SUITE_END()
+
+// How fresh a pick's view of other threads' calls is (InFlightCount::estimate), for both
+// counting algorithms, with the view clock injected: the clock says how fast this thread
+// picks.
+BOOST_AUTO_TEST_SUITE(view_of_other_threads)
+
+constexpr int longest_period = static_cast<int>(rpclb::detail::InFlightCount::longest_period);
+
+// Puts a test clock in place of the time-stamp counter for one test case.
+struct ClockGuard {
+    explicit ClockGuard(rpclb::detail::ViewClock clock) { rpclb::detail::set_view_clock(clock); }
+    ~ClockGuard() { rpclb::detail::set_view_clock(nullptr); }
+    ClockGuard(const ClockGuard&) = delete;
+    ClockGuard& operator=(const ClockGuard&) = delete;
+};
+
+std::atomic<std::uint64_t> test_ticks{0};
+std::uint64_t frozen_clock() noexcept { return test_ticks.load(); }
+// Every read is a millisecond (at 1 tick per ns) after the one before: a slow picker.
+std::uint64_t slow_clock() noexcept { return test_ticks.fetch_add(1'000'000) + 1'000'000; }
+
+// Another thread puts 100 calls on "a" through `other` (picks over [a] that it keeps).
+void other_thread_loads_a(rpclb::SelectionAlgorithm& other) {
+    std::jthread([&] {
+        for (int i = 0; i < 100; ++i) (void)other.choose_from_nodes(a_only, {});
+    }).join();
+}
+
+// Another thread releases them (as a network thread finishing the calls would).
+void other_thread_releases_a(rpclb::SelectionAlgorithm& other) {
+    std::jthread([&] {
+        for (int i = 0; i < 100; ++i) other.release_node("a");
+    }).join();
+}
+
+// Picks over [a, b] (releasing each) until one is "a"; how many picks came before it.
+int picks_before_a(rpclb::SelectionAlgorithm& algorithm, int limit) {
+    for (int i = 0; i < limit; ++i) {
+        const auto node = pick(algorithm, ab);
+        algorithm.release_node(node);
+        if (node == "a") return i;
+    }
+    return limit;
+}
+
+BOOST_AUTO_TEST_CASE(slow_picker_sees_other_threads_calls_at_once) {
+    const ClockGuard clock(&slow_clock);
+    for (const auto& name : both) {
+        const auto balancer = this_balancer(name);
+        auto algorithm = load(name, balancer, name == "power_of_two" ? R"({"seed": 3})" : "{}");
+        auto other = load("least_connections", balancer);
+        other_thread_loads_a(*other);
+        for (int i = 0; i < 3 * longest_period; ++i) {  // a stays loaded: always b
+            const auto node = pick(*algorithm, ab);
+            BOOST_TEST(node == "b", name);
+            algorithm->release_node(node);
+        }
+        other_thread_releases_a(*other);
+        // Tie at 0: least_connections takes the earliest, power_of_two the first drawn
+        // (a or b at random), so a within a few picks, never a view's worth of picks.
+        const int before = picks_before_a(*algorithm, longest_period);
+        BOOST_TEST(before < (name == "least_connections" ? 1 : 8), name << ": " << before);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(fast_picker_lags_at_most_longest_period_then_catches_up) {
+    const ClockGuard clock(&frozen_clock);
+    for (const auto& name : both) {
+        const auto balancer = this_balancer(name);
+        auto algorithm = load(name, balancer, name == "power_of_two" ? R"({"seed": 5})" : "{}");
+        auto other = load("least_connections", balancer);
+        other_thread_loads_a(*other);
+        // Back to back (no tick between picks): the period grows to its longest.
+        for (int i = 0; i < 2 * longest_period; ++i) algorithm->release_node(pick(*algorithm, ab));
+        other_thread_releases_a(*other);
+        BOOST_TEST(count(balancer, "a").value() == 0);
+        // The view still holds a's 100 calls until this thread's next re-read: some picks
+        // go to b first, never more than one period's worth.
+        const int before = picks_before_a(*algorithm, 2 * longest_period);
+        BOOST_TEST(before >= 1, name << ": " << before);
+        // (power_of_two: once the view is fresh, a tie at 0 goes to the first drawn.)
+        BOOST_TEST(before < longest_period + (name == "power_of_two" ? 8 : 0), name << ": " << before);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(picker_that_slows_down_reads_afresh_after_one_period) {
+    const ClockGuard clock(&frozen_clock);
     const auto balancer = this_balancer();
     auto least = load("least_connections", balancer);
-    auto two = load("power_of_two", balancer, R"({"seed": 11})");
-    std::jthread([&] {
-        for (int i = 0; i < 100; ++i) (void)least->choose_from_nodes(a_only, {});
-    }).join();
-    // This thread's first read of a sums the other threads' parts: 100 calls in flight.
-    BOOST_TEST(pick(*two, ab) == "b");
-    two->release_node("b");
-    // Another thread releases a's calls. This thread sees that only when it next sums the
-    // other parts, refresh_every reads of a after the first.
-    std::jthread([&] {
-        for (int i = 0; i < 100; ++i) least->release_node("a");
-    }).join();
-    BOOST_TEST(count(balancer, "a").value() == 0);
-    int first_a = -1;
-    for (int i = 0; i < refresh_every + 64 && first_a < 0; ++i) {
-        const auto node = pick(*two, ab);
-        two->release_node(node);
-        if (node == "a") first_a = i;
-    }
-    BOOST_TEST(first_a >= refresh_every - 1);  // not before the refresh...
-    BOOST_TEST(first_a < refresh_every + 64);   // ...and a tie at 0 after it (p = 2^-64 to miss)
+    auto other = load("least_connections", balancer);
+    for (int i = 0; i < 2 * longest_period; ++i) least->release_node(pick(*least, ab));  // a burst
+    test_ticks += 1'000'000;  // then a pause; from here every pick is slow
+    rpclb::detail::set_view_clock(&slow_clock);
+    // Finish the burst's period (at most longest_period picks), then every pick re-reads:
+    // loading a shows on the very next pick, and so does releasing it.
+    for (int i = 0; i < longest_period; ++i) least->release_node(pick(*least, ab));
+    other_thread_loads_a(*other);
+    BOOST_TEST(pick(*least, ab) == "b");
+    least->release_node("b");
+    other_thread_releases_a(*other);
+    BOOST_TEST(pick(*least, ab) == "a");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

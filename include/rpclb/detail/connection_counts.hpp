@@ -147,4 +147,55 @@ private:
     std::vector<std::unique_ptr<const Index>> indices_;  // every published index
 };
 
+/// The base of the algorithms that count calls in flight (least_connections and
+/// power_of_two; reference §2.4, §2.5, §10.4): their counts, their `release_node` and
+/// `on_node_change`, and the frame of their picks.
+///
+/// The counts are ConnectionCounts: the balancer's process-wide
+/// `AlgorithmState::in_flight(balancer, node)`, so they survive a restart of the balancer
+/// and every counting algorithm on the same balancer name shares them, as in the seed. Each
+/// count is kept per thread (InFlightTable): a pick adds its call to its own thread's row
+/// with a plain store; a release, from any thread (such as the network thread a call
+/// completes on), takes one call off a row that holds one, so it cancels the pick exactly
+/// and no count goes below zero. A member that leaves (`on_node_change(left, nodes)`) has
+/// its count reset to 0; `joined` changes nothing (an unknown member counts 0). A pick
+/// reads counts with InFlightCount::estimate: the picking thread's own calls as they are
+/// now, other threads' calls as they are now while the thread picks at the pace of real
+/// calls, and a view at most 32 of its reads old while it picks back to back. Choosing and
+/// counting are two steps, so two concurrent picks may choose the same member (as in the
+/// seed).
+///
+/// Thread safety: distinct objects safe; shared objects safe once `init` has bound the
+/// counts. A pick takes no lock and allocates nothing, except that the first pick after a
+/// membership change builds the count table; `release_node` is one hash look-up and one
+/// compare-exchange; `on_node_change` takes AlgorithmState's mutex.
+class CountingAlgorithm : public SelectionAlgorithm {
+public:
+    /// Resets the counts of nodes that left; ignores joins. Never throws.
+    void on_node_change(NodeChange change, std::span<const std::string> nodes) override {
+        if (change == NodeChange::left) counts_.reset(nodes);
+    }
+
+    /// One call fewer in flight on `node`, never below zero; ignores a node never picked.
+    void release_node(std::string_view node) override { counts_.release(node); }
+
+protected:
+    /// The frame of a pick: `service_unavailable` for an empty list (§10.6),
+    /// `internal_server_error` when memory ran out building the count table, else the
+    /// index `choose(counts, pick)` returns, counted as one more call in flight.
+    /// `counts` is index-aligned with `members.nodes` and not empty; `choose` reads a
+    /// count as `counts[i].estimate(pick)`.
+    template <class Choose>
+    Result<std::size_t> pick_counted(const MemberSnapshot& members, Choose&& choose) {
+        if (members.nodes.empty()) return empty_members_error(counts_.balancer());
+        const ConnectionCounts::Counts* counts = counts_.counts(members);
+        if (!counts) return table_build_error(counts_.balancer());
+        const std::size_t chosen = choose(*counts, (*counts)[0].begin_pick());
+        (*counts)[chosen].acquire();
+        return chosen;
+    }
+
+    ConnectionCounts counts_;
+};
+
 }  // namespace rpclb::detail

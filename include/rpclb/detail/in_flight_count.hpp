@@ -2,7 +2,9 @@
 #pragma once
 
 #include <rpclb/detail/thread_slot.hpp>
+#include <rpclb/detail/view_clock.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +33,7 @@ class InFlightCount;
 /// itself (AlgorithmState calls it under its mutex); the counts are safe from any thread.
 class InFlightTable {
 public:
-    InFlightTable() : slots_(thread_slot_count()) {}
+    InFlightTable() : slots_(thread_slot_count()), paces_(std::make_unique<Pace[]>(slots_ + 1)) {}
     InFlightTable(const InFlightTable&) = delete;
     InFlightTable& operator=(const InFlightTable&) = delete;
 
@@ -54,11 +56,20 @@ private:
     };
     static_assert(sizeof(Segment) == per_thread_alignment);
 
+    // How fast one shard's thread picks on this balancer (InFlightCount::begin_pick): the
+    // picks left in its period (low 32 bits) and the period (high 32 bits), and the view
+    // clock when the period began.
+    struct alignas(per_thread_alignment) Pace {
+        std::atomic<std::uint64_t> left_and_period{0};
+        std::atomic<std::uint64_t> began{0};
+    };
+
     // Shards at index ≥ used_ have never been written; raised before a shard's first write,
     // so `release` and `value` need not read the others. Read by every pick, written only
     // when a thread slot first counts on this balancer: its own line.
     alignas(per_thread_alignment) std::atomic<std::uint32_t> used_{0};
     alignas(per_thread_alignment) const std::size_t slots_;  // shards: slots_ + 1
+    const std::unique_ptr<Pace[]> paces_;                    // one per shard
     std::vector<std::unique_ptr<Part[]>> blocks_;
     std::size_t columns_ = 0;
 };
@@ -83,24 +94,42 @@ private:
 /// Two ways to read it. `value` adds up every shard now: exact, but each shard another
 /// thread has written since this thread last read it costs a cache-line transfer, on every
 /// read. `estimate` adds the calling thread's own shard, read now, to the sum of the other
-/// shards as this thread last read them; it re-reads them every `refresh_every` estimates
-/// (per thread, per node). So from one thread, with no other thread picking, `estimate` is
-/// exact (a release from another thread lands on the picking thread's own shard), and with
-/// several picking threads it lags the others' calls by at most `refresh_every` of this
-/// thread's estimates of this count.
+/// shards as this thread last read them (its view), which it re-reads after at most
+/// `period` of its estimates of this count. The period comes from `begin_pick`, which a
+/// pick calls once, and keeps a view's life within `view_budget_ticks` of the view clock
+/// (detail::view_clock_now), about 8 µs. Per thread and balancer it starts at 1; at the end
+/// of each period of picks it doubles (up to `longest_period`) if those picks took less
+/// than half the budget, stays if they took less than the budget, and falls back to 1 if
+/// they took longer. So:
+///
+/// - a thread that picks less often than once per half a budget (≈4 µs) on a balancer
+///   (any thread that waits for its calls: no call between two nodes is that short) keeps
+///   a period of 1 and re-reads the other shards on every estimate, which is then exact;
+/// - a thread picking faster reads through views about one budget old at most, less than
+///   any call lasts, and re-reads them less often the faster it picks (every 32 of its
+///   reads at most);
+/// - when such a thread slows down, up to `longest_period` − 1 more picks may read the old
+///   views before the end of the period shows the slower pace;
+/// - the thread's own calls (and releases of them from any thread: they land on its own
+///   shard) are always current, so from one thread alone `estimate` is exact.
 ///
 /// Costs: `acquire` is a load and a store on the thread's own segment, no locked
 /// instruction. `release` on the thread that picked is one compare-exchange there; on
 /// another thread it writes the picker's segment (one cache-line transfer per call, not per
 /// pick). `value` reads one segment per shard in use (shards are used from the lowest, so
-/// with k threads about k); `estimate` reads the thread's own segments, and the others once
-/// per `refresh_every`.
+/// with k threads about k); `estimate` reads the thread's own segments, and at a re-read
+/// the other shards' segments; `begin_pick` reads and writes the thread's own pace, and
+/// the view clock once per period.
 ///
 /// Thread safety: distinct objects safe; shared objects safe. No lock, no allocation.
 class InFlightCount {
 public:
-    /// Estimates between two reads of the other threads' shards.
-    static constexpr std::uint32_t refresh_every = 32;
+    /// The most estimates between two reads of the other threads' shards.
+    static constexpr std::uint32_t longest_period = 32;
+
+    /// How long a view may live, in view-clock ticks: 16384, about 8 µs at the 2.1 GHz
+    /// time-stamp counter of the bench machine (bench/README.md), 4 µs at 4 GHz.
+    static constexpr std::uint64_t view_budget_ticks = 16384;
 
     InFlightCount() = default;
 
@@ -166,27 +195,60 @@ public:
     /// How many shards of this count's balancer have ever been written (from 0 up).
     std::uint32_t shards_in_use() const noexcept { return used_->load(std::memory_order_acquire); }
 
-    /// Calls in flight as the calling thread sees them (≥ 0 always): its own shard now plus
-    /// the other shards as of its last refresh, at most `refresh_every` estimates ago.
-    std::int64_t estimate() const noexcept {
+    /// What one pick passes to each of its `estimate` calls: the calling thread's slot and
+    /// its period (1 … `longest_period`) on the balancer.
+    struct Pick {
+        std::size_t slot;
+        std::uint64_t period;
+    };
+
+    /// Starts a pick on this count's balancer from the calling thread: advances the
+    /// thread's pace there and returns what to pass to every `estimate` of the pick, on
+    /// this thread only. Any count of the balancer gives the same pace.
+    Pick begin_pick() const noexcept {
         const std::size_t slot = thread_slot();
-        // This thread's view word: the other shards' sum (low 48 bits) and the estimates
-        // left before the next refresh (high 16 bits; 0: refresh now). One writer, this
-        // thread (for the shard of threads without a slot, any of them: then the view is
-        // merely shared), so a plain store.
+        InFlightTable::Pace& pace = paces_[slot];
+        const std::uint64_t word = pace.left_and_period.load(std::memory_order_relaxed);
+        std::uint64_t left = word & 0xffffffff;
+        std::uint64_t period = word >> 32;
+        if (left == 0) {
+            const std::uint64_t now = view_clock_now();
+            const std::uint64_t took = now - pace.began.load(std::memory_order_relaxed);
+            if (period == 0 || took > view_budget_ticks)
+                period = 1;
+            else if (took < view_budget_ticks / 2)
+                period = std::min<std::uint64_t>(2 * period, longest_period);
+            pace.began.store(now, std::memory_order_relaxed);
+            left = period;
+        }
+        // One writer, this thread (for the shard of threads without a slot, any of them:
+        // then the pace is merely shared), so a plain store.
+        pace.left_and_period.store((period << 32) | (left - 1), std::memory_order_relaxed);
+        return {slot, period};
+    }
+
+    /// Calls in flight as the calling thread sees them (≥ 0 always): its own shard now plus
+    /// its view of the other shards, re-read when it is `pick.period` estimates old (at
+    /// once when the period has shrunk below what the view has left; with a period of 1,
+    /// always). `pick` is what this pick's `begin_pick` returned, on this thread.
+    std::int64_t estimate(const Pick& pick) const noexcept {
+        const std::size_t slot = pick.slot;
+        const std::uint64_t period = pick.period;
+        // This thread's view: the other shards' sum (low 40 bits) and the estimates left
+        // before the next re-read (high bits; 0: re-read now). One writer, as for the pace.
         std::atomic<std::uint64_t>& view = block_[slot].views.words[column_];
         const std::uint64_t seen = view.load(std::memory_order_relaxed);
         std::uint64_t others = seen & view_mask;
-        std::uint64_t left = seen >> 48;
-        if (left == 0) {
+        std::uint64_t left = seen >> 40;
+        if (left == 0 || left >= period) {
             others = 0;
             const std::uint32_t used = shards_in_use();
             for (std::size_t s = 0; s < used; ++s)
                 if (s != slot) others += held_on(s);
             others &= view_mask;
-            left = refresh_every;
+            left = period;
         }
-        view.store(((left - 1) << 48) | others, std::memory_order_relaxed);
+        view.store(((left - 1) << 40) | others, std::memory_order_relaxed);
         return static_cast<std::int64_t>(held_on(slot) + others);
     }
 
@@ -210,16 +272,16 @@ public:
 private:
     friend class InFlightTable;
 
-    static constexpr std::uint64_t view_mask = (std::uint64_t{1} << 48) - 1;
+    static constexpr std::uint64_t view_mask = (std::uint64_t{1} << 40) - 1;
 
     struct Seen {
         std::uint64_t acquired = 0;
         std::uint64_t released = 0;
     };
 
-    InFlightCount(InFlightTable::Part* block, std::atomic<std::uint32_t>* used, std::size_t column,
-                  std::size_t slots)
-        : block_(block), used_(used), column_(static_cast<std::uint32_t>(column)),
+    InFlightCount(InFlightTable::Part* block, std::atomic<std::uint32_t>* used, InFlightTable::Pace* paces,
+                  std::size_t column, std::size_t slots)
+        : block_(block), used_(used), paces_(paces), column_(static_cast<std::uint32_t>(column)),
           slots_(static_cast<std::uint32_t>(slots)) {}
 
     std::atomic<std::uint64_t>& acquired_on(std::size_t shard) const noexcept {
@@ -275,6 +337,7 @@ private:
 
     InFlightTable::Part* block_ = nullptr;
     std::atomic<std::uint32_t>* used_ = nullptr;
+    InFlightTable::Pace* paces_ = nullptr;
     std::uint32_t column_ = 0;  // within the block
     std::uint32_t slots_ = 0;   // shards below this have one writer of their acquired counter
 };
@@ -283,7 +346,7 @@ inline InFlightCount InFlightTable::add_column() {
     const std::size_t column = columns_ % block_columns;
     if (column == 0) blocks_.push_back(std::make_unique<Part[]>(slots_ + 1));
     ++columns_;
-    return InFlightCount(blocks_.back().get(), &used_, column, slots_);
+    return InFlightCount(blocks_.back().get(), &used_, paces_.get(), column, slots_);
 }
 
 }  // namespace rpclb::detail
