@@ -10,7 +10,9 @@ void LeastConnections::init(const AlgorithmContext& context, const boost::json::
 Result<std::size_t> LeastConnections::choose_from_nodes(const MemberSnapshot& members,
                                                         const PickOptions& options) {
     (void)options;
-    return pick_counted(members, [](const detail::ConnectionCounts::Counts& counts, const detail::InFlightCount::Pick& pick) {
+    using Counts = detail::ConnectionCounts::Counts;
+    using Pick = detail::InFlightCount::Pick;
+    return pick_counted(members, view_max_age, [](const Counts& counts, const Pick& pick) {
         std::size_t best = 0;
         std::int64_t fewest = counts[0].estimate(pick);
         for (std::size_t i = 1; i < counts.size(); ++i) {

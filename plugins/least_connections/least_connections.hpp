@@ -16,12 +16,12 @@ namespace rpclb::plugins {
 ///
 /// How fresh the counts are (detail::InFlightCount::estimate): the picking thread's own
 /// calls always; other threads' calls as they are now while this thread picks at the pace
-/// of real calls (less than one pick per µs or so), so the least loaded member is the one
+/// of real calls (less often than every 4 µs or so), so the least loaded member is the one
 /// the whole process sees. Only a thread picking back to back (a burst of asynchronous
-/// calls, a benchmark) reads other threads' part through a view up to 32 of its picks old;
-/// its own calls still spread it over the members, and other threads' newest calls are at
-/// most a few µs old at that pace — shorter than any call they made. Reading them afresh
-/// on every such pick would cost a cache-line transfer per pick per thread
+/// calls, a benchmark) reads other threads' part through a view read earlier in the same
+/// period of its picks — at most about 8 µs old, shorter than any call those threads made;
+/// its own calls still spread it over the members. Reading other threads' parts afresh on
+/// every such pick would cost a cache-line transfer per pick per thread
 /// (bench/README.md, `selection`).
 ///
 /// Differences from the seed, on purpose: counts never go below zero and have no slot
@@ -36,6 +36,10 @@ namespace rpclb::plugins {
 /// claims its thread slot, once).
 class LeastConnections final : public detail::CountingAlgorithm {
 public:
+    /// Periods a view of other threads' calls may serve (InFlightCount::begin_pick): 1, so
+    /// only within the period of picks it was read in.
+    static constexpr std::uint64_t view_max_age = 1;
+
     /// Binds the counts to the balancer's name. Takes no options.
     void init(const AlgorithmContext& context, const boost::json::object& options) override;
 

@@ -61,7 +61,9 @@ inline std::uint64_t PowerOfTwo::draw() noexcept {
 Result<std::size_t> PowerOfTwo::choose_from_nodes(const MemberSnapshot& members,
                                                   const PickOptions& options) {
     (void)options;
-    return pick_counted(members, [this](const detail::ConnectionCounts::Counts& counts, const detail::InFlightCount::Pick& pick) -> std::size_t {
+    using Counts = detail::ConnectionCounts::Counts;
+    using Pick = detail::InFlightCount::Pick;
+    return pick_counted(members, view_max_age, [this](const Counts& counts, const Pick& pick) -> std::size_t {
         const std::size_t size = counts.size();
         if (size == 1) return 0;
         const std::uint64_t bits = draw();

@@ -345,7 +345,10 @@ BOOST_AUTO_TEST_CASE(slow_picker_sees_other_threads_calls_at_once) {
     }
 }
 
-BOOST_AUTO_TEST_CASE(fast_picker_lags_at_most_longest_period_then_catches_up) {
+// Periods a view may serve (view_max_age in each plugin's header).
+int view_max_age(const std::string& algorithm) { return algorithm == "power_of_two" ? 32 : 1; }
+
+BOOST_AUTO_TEST_CASE(fast_picker_lags_at_most_its_views_age_then_catches_up) {
     const ClockGuard clock(&frozen_clock);
     for (const auto& name : both) {
         const auto balancer = this_balancer(name);
@@ -356,12 +359,44 @@ BOOST_AUTO_TEST_CASE(fast_picker_lags_at_most_longest_period_then_catches_up) {
         for (int i = 0; i < 2 * longest_period; ++i) algorithm->release_node(pick(*algorithm, ab));
         other_thread_releases_a(*other);
         BOOST_TEST(count(balancer, "a").value() == 0);
-        // The view still holds a's 100 calls until this thread's next re-read: some picks
-        // go to b first, never more than one period's worth.
-        const int before = picks_before_a(*algorithm, 2 * longest_period);
+        // The view still holds a's 100 calls until it is too old to serve: some picks go
+        // to b first, never more than view_max_age periods' worth.
+        const int bound = view_max_age(name) * longest_period;
+        const int before = picks_before_a(*algorithm, 2 * bound);
         BOOST_TEST(before >= 1, name << ": " << before);
         // (power_of_two: once the view is fresh, a tie at 0 goes to the first drawn.)
-        BOOST_TEST(before < longest_period + (name == "power_of_two" ? 8 : 0), name << ": " << before);
+        BOOST_TEST(before < bound + (name == "power_of_two" ? 8 : 0), name << ": " << before);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(views_live_within_the_budget_of_view_clock_ticks) {
+    // least_connections (views serve one period): at a given pace the period settles
+    // where a period's picks take at most view_budget_ticks, so the lag behind another
+    // thread's calls is under one such period.
+    constexpr int budget = static_cast<int>(rpclb::detail::InFlightCount::view_budget_ticks);
+    const ClockGuard clock(&frozen_clock);
+    struct Pace {
+        int ticks_per_pick;
+        int most_picks_behind;
+    };
+    // 1000 ticks a pick: periods of 16 (16,000 ticks ≤ the budget of 16,384); a budget
+    // a pick: periods of 1, so no lag at all.
+    for (const Pace pace : {Pace{1000, 15}, Pace{budget + 1, 0}}) {
+        const auto balancer = this_balancer(std::to_string(pace.ticks_per_pick));
+        auto least = load("least_connections", balancer);
+        auto other = load("least_connections", balancer);
+        auto paced_pick = [&] {
+            test_ticks += pace.ticks_per_pick;
+            const auto node = pick(*least, ab);
+            least->release_node(node);
+            return node;
+        };
+        other_thread_loads_a(*other);
+        for (int i = 0; i < 8 * longest_period; ++i) BOOST_TEST(paced_pick() == "b");
+        other_thread_releases_a(*other);
+        int before = 0;
+        while (before <= longest_period && paced_pick() != "a") ++before;
+        BOOST_TEST(before <= pace.most_picks_behind, pace.ticks_per_pick << " ticks a pick: " << before);
     }
 }
 

@@ -160,10 +160,10 @@ private:
 /// and no count goes below zero. A member that leaves (`on_node_change(left, nodes)`) has
 /// its count reset to 0; `joined` changes nothing (an unknown member counts 0). A pick
 /// reads counts with InFlightCount::estimate: the picking thread's own calls as they are
-/// now, other threads' calls as they are now while the thread picks at the pace of real
-/// calls, and a view at most 32 of its reads old while it picks back to back. Choosing and
-/// counting are two steps, so two concurrent picks may choose the same member (as in the
-/// seed).
+/// now; other threads' calls as they are now while the thread picks at the pace of real
+/// calls, and through a view a few periods old at most while it picks back to back.
+/// Choosing and counting are two steps, so two concurrent picks may choose the same member
+/// (as in the seed).
 ///
 /// Thread safety: distinct objects safe; shared objects safe once `init` has bound the
 /// counts. A pick takes no lock and allocates nothing, except that the first pick after a
@@ -182,15 +182,16 @@ public:
 protected:
     /// The frame of a pick: `service_unavailable` for an empty list (§10.6),
     /// `internal_server_error` when memory ran out building the count table, else the
-    /// index `choose(counts, pick)` returns, counted as one more call in flight.
+    /// index `choose(counts, pick)` returns, counted as one more call in flight. `pick`
+    /// comes from InFlightCount::begin_pick(max_age).
     /// `counts` is index-aligned with `members.nodes` and not empty; `choose` reads a
     /// count as `counts[i].estimate(pick)`.
     template <class Choose>
-    Result<std::size_t> pick_counted(const MemberSnapshot& members, Choose&& choose) {
+    Result<std::size_t> pick_counted(const MemberSnapshot& members, std::uint64_t max_age, Choose&& choose) {
         if (members.nodes.empty()) return empty_members_error(counts_.balancer());
         const ConnectionCounts::Counts* counts = counts_.counts(members);
         if (!counts) return table_build_error(counts_.balancer());
-        const std::size_t chosen = choose(*counts, (*counts)[0].begin_pick());
+        const std::size_t chosen = choose(*counts, (*counts)[0].begin_pick(max_age));
         (*counts)[chosen].acquire();
         return chosen;
     }

@@ -49,7 +49,9 @@ private:
         std::atomic<std::uint64_t> words[2 * block_columns]{};
     };
     // One shard's part of one block. counts.words[2c] and [2c + 1] are column c's calls
-    // acquired and released on this shard; views.words[c] is its view word.
+    // acquired and released on this shard; views.words[c] is the shard's thread's view of
+    // column c (the other shards' sum) and views.words[block_columns + c] the number of
+    // the period that view was read in.
     struct Part {
         Segment counts;
         Segment views;
@@ -57,11 +59,14 @@ private:
     static_assert(sizeof(Segment) == per_thread_alignment);
 
     // How fast one shard's thread picks on this balancer (InFlightCount::begin_pick): the
-    // picks left in its period (low 32 bits) and the period (high 32 bits), and the view
-    // clock when the period began.
+    // picks left in its period (low 32 bits) and the period (high 32 bits), the view clock
+    // when the period began, the period's number and that of the first period of the
+    // current run of fast periods.
     struct alignas(per_thread_alignment) Pace {
         std::atomic<std::uint64_t> left_and_period{0};
         std::atomic<std::uint64_t> began{0};
+        std::atomic<std::uint64_t> number{0};  // of the current period, from 1
+        std::atomic<std::uint64_t> run{0};     // number of the first period of the current run
     };
 
     // Shards at index ≥ used_ have never been written; raised before a shard's first write,
@@ -93,23 +98,27 @@ private:
 ///
 /// Two ways to read it. `value` adds up every shard now: exact, but each shard another
 /// thread has written since this thread last read it costs a cache-line transfer, on every
-/// read. `estimate` adds the calling thread's own shard, read now, to the sum of the other
-/// shards as this thread last read them (its view), which it re-reads after at most
-/// `period` of its estimates of this count. The period comes from `begin_pick`, which a
-/// pick calls once, and keeps a view's life within `view_budget_ticks` of the view clock
-/// (detail::view_clock_now), about 8 µs. Per thread and balancer it starts at 1; at the end
-/// of each period of picks it doubles (up to `longest_period`) if those picks took less
-/// than half the budget, stays if they took less than the budget, and falls back to 1 if
-/// they took longer. So:
+/// read. `estimate` adds the calling thread's own shard, read now, to the other shards as
+/// this thread last read them (its *view*), when that view is recent enough; a pick calls
+/// `begin_pick` once and passes what it returns to each `estimate`.
+///
+/// Recent enough is measured in *periods*: per thread and balancer, runs of consecutive
+/// picks whose length follows the thread's pace on the view clock (detail::view_clock_now).
+/// A period starts at 1 pick; when it ends, the next one is twice as long (up to
+/// `longest_period`) if its picks took less than half of `view_budget_ticks` (about 8 µs),
+/// as long if they took less than the budget, and 1 pick if they took longer, which also
+/// ends the *run* of fast periods. A view serves the picks of the period it was read in
+/// and of the next `max_age` − 1 periods of the same run (`begin_pick(max_age)`); a pick
+/// in a period of 1 pick reads every shard afresh. So:
 ///
 /// - a thread that picks less often than once per half a budget (≈4 µs) on a balancer
-///   (any thread that waits for its calls: no call between two nodes is that short) keeps
-///   a period of 1 and re-reads the other shards on every estimate, which is then exact;
-/// - a thread picking faster reads through views about one budget old at most, less than
-///   any call lasts, and re-reads them less often the faster it picks (every 32 of its
-///   reads at most);
-/// - when such a thread slows down, up to `longest_period` − 1 more picks may read the old
-///   views before the end of the period shows the slower pace;
+///   (any thread that waits for its calls: no call between two nodes is that short) reads
+///   every count afresh: `estimate` is then exact;
+/// - a thread picking faster reads through views at most `max_age` periods old, each
+///   period at most one budget long: with `max_age` 1 (least_connections) about 8 µs,
+///   less than any call lasts; with 32 (power_of_two) at most about 250 µs;
+/// - when such a thread slows down, the rest of its current period (under
+///   `longest_period` picks) may still read the old views before the slower pace shows;
 /// - the thread's own calls (and releases of them from any thread: they land on its own
 ///   shard) are always current, so from one thread alone `estimate` is exact.
 ///
@@ -117,9 +126,10 @@ private:
 /// instruction. `release` on the thread that picked is one compare-exchange there; on
 /// another thread it writes the picker's segment (one cache-line transfer per call, not per
 /// pick). `value` reads one segment per shard in use (shards are used from the lowest, so
-/// with k threads about k); `estimate` reads the thread's own segments, and at a re-read
-/// the other shards' segments; `begin_pick` reads and writes the thread's own pace, and
-/// the view clock once per period.
+/// with k threads about k); `estimate` reads the thread's own segments (its counts and its
+/// view), the other shards' segments when the view is too old, and every shard at a pace of
+/// 1; `begin_pick` reads and writes the thread's own pace, and the view clock once per
+/// period.
 ///
 /// Thread safety: distinct objects safe; shared objects safe. No lock, no allocation.
 class InFlightCount {
@@ -195,60 +205,72 @@ public:
     /// How many shards of this count's balancer have ever been written (from 0 up).
     std::uint32_t shards_in_use() const noexcept { return used_->load(std::memory_order_acquire); }
 
-    /// What one pick passes to each of its `estimate` calls: the calling thread's slot and
-    /// its period (1 … `longest_period`) on the balancer.
+    /// What one pick passes to each of its `estimate` calls (on the same thread): the
+    /// calling thread's slot, its period on the balancer, the number of that period and
+    /// the number of the oldest period whose views the pick may still use.
     struct Pick {
         std::size_t slot;
         std::uint64_t period;
+        std::uint64_t number;
+        std::uint64_t oldest;
     };
 
     /// Starts a pick on this count's balancer from the calling thread: advances the
-    /// thread's pace there and returns what to pass to every `estimate` of the pick, on
-    /// this thread only. Any count of the balancer gives the same pace.
-    Pick begin_pick() const noexcept {
+    /// thread's pace there (any count of the balancer gives the same pace) and returns what
+    /// to pass to every `estimate` of the pick. The pick may use views read up to
+    /// `max_age` periods ago (≥ 1; 1: only in this period), never views older than the
+    /// current run of fast periods.
+    Pick begin_pick(std::uint64_t max_age) const noexcept {
         const std::size_t slot = thread_slot();
         InFlightTable::Pace& pace = paces_[slot];
+        // One writer, this thread (for the shard of threads without a slot, any of them:
+        // then the pace is merely shared), so plain stores.
         const std::uint64_t word = pace.left_and_period.load(std::memory_order_relaxed);
         std::uint64_t left = word & 0xffffffff;
         std::uint64_t period = word >> 32;
+        std::uint64_t number = pace.number.load(std::memory_order_relaxed);
+        std::uint64_t run = pace.run.load(std::memory_order_relaxed);
         if (left == 0) {
             const std::uint64_t now = view_clock_now();
             const std::uint64_t took = now - pace.began.load(std::memory_order_relaxed);
-            if (period == 0 || took > view_budget_ticks)
+            ++number;
+            if (period == 0 || took > view_budget_ticks) {
                 period = 1;
-            else if (took < view_budget_ticks / 2)
+                run = number;  // a slow period: no view read before it counts any more
+                pace.run.store(run, std::memory_order_relaxed);
+            } else if (took < view_budget_ticks / 2) {
                 period = std::min<std::uint64_t>(2 * period, longest_period);
+            }
             pace.began.store(now, std::memory_order_relaxed);
+            pace.number.store(number, std::memory_order_relaxed);
             left = period;
         }
-        // One writer, this thread (for the shard of threads without a slot, any of them:
-        // then the pace is merely shared), so a plain store.
         pace.left_and_period.store((period << 32) | (left - 1), std::memory_order_relaxed);
-        return {slot, period};
+        const std::uint64_t oldest = number >= run + max_age ? number - max_age + 1 : run;
+        return {slot, period, number, oldest};
     }
 
     /// Calls in flight as the calling thread sees them (≥ 0 always): its own shard now plus
-    /// its view of the other shards, re-read when it is `pick.period` estimates old (at
-    /// once when the period has shrunk below what the view has left; with a period of 1,
-    /// always). `pick` is what this pick's `begin_pick` returned, on this thread.
+    /// the other shards, read now when `pick.period` is 1 (the thread picks slowly), else
+    /// through its view, re-read if it was read before period `pick.oldest`. `pick` is
+    /// what this pick's `begin_pick` returned, on this thread.
     std::int64_t estimate(const Pick& pick) const noexcept {
         const std::size_t slot = pick.slot;
-        const std::uint64_t period = pick.period;
-        // This thread's view: the other shards' sum (low 40 bits) and the estimates left
-        // before the next re-read (high bits; 0: re-read now). One writer, as for the pace.
-        std::atomic<std::uint64_t>& view = block_[slot].views.words[column_];
-        const std::uint64_t seen = view.load(std::memory_order_relaxed);
-        std::uint64_t others = seen & view_mask;
-        std::uint64_t left = seen >> 40;
-        if (left == 0 || left >= period) {
+        if (pick.period == 1) return value(shards_in_use());
+        // This thread's view: the other shards' sum and the number of the period it was
+        // read in (0: never). One writer, as for the pace.
+        std::atomic<std::uint64_t>* views = block_[slot].views.words;
+        std::uint64_t others;
+        if (views[InFlightTable::block_columns + column_].load(std::memory_order_relaxed) >= pick.oldest) {
+            others = views[column_].load(std::memory_order_relaxed);
+        } else {
             others = 0;
             const std::uint32_t used = shards_in_use();
             for (std::size_t s = 0; s < used; ++s)
                 if (s != slot) others += held_on(s);
-            others &= view_mask;
-            left = period;
+            views[column_].store(others, std::memory_order_relaxed);
+            views[InFlightTable::block_columns + column_].store(pick.number, std::memory_order_relaxed);
         }
-        view.store(((left - 1) << 40) | others, std::memory_order_relaxed);
         return static_cast<std::int64_t>(held_on(slot) + others);
     }
 
@@ -272,7 +294,6 @@ public:
 private:
     friend class InFlightTable;
 
-    static constexpr std::uint64_t view_mask = (std::uint64_t{1} << 40) - 1;
 
     struct Seen {
         std::uint64_t acquired = 0;
