@@ -134,10 +134,12 @@ private:
 /// Thread safety: distinct objects safe; shared objects safe. No lock, no allocation.
 class InFlightCount {
 public:
-    /// The most estimates between two reads of the other threads' shards.
-    static constexpr std::uint32_t longest_period = 32;
+    /// The most picks in a period: 64. A longer period costs fewer re-reads of the other
+    /// shards (each moves their cache lines) but lets more picks use old views after a
+    /// thread slows down.
+    static constexpr std::uint32_t longest_period = 64;
 
-    /// How long a view may live, in view-clock ticks: 16384, about 8 µs at the 2.1 GHz
+    /// How long a period may last, in view-clock ticks: 16384, about 8 µs at the 2.1 GHz
     /// time-stamp counter of the bench machine (bench/README.md), 4 µs at 4 GHz.
     static constexpr std::uint64_t view_budget_ticks = 16384;
 
