@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace rpclb {
@@ -20,6 +22,26 @@ using detail::thread_rng;
 ErrorMessage empty_members_error(std::string_view balancer) {
     return ErrorMessage{ErrorCode::service_unavailable, "no members registered",
                         boost::json::object{{"load_balancer", balancer}}};
+}
+
+void reject_unknown_options(const boost::json::object& options, std::string_view algorithm,
+                            std::initializer_list<std::string_view> known) {
+    for (const auto& option : options) {
+        const std::string_view key = option.key();
+        if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+        std::string message(algorithm);
+        message.append(": unknown option \"").append(key).append("\" (");
+        if (known.size() == 0) {
+            message.append("takes no options");
+        } else {
+            message.append("known: ");
+            for (auto it = known.begin(); it != known.end(); ++it) {
+                if (it != known.begin()) message.append(", ");
+                message.append(*it);
+            }
+        }
+        throw std::invalid_argument(message.append(")"));
+    }
 }
 
 // The seed's default (reference §1.10): shuffle, then take `count`. A partial

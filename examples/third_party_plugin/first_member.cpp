@@ -9,9 +9,7 @@ namespace acme {
 void FirstMember::init(const rpclb::AlgorithmContext& context, const boost::json::object& options) {
     // init is the only hook allowed to throw, and only std::invalid_argument: its message
     // becomes the reason start_balancer fails, so it names the option.
-    if (!options.empty())
-        throw std::invalid_argument("first_member takes no options, got \"" +
-                                    std::string(options.begin()->key()) + "\"");
+    rpclb::reject_unknown_options(options, "first_member");
     balancer_ = context.balancer;
 }
 

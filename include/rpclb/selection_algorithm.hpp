@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -101,6 +102,13 @@ public:
 
 /// The error every algorithm returns for an empty member list (reference §10.6).
 ErrorMessage empty_members_error(std::string_view balancer);
+
+/// For `init`: throws std::invalid_argument `<algorithm>: unknown option "<key>" (known:
+/// <known, comma-separated>)`, or `(takes no options)`, for the first key of `options` not
+/// in `known`. An option the algorithm doesn't read is most likely misspelt, so the
+/// balancer's start fails with this message rather than running with the default.
+void reject_unknown_options(const boost::json::object& options, std::string_view algorithm,
+                            std::initializer_list<std::string_view> known = {});
 
 /// Identity a plugin exports so the loader can refuse a mismatch before creating
 /// anything. Plain C data so it can be read whatever the C++ ABI of the plugin.

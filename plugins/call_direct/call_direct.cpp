@@ -3,7 +3,7 @@
 namespace rpclb::plugins {
 
 void CallDirect::init(const AlgorithmContext& context, const boost::json::object& options) {
-    (void)options;
+    reject_unknown_options(options, "call_direct");
     balancer_ = context.balancer;
     local_node_ = context.local_node;
 }

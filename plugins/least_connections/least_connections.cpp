@@ -3,7 +3,7 @@
 namespace rpclb::plugins {
 
 void LeastConnections::init(const AlgorithmContext& context, const boost::json::object& options) {
-    (void)options;
+    reject_unknown_options(options, "least_connections");
     counts_.init(context.balancer);
 }
 

@@ -72,14 +72,9 @@ double cpu_of(const NodeReading& reading, std::int64_t now, std::int64_t ttl) no
 }  // namespace
 
 LeastCpuSettings LeastCpuSettings::from_json(const boost::json::object& options) {
-    for (const auto& option : options) {
-        const std::string_view key = option.key();
-        static constexpr std::string_view known[] = {"poll_interval", "poll_startup_jitter",
-                                                     "cpu_cache_ttl", "cpu_threshold",
-                                                     "cpu_sampler_fixed", "test_now_ms", "seed"};
-        if (std::find(std::begin(known), std::end(known), key) == std::end(known))
-            throw std::invalid_argument("least_cpu: unknown option " + std::string(key));
-    }
+    reject_unknown_options(options, "least_cpu",
+                           {"poll_interval", "poll_startup_jitter", "cpu_cache_ttl", "cpu_threshold",
+                            "cpu_sampler_fixed", "test_now_ms", "seed"});
     LeastCpuSettings s;
     s.poll_interval = std::chrono::milliseconds(
         integer_option(options, "poll_interval", s.poll_interval.count(), 1, max_duration_ms));

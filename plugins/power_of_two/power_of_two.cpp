@@ -37,6 +37,7 @@ std::size_t scale(std::uint64_t bits32, std::size_t range) noexcept {
 }  // namespace
 
 void PowerOfTwo::init(const AlgorithmContext& context, const boost::json::object& options) {
+    reject_unknown_options(options, "power_of_two", {"seed"});
     counts_.init(context.balancer);
     if (const auto* seed = options.if_contains("seed")) {
         if (seed->is_uint64()) {

@@ -15,7 +15,7 @@ using detail::thread_rng;
 }  // namespace
 
 void Random::init(const AlgorithmContext& context, const boost::json::object& options) {
-    (void)options;
+    reject_unknown_options(options, "random");
     balancer_ = context.balancer;
 }
 

@@ -11,6 +11,7 @@
 namespace rpclb::plugins {
 
 void WeightedRoundRobin::init(const AlgorithmContext& context, const boost::json::object& options) {
+    reject_unknown_options(options, "weighted_round_robin", {"weights"});
     balancer_ = context.balancer;
     weights_.clear();
     if (const auto* weights = options.if_contains("weights")) {

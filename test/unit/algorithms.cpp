@@ -4,24 +4,33 @@
 #include <rpclb/detail/thread_slot.hpp>
 #include <rpclb/plugin_registry.hpp>
 
+#include <boost/json/object.hpp>
+
 #include <algorithm>
 #include <array>
 #include <latch>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
 
 // Loads the real plugin through the registry (RPCLB_PLUGIN_PATH), so the tests exercise
 // the built .so and not a copy of its source.
-std::shared_ptr<rpclb::SelectionAlgorithm> load(const std::string& name) {
+// Cursors and counts outlive an instance (AlgorithmState), so each test case works on a
+// balancer of its own, named after it.
+std::string this_balancer() { return boost::unit_test::framework::current_test_case().p_name; }
+
+std::shared_ptr<rpclb::SelectionAlgorithm> load(const std::string& name, const std::string& balancer = this_balancer(),
+                                                const boost::json::object& options = {}) {
     rpclb::PluginRegistry registry;
     auto algorithm = registry.create(name);
     BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
-    (*algorithm)->init({"workers", "me@host", nullptr}, {});
+    (*algorithm)->init({balancer, "me@host", nullptr}, options);
     return *algorithm;
 }
 
@@ -53,6 +62,43 @@ BOOST_AUTO_TEST_CASE(round_robin_fresh_balancer_cycles_in_order) {
     for (int i = 0; i < 6; ++i) picked.push_back(abc.nodes[pick(*algorithm, abc)]);
     const std::vector<std::string> expected{"a@h", "b@h", "c@h", "a@h", "b@h", "c@h"};
     BOOST_TEST(picked == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(round_robin_cursor_outlives_its_instance) {
+    // A balancer restarted with a new instance continues where the last one stopped
+    // (issue: counters outlive a restart of their balancer, as in the seed).
+    auto first = load("round_robin");
+    BOOST_TEST(abc.nodes[pick(*first, abc)] == "a@h");
+    BOOST_TEST(abc.nodes[pick(*first, abc)] == "b@h");
+    first.reset();
+    auto second = load("round_robin");
+    BOOST_TEST(abc.nodes[pick(*second, abc)] == "c@h");
+    auto other_balancer = load("round_robin", this_balancer() + "/other");
+    BOOST_TEST(abc.nodes[pick(*other_balancer, abc)] == "a@h");
+}
+
+BOOST_AUTO_TEST_CASE(algorithms_reject_unknown_options_naming_them) {
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"random", "takes no options"},
+        {"round_robin", "takes no options"},
+        {"least_connections", "takes no options"},
+        {"call_direct", "takes no options"},
+        {"power_of_two", "known: seed"},
+        {"weighted_round_robin", "known: weights"},
+    };
+    for (const auto& [name, known] : cases) {
+        rpclb::PluginRegistry registry;
+        auto algorithm = registry.create(name);
+        BOOST_TEST_REQUIRE(algorithm.has_value());
+        try {
+            (*algorithm)->init({this_balancer(), "me@host", nullptr}, boost::json::object{{"wieght", 3}});
+            BOOST_ERROR(name << " accepted an unknown option");
+        } catch (const std::invalid_argument& e) {
+            const std::string message = e.what();
+            BOOST_TEST(message.find(name + ": unknown option \"wieght\"") == 0, message);
+            BOOST_TEST(message.find(known) != std::string::npos, message);
+        }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(round_robin_single_node_picks_it_every_time) {
@@ -181,7 +227,7 @@ BOOST_AUTO_TEST_CASE(random_same_key_still_picks_at_random) {
 BOOST_AUTO_TEST_CASE(empty_member_list_returns_service_unavailable) {
     for (const std::string name : {"round_robin", "random"}) {
         BOOST_TEST_CONTEXT(name) {
-            auto algorithm = load(name);
+            auto algorithm = load(name, "workers");
             auto index = algorithm->choose_from_nodes(rpclb::MemberSnapshot{}, {});
             BOOST_TEST_REQUIRE(!index.has_value());
             BOOST_TEST((index.error().code == rpclb::ErrorCode::service_unavailable));
