@@ -39,18 +39,23 @@ boost::json::object LoadBalancer::announcement() const {
 const std::vector<std::shared_ptr<Service>>& LoadBalancer::prepare() {
     if (prepared_) return services_;
     const AlgorithmContext context{options_.name, cluster_.name(), &cluster_};
+    // The hook running, for the message: "init", "services()" or "local()".
+    const char* hook = "init";
+    auto failure = [&](const std::string& what) {
+        services_.clear();
+        return std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm + " " +
+                                  hook + " failed" + what);
+    };
     try {
         algorithm_->init(context, options_.algorithm_opts);
+        hook = "services()";
         services_ = algorithm_->services();
+        hook = "local()";
         local_ = algorithm_->local();
     } catch (const std::exception& e) {
-        services_.clear();
-        throw std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm +
-                                 " init failed: " + e.what());
+        throw failure(std::string(": ") + e.what());
     } catch (...) {
-        services_.clear();
-        throw std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm +
-                                 " init failed with an unknown exception");
+        throw failure(" with an unknown exception");
     }
     prepared_ = true;
     return services_;
@@ -184,11 +189,22 @@ Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, c
     try {
         auto picked = algorithm_->choose_nodes(*snapshot, count, options);
         if (!picked) return picked.error();
+        const auto size = snapshot->nodes.size();
+        if (picked->size() > count)
+            return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " picked " +
+                                                        std::to_string(picked->size()) + " nodes, more than the " +
+                                                        std::to_string(count) + " asked for");
+        std::vector<bool> seen(size);
         std::vector<std::string> nodes;
+        nodes.reserve(picked->size());
         for (auto i : *picked) {
-            if (i >= snapshot->nodes.size())
+            if (i >= size)
                 return algorithm_failure(options_.name, "algorithm " + options_.algorithm +
                                                             " picked an index out of range");
+            if (seen[i])
+                return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " picked node " +
+                                                            snapshot->nodes[i] + " twice");
+            seen[i] = true;
             nodes.push_back(snapshot->nodes[i]);
         }
         return nodes;

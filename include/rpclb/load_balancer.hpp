@@ -83,7 +83,18 @@ public:
     /// Errors: the empty-group error of get_members(); an algorithm failure.
     Result<std::string> select_node(const PickOptions& options = {});
 
-    /// Picks up to `count` distinct members, best first (`choose_nodes`).
+    /// Picks up to `count` distinct members, best first, with the algorithm's
+    /// `choose_nodes` (algorithms without one give a uniformly random sample of
+    /// `min(count, members)` distinct members); `options.key` is forwarded (hash_ring walks
+    /// its ring from the key, so the first node is select_node's with the same key).
+    /// Errors: the empty-group error of get_members(); an algorithm's ErrorMessage as is;
+    /// `internal_server_error` with details {"load_balancer": name} when the algorithm
+    /// throws ("algorithm <a> threw: <what>") or breaks the contract: an index out of
+    /// range ("algorithm <a> picked an index out of range"), the same member twice
+    /// ("algorithm <a> picked node <n> twice") or more than `count` ("algorithm <a> picked
+    /// <k> nodes, more than the <count> asked for"). A broken answer is refused whole
+    /// rather than repaired, so a faulty plugin is seen at once instead of quietly
+    /// narrowing fan-outs. Thread-safe; allocates.
     Result<std::vector<std::string>> select_nodes(std::size_t count, const PickOptions& options = {});
 
     /// Tells the algorithm a call routed to `node` has finished.
@@ -110,8 +121,10 @@ public:
     /// hosted balancer's supervisor starts before start(). Runs once: later calls (and
     /// restarts) return the same services without running `init` again, since picks may
     /// run concurrently with a restart and `init` is not safe against them (plugin
-    /// contract). Throws std::runtime_error "balancer <b>: algorithm <a> init failed:
-    /// <what>"; it may then be called again.
+    /// contract). Throws std::runtime_error "balancer <b>: algorithm <a> <hook> failed:
+    /// <what>", where <hook> is the one that threw: `init`, `services()` or `local()`
+    /// (any exception; "... failed with an unknown exception" for one that is not a
+    /// std::exception); it may then be called again.
     const std::vector<std::shared_ptr<Service>>& prepare();
 
     /// Runs prepare() if it hasn't run, starts the services of a routing-only balancer,
