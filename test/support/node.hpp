@@ -67,6 +67,10 @@ inline std::filesystem::path bin_dir() { return detail::env_dir("RPCLB_BIN_DIR",
 /// Directory holding the algorithm plugins: $RPCLB_PLUGIN_PATH or <build>/plugins.
 inline std::filesystem::path plugin_dir() { return detail::env_dir("RPCLB_PLUGIN_PATH", "plugins"); }
 
+/// Directory holding the test plugins (test/plugins/): $RPCLB_TEST_PLUGIN_DIR or
+/// <build>/test_plugins.
+inline std::filesystem::path test_plugin_dir() { return detail::env_dir("RPCLB_TEST_PLUGIN_DIR", "test_plugins"); }
+
 /// How to start one rpclb-node.
 struct NodeSpec {
     /// Node name `short@host`.

@@ -5,6 +5,7 @@
 #define BOOST_TEST_MODULE balancer_supervision
 #include <boost/test/unit_test.hpp>
 
+#include "support/node.hpp"
 #include "support/wait.hpp"
 
 #include <rpclb/algorithm_state.hpp>
@@ -26,11 +27,6 @@ namespace {
 
 // Directory of the test plugins, set by the build (RPCLB_TEST_PLUGIN_DIR), else
 // <build>/test_plugins next to <build>/test.
-std::filesystem::path test_plugin_dir() {
-    if (const char* dir = std::getenv("RPCLB_TEST_PLUGIN_DIR"); dir && *dir) return dir;
-    return std::filesystem::canonical("/proc/self/exe").parent_path().parent_path() / "test_plugins";
-}
-
 rpclb::ClusterOptions node_options(std::string name, bool client = false) {
     rpclb::ClusterOptions o;
     o.name = std::move(name);
@@ -38,7 +34,7 @@ rpclb::ClusterOptions node_options(std::string name, bool client = false) {
     o.cookie = "balancer-supervision-cookie";
     o.reconnect_interval = 100ms;
     o.client = client;
-    o.plugin_path = {test_plugin_dir()};
+    o.plugin_path = {rpclb::test::test_plugin_dir()};
     return o;
 }
 

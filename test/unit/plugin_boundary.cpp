@@ -32,18 +32,13 @@ namespace {
 
 // Directory of the test plugins, set by the build (RPCLB_TEST_PLUGIN_DIR), else
 // <build>/test_plugins next to <build>/test.
-std::filesystem::path test_plugin_dir() {
-    if (const char* dir = std::getenv("RPCLB_TEST_PLUGIN_DIR"); dir && *dir) return dir;
-    return std::filesystem::canonical("/proc/self/exe").parent_path().parent_path() / "test_plugins";
-}
-
 rpclb::ClusterOptions node_options(std::string name) {
     rpclb::ClusterOptions o;
     o.name = std::move(name);
     o.listen = "127.0.0.1:0";
     o.cookie = "plugin-boundary-cookie";
     o.reconnect_interval = 100ms;
-    o.plugin_path = {test_plugin_dir(), rpclb::test::plugin_dir()};
+    o.plugin_path = {rpclb::test::test_plugin_dir(), rpclb::test::plugin_dir()};
     return o;
 }
 
