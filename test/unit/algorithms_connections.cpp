@@ -400,22 +400,49 @@ BOOST_AUTO_TEST_CASE(views_live_within_the_budget_of_view_clock_ticks) {
     }
 }
 
-BOOST_AUTO_TEST_CASE(picker_that_slows_down_reads_afresh_after_one_period) {
+BOOST_AUTO_TEST_CASE(picks_after_a_pause_read_afresh_within_clock_every_picks) {
+    // A burst leaves the thread in a long period; after a pause longer than the budget, at
+    // most clock_every − 1 picks may still use that period's views (the clock is read every
+    // clock_every picks), however many picks the period had left.
+    constexpr std::uint64_t pause = rpclb::detail::InFlightCount::view_budget_ticks + 1;
+    constexpr int clock_every = static_cast<int>(rpclb::detail::InFlightCount::clock_every);
     const ClockGuard clock(&frozen_clock);
-    const auto balancer = this_balancer();
-    auto least = load("least_connections", balancer);
-    auto other = load("least_connections", balancer);
-    for (int i = 0; i < 2 * longest_period; ++i) least->release_node(pick(*least, ab));  // a burst
-    test_ticks += 1'000'000;  // then a pause; from here every pick is slow
-    rpclb::detail::set_view_clock(&slow_clock);
-    // Finish the burst's period (at most longest_period picks), then every pick re-reads:
-    // loading a shows on the very next pick, and so does releasing it.
-    for (int i = 0; i < longest_period; ++i) least->release_node(pick(*least, ab));
-    other_thread_loads_a(*other);
-    BOOST_TEST(pick(*least, ab) == "b");
-    least->release_node("b");
-    other_thread_releases_a(*other);
-    BOOST_TEST(pick(*least, ab) == "a");
+    for (const auto& name : both) {
+        const auto balancer = this_balancer(name);
+        auto algorithm = load(name, balancer, name == "power_of_two" ? R"({"seed": 7})" : "{}");
+        auto other = load("least_connections", balancer);
+        // 70 picks back to back: the last period (64 picks) began at pick 64, so 57 of its
+        // picks are left.
+        for (int i = 0; i < 70; ++i) algorithm->release_node(pick(*algorithm, ab));
+        other_thread_loads_a(*other);
+        // From here one pick per pause. a's 100 calls may go unseen for fewer than
+        // clock_every picks, then show on every pick.
+        int stale = 0;
+        for (int i = 0; i < 40; ++i) {
+            test_ticks += pause;
+            const auto node = pick(*algorithm, ab);
+            algorithm->release_node(node);
+            if (node == "a") {
+                ++stale;
+                BOOST_TEST(i < clock_every - 1, name << ": pick " << i << " after the pause chose the loaded a");
+            }
+        }
+        BOOST_TEST(stale < clock_every, name << ": " << stale);
+        other_thread_releases_a(*other);
+        test_ticks += pause;
+        // least_connections: a tie at 0 goes to a, the earliest; power_of_two: to the first
+        // drawn, so a within a few picks.
+        const int before = [&] {
+            for (int i = 0; i < 16; ++i) {
+                const auto node = pick(*algorithm, ab);
+                algorithm->release_node(node);
+                if (node == "a") return i;
+                test_ticks += pause;
+            }
+            return 16;
+        }();
+        BOOST_TEST(before < (name == "least_connections" ? 1 : 8), name << ": " << before);
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

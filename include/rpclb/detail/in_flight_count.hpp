@@ -107,7 +107,9 @@ private:
 /// A period starts at 1 pick; when it ends, the next one is twice as long (up to
 /// `longest_period`) if its picks took less than half of `view_budget_ticks` (about 8 µs),
 /// as long if they took less than the budget, and 1 pick if they took longer, which also
-/// ends the *run* of fast periods. A view serves the picks of the period it was read in
+/// ends the *run* of fast periods. A period also ends early, as a slow one, when a pick
+/// finds it has lasted longer than the budget; picks read the clock every `clock_every`
+/// picks of a period to find out. A view serves the picks of the period it was read in
 /// and of the next `max_age` − 1 periods of the same run (`begin_pick(max_age)`); a pick
 /// in a period of 1 pick reads every shard afresh. So:
 ///
@@ -115,10 +117,10 @@ private:
 ///   (any thread that waits for its calls: no call between two nodes is that short) reads
 ///   every count afresh: `estimate` is then exact;
 /// - a thread picking faster reads through views at most `max_age` periods old, each
-///   period at most one budget long: with `max_age` 1 (least_connections) about 8 µs,
-///   less than any call lasts; with 32 (power_of_two) at most about 250 µs;
-/// - when such a thread slows down, the rest of its current period (under
-///   `longest_period` picks) may still read the old views before the slower pace shows;
+///   period about one budget long at most: with `max_age` 1 (least_connections) about
+///   8 µs, less than any call lasts; with 32 (power_of_two) at most about 250 µs;
+/// - when such a thread pauses or slows down, at most `clock_every` − 1 of its picks
+///   (7) may still read views from before, however long the pause;
 /// - the thread's own calls (and releases of them from any thread: they land on its own
 ///   shard) are always current, so from one thread alone `estimate` is exact.
 ///
@@ -135,9 +137,13 @@ private:
 class InFlightCount {
 public:
     /// The most picks in a period: 64. A longer period costs fewer re-reads of the other
-    /// shards (each moves their cache lines) but lets more picks use old views after a
-    /// thread slows down.
+    /// shards (each moves their cache lines).
     static constexpr std::uint32_t longest_period = 64;
+
+    /// A period's picks read the view clock every this many picks (and at its end): 8.
+    /// Reading it (`rdtsc`) costs about 20 ns on the bench machine, as much as the rest of
+    /// a pick, so not every pick reads it.
+    static constexpr std::uint32_t clock_every = 8;
 
     /// How long a period may last, in view-clock ticks: 16384, about 8 µs at the 2.1 GHz
     /// time-stamp counter of the bench machine (bench/README.md), 4 µs at 4 GHz.
@@ -232,9 +238,17 @@ public:
         std::uint64_t period = word >> 32;
         std::uint64_t number = pace.number.load(std::memory_order_relaxed);
         std::uint64_t run = pace.run.load(std::memory_order_relaxed);
-        if (left == 0) {
-            const std::uint64_t now = view_clock_now();
-            const std::uint64_t took = now - pace.began.load(std::memory_order_relaxed);
+        // A period ends when its picks are used up, or when it has lasted longer than the
+        // budget: the clock is read at every `clock_every`-th pick of a period (reading it
+        // costs about as much as the rest of a pick here), so after a pause at most
+        // `clock_every` − 1 picks still use the views from before it.
+        std::uint64_t now = 0;
+        std::uint64_t took = 0;
+        if (left % clock_every == 0) {
+            now = view_clock_now();
+            took = now - pace.began.load(std::memory_order_relaxed);
+        }
+        if (left == 0 || took > view_budget_ticks) {
             ++number;
             if (period == 0 || took > view_budget_ticks) {
                 period = 1;
