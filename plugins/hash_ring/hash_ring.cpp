@@ -241,6 +241,7 @@ HashRing::Entry* HashRing::make_current(const std::vector<std::string>& sorted) 
         if (entry && entry->ring.nodes() == sorted) {
             made_current_at_[i] = changes_;
             current_.store(entry, std::memory_order_seq_cst);
+            free_unread();  // what an earlier eviction had to leave
             return entry;
         }
     }
