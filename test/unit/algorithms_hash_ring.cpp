@@ -5,6 +5,8 @@
 // loaded from the built plugin.
 #include "../../plugins/hash_ring/hash_ring.hpp"
 
+#include <rpclb/cluster.hpp>
+#include <rpclb/groups.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include <boost/json/serialize.hpp>
@@ -524,6 +526,26 @@ BOOST_AUTO_TEST_CASE(notifications_alone_track_member_set) {
     const auto owners = expected_owners(abc, 100);
     for (int i = 0; i < 100; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, abc, key(i)) == owners[i]);
     BOOST_TEST(rings_built(*algorithm) == 2u);
+}
+
+// In a cluster the notification reads the balancer's whole group (with its version), not
+// just the nodes it names: here it names none, and the pick still finds its ring ready.
+BOOST_AUTO_TEST_CASE(notification_in_cluster_builds_ring_of_whole_group) {
+    rpclb::ClusterOptions options;
+    options.name = "ring_group@127.0.0.1";
+    options.listen = "127.0.0.1:0";
+    options.cookie = "hash-ring-cookie";
+    rpclb::Cluster cluster(options);
+    cluster.groups().join("workers");
+    rpclb::PluginRegistry registry;
+    auto algorithm = registry.create("hash_ring").value();
+    algorithm->init({"workers", options.name, &cluster}, {});
+    algorithm->on_node_change(rpclb::NodeChange::joined, std::span<const std::string>());
+    BOOST_TEST_REQUIRE(rings_built(*algorithm) == 1u);
+    const auto group = cluster.groups().members("workers");
+    BOOST_TEST_REQUIRE(group->nodes == std::vector<std::string>{options.name});
+    BOOST_TEST(owner(*algorithm, *group, "user:1") == options.name);
+    BOOST_TEST(rings_built(*algorithm) == 1u);
 }
 
 // Keyed picks on several threads, holding the snapshot before or after a change, while
