@@ -1,178 +1,26 @@
-// The HashRing selection algorithm (consistent hashing) and the ring it reads.
+// The HashRing selection algorithm (consistent hashing) and the rings it keeps.
 #pragma once
 
+#include "consistent_hash_ring.hpp"
+
+#include <rpclb/detail/thread_slot.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
-// Header-only xxHash: the functions are compiled into each user (the plugin, its tests,
-// a benchmark), so nothing has to link libxxhash.
-#ifndef XXH_INLINE_ALL
-#define XXH_INLINE_ALL
-#endif
-#include <xxhash.h>
-
-#include <algorithm>
+#include <array>
 #include <atomic>
-#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
-#include <string_view>
-#include <tuple>
 #include <vector>
 
+namespace rpclb {
+class Cluster;
+}
+
 namespace rpclb::plugins {
-
-/// An immutable consistent-hash ring over a member list (reference §2.6 with §10.3).
-///
-/// Every member gets `weight` virtual nodes; virtual node `i` of member `N` sits at point
-/// `XXH3_64bits("N#i")` (the decimal `i`, 0 ≤ i < weight) in the 64-bit hash space. A key
-/// hashes to `h = XXH3_64bits(key bytes)` and is owned by the member at the first point
-/// ≥ h, wrapping to the lowest point. Points are sorted by (point, member name), so the
-/// owner *name* of every key depends only on the member set, never on list order: every
-/// node of a cluster computes the same owner. Owners are reported as indices into the list
-/// the ring was built from (`nodes()`).
-///
-/// Construction hashes `members × weight` strings and sorts them (about 55 µs for 8
-/// members at weight 128): it allocates and belongs off the pick path. A look-up doesn't
-/// allocate: a bucket index over the top bits of the hash, about one point per bucket,
-/// leads to the answer in one or two comparisons (the result is exactly a binary search's).
-/// Memory: 16 bytes per virtual node plus the names. A benchmark or test can build and
-/// time a ring directly:
-///
-///     ConsistentHashRing ring(std::vector<std::string>{"a@h", "b@h"}, 128);
-///     std::size_t owner = ring.owner_of("user:42");   // index into ring.nodes()
-///
-/// Thread safety: distinct objects safe; shared objects safe (const after construction).
-class ConsistentHashRing {
-public:
-    /// Builds the ring of `nodes` (distinct names, any order, at most 2^32 − 1 of them)
-    /// with `weight` ≥ 1 virtual nodes each. `version` and `source` identify the member
-    /// snapshot the ring stands for (see `matches`). Throws std::bad_alloc.
-    ConsistentHashRing(std::span<const std::string> nodes, std::uint32_t weight,
-                       std::uint64_t version = 0, const MemberSnapshot* source = nullptr)
-        : nodes_(nodes.begin(), nodes.end()), version_(version), source_(source) {
-        struct VirtualNode {
-            std::uint64_t point;
-            std::uint32_t member;
-        };
-        std::vector<VirtualNode> ring;
-        ring.reserve(nodes_.size() * weight);
-        std::string label;
-        for (std::uint32_t member = 0; member < nodes_.size(); ++member) {
-            label.assign(nodes_[member]).push_back('#');
-            const std::size_t prefix = label.size();
-            for (std::uint32_t i = 0; i < weight; ++i) {
-                char digits[16];
-                const auto end = std::to_chars(digits, digits + sizeof digits, i).ptr;
-                label.resize(prefix);
-                label.append(digits, end);
-                ring.push_back({hash(label), member});
-            }
-        }
-        // A tie between two members' points (a 64-bit collision) goes to the smaller name,
-        // so the outcome doesn't depend on the order the members were listed in.
-        std::sort(ring.begin(), ring.end(), [this](const VirtualNode& x, const VirtualNode& y) {
-            return std::forward_as_tuple(x.point, nodes_[x.member], x.member) <
-                   std::forward_as_tuple(y.point, nodes_[y.member], y.member);
-        });
-        points_.reserve(ring.size());
-        owners_.reserve(ring.size());
-        for (const auto& v : ring) {
-            points_.push_back(v.point);
-            owners_.push_back(v.member);
-        }
-        // The bucket index: about one point per bucket, so a look-up reads one bucket and
-        // one or two points instead of binary-searching the whole ring.
-        while ((std::size_t{1} << bucket_bits_) < points_.size() && bucket_bits_ < 32) ++bucket_bits_;
-        buckets_.resize(std::size_t{1} << bucket_bits_);
-        std::size_t at = 0;
-        for (std::size_t b = 0; b < buckets_.size(); ++b) {
-            const std::uint64_t start = bucket_bits_ == 0 ? 0 : std::uint64_t{b} << (64 - bucket_bits_);
-            while (at < points_.size() && points_[at] < start) ++at;
-            buckets_[b] = static_cast<std::uint32_t>(at);
-        }
-    }
-
-    /// The hash of a key or a virtual-node label: XXH3_64bits of its bytes, seed 0.
-    static std::uint64_t hash(std::string_view bytes) noexcept {
-        return XXH3_64bits(bytes.data(), bytes.size());
-    }
-
-    /// Index into `nodes()` of the owner of hash `h`; 0 when the ring is empty.
-    std::size_t owner(std::uint64_t h) const noexcept {
-        if (points_.empty()) return 0;
-        return owners_[first_point_at_or_after(h)];
-    }
-
-    /// Index into `nodes()` of the owner of `key`; 0 when the ring is empty.
-    std::size_t owner_of(std::string_view key) const noexcept { return owner(hash(key)); }
-
-    /// Appends to `out` up to `count` distinct members (indices into `nodes()`), walking
-    /// clockwise from the owner of `h` and wrapping around: `min(count, nodes().size())`
-    /// of them, the first being `owner(h)`. Throws std::bad_alloc.
-    void replicas(std::uint64_t h, std::size_t count, std::vector<std::size_t>& out) const {
-        const std::size_t take = std::min(count, nodes_.size());
-        if (take == 0 || points_.empty()) return;
-        std::vector<bool> taken(nodes_.size());
-        std::size_t found = 0;
-        std::size_t at = first_point_at_or_after(h);
-        // Every member has at least one point, so one lap finds them all.
-        for (std::size_t step = 0; step < points_.size() && found < take; ++step) {
-            const std::uint32_t member = owners_[at];
-            if (!taken[member]) {
-                taken[member] = true;
-                out.push_back(member);
-                ++found;
-            }
-            if (++at == points_.size()) at = 0;
-        }
-    }
-
-    /// True when this ring stands for `members`: the same version and the same list in
-    /// the same order. Cheap when `members` is the snapshot the ring was built from (the
-    /// usual case: a balancer hands the same published snapshot to every pick); otherwise
-    /// the names are compared, without allocating.
-    bool matches(const MemberSnapshot& members) const noexcept {
-        if (members.version != version_ || members.nodes.size() != nodes_.size()) return false;
-        return &members == source_ || members.nodes == nodes_;
-    }
-
-    /// Like `matches`, always comparing the names (for when `members` may be a new
-    /// snapshot at the address of the one the ring was built from).
-    bool same_members(const MemberSnapshot& members) const noexcept {
-        return members.version == version_ && members.nodes == nodes_;
-    }
-
-    /// The members, in the order the ring was built with (owner indices refer to it).
-    const std::vector<std::string>& nodes() const noexcept { return nodes_; }
-
-    /// The version of the snapshot the ring was built from.
-    std::uint64_t version() const noexcept { return version_; }
-
-    /// The number of virtual nodes: members × weight.
-    std::size_t size() const noexcept { return points_.size(); }
-
-private:
-    // The index of the lowest point ≥ h, or 0 (the wrap) when there is none. Equal to
-    // std::lower_bound over points_, started at h's bucket.
-    std::size_t first_point_at_or_after(std::uint64_t h) const noexcept {
-        // Two shifts, so that 0 bucket bits gives bucket 0 without a 64-bit shift.
-        std::size_t at = buckets_[(h >> 1) >> (63 - bucket_bits_)];
-        while (at < points_.size() && points_[at] < h) ++at;
-        return at == points_.size() ? 0 : at;
-    }
-
-    std::vector<std::uint64_t> points_;   // ascending
-    std::vector<std::uint32_t> owners_;   // owners_[i] owns points_[i]
-    std::vector<std::uint32_t> buckets_;  // buckets_[b]: first point in bucket b or later
-    unsigned bucket_bits_ = 0;            // the top bucket_bits_ bits of a hash pick its bucket
-    std::vector<std::string> nodes_;
-    std::uint64_t version_;
-    const MemberSnapshot* source_;        // identity only, never dereferenced
-};
 
 /// Routes each key to the same member for as long as the member set doesn't change
 /// (reference §2.6, with the improvements of §10.2 and §10.3).
@@ -187,28 +35,50 @@ private:
 /// around, and returns `min(count, members)` distinct members whose first is the single
 /// pick's answer; without a key it is a random sample.
 ///
-/// The ring is built on the first keyed pick that sees a member snapshot it doesn't match
-/// (another `version`, or another list under the same version), under a mutex, and then
-/// published through an atomic pointer; every later pick checks the version and reads the
-/// ring without a lock or an allocation. Rings built earlier stay allocated until the
-/// algorithm is destroyed (a picking thread may still be reading one), one per member list
-/// seen; a list seen again reuses its ring.
+/// Rings are keyed by the member *set*: a ring is built over the sorted names, so a set
+/// seen before gets its ring back whatever the snapshot's version or list order.
+///
+/// - Built off the hot path: `on_node_change` builds (or takes back) the ring of the new
+///   set and makes it current. The set is the balancer's group as the cluster reports it
+///   (`AlgorithmContext::cluster`, with its version); without a cluster, the set is
+///   tracked from the notifications, starting from the first snapshot a pick built a ring
+///   for. A keyed pick that finds no ring for its snapshot (before any notification, a
+///   snapshot the notifications haven't caught up with, a direct caller) builds it itself
+///   under a mutex: the exception, which only picks missing a ring wait on.
+/// - Checked on every keyed pick: each kept ring remembers the last snapshot version seen
+///   with exactly its (sorted) list; a pick compares its snapshot's version and size with
+///   the current ring's, then the other kept rings', and otherwise compares names (no
+///   allocation) and records the version on a match. A list in another order (outside
+///   MemberSnapshot's contract) is matched by set on every pick and owners are found in it
+///   by name.
+/// - Bounded memory: the `kept_rings` (4) most recently current rings are kept. A rolling
+///   restart flips between the full set and the set less one node, and picks may still
+///   hold the snapshot before the last change: two rings cover that, four leave room for
+///   two overlapping restarts, at 16 bytes per virtual node each (0.5 MB for 256 members
+///   at weight 128). An evicted ring is freed once no pick is reading it (hazard pointers,
+///   one per thread slot): at the eviction or at a later change. At most one ring per
+///   thread slot can be held back that way; a thread without a slot (more threads than
+///   slots) holds back every evicted ring while it is inside a keyed pick.
+/// - The pick path takes no lock and allocates nothing once its ring exists: atomic loads,
+///   and one store of the thread's hazard pointer before and after reading the ring.
 ///
 /// Differences from the seed, on purpose: the hash is XXH3 of the key's bytes, not Erlang's
 /// `phash2`, so rings don't agree with the Elixir library's; the ring depends on the member
 /// set only (the seed's list order decides collisions); the replica walk wraps around and
 /// always returns `min(count, members)` members (the seed stops at the end of the ring);
-/// `on_node_change` isn't needed because every pick checks the snapshot's version; an empty
-/// member list gives `service_unavailable` "no members registered" (§10.6).
+/// an empty member list gives `service_unavailable` "no members registered" (§10.6).
 ///
-/// Thread safety: distinct objects safe; shared objects safe for concurrent picks once
-/// `init` has returned.
+/// Thread safety: distinct objects safe; shared objects safe for concurrent picks and
+/// `on_node_change` once `init` has returned.
 class HashRing final : public SelectionAlgorithm {
 public:
     static constexpr std::uint32_t default_weight = 128;
     static constexpr std::uint32_t max_weight = 4096;
+    /// How many rings are kept for reuse (see the class comment).
+    static constexpr std::size_t kept_rings = 4;
 
-    HashRing() = default;
+    HashRing();
+    ~HashRing() override;
     HashRing(const HashRing&) = delete;
     HashRing& operator=(const HashRing&) = delete;
 
@@ -226,19 +96,70 @@ public:
                                                   std::size_t count,
                                                   const PickOptions& options) override;
 
+    /// Builds or takes back the ring of the new member set and makes it current. Never
+    /// throws (out of memory, the picks build the ring instead).
+    void on_node_change(NodeChange change, std::span<const std::string> nodes) override;
+
     /// Virtual nodes per member, as configured.
     std::uint32_t weight() const noexcept { return weight_; }
 
+    /// For tests and benchmarks: how many rings this algorithm has built so far (by
+    /// `on_node_change` and by picks). Inline, so a test can call it on the plugin's
+    /// object through a static_cast. Thread safety: safe from any thread.
+    std::uint64_t rings_built() const noexcept { return rings_built_.load(std::memory_order_relaxed); }
+
 private:
-    // The ring for `members`; builds it when the published one doesn't match.
-    const ConsistentHashRing* ring_for(const MemberSnapshot& members);
-    const ConsistentHashRing* rebuild(const MemberSnapshot& members);
+    // A kept ring and the last snapshot version seen with exactly its list, plus one (0:
+    // none yet). The version may change while a pick reads the entry, but only to another
+    // version of the same list (MemberSnapshot: one version, one list).
+    struct Entry {
+        Entry(std::span<const std::string> sorted, std::uint32_t weight) : ring(sorted, weight) {}
+        const ConsistentHashRing ring;
+        mutable std::atomic<std::uint64_t> version_plus_one{0};
+    };
+    // The pointer a thread slot's pick is reading; the entry it names isn't freed.
+    struct alignas(detail::per_thread_alignment) Hazard {
+        std::atomic<const Entry*> entry{nullptr};
+    };
+    class Reader;
+
+    // A kept entry for a snapshot; `in_order` when the snapshot lists the entry's ring's
+    // nodes in the same order (owner indices are then indices into it).
+    struct Found {
+        const Entry* entry;
+        bool in_order;
+    };
+
+    // The entry for `members`, building it when none is kept; entry nullptr when memory ran
+    // out. The entry stays readable while `reader` lives.
+    Found ring_for(Reader& reader, const MemberSnapshot& members) noexcept;
+    // The kept entry for `members`, found without a lock; entry nullptr when there is none.
+    Found find(Reader& reader, const MemberSnapshot& members) noexcept;
+    // Builds (or finds) the entry for `members` under mutex_ and makes it current.
+    Found build_for(Reader& reader, const MemberSnapshot& members) noexcept;
+    // Under mutex_: the kept entry for the sorted set `sorted`, made current, building it
+    // if needed. Throws std::bad_alloc.
+    Entry* make_current(const std::vector<std::string>& sorted);
+    // Under mutex_: frees the evicted entries no pick is reading.
+    void free_unread();
 
     std::string balancer_;
+    Cluster* cluster_ = nullptr;
     std::uint32_t weight_ = default_weight;
-    std::atomic<const ConsistentHashRing*> ring_{nullptr};
-    std::mutex rebuild_mutex_;
-    std::vector<std::unique_ptr<const ConsistentHashRing>> rings_;  // under rebuild_mutex_
+
+    alignas(detail::per_thread_alignment) std::atomic<Entry*> current_{nullptr};
+    std::array<std::atomic<Entry*>, kept_rings> kept_{};  // owned; written under mutex_
+    const std::size_t slot_count_;
+    const std::unique_ptr<Hazard[]> hazards_;
+    alignas(detail::per_thread_alignment) std::atomic<std::size_t> slotless_readers_{0};
+    std::atomic<std::uint64_t> rings_built_{0};
+
+    std::mutex mutex_;  // builds and every write of the kept entries
+    std::array<std::uint64_t, kept_rings> made_current_at_{};  // under mutex_
+    std::uint64_t changes_ = 0;                                // under mutex_
+    std::vector<std::unique_ptr<Entry>> evicted_;              // under mutex_, still read
+    std::vector<std::string> tracked_;  // under mutex_: the set from notifications, sorted
+    bool notified_ = false;             // under mutex_: a notification has come
 };
 
 }  // namespace rpclb::plugins

@@ -5,17 +5,21 @@
 // loaded from the built plugin.
 #include "../../plugins/hash_ring/hash_ring.hpp"
 
+#include <rpclb/cluster.hpp>
+#include <rpclb/groups.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +81,27 @@ rpclb::MemberSnapshot members(std::size_t count, std::uint64_t version) {
 }
 
 std::string key(int i) { return "key-" + std::to_string(i); }
+
+// The algorithm's count of rings built (an inline accessor, so no symbol of the plugin).
+std::uint64_t rings_built(rpclb::SelectionAlgorithm& algorithm) {
+    return static_cast<rpclb::plugins::HashRing&>(algorithm).rings_built();
+}
+
+// The owners of key(0) … key(count − 1) over `snapshot`, from a ring built directly.
+std::vector<std::string> expected_owners(const rpclb::MemberSnapshot& snapshot, int count) {
+    const rpclb::plugins::ConsistentHashRing ring(snapshot.nodes, rpclb::plugins::HashRing::default_weight);
+    std::vector<std::string> owners;
+    for (int i = 0; i < count; ++i) owners.push_back(snapshot.nodes[ring.owner_of(key(i))]);
+    return owners;
+}
+
+// `snapshot` with `node` added, at `version`.
+rpclb::MemberSnapshot with_node(rpclb::MemberSnapshot snapshot, const std::string& node,
+                                std::uint64_t version) {
+    snapshot.nodes.insert(std::lower_bound(snapshot.nodes.begin(), snapshot.nodes.end(), node), node);
+    snapshot.version = version;
+    return snapshot;
+}
 
 const rpclb::MemberSnapshot abcd{{"a@h", "b@h", "c@h", "d@h"}, 1};
 const rpclb::MemberSnapshot abc{{"a@h", "b@h", "c@h"}, 2};
@@ -426,6 +451,150 @@ BOOST_AUTO_TEST_CASE(separate_processes_agree_on_owners) {
     BOOST_TEST(agree == agreement_keys);
     // Not vacuous: the keys are spread over every member.
     BOOST_TEST(std::set<unsigned char>(expected.begin(), expected.end()).size() == 8u);
+}
+
+// A rolling restart: the list flips between two sets, with a new version every time. The
+// ring of a set seen before is reused, so only two rings are ever built.
+BOOST_AUTO_TEST_CASE(member_set_seen_again_reuses_its_ring_whatever_the_version) {
+    auto algorithm = load();
+    auto full = members(256, 1);
+    auto less_one = full;
+    less_one.nodes.erase(less_one.nodes.begin() + 100);
+    const auto full_owners = expected_owners(full, 64);
+    const auto less_one_owners = expected_owners(less_one, 64);
+    for (int change = 0; change < 200; ++change) {
+        auto& snapshot = change % 2 == 0 ? full : less_one;
+        const auto& expected = change % 2 == 0 ? full_owners : less_one_owners;
+        snapshot.version = 100 + static_cast<std::uint64_t>(change);
+        for (int i = 0; i < 64; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, snapshot, key(i)) == expected[i]);
+    }
+    BOOST_TEST(rings_built(*algorithm) == 2u);
+}
+
+// Only the rings of the four sets most recently made current are kept: a fifth set evicts
+// the least recent one, which is built again when it comes back; the others are reused.
+BOOST_AUTO_TEST_CASE(only_four_most_recent_rings_are_kept) {
+    static_assert(rpclb::plugins::HashRing::kept_rings == 4);
+    auto algorithm = load();
+    std::vector<rpclb::MemberSnapshot> sets;
+    for (std::size_t n = 1; n <= 5; ++n) sets.push_back(members(n, n));
+    std::uint64_t version = 10;
+    auto visit = [&](std::size_t which) {
+        sets[which].version = ++version;
+        BOOST_TEST_REQUIRE(owner(*algorithm, sets[which], "k") == expected_owners(sets[which], 1)[0]);
+    };
+    for (std::size_t which = 0; which < 5; ++which) visit(which);
+    BOOST_TEST(rings_built(*algorithm) == 5u);
+    for (std::size_t which : {4u, 3u, 2u, 1u}) visit(which);  // kept
+    BOOST_TEST(rings_built(*algorithm) == 5u);
+    visit(0);  // evicted by the fifth set
+    BOOST_TEST(rings_built(*algorithm) == 6u);
+}
+
+// on_node_change builds the ring of the new set, so the next keyed picks find it ready;
+// a node leaving again brings back the ring of the set before.
+BOOST_AUTO_TEST_CASE(join_notification_builds_ring_before_next_pick) {
+    auto algorithm = load();
+    const auto eight = members(8, 1);
+    BOOST_TEST_REQUIRE(owner(*algorithm, eight, key(0)) == expected_owners(eight, 1)[0]);
+    BOOST_TEST_REQUIRE(rings_built(*algorithm) == 1u);  // the set, learnt from the pick
+
+    const std::vector<std::string> joiner{"new@host"};
+    algorithm->on_node_change(rpclb::NodeChange::joined, joiner);
+    BOOST_TEST(rings_built(*algorithm) == 2u);
+    const auto nine = with_node(eight, "new@host", 2);
+    const auto nine_owners = expected_owners(nine, 1000);
+    for (int i = 0; i < 1000; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, nine, key(i)) == nine_owners[i]);
+    BOOST_TEST(replicas(*algorithm, nine, 3, with_key(key(7))).front() == nine_owners[7]);
+    BOOST_TEST(rings_built(*algorithm) == 2u);  // the picks built nothing
+
+    algorithm->on_node_change(rpclb::NodeChange::left, joiner);
+    auto eight_again = eight;
+    eight_again.version = 3;
+    const auto eight_owners = expected_owners(eight, 1000);
+    for (int i = 0; i < 1000; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, eight_again, key(i)) == eight_owners[i]);
+    BOOST_TEST(rings_built(*algorithm) == 2u);
+}
+
+// Without any pick first, the notifications alone say what the set is.
+BOOST_AUTO_TEST_CASE(notifications_alone_track_member_set) {
+    auto algorithm = load();
+    const std::vector<std::string> a_b_c_d{"d@h", "b@h", "a@h", "c@h"}, d{"d@h"};
+    algorithm->on_node_change(rpclb::NodeChange::joined, a_b_c_d);
+    algorithm->on_node_change(rpclb::NodeChange::left, d);
+    BOOST_TEST_REQUIRE(rings_built(*algorithm) == 2u);
+    const auto owners = expected_owners(abc, 100);
+    for (int i = 0; i < 100; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, abc, key(i)) == owners[i]);
+    BOOST_TEST(rings_built(*algorithm) == 2u);
+}
+
+// In a cluster the notification reads the balancer's whole group (with its version), not
+// just the nodes it names: here it names none, and the pick still finds its ring ready.
+BOOST_AUTO_TEST_CASE(notification_in_cluster_builds_ring_of_whole_group) {
+    rpclb::ClusterOptions options;
+    options.name = "ring_group@127.0.0.1";
+    options.listen = "127.0.0.1:0";
+    options.cookie = "hash-ring-cookie";
+    rpclb::Cluster cluster(options);
+    cluster.groups().join("workers");
+    rpclb::PluginRegistry registry;
+    auto algorithm = registry.create("hash_ring").value();
+    algorithm->init({"workers", options.name, &cluster}, {});
+    algorithm->on_node_change(rpclb::NodeChange::joined, std::span<const std::string>());
+    BOOST_TEST_REQUIRE(rings_built(*algorithm) == 1u);
+    const auto group = cluster.groups().members("workers");
+    BOOST_TEST_REQUIRE(group->nodes == std::vector<std::string>{options.name});
+    BOOST_TEST(owner(*algorithm, *group, "user:1") == options.name);
+    BOOST_TEST(rings_built(*algorithm) == 1u);
+}
+
+// Keyed picks on several threads, holding the snapshot before or after a change, while
+// another thread sends joins and leaves through five sets (so rings are evicted and freed
+// while picks run): every pick gives the owner for the snapshot it was passed.
+BOOST_AUTO_TEST_CASE(concurrent_picks_during_join_and_leave_notifications_stay_correct) {
+    auto algorithm = load();
+    const auto eight = members(8, 60);
+    const auto nine = members(9, 61);  // eight plus node8@host
+    const auto eight_owners = expected_owners(eight, 128);
+    const auto nine_owners = expected_owners(nine, 128);
+    BOOST_TEST_REQUIRE(owner(*algorithm, eight, key(0)) == eight_owners[0]);
+    std::atomic<int> wrong{0};
+    std::atomic<bool> done{false};
+    std::atomic<int> notifications{0};
+    {
+        std::jthread control([&] {
+            // 8 → 9 → 10 → 11 → 12 members and back.
+            std::vector<std::string> extra;
+            for (int n = 8; n < 12; ++n) extra.push_back("node" + std::to_string(n) + "@host");
+            do {  // at least one cycle, however fast the picks are
+                for (const auto& node : extra)
+                    algorithm->on_node_change(rpclb::NodeChange::joined, std::span(&node, 1));
+                for (auto it = extra.rbegin(); it != extra.rend(); ++it)
+                    algorithm->on_node_change(rpclb::NodeChange::left, std::span(&*it, 1));
+                notifications += 8;
+            } while (!done.load());
+        });
+        {
+            std::vector<std::jthread> workers;
+            for (int t = 0; t < 4; ++t)
+                workers.emplace_back([&, t] {
+                    for (int round = 0; round < 300; ++round) {
+                        const bool use_nine = (round + t) % 2 == 1;
+                        const auto& snapshot = use_nine ? nine : eight;
+                        const auto& expected = use_nine ? nine_owners : eight_owners;
+                        for (int i = 0; i < 128; ++i) {
+                            auto index = algorithm->choose_from_nodes(snapshot, with_key(key(i)));
+                            if (!index || *index >= snapshot.nodes.size() ||
+                                snapshot.nodes[*index] != expected[i])
+                                ++wrong;
+                        }
+                    }
+                });
+        }
+        done = true;
+    }
+    BOOST_TEST(wrong.load() == 0);
+    BOOST_TEST(notifications.load() > 0);
 }
 
 // Picks on several threads while the membership flips between two versions (the ring is
