@@ -72,6 +72,7 @@ HashRing::~HashRing() {
 }
 
 void HashRing::init(const AlgorithmContext& context, const boost::json::object& options) {
+    reject_unknown_options(options, "hash_ring", {"weight"});
     weight_ = parse_weight(options);
     balancer_ = context.balancer;
     cluster_ = context.cluster;

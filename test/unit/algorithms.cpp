@@ -85,6 +85,8 @@ BOOST_AUTO_TEST_CASE(algorithms_reject_unknown_options_naming_them) {
         {"call_direct", "takes no options"},
         {"power_of_two", "known: seed"},
         {"weighted_round_robin", "known: weights"},
+        {"hash_ring", "known: weight"},
+        {"least_cpu", "known: poll_interval"},
     };
     for (const auto& [name, known] : cases) {
         rpclb::PluginRegistry registry;
