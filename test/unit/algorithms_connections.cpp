@@ -528,6 +528,26 @@ BOOST_AUTO_TEST_CASE(pick_empty_member_list_returns_service_unavailable) {
     }
 }
 
+// Reads clamp each thread's part at zero, so a part driven below zero (a release that
+// should have been dropped) would hide behind a 0. This makes it show: `threads` threads
+// alive at once (so they take the slots the test's threads had, with their parts) and this
+// thread each count one call on `node`, which must then read exactly threads + 1.
+void expect_no_hidden_debt(const std::string& balancer, std::string_view node, int threads) {
+    const auto in_flight = count(balancer, node);
+    std::latch all_alive(threads);
+    {
+        std::vector<std::jthread> holders;
+        for (int t = 0; t < threads; ++t)
+            holders.emplace_back([&] {
+                all_alive.arrive_and_wait();
+                in_flight.acquire();
+            });
+    }
+    in_flight.acquire();
+    BOOST_TEST(in_flight.value() == threads + 1, node);
+    in_flight.reset();
+}
+
 BOOST_AUTO_TEST_CASE(concurrent_picks_and_releases_during_membership_changes_stay_non_negative) {
     // Two threads pick and release (keeping a few calls in flight each) while a third
     // switches the member list and reports the nodes that left; a fourth watches that no
@@ -592,6 +612,7 @@ BOOST_AUTO_TEST_CASE(concurrent_picks_and_releases_during_membership_changes_sta
             BOOST_TEST(!negative.load());
             BOOST_TEST(changes.load() >= 200);
             for (const auto& node : everyone) BOOST_TEST(count(balancer, node).value() == 0, node);
+            for (const auto& node : everyone) expect_no_hidden_debt(balancer, node, 8);
         }
     }
 }
@@ -674,6 +695,7 @@ BOOST_AUTO_TEST_CASE(concurrent_releases_on_other_threads_cancel_picks_exactly) 
             BOOST_TEST(released.load() == 100'000);
             BOOST_TEST(!negative.load());
             for (const auto& node : everyone) BOOST_TEST(count(balancer, node).value() == 0, node);
+            for (const auto& node : everyone) expect_no_hidden_debt(balancer, node, 8);
         }
     }
 }
@@ -710,6 +732,7 @@ BOOST_AUTO_TEST_CASE(concurrent_surplus_releases_never_push_count_below_zero) {
     }
     BOOST_TEST(!negative.load());
     BOOST_TEST(count(balancer, "a").value() == 0);
+    expect_no_hidden_debt(balancer, "a", 4);
 }
 
 BOOST_AUTO_TEST_CASE(counts_from_more_threads_than_slots_stay_exact) {
