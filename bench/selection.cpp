@@ -364,9 +364,8 @@ void report_hash_ring(rpclb::PluginRegistry& registry) {
         return;
     }
     // Each change replaces the last member by one never seen before (and bumps the
-    // version), so the next keyed pick must build a new ring: the plugin keeps every ring
-    // it built and reuses one for a list it has seen, so alternating two lists would only
-    // time the first two builds.
+    // version), so the change must build new rings: the plugin reuses a ring for a member
+    // set it still keeps, so alternating two lists would only time the first two builds.
     rpclb::MemberSnapshot current = make_members(ring_members, 9000);
     rpclb::PickOptions options;
     options.key = keys[0];
@@ -375,7 +374,7 @@ void report_hash_ring(rpclb::PluginRegistry& registry) {
         return;
     }
     constexpr int builds = 40;
-    std::vector<rpclb::MemberSnapshot> snapshots;  // a ring remembers its snapshot's address
+    std::vector<rpclb::MemberSnapshot> snapshots;
     snapshots.reserve(builds);
     std::vector<double> build_us, build_cpu_us;
     for (int i = 0; i < builds; ++i) {
