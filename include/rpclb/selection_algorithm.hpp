@@ -57,8 +57,8 @@ enum class NodeChange { joined, left };
 /// `on_node_change`; they must not block, lock a lock shared between threads, allocate
 /// or log. Hooks other than `init` must not throw; rpclb catches what escapes anyway: a
 /// pick fails with `internal_server_error`, an exception from `on_node_change` or
-/// `release_node` is logged, one from `init`, `services` or a service's `start` fails
-/// the balancer's start with its message.
+/// `release_node` is logged, one from `init`, `services`, `local` (asked once, at start)
+/// or a service's `start` fails the balancer's start with a message naming the hook.
 class BOOST_SYMBOL_VISIBLE SelectionAlgorithm {
 public:
     virtual ~SelectionAlgorithm() = default;
@@ -92,7 +92,8 @@ public:
     virtual void release_node(std::string_view node) { (void)node; }
 
     /// True when load-balanced calls should run on the calling node without selection
-    /// (the seed's CallDirect `local?`).
+    /// (the seed's CallDirect `local?`). Asked once, when the balancer starts; the answer
+    /// holds for the balancer's life.
     virtual bool local() const { return false; }
 
     /// Services the algorithm wants started before its balancer joins and stopped after
