@@ -71,6 +71,19 @@ inline std::filesystem::path plugin_dir() { return detail::env_dir("RPCLB_PLUGIN
 /// <build>/test_plugins.
 inline std::filesystem::path test_plugin_dir() { return detail::env_dir("RPCLB_TEST_PLUGIN_DIR", "test_plugins"); }
 
+/// Options of balancer `name` running `algorithm` with `algorithm_opts`, with a drain
+/// timeout short enough for tests.
+inline rpclb::LoadBalancerOptions balancer_options(std::string name, std::string algorithm,
+                                                   boost::json::object algorithm_opts = {},
+                                                   std::chrono::milliseconds drain_timeout = std::chrono::seconds(2)) {
+    rpclb::LoadBalancerOptions o;
+    o.name = std::move(name);
+    o.algorithm = std::move(algorithm);
+    o.algorithm_opts = std::move(algorithm_opts);
+    o.drain_timeout = drain_timeout;
+    return o;
+}
+
 /// How to start one rpclb-node.
 struct NodeSpec {
     /// Node name `short@host`.

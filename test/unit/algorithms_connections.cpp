@@ -325,12 +325,29 @@ int picks_before_a(rpclb::SelectionAlgorithm& algorithm, int limit) {
     return limit;
 }
 
+// One test's pickers on its own balancer: `algorithm` (power_of_two seeded with `seed`)
+// and `other`, a least_connections instance another thread loads and releases through.
+struct Pickers {
+    std::shared_ptr<rpclb::SelectionAlgorithm> algorithm;
+    std::shared_ptr<rpclb::SelectionAlgorithm> other;
+};
+
+Pickers pickers(const std::string& name, int seed) {
+    const auto balancer = this_balancer(name);
+    const std::string options = name == "power_of_two" ? R"({"seed": )" + std::to_string(seed) + "}" : "{}";
+    return {load(name, balancer, options), load("least_connections", balancer)};
+}
+
+// Once a's calls are released: least_connections takes a at once (a tie at 0 goes to the
+// earliest); power_of_two takes the first drawn, so a within a few picks.
+void expect_a_soon(const std::string& name, int picks_before_a) {
+    BOOST_TEST(picks_before_a < (name == "least_connections" ? 1 : 8), name << ": " << picks_before_a);
+}
+
 BOOST_AUTO_TEST_CASE(slow_picker_sees_other_threads_calls_at_once) {
     const ClockGuard clock(&slow_clock);
     for (const auto& name : both) {
-        const auto balancer = this_balancer(name);
-        auto algorithm = load(name, balancer, name == "power_of_two" ? R"({"seed": 3})" : "{}");
-        auto other = load("least_connections", balancer);
+        auto [algorithm, other] = pickers(name, 3);
         other_thread_loads_a(*other);
         for (int i = 0; i < 3 * longest_period; ++i) {  // a stays loaded: always b
             const auto node = pick(*algorithm, ab);
@@ -338,10 +355,7 @@ BOOST_AUTO_TEST_CASE(slow_picker_sees_other_threads_calls_at_once) {
             algorithm->release_node(node);
         }
         other_thread_releases_a(*other);
-        // Tie at 0: least_connections takes the earliest, power_of_two the first drawn
-        // (a or b at random), so a within a few picks, never a view's worth of picks.
-        const int before = picks_before_a(*algorithm, longest_period);
-        BOOST_TEST(before < (name == "least_connections" ? 1 : 8), name << ": " << before);
+        expect_a_soon(name, picks_before_a(*algorithm, longest_period));
     }
 }
 
@@ -351,14 +365,12 @@ int view_max_age(const std::string& algorithm) { return algorithm == "power_of_t
 BOOST_AUTO_TEST_CASE(fast_picker_lags_at_most_its_views_age_then_catches_up) {
     const ClockGuard clock(&frozen_clock);
     for (const auto& name : both) {
-        const auto balancer = this_balancer(name);
-        auto algorithm = load(name, balancer, name == "power_of_two" ? R"({"seed": 5})" : "{}");
-        auto other = load("least_connections", balancer);
+        auto [algorithm, other] = pickers(name, 5);
         other_thread_loads_a(*other);
         // Back to back (no tick between picks): the period grows to its longest.
         for (int i = 0; i < 2 * longest_period; ++i) algorithm->release_node(pick(*algorithm, ab));
         other_thread_releases_a(*other);
-        BOOST_TEST(count(balancer, "a").value() == 0);
+        BOOST_TEST(count(this_balancer(name), "a").value() == 0);
         // The view still holds a's 100 calls until it is too old to serve: some picks go
         // to b first, never more than view_max_age periods' worth.
         const int bound = view_max_age(name) * longest_period;
@@ -408,9 +420,7 @@ BOOST_AUTO_TEST_CASE(picks_after_a_pause_read_afresh_within_clock_every_picks) {
     constexpr int clock_every = static_cast<int>(rpclb::detail::InFlightCount::clock_every);
     const ClockGuard clock(&frozen_clock);
     for (const auto& name : both) {
-        const auto balancer = this_balancer(name);
-        auto algorithm = load(name, balancer, name == "power_of_two" ? R"({"seed": 7})" : "{}");
-        auto other = load("least_connections", balancer);
+        auto [algorithm, other] = pickers(name, 7);
         // 70 picks back to back: the last period (64 picks) began at pick 64, so 57 of its
         // picks are left.
         for (int i = 0; i < 70; ++i) algorithm->release_node(pick(*algorithm, ab));
@@ -430,9 +440,7 @@ BOOST_AUTO_TEST_CASE(picks_after_a_pause_read_afresh_within_clock_every_picks) {
         BOOST_TEST(stale < clock_every, name << ": " << stale);
         other_thread_releases_a(*other);
         test_ticks += pause;
-        // least_connections: a tie at 0 goes to a, the earliest; power_of_two: to the first
-        // drawn, so a within a few picks.
-        const int before = [&] {
+        expect_a_soon(name, [&] {
             for (int i = 0; i < 16; ++i) {
                 const auto node = pick(*algorithm, ab);
                 algorithm->release_node(node);
@@ -440,8 +448,7 @@ BOOST_AUTO_TEST_CASE(picks_after_a_pause_read_afresh_within_clock_every_picks) {
                 test_ticks += pause;
             }
             return 16;
-        }();
-        BOOST_TEST(before < (name == "least_connections" ? 1 : 8), name << ": " << before);
+        }());
     }
 }
 

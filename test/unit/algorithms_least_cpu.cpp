@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "../../plugins/least_cpu/cpu_times.hpp"
+#include "support/node.hpp"
 #include "support/wait.hpp"
 
 #include <rpclb/algorithm_state.hpp>
@@ -94,12 +95,7 @@ rpclb::ClusterOptions cluster_options(std::string name) {
 }
 
 rpclb::LoadBalancerOptions least_cpu_balancer(std::string name, boost::json::object options) {
-    rpclb::LoadBalancerOptions o;
-    o.name = std::move(name);
-    o.algorithm = "least_cpu";
-    o.algorithm_opts = std::move(options);
-    o.drain_timeout = 1s;
-    return o;
+    return rpclb::test::balancer_options(std::move(name), "least_cpu", std::move(options), std::chrono::seconds(1));
 }
 
 std::string address(const rpclb::Cluster& c) {

@@ -41,12 +41,7 @@ rpclb::ClusterOptions node_options(std::string name, bool client = false) {
 std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_string(c.listen_endpoint()->port()); }
 
 rpclb::LoadBalancerOptions probe_balancer(std::string name, boost::json::object algorithm_opts = {}) {
-    rpclb::LoadBalancerOptions o;
-    o.name = std::move(name);
-    o.algorithm = "supervised_probe";
-    o.algorithm_opts = std::move(algorithm_opts);
-    o.drain_timeout = 2s;
-    return o;
+    return rpclb::test::balancer_options(std::move(name), "supervised_probe", std::move(algorithm_opts));
 }
 
 // A count the probe of `balancer` on `node` keeps (see supervised_probe.cpp). Counters

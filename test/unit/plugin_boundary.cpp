@@ -129,12 +129,7 @@ struct Pair {
 };
 
 rpclb::LoadBalancerOptions misbehaving(std::string name, boost::json::object algorithm_opts) {
-    rpclb::LoadBalancerOptions o;
-    o.name = std::move(name);
-    o.algorithm = "misbehaving_hooks";
-    o.algorithm_opts = std::move(algorithm_opts);
-    o.drain_timeout = 2s;
-    return o;
+    return rpclb::test::balancer_options(std::move(name), "misbehaving_hooks", std::move(algorithm_opts));
 }
 
 rpclb::LoadBalancerOptions throwing_in(const std::string& hook, const std::string& what) {
