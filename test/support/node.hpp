@@ -71,6 +71,20 @@ inline std::filesystem::path plugin_dir() { return detail::env_dir("RPCLB_PLUGIN
 /// <build>/test_plugins.
 inline std::filesystem::path test_plugin_dir() { return detail::env_dir("RPCLB_TEST_PLUGIN_DIR", "test_plugins"); }
 
+/// Options of an in-process node for tests: `name`, an ephemeral port on 127.0.0.1,
+/// test_cookie, reconnects every 100 ms, `seeds`, and the algorithm plugins on the plugin
+/// path. Callers change what their test needs (client, more plugin directories).
+inline rpclb::ClusterOptions in_process_node_options(std::string name, std::vector<std::string> seeds = {}) {
+    rpclb::ClusterOptions o;
+    o.name = std::move(name);
+    o.listen = "127.0.0.1:0";
+    o.cookie = test_cookie;
+    o.seeds = std::move(seeds);
+    o.reconnect_interval = std::chrono::milliseconds(100);
+    o.plugin_path = {plugin_dir()};
+    return o;
+}
+
 /// Options of balancer `name` running `algorithm` with `algorithm_opts`, with a drain
 /// timeout short enough for tests.
 inline rpclb::LoadBalancerOptions balancer_options(std::string name, std::string algorithm,

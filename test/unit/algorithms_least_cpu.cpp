@@ -84,15 +84,7 @@ std::map<std::string, int> tally(rpclb::SelectionAlgorithm& algorithm,
     return counts;
 }
 
-rpclb::ClusterOptions cluster_options(std::string name) {
-    rpclb::ClusterOptions o;
-    o.name = std::move(name);
-    o.listen = "127.0.0.1:0";
-    o.cookie = "least-cpu-cookie";
-    o.reconnect_interval = 100ms;
-    o.plugin_path = {plugin_dir()};
-    return o;
-}
+rpclb::ClusterOptions cluster_options(std::string name) { return rpclb::test::in_process_node_options(std::move(name)); }
 
 rpclb::LoadBalancerOptions least_cpu_balancer(std::string name, boost::json::object options) {
     return rpclb::test::balancer_options(std::move(name), "least_cpu", std::move(options), std::chrono::seconds(1));

@@ -27,14 +27,7 @@ using Strings = std::vector<std::string>;
 namespace {
 
 rpclb::ClusterOptions node_options(std::string name, std::vector<std::string> seeds = {}) {
-    rpclb::ClusterOptions o;
-    o.name = std::move(name);
-    o.listen = "127.0.0.1:0";
-    o.cookie = "balancer-api-cookie";
-    o.seeds = std::move(seeds);
-    o.reconnect_interval = 100ms;
-    o.plugin_path = {rpclb::test::plugin_dir()};
-    return o;
+    return rpclb::test::in_process_node_options(std::move(name), std::move(seeds));
 }
 
 std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_string(c.listen_endpoint()->port()); }

@@ -28,11 +28,7 @@ namespace {
 // Directory of the test plugins, set by the build (RPCLB_TEST_PLUGIN_DIR), else
 // <build>/test_plugins next to <build>/test.
 rpclb::ClusterOptions node_options(std::string name, bool client = false) {
-    rpclb::ClusterOptions o;
-    o.name = std::move(name);
-    o.listen = "127.0.0.1:0";
-    o.cookie = "balancer-supervision-cookie";
-    o.reconnect_interval = 100ms;
+    auto o = rpclb::test::in_process_node_options(std::move(name));
     o.client = client;
     o.plugin_path = {rpclb::test::test_plugin_dir()};
     return o;

@@ -30,15 +30,9 @@ using Strings = std::vector<std::string>;
 
 namespace {
 
-// Directory of the test plugins, set by the build (RPCLB_TEST_PLUGIN_DIR), else
-// <build>/test_plugins next to <build>/test.
 rpclb::ClusterOptions node_options(std::string name) {
-    rpclb::ClusterOptions o;
-    o.name = std::move(name);
-    o.listen = "127.0.0.1:0";
-    o.cookie = "plugin-boundary-cookie";
-    o.reconnect_interval = 100ms;
-    o.plugin_path = {rpclb::test::test_plugin_dir(), rpclb::test::plugin_dir()};
+    auto o = rpclb::test::in_process_node_options(std::move(name));
+    o.plugin_path.insert(o.plugin_path.begin(), rpclb::test::test_plugin_dir());
     return o;
 }
 

@@ -29,12 +29,8 @@ using rpclb::test::eventually;
 namespace {
 
 rpclb::ClusterOptions options(std::string name, std::vector<std::string> seeds = {}) {
-    rpclb::ClusterOptions o;
-    o.name = std::move(name);
-    o.cookie = "routing-cookie";
-    o.seeds = std::move(seeds);
-    o.reconnect_interval = 100ms;
-    o.plugin_path = {rpclb::test::plugin_dir()};
+    auto o = rpclb::test::in_process_node_options(std::move(name), std::move(seeds));
+    o.cookie = "routing-cookie";  // the raw peers below hand-shake with it
     return o;
 }
 
