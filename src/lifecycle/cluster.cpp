@@ -194,7 +194,9 @@ void initiate(detail::Router& router, CallSpec spec, asio::any_completion_handle
     state->slot = asio::get_associated_cancellation_slot(handler);
     state->work = asio::prefer(asio::get_associated_executor(handler, asio::any_completion_executor(fallback)),
                                asio::execution::outstanding_work.tracked);
-    state->handler = std::move(handler);
+    // swap, not move-assignment: Boost 1.81's any_completion_handler::operator=(&&) wraps
+    // the handler in itself (recursively) instead of moving it.
+    state->handler.swap(handler);
     if (state->slot.is_connected()) {
         state->slot.assign([weak = std::weak_ptr<State>(state)](asio::cancellation_type) {
             if (auto s = weak.lock())

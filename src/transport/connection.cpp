@@ -117,10 +117,29 @@ void Connection::do_read() {
 
 void Connection::on_read(std::size_t) {
     const auto data = buffer_.cdata();
-    std::string_view text(static_cast<const char*>(data.data()), data.size());
+    std::string_view message(static_cast<const char*>(data.data()), data.size());
+    // A batched message holds several frames, one per line (JSON text never holds a raw
+    // newline); every frame the read brought in is handled before the next read.
+    std::string failure;
+    if (batch_) {
+        while (failure.empty() && !closed_) {
+            const auto end = message.find('\n');
+            failure = on_frame_text(message.substr(0, end));
+            if (end == std::string_view::npos) break;
+            message.remove_prefix(end + 1);
+        }
+    } else {
+        failure = on_frame_text(message);
+    }
+    // The frames viewed buffer_: empty it only now, and before the next read is started
+    // (which may fill it at once).
+    buffer_.consume(buffer_.size());
+    if (!failure.empty()) return fail(failure);
+    if (!closed_) do_read();
+}
+
+std::string Connection::on_frame_text(std::string_view text) {
     auto decoded = wire::decode(text, settings_.max_message_size);
-    // `text` views buffer_: empty it only once nothing reads `text`, and before the next
-    // read is started (which may fill it at once).
     if (!decoded) {
         const auto& error = decoded.error();
         const auto request_id = error.request_id ? error.request_id : wire::peek_frame_id(text, "req");
@@ -136,20 +155,17 @@ void Connection::on_read(std::size_t) {
                                    peer().node, p->module, p->function));
         }
         owner_.on_bad_frame(shared_from_this(), error);
-        buffer_.consume(buffer_.size());
-        if (!established_) return fail("malformed frame during handshake: " + error.message);
-        return do_read();
+        // During the handshake any bad frame ends the connection.
+        return established_ ? std::string() : "malformed frame during handshake: " + error.message;
     }
-    buffer_.consume(buffer_.size());
     if (!established_) {
         handle_step(handshake_.on_frame(*decoded));
-        if (closed_) return;
     } else if (auto* response = std::get_if<wire::Response>(&*decoded)) {
         complete(std::move(*response));
     } else {
         owner_.on_frame(shared_from_this(), std::move(*decoded));
     }
-    if (!closed_) do_read();
+    return {};
 }
 
 void Connection::handle_step(Handshake::Step step) {
@@ -179,9 +195,15 @@ void Connection::write_next() {
         if (close_reason_) start_close();
         return;
     }
-    const auto count = queue_.begin_write(1, settings_.max_message_size);
+    // Frames queued behind a write go out together: one WebSocket message, one system call
+    // (when the peer takes batches; see wire::Hello::batch).
+    const auto count = queue_.begin_write(batch_ ? max_batch_frames : 1, settings_.max_message_size);
     gather_.clear();
-    for (std::size_t i = 0; i < count; ++i) gather_.push_back(asio::buffer(queue_.at(i)));
+    static constexpr char newline = '\n';
+    for (std::size_t i = 0; i < count; ++i) {
+        if (i > 0) gather_.push_back(asio::buffer(&newline, 1));
+        gather_.push_back(asio::buffer(queue_.at(i)));
+    }
     ws_.async_write(gather_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
 }
 

@@ -128,6 +128,9 @@ private:
     void on_websocket_open();
     void do_read();
     void on_read(std::size_t bytes);
+    /// Handles one frame; returns why the connection must end (a bad handshake frame),
+    /// or an empty string.
+    std::string on_frame_text(std::string_view text);
     void handle_step(Handshake::Step step);
     void complete(wire::Response&& response);
     void write_next();
@@ -148,6 +151,9 @@ private:
     boost::beast::flat_buffer buffer_;
     WriteQueue queue_;
     std::vector<boost::asio::const_buffer> gather_;  // the buffers of the write in progress
+    // Both sides take several frames per message (negotiated in the hello).
+    bool batch_ = false;
+    static constexpr std::size_t max_batch_frames = 64;
     bool open_ = false;  // WebSocket handshake done: writes may start
     std::optional<std::string> close_reason_;  // close() was called: close once the queue is empty
     bool close_started_ = false;

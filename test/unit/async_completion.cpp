@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(a_cancelled_call_completes_at_once_with_cancelled) {
     BOOST_TEST(result->error().code == rpclb::ErrorCode::request_timeout);
     BOOST_TEST(result->error().message == "cancelled");
     BOOST_TEST(result->error().details.at("function").as_string() == "sleep");
-    BOOST_TEST(took < 1400ms);  // did not wait for the handler
+    BOOST_TEST((took < 1400ms));  // did not wait for the handler
     // The request was sent: the target still runs it.
     BOOST_TEST(eventually([&] { return p.sleeps_done.load() == 1; }, 5s));
     // And the connection is fine afterwards.
