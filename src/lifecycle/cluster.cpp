@@ -7,14 +7,12 @@
 #include <boost/asio/any_completion_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/json/serialize.hpp>
 
 #include <random>
 #include <sstream>
 
 namespace rpclb {
 namespace asio = boost::asio;
-namespace wire = detail::wire;
 
 namespace {
 

@@ -106,10 +106,14 @@ std::vector<std::string> BalancerRegistry::hosted_names() const {
     return names;
 }
 
+std::shared_ptr<LoadBalancer> BalancerRegistry::Table::find(std::string_view name) const {
+    if (auto it = hosted.find(name); it != hosted.end()) return it->second;
+    if (auto it = routing.find(name); it != routing.end()) return it->second;
+    return nullptr;
+}
+
 Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::route(std::string_view name) {
-    const auto table = table_.load();
-    if (auto it = table->hosted.find(name); it != table->hosted.end()) return it->second;
-    if (auto it = table->routing.find(name); it != table->routing.end()) return it->second;
+    if (auto b = table_.load()->find(name)) return b;
     return build_routing(name);
 }
 
@@ -153,12 +157,8 @@ Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::build_routing(std::strin
     std::shared_ptr<LoadBalancer> winner;
     {
         std::lock_guard lock(edit_mutex_);
-        const auto table = table_.load();
-        if (auto it = table->hosted.find(name); it != table->hosted.end()) {
-            winner = it->second;
-        } else if (auto it = table->routing.find(name); it != table->routing.end()) {
-            winner = it->second;
-        } else {
+        winner = table_.load()->find(name);
+        if (!winner) {
             edit([&](Table& t) { t.routing.emplace(std::string(name), b); });
             return b;
         }

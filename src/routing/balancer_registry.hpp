@@ -59,6 +59,8 @@ private:
     struct Table {
         Map hosted;
         Map routing;
+        /// The hosted balancer `name`, else the routing-only one, else null.
+        std::shared_ptr<LoadBalancer> find(std::string_view name) const;
     };
     /// Applies `edit` to a copy of the table and publishes it (under edit_mutex_).
     void edit(const std::function<void(Table&)>& edit);

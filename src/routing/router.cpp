@@ -171,18 +171,7 @@ private:
     Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
         auto c = router_->mesh().connection_to(target);
         if (!c) return call_failure(Failure::no_connection, target, spec_.module, spec_.function);
-        auto frame = wire::encode(wire::Cast{spec_.module, spec_.function, std::move(args), lb});
-        const auto limit = router_->options().max_message_size;
-        if (frame.size() > limit) {
-            auto error = call_error(ErrorCode::bad_request,
-                                    "cast of " + std::to_string(frame.size()) +
-                                        " bytes exceeds the maximum message size of " + std::to_string(limit),
-                                    target, spec_.module, spec_.function);
-            error.reason = Failure::too_large;
-            return error;
-        }
-        c->send(std::move(frame));
-        return {};
+        return c->cast(wire::Cast{spec_.module, spec_.function, std::move(args), lb});
     }
 
     // The short-circuits of seed §4.4: no selection, no retry, no drainer.

@@ -116,7 +116,7 @@ CallResult RpcServer::run_handler(std::string_view module, std::string_view func
 void RpcServer::run_local(std::string module, std::string function, boost::json::array args,
                           std::function<void(CallResult, bool)> done) {
     auto entry = find(module, function);
-    if (entry && entry->options.run_inline) {
+    if (runs_inline(entry.get())) {
         bool threw = false;
         auto result = run(entry.get(), module, function, args, &threw);
         return done(std::move(result), threw);
@@ -155,7 +155,7 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     }
     begin_serving();
     auto entry = find(request.module, request.function);
-    if (entry && entry->options.run_inline) {
+    if (runs_inline(entry.get())) {
         // On the connection's strand: the answer is queued (or written) right here.
         auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
         c->send(answer(request.id, std::move(result), request.module, request.function));
@@ -174,6 +174,7 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
 void RpcServer::serve_cast(wire::Cast&& cast) {
     begin_serving();
     auto entry = find(cast.module, cast.function);
+    const bool here = runs_inline(entry.get());
     auto run_cast = [this, entry = std::move(entry), cast = std::move(cast)] {
         auto result = run(entry.get(), cast.module, cast.function, cast.args, nullptr);
         if (!result)
@@ -181,7 +182,7 @@ void RpcServer::serve_cast(wire::Cast&& cast) {
                                     << " failed: " << result.error().message;
         end_serving();
     };
-    if (entry && entry->options.run_inline) return run_cast();
+    if (here) return run_cast();
     asio::post(workers_, std::move(run_cast));
 }
 

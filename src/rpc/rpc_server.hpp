@@ -70,6 +70,8 @@ private:
     using Table = std::unordered_map<std::string, std::shared_ptr<const Entry>, KeyHash, std::equal_to<>>;
 
     std::shared_ptr<const Entry> find(std::string_view module, std::string_view function) const;
+    /// Registered inline (an unknown function's not_found answer is made on the spot too).
+    static bool runs_inline(const Entry* entry) noexcept { return !entry || entry->options.run_inline; }
     /// Runs `entry` (may be null: not registered), timing inline runs.
     CallResult run(const Entry* entry, std::string_view module, std::string_view function,
                    const boost::json::array& args, bool* threw) const;

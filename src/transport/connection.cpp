@@ -117,21 +117,8 @@ void Connection::do_read() {
 
 void Connection::on_read(std::size_t) {
     const auto data = buffer_.cdata();
-    std::string_view message(static_cast<const char*>(data.data()), data.size());
-    // A batched message holds several frames, one per line (JSON text never holds a raw
-    // newline); every frame the read brought in is handled before the next read.
-    std::string failure;
-    if (batch_) {
-        while (failure.empty() && !closed_) {
-            const auto end = message.find('\n');
-            failure = on_frame_text(message.substr(0, end));
-            if (end == std::string_view::npos) break;
-            message.remove_prefix(end + 1);
-        }
-    } else {
-        failure = on_frame_text(message);
-    }
-    // The frames viewed buffer_: empty it only now, and before the next read is started
+    const auto failure = on_frame_text(std::string_view(static_cast<const char*>(data.data()), data.size()));
+    // The frame viewed buffer_: empty it only now, and before the next read is started
     // (which may fill it at once).
     buffer_.consume(buffer_.size());
     if (!failure.empty()) return fail(failure);
@@ -195,16 +182,8 @@ void Connection::write_next() {
         if (close_reason_) start_close();
         return;
     }
-    // Frames queued behind a write go out together: one WebSocket message, one system call
-    // (when the peer takes batches; see wire::Hello::batch).
-    const auto count = queue_.begin_write(batch_ ? max_batch_frames : 1, settings_.max_message_size);
-    gather_.clear();
-    static constexpr char newline = '\n';
-    for (std::size_t i = 0; i < count; ++i) {
-        if (i > 0) gather_.push_back(asio::buffer(&newline, 1));
-        gather_.push_back(asio::buffer(queue_.at(i)));
-    }
-    ws_.async_write(gather_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
+    queue_.begin_write(1, settings_.max_message_size);
+    ws_.async_write(asio::buffer(queue_.at(0)), [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
 }
 
 void Connection::on_written(boost::system::error_code ec) {
@@ -216,20 +195,31 @@ void Connection::on_written(boost::system::error_code ec) {
     write_next();
 }
 
+std::optional<ErrorMessage> Connection::too_large(std::string_view what, const std::string& frame,
+                                                  std::string_view module, std::string_view function) const {
+    if (frame.size() <= settings_.max_message_size) return std::nullopt;
+    auto error = call_error(ErrorCode::bad_request,
+                            std::string(what) + " of " + std::to_string(frame.size()) +
+                                " bytes exceeds the maximum message size of " +
+                                std::to_string(settings_.max_message_size),
+                            peer().node, module, function);
+    error.reason = Failure::too_large;
+    return error;
+}
+
+Result<void> Connection::cast(wire::Cast cast) {
+    auto frame = wire::encode(cast);
+    if (auto error = too_large("cast", frame, cast.module, cast.function)) return std::move(*error);
+    send(std::move(frame));
+    return {};
+}
+
 void Connection::request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done) {
     // Encoding happens on the caller's thread, off the connection's strand.
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
     auto frame = wire::encode(request);
-    if (frame.size() > settings_.max_message_size) {
-        auto error = call_error(ErrorCode::bad_request,
-                                "request of " + std::to_string(frame.size()) +
-                                    " bytes exceeds the maximum message size of " +
-                                    std::to_string(settings_.max_message_size),
-                                peer().node, request.module, request.function);
-        error.reason = Failure::too_large;
-        return done(std::move(error));
-    }
+    if (auto error = too_large("request", frame, request.module, request.function)) return done(std::move(*error));
     // The deadline counts from here, before the hop to the strand (saturating: a huge
     // timeout means none).
     const auto now = Clock::now();

@@ -86,6 +86,10 @@ public:
     /// Queues a frame's text. Dropped after close.
     void send(std::string frame);
 
+    /// Queues a cast (no answer). Error: `bad_request` (Failure::too_large) when its frame
+    /// is over the size limit. Dropped after close.
+    Result<void> cast(wire::Cast cast);
+
     /// Sends a request and completes `done` with its response, `request_timeout` after
     /// `timeout`, or `service_unavailable` when the connection closes first.
     void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
@@ -124,6 +128,10 @@ private:
         std::string function;
     };
 
+    /// The `bad_request` error of a `what` ("request", "cast") whose `frame` is over the
+    /// size limit; nullopt when it fits.
+    std::optional<ErrorMessage> too_large(std::string_view what, const std::string& frame,
+                                          std::string_view module, std::string_view function) const;
     void configure();
     void on_websocket_open();
     void do_read();
@@ -150,10 +158,6 @@ private:
     Handshake handshake_;
     boost::beast::flat_buffer buffer_;
     WriteQueue queue_;
-    std::vector<boost::asio::const_buffer> gather_;  // the buffers of the write in progress
-    // Both sides take several frames per message (negotiated in the hello).
-    bool batch_ = false;
-    static constexpr std::size_t max_batch_frames = 64;
     bool open_ = false;  // WebSocket handshake done: writes may start
     std::optional<std::string> close_reason_;  // close() was called: close once the queue is empty
     bool close_started_ = false;
