@@ -1,5 +1,5 @@
-// Error mapping of calls between two in-process nodes on 127.0.0.1 (DESIGN.md
-// "Contracts → Errors"): one test per code.
+// Error mapping of calls between two in-process nodes on 127.0.0.1 (doc/architecture.md
+// "Errors"): one test per code.
 #define BOOST_TEST_MODULE errors
 #include <rpclb/cluster.hpp>
 

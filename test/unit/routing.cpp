@@ -604,7 +604,7 @@ private:
 
 BOOST_AUTO_TEST_SUITE(draining)
 
-// Serving side (DESIGN.md "Drainer"): a call routed by a balancer this node does not (or
+// Serving side (seed §10.7): a call routed by a balancer this node does not (or
 // no longer) serve is refused with `draining` and never run.
 BOOST_AUTO_TEST_CASE(a_node_refuses_unrun_a_call_routed_by_a_balancer_it_does_not_serve) {
     Pair p;
