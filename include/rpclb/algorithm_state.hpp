@@ -29,7 +29,7 @@ struct NodeReading {
 /// "Shared facts"), and readings are shared by every balancer (§2.7 NodeCpuCache).
 ///
 /// The state is owned by librpclb (not by a plugin), lives until the process exits and is
-/// never freed, so references stay valid; there is no slot limit (reference §10.4).
+/// never freed, so references stay valid; there is no slot limit (seed §10.4).
 /// Look-ups take a mutex: do them off the pick path (at init or when membership changes)
 /// and keep the references.
 ///

@@ -25,7 +25,7 @@ class Cluster;
 
 /// An immutable view of a balancer's members at one moment: distinct node names in
 /// ascending order, and a version that changes whenever the set changes. Algorithms may
-/// cache state derived from `nodes` and key it by `version` (reference §10.2).
+/// cache state derived from `nodes` and key it by `version` (seed §10.2).
 struct MemberSnapshot {
     std::vector<std::string> nodes;
     std::uint64_t version = 0;
@@ -101,7 +101,7 @@ public:
     virtual std::vector<std::shared_ptr<Service>> services() { return {}; }
 };
 
-/// The error every algorithm returns for an empty member list (reference §10.6).
+/// The error every algorithm returns for an empty member list (seed §10.6).
 ErrorMessage empty_members_error(std::string_view balancer);
 
 /// For `init`: throws std::invalid_argument `<algorithm>: unknown option "<key>" (known:

@@ -5,7 +5,7 @@
 
 namespace rpclb::plugins {
 
-/// Picks the member with the fewest calls in flight (reference §2.4).
+/// Picks the member with the fewest calls in flight (seed §2.4).
 ///
 /// A pick reads every member's count once and takes the first member with the strictly
 /// lowest, so ties go to the earliest member in list order; it then counts one more call on

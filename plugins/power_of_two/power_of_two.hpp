@@ -9,7 +9,7 @@
 namespace rpclb::plugins {
 
 /// Draws two distinct members at random and picks the one with fewer calls in flight
-/// (reference §2.5): A when count(A) ≤ count(B), else B. A single member is always picked.
+/// (seed §2.5): A when count(A) ≤ count(B), else B. A single member is always picked.
 /// The pick counts one more call on the chosen member. Counts, their release and their
 /// reset when a member leaves are those of every counting algorithm
 /// (detail::CountingAlgorithm), shared with least_connections on the same balancer name.

@@ -14,7 +14,7 @@
 
 namespace rpclb::plugins {
 
-/// Picks members in turn, each as often as its weight says, spread evenly (reference §2.3
+/// Picks members in turn, each as often as its weight says, spread evenly (seed §2.3
 /// as changed by §10.5).
 ///
 /// Option `weights`: a JSON object of node name → integer weight in [0, 1,000,000];

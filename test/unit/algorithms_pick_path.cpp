@@ -1,6 +1,6 @@
 // The pick path allocates nothing: round_robin, weighted_round_robin, least_connections and
-// power_of_two, on two threads at once, once each thread's first pick has run (DESIGN.md
-// "Threads"; the "no allocation on the pick path"). The global operator new of this
+// power_of_two, on two threads at once, once each thread's first pick has run (doc/how-to/
+// write-a-plugin.md "The hot path"). The global operator new of this
 // executable counts every allocation per thread, the plugins' included.
 #define BOOST_TEST_MODULE algorithms_pick_path
 #include <boost/test/unit_test.hpp>

@@ -26,7 +26,7 @@
 
 namespace rpclb::detail {
 
-/// The in-flight count of every member of one balancer (reference §2.4, §2.5 and §10.4).
+/// The in-flight count of every member of one balancer (seed §2.4, §2.5 and §10.4).
 ///
 /// Counts are the balancer's `AlgorithmState::in_flight(balancer, node)`
 /// (detail::InFlightCount: sharded by thread, never below zero), so they survive a restart
@@ -167,7 +167,7 @@ private:
 };
 
 /// The base of the algorithms that count calls in flight (least_connections and
-/// power_of_two; reference §2.4, §2.5, §10.4): their counts, their `release_node` and
+/// power_of_two; seed §2.4, §2.5, §10.4): their counts, their `release_node` and
 /// `on_node_change`, and the frame of their picks.
 ///
 /// The counts are ConnectionCounts: the balancer's process-wide

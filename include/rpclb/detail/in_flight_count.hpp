@@ -16,7 +16,7 @@ namespace rpclb::detail {
 class InFlightCount;
 
 /// The in-flight counts of one balancer's nodes, laid out so that each thread writes only
-/// its own cache lines (reference §2.4, §2.5; never below zero as §10.4 asks).
+/// its own cache lines (seed §2.4, §2.5; never below zero as §10.4 asks).
 ///
 /// Every node gets a column. Every thread slot (detail::thread_slot), plus one shard for
 /// threads without a slot, gets a row: its part of every node's count. Columns come in

@@ -18,7 +18,7 @@
 namespace rpclb::detail {
 
 /// Caches a `Table` derived from a balancer's member list (counter pointers, an expanded
-/// sequence), so a pick pays for it only when the membership changed (reference §10.2:
+/// sequence), so a pick pays for it only when the membership changed (seed §10.2:
 /// cached state is re-checked on every pick by comparing the membership version).
 ///
 /// `get(members, build)` returns the table for `members`. When `members.version` is the
