@@ -148,6 +148,12 @@ Result<std::vector<std::string>> LoadBalancer::get_members() const {
 }
 
 Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
+    auto picked = pick(options);
+    if (!picked) return picked.error();
+    return picked->node();
+}
+
+Result<LoadBalancer::Picked> LoadBalancer::pick(const PickOptions& options) {
     auto snapshot = members_.load();
     // The seed's selection events (§5.2), from the dispatch so custom algorithms get them.
     auto& bus = cluster_.telemetry();
@@ -175,7 +181,8 @@ Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
             e.node = node;
             bus.emit(e);
         }
-        return node;
+        const std::size_t index = *picked;
+        return Picked{std::move(snapshot), index};
     } catch (const std::exception& e) {
         return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());
     } catch (...) {

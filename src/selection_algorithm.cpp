@@ -19,6 +19,17 @@ using detail::thread_rng;
 
 }  // namespace
 
+namespace detail {
+
+SnapshotCache& SnapshotCache::operator=(const SnapshotCache&) noexcept {
+    delete counts.exchange(nullptr, std::memory_order_acq_rel);
+    return *this;
+}
+
+SnapshotCache::~SnapshotCache() { delete counts.load(std::memory_order_acquire); }
+
+}  // namespace detail
+
 ErrorMessage empty_members_error(std::string_view balancer) {
     return ErrorMessage{ErrorCode::service_unavailable, "no members registered",
                         boost::json::object{{"load_balancer", balancer}}};

@@ -9,6 +9,8 @@
 #include <boost/dll/alias.hpp>
 #include <boost/json/object.hpp>
 
+#include <atomic>
+
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -23,12 +25,41 @@ namespace rpclb {
 
 class Cluster;
 
+namespace detail {
+struct CountTable;
+
+/// State that algorithms derive from one MemberSnapshot, kept with the snapshot so that it
+/// lives exactly as long as any pick can read it: filled by the first pick that needs it,
+/// freed with the snapshot. Copies, moves and assignments start empty (the nodes they come
+/// with may differ). Freed by librpclb, so a snapshot may outlive the plugin that filled
+/// its cache: what it holds is built by librpclb (AlgorithmState::count_table).
+///
+/// Thread safety: `counts` is set once with a compare-exchange; safe from any thread.
+class SnapshotCache {
+public:
+    SnapshotCache() = default;
+    SnapshotCache(const SnapshotCache&) noexcept {}
+    SnapshotCache& operator=(const SnapshotCache&) noexcept;
+    ~SnapshotCache();
+
+    /// The call counters of the snapshot's members (least_connections, power_of_two);
+    /// nullptr until a pick sets it.
+    std::atomic<const std::shared_ptr<const CountTable>*> counts{nullptr};
+};
+}  // namespace detail
+
 /// An immutable view of a balancer's members at one moment: distinct node names in
 /// ascending order, and a version that changes whenever the set changes. Algorithms may
-/// cache state derived from `nodes` and key it by `version` (reference §10.2).
+/// cache state derived from `nodes` and key it by `version` (reference §10.2), or keep it
+/// in `cache`, which dies with the snapshot. A snapshot serves one balancer (a group's
+/// snapshots do): the counting algorithms of another balancer picking from it rebuild
+/// their table on every pick (correct, but it allocates). Never change `nodes` of a
+/// snapshot that has been picked from; make a new one.
 struct MemberSnapshot {
     std::vector<std::string> nodes;
     std::uint64_t version = 0;
+    /// What picks derived from `nodes` (see detail::SnapshotCache); not part of the value.
+    mutable detail::SnapshotCache cache;
 };
 
 /// Per-pick options (the seed forwards `key` to the algorithm).
