@@ -2,6 +2,7 @@
 #include <rpclb/detail/log.hpp>
 #include <rpclb/load_balancer.hpp>
 
+#include <algorithm>
 #include <thread>
 
 namespace rpclb {
@@ -224,7 +225,14 @@ Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, c
 
 void LoadBalancer::release_node(std::string_view node) noexcept {
     try {
-        algorithm_->release_node(node);
+        // The snapshot form lets an algorithm reach what it keeps in the snapshot.
+        const auto snapshot = members_.load();
+        const auto& nodes = snapshot->nodes;
+        const auto at = std::lower_bound(nodes.begin(), nodes.end(), node);
+        if (at != nodes.end() && *at == node)
+            algorithm_->release_node(*snapshot, static_cast<std::size_t>(at - nodes.begin()));
+        else
+            algorithm_->release_node(node);
     } catch (const std::exception& e) {
         RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw: " << e.what();
     } catch (...) {

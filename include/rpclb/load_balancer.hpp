@@ -116,7 +116,9 @@ public:
     /// narrowing fan-outs. Thread-safe; allocates.
     Result<std::vector<std::string>> select_nodes(std::size_t count, const PickOptions& options = {});
 
-    /// Tells the algorithm a call routed to `node` has finished.
+    /// Tells the algorithm a call routed to `node` has finished: through
+    /// `release_node(members, index)` with the current snapshot when it holds `node`, else
+    /// `release_node(node)`. Exceptions from the algorithm are logged. Thread-safe.
     void release_node(std::string_view node) noexcept;
 
     /// The algorithm instance (lives as long as the balancer).

@@ -122,6 +122,13 @@ public:
     /// A call routed to `node` (a value returned by a pick) has finished.
     virtual void release_node(std::string_view node) { (void)node; }
 
+    /// The same, when the caller has a snapshot holding the node: `members.nodes[index]`
+    /// is it (the snapshot current at the release, not necessarily the one picked from).
+    /// LoadBalancer::release_node calls this form; the default calls the name form.
+    virtual void release_node(const MemberSnapshot& members, std::size_t index) {
+        release_node(members.nodes[index]);
+    }
+
     /// True when load-balanced calls should run on the calling node without selection
     /// (the seed's CallDirect `local?`). Asked once, when the balancer starts; the answer
     /// holds for the balancer's life.

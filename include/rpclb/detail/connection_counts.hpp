@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,14 +28,14 @@ namespace rpclb::detail {
 /// A pick reads the snapshot's CountTable (index-aligned counters), which the first pick
 /// on a snapshot builds and stores in the snapshot's cache (MemberSnapshot::cache): the
 /// table lives exactly as long as the snapshot, so nothing has to decide when readers are
-/// done with it. `release` finds the node in the table of the newest snapshot picked from
-/// (held with an atomic shared_ptr) and counts one call fewer; a node not in it is looked
-/// up in AlgorithmState (under its mutex: rare, a call picked from an older list).
+/// done with it. A release through a snapshot (LoadBalancer::release_node passes its
+/// current one) uses its table the same way; a release by name alone looks the counter
+/// up in AlgorithmState under its mutex.
 ///
 /// Thread safety: distinct objects safe; shared objects safe once `init` has returned.
-/// `table` takes no lock and allocates nothing once the snapshot has its table (the first
-/// pick on a snapshot builds it under AlgorithmState's mutex); `release` loads an atomic
-/// shared_ptr, searches the names and does one compare-exchange.
+/// `cached` and the snapshot form of `release` take no lock and allocate nothing once the
+/// snapshot has its table (the first pick on a snapshot builds it under AlgorithmState's
+/// mutex); the name form of `release` takes AlgorithmState's mutex.
 class ConnectionCounts {
 public:
     /// Binds the counts to `balancer`. Call once, before anything else.
@@ -57,9 +56,8 @@ public:
         return nullptr;
     }
 
-    /// Builds the counters of `members.nodes`, stores them in the snapshot's cache when it
-    /// is empty, and makes them the table `release` searches when the snapshot is the
-    /// newest seen. The result holds the table for the caller; nullptr when memory ran out.
+    /// Builds the counters of `members.nodes` and stores them in the snapshot's cache when
+    /// it is empty. The result holds the table for the caller; nullptr when memory ran out.
     std::shared_ptr<const CountTable> attach(const MemberSnapshot& members) noexcept {
         try {
             auto table = AlgorithmState::instance().count_table(balancer_, members.nodes);
@@ -67,33 +65,25 @@ public:
             const std::shared_ptr<const CountTable>* expected = nullptr;
             if (members.cache.counts.compare_exchange_strong(expected, held.get(), std::memory_order_acq_rel))
                 held.release();  // the snapshot owns it now
-            std::lock_guard lock(mutex_);
-            if (!latest_.load(std::memory_order_relaxed) || members.version >= latest_version_) {
-                latest_version_ = members.version;
-                latest_.store(table, std::memory_order_release);
-            }
             return table;
         } catch (...) {
             return nullptr;
         }
     }
 
-    /// Counts one call fewer in flight on `node`; never below zero. A node not in the
-    /// newest table is released through AlgorithmState (under its mutex); one without a
-    /// counter (never picked, or it left) is ignored.
-    void release(std::string_view node) noexcept {
-        if (const std::shared_ptr<const CountTable> table = latest_.load(std::memory_order_acquire)) {
-            const auto& nodes = table->nodes;
-            auto at = table->sorted ? std::lower_bound(nodes.begin(), nodes.end(), node)
-                                    : std::find(nodes.begin(), nodes.end(), node);
-            if (at != nodes.end() && *at == node) {
-                table->counts[static_cast<std::size_t>(at - nodes.begin())]->release();
-                return;
-            }
-        }
-        // Picked from an older list (the node may still be counted) or never picked.
-        AlgorithmState::instance().release_in_flight(balancer_, node);
+    /// Counts one call fewer in flight on `members.nodes[index]`, never below zero: through
+    /// the snapshot's table when it has one, else by name.
+    void release(const MemberSnapshot& members, std::size_t index) noexcept {
+        if (const CountTable* table = cached(members)) [[likely]]
+            table->counts[index]->release();
+        else
+            release(members.nodes[index]);
     }
+
+    /// Counts one call fewer in flight on `node`, never below zero, looking it up in
+    /// AlgorithmState (under its mutex); a node without a counter (never picked, or it
+    /// left) is ignored.
+    void release(std::string_view node) noexcept { AlgorithmState::instance().release_in_flight(balancer_, node); }
 
     /// `nodes` left the group: their counts go to 0 and AlgorithmState forgets them.
     void forget(std::span<const std::string> nodes) noexcept {
@@ -103,9 +93,6 @@ public:
 private:
     std::string balancer_;
     const BalancerCounts* owner_ = nullptr;
-    std::atomic<std::shared_ptr<const CountTable>> latest_;
-    std::mutex mutex_;                 // attach's update of latest_
-    std::uint64_t latest_version_ = 0;  // under mutex_
 };
 
 /// The base of the algorithms that count calls in flight (least_connections and
@@ -130,8 +117,15 @@ public:
         if (change == NodeChange::left) counts_.forget(nodes);
     }
 
-    /// One call fewer in flight on `node`, never below zero; ignores a node not a member.
+    /// One call fewer in flight on `node`, never below zero; ignores a node without a
+    /// count. Takes AlgorithmState's mutex: LoadBalancer uses the snapshot form.
     void release_node(std::string_view node) override { counts_.release(node); }
+
+    /// One call fewer in flight on `members.nodes[index]`, never below zero, through the
+    /// snapshot's count table: no lock, one compare-exchange.
+    void release_node(const MemberSnapshot& members, std::size_t index) override {
+        counts_.release(members, index);
+    }
 
 protected:
     /// The frame of a pick: `service_unavailable` for an empty list (§10.6),
