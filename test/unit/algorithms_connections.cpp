@@ -649,7 +649,8 @@ double bytes_kept_per_churned_name(rpclb::SelectionAlgorithm& algorithm, const s
 
 BOOST_AUTO_TEST_CASE(churned_names_leave_no_state_behind) {
     constexpr int steps = 4000;
-    for (const std::string name : {"least_connections", "power_of_two", "round_robin", "random"}) {
+    for (const std::string name :
+         {"least_connections", "power_of_two", "round_robin", "random", "weighted_round_robin"}) {
         BOOST_TEST_CONTEXT(name) {
             const auto balancer = this_balancer(name);
             auto algorithm = load(name, balancer);

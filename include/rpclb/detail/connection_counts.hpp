@@ -2,7 +2,6 @@
 #pragma once
 
 #include <rpclb/algorithm_state.hpp>
-#include <rpclb/detail/member_table_cache.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
 #include <algorithm>
