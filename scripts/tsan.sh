@@ -12,7 +12,8 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRPCLB_
       -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
 targets=(rpclb)
 for dir in "$root"/plugins/*/; do targets+=("rpclb_$(basename "$dir")"); done
-tests=(algorithms supervisor balancer_supervision telemetry metrics routing)
+tests=(algorithms supervisor balancer_supervision telemetry metrics routing async_completion callbacks_without_locks
+       write_queue inline_handlers)
 for t in "${tests[@]}"; do
   for src in "$root"/test/unit/"$t"*.cpp; do targets+=("unit_$(basename "$src" .cpp)"); done
 done

@@ -14,7 +14,54 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, 5> code_names{{
     {ErrorCode::service_unavailable, "service_unavailable"},
 }};
 
+class FailureCategory final : public boost::system::error_category {
+public:
+    const char* name() const noexcept override { return "rpclb.failure"; }
+    std::string message(int value) const override {
+        switch (static_cast<Failure>(value)) {
+            case Failure::none: return "no failure";
+            case Failure::no_members: return "no members registered";
+            case Failure::draining: return "draining";
+            case Failure::no_connection: return "noconnection";
+            case Failure::timeout: return "timeout";
+            case Failure::node_stopping: return "node stopping";
+            case Failure::no_matching_node: return "no nodes in cluster found with that filter";
+            case Failure::cancelled: return "cancelled";
+            case Failure::too_large: return "too large";
+            case Failure::would_deadlock: return "blocking call from a network thread would deadlock; use async_call";
+        }
+        return "unknown rpclb failure " + std::to_string(value);
+    }
+};
+
+ErrorCode code_of(Failure failure) noexcept {
+    switch (failure) {
+        case Failure::timeout:
+        case Failure::cancelled: return ErrorCode::request_timeout;
+        case Failure::too_large: return ErrorCode::bad_request;
+        case Failure::would_deadlock: return ErrorCode::internal_server_error;
+        default: return ErrorCode::service_unavailable;
+    }
+}
+
 }  // namespace
+
+const boost::system::error_category& failure_category() noexcept {
+    static const FailureCategory category;
+    return category;
+}
+
+boost::system::error_code make_error_code(Failure failure) noexcept {
+    return {static_cast<int>(failure), failure_category()};
+}
+
+ErrorMessage call_failure(Failure failure, std::string_view node, std::string_view module,
+                          std::string_view function) {
+    auto e = call_error(code_of(failure), failure_category().message(static_cast<int>(failure)), node, module,
+                        function);
+    e.reason = failure;
+    return e;
+}
 
 std::string_view to_string(ErrorCode code) noexcept {
     for (const auto& [c, name] : code_names)
@@ -43,6 +90,7 @@ std::optional<ErrorMessage> ErrorMessage::from_json(const boost::json::value& v)
     ErrorMessage e{*parsed, std::string(message->get_string()), {}};
     if (const auto* details = obj->if_contains("details"); details && details->is_object())
         e.details = details->get_object();
+    if (is_draining(e)) e.reason = Failure::draining;
     return e;
 }
 
@@ -65,10 +113,12 @@ ErrorMessage draining_error(std::string_view node, std::string_view module, std:
     auto e = call_error(ErrorCode::service_unavailable, "draining", node, module, function);
     e.details["load_balancer"] = balancer;
     e.details[draining_detail] = true;
+    e.reason = Failure::draining;
     return e;
 }
 
 bool is_draining(const ErrorMessage& error) noexcept {
+    if (error.is(Failure::draining)) return true;
     if (error.code != ErrorCode::service_unavailable) return false;
     const auto* flag = error.details.if_contains(draining_detail);
     return flag && flag->is_bool() && flag->get_bool();

@@ -21,7 +21,7 @@ using detail::thread_rng;
 
 ErrorMessage empty_members_error(std::string_view balancer) {
     return ErrorMessage{ErrorCode::service_unavailable, "no members registered",
-                        boost::json::object{{"load_balancer", balancer}}};
+                        boost::json::object{{"load_balancer", balancer}}, make_error_code(Failure::no_members)};
 }
 
 void reject_unknown_options(const boost::json::object& options, std::string_view algorithm,

@@ -9,6 +9,7 @@
 #include <rpclb/retry.hpp>
 #include <rpclb/telemetry.hpp>
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -109,15 +110,30 @@ struct CallOptions {
 };
 
 /// A registered function: takes the call's JSON array of arguments, returns a JSON value
-/// or an ErrorMessage. Runs on the worker pool. An exception it throws becomes an
+/// or an ErrorMessage. Runs on the worker pool, or inline (HandlerOptions). An exception it throws becomes an
 /// `internal_server_error` whose message is the exception's what().
 using Handler = std::function<CallResult(const boost::json::array& args)>;
+
+/// How a registered function runs.
+struct HandlerOptions {
+    /// Run the handler on the thread that read the request (a network thread), and write
+    /// its answer from there, instead of handing it to the worker pool: no thread hand-off
+    /// on the serving side, as gRPC's callback API and brpc's in-place handling do. The
+    /// handler must not block: while it runs, no other frame of that connection (nor, with
+    /// one network thread, of any connection) is read. Calls to this node from itself run
+    /// it on the calling thread. Default false (the worker pool).
+    bool run_inline = false;
+    /// An inline run longer than this is counted in ClusterStats::slow_inline_runs and
+    /// logged as a warning, once per function. Default 1 ms; ignored unless run_inline.
+    std::chrono::microseconds slow_threshold{1000};
+};
 
 /// Counters a node keeps about its own health.
 struct ClusterStats {
     std::uint64_t bad_frames = 0;       ///< frames refused by the codec
     std::uint64_t auth_failures = 0;    ///< handshakes that failed the cookie check
     std::uint64_t peers_lost = 0;       ///< established peers that went away
+    std::uint64_t slow_inline_runs = 0; ///< inline handler runs over their slow_threshold
 };
 
 /// One node of a cluster.
@@ -177,7 +193,8 @@ public:
     TelemetryBus& telemetry() noexcept;
 
     /// Registers `module.function`; replaces an existing registration.
-    void register_function(std::string module, std::string function, Handler handler);
+    void register_function(std::string module, std::string function, Handler handler,
+                           HandlerOptions options = {});
 
     /// Calls `module.function(args...)` on `node` and waits for the result. A thin layer
     /// over async_call(): only the calling thread blocks.
@@ -218,15 +235,23 @@ public:
     /// Asynchronous call(): the same routing, errors, no-route retry and re-selection,
     /// with every wait on a timer (no thread is blocked). Completion signature
     /// `void(CallResult)`; the handler runs on its associated executor (default: the
-    /// worker pool), never inline. Any Asio completion token works: a callback,
-    /// `boost::asio::use_future`, `boost::asio::use_awaitable`, `boost::asio::deferred`.
+    /// worker pool), never inline, and that executor counts outstanding work until it
+    /// does (a `bind_executor(ioc, handler)` keeps `ioc.run()` running until the call
+    /// completes). Any Asio completion token works: a callback, `boost::asio::use_future`,
+    /// `boost::asio::use_awaitable`, `boost::asio::deferred`.
+    ///
+    /// Cancellation: a handler with a cancellation slot (`bind_cancellation_slot`, or a
+    /// coroutine's) may cancel the call with any cancellation type; it then completes at
+    /// once with `request_timeout` "cancelled" (reason Failure::cancelled). A request
+    /// already sent still runs on the target; its answer is dropped. Emit the signal from
+    /// the handler's executor (Asio's rule for cancellation slots).
     template <class CompletionToken>
     auto async_call(std::string node, std::string module, std::string function,
                     boost::json::array args, CallOptions options, CompletionToken&& token) {
-        return async_run<CallResult>(
-            CallSpec{CallSpec::Kind::call, std::move(node), std::nullopt, std::move(module),
-                     std::move(function), std::move(args), std::move(options)},
-            std::forward<CompletionToken>(token));
+        return boost::asio::async_initiate<CompletionToken, void(CallResult)>(
+            [this](CallCompletion handler, auto&&... a) { initiate_call(std::move(a)..., std::move(handler)); },
+            token, std::move(node), std::optional<NodeFilter>(), std::move(module), std::move(function),
+            std::move(args), std::move(options));
     }
 
     /// Asynchronous cast(). Completion signature `void(Result<void>)`: success once the
@@ -234,10 +259,10 @@ public:
     template <class CompletionToken>
     auto async_cast(std::string node, std::string module, std::string function,
                     boost::json::array args, CallOptions options, CompletionToken&& token) {
-        return async_run<Result<void>>(
-            CallSpec{CallSpec::Kind::cast, std::move(node), std::nullopt, std::move(module),
-                     std::move(function), std::move(args), std::move(options)},
-            std::forward<CompletionToken>(token));
+        return boost::asio::async_initiate<CompletionToken, void(Result<void>)>(
+            [this](CastCompletion handler, auto&&... a) { initiate_cast(std::move(a)..., std::move(handler)); },
+            token, std::move(node), std::optional<NodeFilter>(), std::move(module), std::move(function),
+            std::move(args), std::move(options));
     }
 
     /// Asynchronous select_node(). Completion signature `void(Result<std::string>)`.
@@ -276,10 +301,10 @@ public:
     auto async_call_on_random_node(NodeFilter filter, std::string module, std::string function,
                                    boost::json::array args, CallOptions options,
                                    CompletionToken&& token) {
-        return async_run<CallResult>(
-            CallSpec{CallSpec::Kind::call, {}, std::move(filter), std::move(module),
-                     std::move(function), std::move(args), std::move(options)},
-            std::forward<CompletionToken>(token));
+        return boost::asio::async_initiate<CompletionToken, void(CallResult)>(
+            [this](CallCompletion handler, auto&&... a) { initiate_call(std::move(a)..., std::move(handler)); },
+            token, std::string(), std::optional<NodeFilter>(std::move(filter)), std::move(module),
+            std::move(function), std::move(args), std::move(options));
     }
 
     /// Starts a balancer hosted on this node (seed §1.1): loads the algorithm plugin,
@@ -317,47 +342,20 @@ public:
     /// Executor of the network io_context.
     boost::asio::any_io_executor network_executor() const;
 
-    /// Internal: what start_call routes. `filter` set = the random-node helpers; else a
-    /// non-empty `options.load_balancer` = load-balanced; else direct to `node`.
-    struct CallSpec {
-        enum class Kind { call, cast };
-        Kind kind = Kind::call;
-        std::string node;
-        std::optional<NodeFilter> filter;
-        std::string module;
-        std::string function;
-        boost::json::array args;
-        CallOptions options;
-    };
-
-    /// Internal: routes and runs `spec`; `done` runs exactly once (a cast completes with
-    /// a null value), on a network or worker thread — or, with `inline_local`, on the
-    /// calling thread when the first attempt runs the handler on this node.
-    void start_call(CallSpec spec, std::function<void(CallResult)> done, bool inline_local = false);
-
-    struct Impl;
-
 private:
-    template <class R, class CompletionToken>
-    auto async_run(CallSpec spec, CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(R)>(
-            [this](auto handler, CallSpec spec) {
-                auto ex = boost::asio::get_associated_executor(handler, worker_executor());
-                // std::function needs a copyable callable; the handler lives in one shared_ptr
-                // that is handed on (never copied), so it is invoked and destroyed on `ex`.
-                auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-                start_call(std::move(spec), [shared = std::move(shared), ex](CallResult result) mutable {
-                    boost::asio::post(ex, [shared = std::move(shared), r = std::move(result)]() mutable {
-                        if constexpr (std::is_same_v<R, CallResult>) {
-                            std::move (*shared)(std::move(r));
-                        } else {
-                            std::move (*shared)(r ? R() : R(std::move(r).error()));
-                        }
-                    });
-                });
-            },
-            token, std::move(spec));
-    }
+    struct Impl;
+    using CallCompletion = boost::asio::any_completion_handler<void(CallResult)>;
+    using CastCompletion = boost::asio::any_completion_handler<void(Result<void>)>;
+
+    // Start an asynchronous call or cast (empty `node` with a filter = the random-node
+    // helpers) and complete `handler` on its associated executor, keeping that executor's
+    // work count up until then and honouring its cancellation slot.
+    void initiate_call(std::string node, std::optional<NodeFilter> filter, std::string module,
+                       std::string function, boost::json::array args, CallOptions options,
+                       CallCompletion handler);
+    void initiate_cast(std::string node, std::optional<NodeFilter> filter, std::string module,
+                       std::string function, boost::json::array args, CallOptions options,
+                       CastCompletion handler);
 
     std::shared_ptr<Impl> impl_;
 };

@@ -4,6 +4,8 @@
 #include <boost/assert/source_location.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
+#include <boost/system/error_category.hpp>
+#include <boost/system/error_code.hpp>
 #include <boost/system/result.hpp>
 
 #include <optional>
@@ -30,6 +32,30 @@ std::string_view to_string(ErrorCode code) noexcept;
 /// Parses a code name; nullopt for an unknown name.
 std::optional<ErrorCode> error_code_from_string(std::string_view name) noexcept;
 
+/// Why rpclb itself failed an operation: the machine-readable reason behind one of the
+/// five public codes, for control flow and for callers that need to tell cases apart
+/// (Boost.MySQL's model: an enum with its own `error_category`, `rpclb.failure`). The
+/// message of an ErrorMessage is a diagnostic; test `reason`, never the message text.
+/// Values are stable; 0 means "no reason recorded" (a handler's own error, or an error
+/// decoded from the wire other than `draining`).
+enum class Failure : int {
+    none = 0,
+    no_members = 1,        ///< the balancer's group is empty (or unknown): "no members registered"
+    draining = 2,          ///< the target is draining that balancer; the call was never run
+    no_connection = 3,     ///< node unknown, not connected, saying bye, or connection lost
+    timeout = 4,           ///< the call's deadline passed
+    node_stopping = 5,     ///< this node stopped while the call waited
+    no_matching_node = 6,  ///< a node filter matched no node
+    cancelled = 7,         ///< the caller cancelled the operation (Asio cancellation slot)
+    too_large = 8,         ///< request over max_message_size
+    would_deadlock = 9,    ///< a blocking call from a network thread
+};
+
+/// The category of Failure values; name() is "rpclb.failure".
+const boost::system::error_category& failure_category() noexcept;
+/// Makes `failure` an error_code of failure_category().
+boost::system::error_code make_error_code(Failure failure) noexcept;
+
 /// A data-path error: `{code, message, details}` as the seed's ErrorMessage.
 ///
 /// `details` is a JSON object. For calls it always holds `node`, `module` and `function`;
@@ -40,6 +66,13 @@ struct ErrorMessage {
     ErrorCode code = ErrorCode::internal_server_error;
     std::string message;
     boost::json::object details;
+    /// Why rpclb failed the operation (a Failure in failure_category()), or empty. Not
+    /// sent on the wire: a `draining` reply carries it as details {"draining": true},
+    /// which from_json() reads back.
+    boost::system::error_code reason{};
+
+    /// True when `reason` is `failure`.
+    bool is(Failure failure) const noexcept { return reason == make_error_code(failure); }
 
     /// `{"code": "...", "message": "...", "details": {...}}`.
     boost::json::value to_json() const;
@@ -53,6 +86,14 @@ struct ErrorMessage {
 /// Builds an ErrorMessage whose details name `node`, `module` and `function`.
 ErrorMessage call_error(ErrorCode code, std::string message, std::string_view node,
                         std::string_view module, std::string_view function);
+
+/// The ErrorMessage of a Failure raised by rpclb for a call, with its standard code and
+/// message: no_connection → service_unavailable "noconnection"; timeout →
+/// request_timeout "timeout"; node_stopping → service_unavailable "node stopping";
+/// cancelled → request_timeout "cancelled"; other reasons → their code and name. Details
+/// name `node`, `module` and `function`.
+ErrorMessage call_failure(Failure failure, std::string_view node, std::string_view module,
+                          std::string_view function);
 
 /// The `details` key that marks a `draining` reply; reserved (removed from a handler's
 /// own errors).
@@ -91,3 +132,6 @@ using Result = boost::system::result<T, ErrorMessage>;
 using CallResult = Result<boost::json::value>;
 
 }  // namespace rpclb
+
+template <>
+struct boost::system::is_error_code_enum<rpclb::Failure> : std::true_type {};

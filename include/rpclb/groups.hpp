@@ -5,7 +5,9 @@
 
 #include <boost/json/object.hpp>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -13,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace rpclb {
@@ -25,9 +28,11 @@ namespace rpclb {
 /// Each membership carries an announcement (a JSON object): a LoadBalancer announces its
 /// algorithm and options so nodes without an instance of it can route the same way.
 ///
-/// Thread safety: distinct objects safe; shared objects safe. Monitor callbacks run on a
-/// network or control thread, one at a time, in the order changes were applied; they
-/// must not block and must not call join/leave/monitor/demonitor.
+/// Thread safety: distinct objects safe; shared objects safe. Monitor callbacks run on the
+/// thread that applied a change (a network or control thread), one at a time, in the
+/// order changes were applied, with no lock of Groups held: they may read Groups and call
+/// monitor/demonitor, but should not block (they hold up the thread that applied the
+/// change, and every later notification).
 class Groups {
 public:
     /// Called with the group, the direction, and the nodes that joined or left it.
@@ -62,7 +67,8 @@ public:
     /// Registers `callback` for changes of `group`. Returns an id for demonitor().
     std::uint64_t monitor(const std::string& group, MonitorCallback callback);
 
-    /// Removes a monitor; after it returns the callback is not running and won't run.
+    /// Removes a monitor; after it returns the callback is not running and won't run
+    /// (except when called from that very callback, which then finishes its run).
     void demonitor(std::uint64_t id);
 
     /// Installs the one observer of every group's changes (the Cluster publishes them as
@@ -105,7 +111,12 @@ private:
     // Applies one membership edit under mutex_; records the change in `changes`.
     void set_member(const std::string& group, const std::string& node,
                     std::optional<boost::json::object> meta, std::vector<Change>& changes);
-    void notify(std::vector<Change> changes);
+    // Queues `changes` for the monitors, in the order they were applied: called with
+    // mutex_ held (lock order: mutex_, then monitor_mutex_).
+    void enqueue(std::vector<Change>& changes);
+    // Runs the queued notifications with no lock held, unless another thread is already
+    // running them (it then runs these too, in order).
+    void deliver();
 
     std::string local_node_;
     mutable std::mutex mutex_;
@@ -114,10 +125,16 @@ private:
     Broadcast broadcast_;
     std::uint64_t next_version_ = 1;
 
-    std::mutex monitor_mutex_;  // held while callbacks run: serialises notifications
+    // Guards what follows; never held while a callback runs.
+    std::mutex monitor_mutex_;
+    std::condition_variable callback_done_;  // a callback returned (demonitor waits on it)
     std::map<std::uint64_t, std::pair<std::string, MonitorCallback>> monitors_;
     std::uint64_t next_monitor_ = 1;
-    MonitorCallback observer_;  // guarded by monitor_mutex_
+    MonitorCallback observer_;
+    std::deque<Change> pending_;      // changes not yet delivered, in order
+    bool delivering_ = false;         // a thread is running callbacks
+    std::thread::id deliverer_;       // ... this one
+    std::uint64_t running_ = 0;       // the monitor whose callback runs now (0: none)
 };
 
 }  // namespace rpclb

@@ -11,8 +11,9 @@
 /// Version of the plugin ABI: the layout of rpclb::SelectionAlgorithm, rpclb::Service,
 /// rpclb::PluginInfo and the factory signature. Bump it whenever any of them changes
 /// incompatibly; the loader refuses a plugin whose exported value differs. 2: Service
-/// gained its exit reporting (set_exit_receiver, report_failure, report_exit).
-#define RPCLB_PLUGIN_ABI_VERSION 2u
+/// gained its exit reporting (set_exit_receiver, report_failure, report_exit). 3:
+/// rpclb::ErrorMessage (returned by picks) gained its typed `reason`.
+#define RPCLB_PLUGIN_ABI_VERSION 3u
 
 namespace rpclb {
 

@@ -18,14 +18,17 @@ namespace po = boost::program_options;
 
 namespace {
 
+// demo.echo and demo.node never block: they run inline, on the thread that read the
+// request. demo.sleep and demo.fail run on the worker pool.
 void register_demo_functions(rpclb::Cluster& cluster) {
-    cluster.register_function("demo", "echo", [](const boost::json::array& args) -> rpclb::CallResult {
-        return boost::json::value(args);
-    });
+    const rpclb::HandlerOptions run_inline{.run_inline = true};
+    cluster.register_function(
+        "demo", "echo", [](const boost::json::array& args) -> rpclb::CallResult { return boost::json::value(args); },
+        run_inline);
     const std::string node = cluster.name();
-    cluster.register_function("demo", "node", [node](const boost::json::array&) -> rpclb::CallResult {
-        return boost::json::value(node);
-    });
+    cluster.register_function(
+        "demo", "node", [node](const boost::json::array&) -> rpclb::CallResult { return boost::json::value(node); },
+        run_inline);
     cluster.register_function("demo", "sleep", [node](const boost::json::array& args) -> rpclb::CallResult {
         if (args.empty() || !args[0].is_number())
             return rpclb::ErrorMessage{rpclb::ErrorCode::bad_request,

@@ -22,9 +22,10 @@ void Groups::join(const std::string& group, boost::json::object meta) {
         local_[group] = meta;
         set_member(group, local_node_, meta, changes);
         broadcast = broadcast_;
+        enqueue(changes);
     }
     if (broadcast) broadcast(detail::wire::encode(detail::wire::GroupJoin{group, std::move(meta)}));
-    notify(std::move(changes));
+    deliver();
 }
 
 void Groups::leave(const std::string& group) {
@@ -35,9 +36,10 @@ void Groups::leave(const std::string& group) {
         if (local_.erase(group) == 0) return;
         set_member(group, local_node_, std::nullopt, changes);
         broadcast = broadcast_;
+        enqueue(changes);
     }
     if (broadcast) broadcast(detail::wire::encode(detail::wire::GroupLeave{group}));
-    notify(std::move(changes));
+    deliver();
 }
 
 std::shared_ptr<const MemberSnapshot> Groups::members(std::string_view group) const {
@@ -77,8 +79,12 @@ void Groups::set_observer(MonitorCallback observer) {
 }
 
 void Groups::demonitor(std::uint64_t id) {
-    std::lock_guard lock(monitor_mutex_);
+    std::unique_lock lock(monitor_mutex_);
     monitors_.erase(id);
+    // A run of this callback on another thread must end first; a callback that removes
+    // itself just finishes.
+    if (deliverer_ != std::this_thread::get_id())
+        callback_done_.wait(lock, [&] { return running_ != id; });
 }
 
 std::string Groups::local_sync_frame() const {
@@ -103,8 +109,9 @@ void Groups::apply_sync(const std::string& node,
         for (const auto& [name, g] : groups_)
             if (g.members.contains(node) && !listed.contains(name)) stale.push_back(name);
         for (const auto& name : stale) set_member(name, node, std::nullopt, changes);
+        enqueue(changes);
     }
-    notify(std::move(changes));
+    deliver();
 }
 
 void Groups::apply_join(const std::string& node, const std::string& group, boost::json::object meta) {
@@ -113,8 +120,9 @@ void Groups::apply_join(const std::string& node, const std::string& group, boost
     {
         std::lock_guard lock(mutex_);
         set_member(group, node, std::move(meta), changes);
+        enqueue(changes);
     }
-    notify(std::move(changes));
+    deliver();
 }
 
 void Groups::apply_leave(const std::string& node, const std::string& group) {
@@ -123,8 +131,9 @@ void Groups::apply_leave(const std::string& node, const std::string& group) {
     {
         std::lock_guard lock(mutex_);
         set_member(group, node, std::nullopt, changes);
+        enqueue(changes);
     }
-    notify(std::move(changes));
+    deliver();
 }
 
 void Groups::remove_node(const std::string& node) {
@@ -136,8 +145,9 @@ void Groups::remove_node(const std::string& node) {
         for (const auto& [name, g] : groups_)
             if (g.members.contains(node)) names.push_back(name);
         for (const auto& name : names) set_member(name, node, std::nullopt, changes);
+        enqueue(changes);
     }
-    notify(std::move(changes));
+    deliver();
 }
 
 void Groups::set_member(const std::string& group, const std::string& node,
@@ -153,22 +163,43 @@ void Groups::set_member(const std::string& group, const std::string& node,
         direction = NodeChange::left;
     }
     if (!changed && g.snapshot) return;
+    if (changed) changes.push_back(Change{group, direction, {node}});
+    if (g.members.empty()) {
+        groups_.erase(group);  // members() of an unknown group is the empty snapshot
+        return;
+    }
     auto snapshot = std::make_shared<MemberSnapshot>();
     snapshot->nodes.reserve(g.members.size());
     for (const auto& [name, m] : g.members) snapshot->nodes.push_back(name);
     snapshot->version = next_version_++;
     g.snapshot = std::move(snapshot);
-    if (changed) changes.push_back(Change{group, direction, {node}});
 }
 
-void Groups::notify(std::vector<Change> changes) {
+void Groups::enqueue(std::vector<Change>& changes) {
     if (changes.empty()) return;
     std::lock_guard lock(monitor_mutex_);
-    for (const auto& change : changes) {
+    for (auto& change : changes) pending_.push_back(std::move(change));
+    changes.clear();
+}
+
+void Groups::deliver() {
+    std::unique_lock lock(monitor_mutex_);
+    if (delivering_) return;  // that thread delivers ours too, after its own
+    delivering_ = true;
+    deliverer_ = std::this_thread::get_id();
+    while (!pending_.empty()) {
+        const auto change = std::move(pending_.front());
+        pending_.pop_front();
         RPCLB_LOG("groups", debug) << change.nodes.front()
-                                   << (change.change == NodeChange::joined ? " joined " : " left ")
-                                   << change.group;
-        auto deliver = [&](const MonitorCallback& callback) {
+                                   << (change.change == NodeChange::joined ? " joined " : " left ") << change.group;
+        std::vector<std::pair<std::uint64_t, MonitorCallback>> targets;
+        if (observer_) targets.emplace_back(0, observer_);
+        for (const auto& [id, entry] : monitors_)
+            if (entry.first == change.group) targets.emplace_back(id, entry.second);
+        for (const auto& [id, callback] : targets) {
+            if (id != 0 && !monitors_.contains(id)) continue;  // removed meanwhile
+            running_ = id;
+            lock.unlock();
             try {
                 callback(change.group, change.change, change.nodes);
             } catch (const std::exception& e) {
@@ -176,13 +207,13 @@ void Groups::notify(std::vector<Change> changes) {
             } catch (...) {
                 RPCLB_LOG("groups", error) << "monitor of " << change.group << " threw";
             }
-        };
-        if (observer_) deliver(observer_);
-        for (const auto& [id, entry] : monitors_) {
-            if (entry.first != change.group) continue;
-            deliver(entry.second);
+            lock.lock();
+            running_ = 0;
+            callback_done_.notify_all();
         }
     }
+    delivering_ = false;
+    deliverer_ = {};
 }
 
 }  // namespace rpclb

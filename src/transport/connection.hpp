@@ -1,6 +1,8 @@
 // One authenticated WebSocket connection between two nodes (internal).
 #pragma once
 
+#include "transport/write_queue.hpp"
+
 #include <rpclb/detail/handshake.hpp>
 #include <rpclb/detail/wire.hpp>
 #include <rpclb/error.hpp>
@@ -15,7 +17,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -23,6 +24,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace rpclb::detail {
 
@@ -129,6 +131,7 @@ private:
     void handle_step(Handshake::Step step);
     void complete(wire::Response&& response);
     void write_next();
+    void on_written(boost::system::error_code ec);
     void start_close();
     void fail(const std::string& reason);
     void fail_pending(const std::string& reason);
@@ -143,8 +146,8 @@ private:
     std::string target_;
     Handshake handshake_;
     boost::beast::flat_buffer buffer_;
-    std::deque<std::string> queue_;
-    bool writing_ = false;
+    WriteQueue queue_;
+    std::vector<boost::asio::const_buffer> gather_;  // the buffers of the write in progress
     bool open_ = false;  // WebSocket handshake done: writes may start
     std::optional<std::string> close_reason_;  // close() was called: close once the queue is empty
     bool close_started_ = false;

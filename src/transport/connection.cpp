@@ -1,4 +1,4 @@
-#include "connection.hpp"
+#include "transport/connection.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
@@ -168,25 +168,30 @@ void Connection::handle_step(Handshake::Step step) {
 void Connection::send(std::string frame) {
     asio::dispatch(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
         if (self->closed_) return;
-        self->queue_.push_back(std::move(f));
+        self->queue_.push(std::move(f));
         self->write_next();
     });
 }
 
 void Connection::write_next() {
-    if (writing_ || !open_ || closed_) return;
-    if (queue_.empty()) {
+    if (queue_.writing() || !open_ || closed_) return;
+    if (queue_.idle()) {
         if (close_reason_) start_close();
         return;
     }
-    writing_ = true;
-    auto self = shared_from_this();
-    ws_.async_write(asio::buffer(queue_.front()), [self](beast::error_code ec, std::size_t) {
-        self->writing_ = false;
-        if (ec) return self->fail("write: " + ec.message());
-        self->queue_.pop_front();
-        self->write_next();
-    });
+    const auto count = queue_.begin_write(1, settings_.max_message_size);
+    gather_.clear();
+    for (std::size_t i = 0; i < count; ++i) gather_.push_back(asio::buffer(queue_.at(i)));
+    ws_.async_write(gather_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
+}
+
+void Connection::on_written(boost::system::error_code ec) {
+    // The frames written stayed queued until now, even if fail() ran meanwhile: their
+    // bytes were the write's buffers.
+    queue_.end_write();
+    if (closed_) return;
+    if (ec) return fail("write: " + ec.message());
+    write_next();
 }
 
 void Connection::request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done) {
@@ -195,11 +200,13 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     request.id = id;
     auto frame = wire::encode(request);
     if (frame.size() > settings_.max_message_size) {
-        return done(call_error(ErrorCode::bad_request,
-                               "request of " + std::to_string(frame.size()) +
-                                   " bytes exceeds the maximum message size of " +
-                                   std::to_string(settings_.max_message_size),
-                               peer().node, request.module, request.function));
+        auto error = call_error(ErrorCode::bad_request,
+                                "request of " + std::to_string(frame.size()) +
+                                    " bytes exceeds the maximum message size of " +
+                                    std::to_string(settings_.max_message_size),
+                                peer().node, request.module, request.function);
+        error.reason = Failure::too_large;
+        return done(std::move(error));
     }
     // The deadline counts from here, before the hop to the strand (saturating: a huge
     // timeout means none).
@@ -213,13 +220,12 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
                                         function = std::move(request.function),
                                         done = std::move(done)]() mutable {
         if (self->closed_) {
-            return done(call_error(ErrorCode::service_unavailable, "noconnection", self->peer().node,
-                                   module, function));
+            return done(call_failure(Failure::no_connection, self->peer().node, module, function));
         }
         self->pending_.emplace(id, Pending{std::move(done), deadline, std::move(module), std::move(function)});
         self->deadlines_.emplace(deadline, id);
         self->arm_deadline(deadline);
-        self->queue_.push_back(std::move(frame));
+        self->queue_.push(std::move(frame));
         self->write_next();
     });
 }
@@ -254,7 +260,7 @@ void Connection::on_deadline() {
             deadlines_.erase(deadlines_.begin());
             continue;
         }
-        p->done(call_error(ErrorCode::request_timeout, "timeout", peer().node, p->module, p->function));
+        p->done(call_failure(Failure::timeout, peer().node, p->module, p->function));
     }
     if (!deadlines_.empty() && !closed_) arm_deadline(deadlines_.begin()->first);
 }
@@ -291,7 +297,7 @@ void Connection::fail(const std::string& reason) {
     beast::error_code ignored;
     ws_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
     ws_.next_layer().close(ignored);
-    queue_.clear();
+    queue_.fail();  // a write in progress keeps its frames until it completes
     fail_pending(reason);
     if (!established_ && handshake_.awaiting_ready())
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
@@ -305,8 +311,7 @@ void Connection::fail_pending(const std::string& reason) {
     pending_.clear();
     deadlines_.clear();
     for (auto& [id, p] : pending) {
-        auto error = call_error(ErrorCode::service_unavailable, "noconnection", peer().node, p.module,
-                                p.function);
+        auto error = call_failure(Failure::no_connection, peer().node, p.module, p.function);
         error.details["reason"] = reason;
         p.done(std::move(error));
     }

@@ -1,0 +1,277 @@
+// Cluster life cycle, the public call API and balancer bookkeeping.
+#include "lifecycle/cluster_impl.hpp"
+
+#include <rpclb/detail/log.hpp>
+#include <rpclb/detail/options_check.hpp>
+
+#include <boost/asio/any_completion_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <random>
+#include <sstream>
+
+namespace rpclb {
+namespace asio = boost::asio;
+namespace wire = detail::wire;
+
+namespace {
+
+std::string draw_incarnation() {
+    std::random_device rd;
+    std::uniform_int_distribution<std::uint64_t> dist;
+    std::ostringstream out;
+    out << std::hex << dist(rd);
+    return out.str();
+}
+
+void validate(const ClusterOptions& o) {
+    if (auto problem = detail::check(o)) throw std::invalid_argument(problem->message());
+}
+
+// What supervisors of a node report to: the log and `supervisor.restart`.
+std::function<void(const SupervisorEvent&)> supervisor_events(TelemetryBus& bus) {
+    return [&bus](const SupervisorEvent& event) {
+        if (!bus.active()) return;
+        Event e{.name = EventName::supervisor_restart};
+        e.supervisor = event.supervisor;
+        e.child = event.child;
+        e.reason = event.reason;
+        e.kind = event.kind == SupervisorEvent::Kind::restart ? "restart" : "escalation";
+        bus.emit(e);
+    };
+}
+
+}  // namespace
+
+Cluster::Impl::Impl(Cluster& owner, ClusterOptions opts)
+    : options(std::move(opts)),
+      incarnation(draw_incarnation()),
+      runtime(options.network_threads, options.worker_threads),
+      groups(options.name),
+      plugins(options.plugin_path),
+      root(SupervisorOptions{.name = options.name, .on_event = supervisor_events(bus)}),
+      balancers(owner, options, groups, plugins, bus, root, supervisor_events(bus)),
+      rpc(options, runtime.workers(), balancers),
+      mesh(options, incarnation, runtime.network(), groups, rpc),
+      router(options, runtime.network(), mesh, rpc, balancers, bus) {}
+
+void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
+    self->mesh.set_self(std::shared_ptr<detail::Mesh>(self, &self->mesh));
+    self->router.set_self(std::shared_ptr<detail::Router>(self, &self->router));
+}
+
+void Cluster::Impl::start() {
+    if (running) return;
+    if (!options.client) mesh.listen();  // throws before anything runs
+    running = true;
+    root.start();
+    for (const auto& dir : plugins.missing_directories())
+        RPCLB_LOG("plugins", error) << "plugin directory " << dir << " does not exist";
+    groups.set_observer([this](const std::string& group, NodeChange change, const std::vector<std::string>& nodes) {
+        if (!bus.active()) return;
+        Event e{.name = change == NodeChange::joined ? EventName::membership_join : EventName::membership_leave};
+        e.group = group;
+        for (const auto& node : nodes) {
+            e.node = node;
+            bus.emit(e);
+        }
+    });
+    runtime.start();
+    mesh.start();
+    const auto endpoint = mesh.listen_endpoint();
+    RPCLB_LOG("mesh", info) << options.name << " started"
+                            << (endpoint ? " listening on port " + std::to_string(endpoint->port())
+                                         : std::string(" as a client"));
+}
+
+void Cluster::Impl::stop() {
+    if (!running || stopping.exchange(true)) return;
+    mesh.begin_stop();  // no new connections from here on
+    router.stop();      // calls waiting for a route fail now
+    balancers.clear();
+    root.stop();  // each hosted balancer leaves and drains, then its services stop
+    // Finish the calls this node is serving, tell every peer to send nothing new (serving
+    // what crossed that on the wire), then close: no request is lost in the close.
+    const auto drain_deadline = std::chrono::steady_clock::now() + options.stop_timeout;
+    rpc.wait_idle(drain_deadline);
+    mesh.say_goodbye(std::chrono::seconds(2));
+    if (!rpc.wait_idle(drain_deadline))
+        RPCLB_LOG("rpc", warning) << rpc.serving() << " served calls still running after stop_timeout";
+    mesh.close_all(std::chrono::seconds(2));
+    runtime.stop();
+    groups.set_broadcast({});
+    groups.set_observer({});
+    RPCLB_LOG("mesh", info) << options.name << " stopped";
+}
+
+// ---- Cluster ---------------------------------------------------------------------------
+
+Cluster::Cluster(ClusterOptions options) {
+    validate(options);
+    impl_ = std::make_shared<Impl>(*this, std::move(options));
+    Impl::wire_up(impl_);
+}
+
+Cluster::~Cluster() {
+    if (impl_) impl_->stop();
+}
+
+void Cluster::start() { impl_->start(); }
+void Cluster::stop() { impl_->stop(); }
+const std::string& Cluster::name() const noexcept { return impl_->options.name; }
+const ClusterOptions& Cluster::options() const noexcept { return impl_->options; }
+const std::string& Cluster::incarnation() const noexcept { return impl_->incarnation; }
+std::optional<boost::asio::ip::tcp::endpoint> Cluster::listen_endpoint() const { return impl_->mesh.listen_endpoint(); }
+Groups& Cluster::groups() noexcept { return impl_->groups; }
+PluginRegistry& Cluster::plugins() noexcept { return impl_->plugins; }
+TelemetryBus& Cluster::telemetry() noexcept { return impl_->bus; }
+
+ClusterStats Cluster::stats() const noexcept {
+    auto stats = impl_->mesh.stats();
+    stats.slow_inline_runs = impl_->rpc.slow_inline_runs();
+    return stats;
+}
+
+std::vector<std::string> Cluster::connected_nodes() const { return impl_->mesh.connected_nodes(); }
+
+boost::asio::any_io_executor Cluster::worker_executor() const { return impl_->runtime.workers().get_executor(); }
+boost::asio::any_io_executor Cluster::network_executor() const { return impl_->runtime.network().get_executor(); }
+
+void Cluster::register_function(std::string module, std::string function, Handler handler, HandlerOptions options) {
+    impl_->rpc.register_function(std::move(module), std::move(function), std::move(handler), options);
+}
+
+// ---- balancers ---------------------------------------------------------------------------
+
+std::shared_ptr<LoadBalancer> Cluster::start_balancer(LoadBalancerOptions options) {
+    return impl_->balancers.start(std::move(options));
+}
+
+bool Cluster::stop_balancer(std::string_view name) { return impl_->balancers.stop(name); }
+
+std::vector<std::string> Cluster::balancer_names() const { return impl_->balancers.hosted_names(); }
+
+Result<std::shared_ptr<LoadBalancer>> Cluster::balancer(std::string_view name) { return impl_->balancers.route(name); }
+
+Result<std::string> Cluster::select_node(std::string_view balancer_name, const PickOptions& options) {
+    auto b = balancer(balancer_name);
+    if (!b) return b.error();
+    return (*b)->select_node(options);
+}
+
+Result<std::vector<std::string>> Cluster::get_members(std::string_view balancer) const {
+    const auto members = impl_->groups.members(balancer);
+    if (members->nodes.empty()) return empty_members_error(balancer);
+    return members->nodes;
+}
+
+// ---- calls -------------------------------------------------------------------------------
+
+namespace {
+
+using detail::CallSpec;
+
+Result<void> to_void(CallResult r) {
+    if (!r) return std::move(r).error();
+    return {};
+}
+
+// Starts `spec` and completes `handler` with `convert(result)` on the handler's associated
+// executor (default `fallback`): posted, never inline; the executor's outstanding work is
+// tracked until then; the handler's cancellation slot cancels the operation.
+template <class R, class Convert>
+void initiate(detail::Router& router, CallSpec spec, asio::any_completion_handler<void(R)> handler,
+              const asio::any_io_executor& fallback, Convert convert) {
+    struct State {
+        asio::any_completion_handler<void(R)> handler;
+        asio::any_completion_executor work;
+        asio::cancellation_slot slot;
+        std::atomic<std::shared_ptr<detail::CallOperation>> operation;
+    };
+    auto state = std::make_shared<State>();
+    state->slot = asio::get_associated_cancellation_slot(handler);
+    state->work = asio::prefer(asio::get_associated_executor(handler, asio::any_completion_executor(fallback)),
+                               asio::execution::outstanding_work.tracked);
+    state->handler = std::move(handler);
+    if (state->slot.is_connected()) {
+        state->slot.assign([weak = std::weak_ptr<State>(state)](asio::cancellation_type) {
+            if (auto s = weak.lock())
+                if (auto op = s->operation.load()) detail::Router::cancel(op);
+        });
+    }
+    auto operation = router.start(std::move(spec), [state, convert](CallResult result) {
+        // Posted (never run inside this call), with the work counted until it runs.
+        auto work = std::move(state->work);
+        asio::prefer(work, asio::execution::blocking.never).execute([state, r = convert(std::move(result))]() mutable {
+            if (state->slot.is_connected()) state->slot.clear();
+            state->operation.store(nullptr);
+            auto handler = std::move(state->handler);
+            std::move(handler)(std::move(r));
+        });
+    });
+    // For the cancellation slot; the completion drops it (a call that completed before
+    // this store is kept until `state` goes, which cancelling then finds finished).
+    state->operation.store(std::move(operation));
+}
+
+}  // namespace
+
+void Cluster::initiate_call(std::string node, std::optional<NodeFilter> filter, std::string module,
+                            std::string function, boost::json::array args, CallOptions options,
+                            CallCompletion handler) {
+    initiate<CallResult>(impl_->router,
+                         CallSpec{CallSpec::Kind::call, std::move(node), std::move(filter), std::move(module),
+                                  std::move(function), std::move(args), std::move(options)},
+                         std::move(handler), worker_executor(), [](CallResult r) { return r; });
+}
+
+void Cluster::initiate_cast(std::string node, std::optional<NodeFilter> filter, std::string module,
+                            std::string function, boost::json::array args, CallOptions options,
+                            CastCompletion handler) {
+    initiate<Result<void>>(impl_->router,
+                           CallSpec{CallSpec::Kind::cast, std::move(node), std::move(filter), std::move(module),
+                                    std::move(function), std::move(args), std::move(options)},
+                           std::move(handler), worker_executor(), to_void);
+}
+
+CallResult Cluster::call(std::string_view node, std::string_view module, std::string_view function,
+                         boost::json::array args, const CallOptions& options) {
+    return impl_->router.run_blocking(CallSpec{CallSpec::Kind::call, std::string(node), std::nullopt,
+                                               std::string(module), std::string(function), std::move(args), options},
+                                      impl_->runtime.on_network_thread());
+}
+
+CallResult Cluster::call(std::string_view module, std::string_view function, boost::json::array args,
+                         const CallOptions& options) {
+    if (options.load_balancer.empty())
+        return call_error(ErrorCode::bad_request, "a load-balanced call needs options.load_balancer", name(), module,
+                          function);
+    return call(name(), module, function, std::move(args), options);
+}
+
+Result<void> Cluster::cast(std::string_view node, std::string_view module, std::string_view function,
+                           boost::json::array args, const CallOptions& options) {
+    return to_void(impl_->router.run_blocking(CallSpec{CallSpec::Kind::cast, std::string(node), std::nullopt,
+                                                       std::string(module), std::string(function), std::move(args),
+                                                       options},
+                                              impl_->runtime.on_network_thread()));
+}
+
+CallResult Cluster::call_on_random_node(const NodeFilter& filter, std::string_view module, std::string_view function,
+                                        boost::json::array args, const CallOptions& options) {
+    return impl_->router.run_blocking(CallSpec{CallSpec::Kind::call, {}, filter, std::string(module),
+                                               std::string(function), std::move(args), options},
+                                      impl_->runtime.on_network_thread());
+}
+
+Result<void> Cluster::cast_on_random_node(const NodeFilter& filter, std::string_view module,
+                                          std::string_view function, boost::json::array args,
+                                          const CallOptions& options) {
+    return to_void(impl_->router.run_blocking(CallSpec{CallSpec::Kind::cast, {}, filter, std::string(module),
+                                                       std::string(function), std::move(args), options},
+                                              impl_->runtime.on_network_thread()));
+}
+
+}  // namespace rpclb

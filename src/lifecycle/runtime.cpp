@@ -1,0 +1,27 @@
+#include "lifecycle/runtime.hpp"
+
+namespace rpclb::detail {
+
+Runtime::Runtime(std::size_t network_threads, std::size_t worker_threads)
+    : network_threads_(network_threads),
+      network_(static_cast<int>(network_threads)),
+      workers_(worker_threads) {}
+
+void Runtime::start() {
+    work_.emplace(network_.get_executor());
+    for (std::size_t i = 0; i < network_threads_; ++i) threads_.emplace_back([this] { network_.run(); });
+}
+
+void Runtime::stop() {
+    work_.reset();
+    network_.stop();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    workers_.join();
+}
+
+bool Runtime::on_network_thread() const noexcept {
+    return const_cast<boost::asio::io_context&>(network_).get_executor().running_in_this_thread();
+}
+
+}  // namespace rpclb::detail

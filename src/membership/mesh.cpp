@@ -1,0 +1,398 @@
+// Membership: the listener, dialling, gossip of known_ nodes, one connection per pair,
+// peer loss.
+#include "membership/mesh.hpp"
+
+#include <rpclb/detail/log.hpp>
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+
+namespace rpclb::detail {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+tcp::endpoint parse_endpoint(const std::string& address) {
+    const auto colon = address.rfind(':');
+    if (colon == std::string::npos)
+        throw std::invalid_argument("listen address \"" + address + "\" is not HOST:PORT");
+    auto host = address.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host == "localhost") host = "127.0.0.1";
+    boost::system::error_code ec;
+    auto ip = asio::ip::make_address(host, ec);
+    if (ec)
+        throw std::invalid_argument("listen address \"" + address + "\": \"" + host +
+                                    "\" is not an IP address");
+    const auto port_text = address.substr(colon + 1);
+    if (port_text.empty() || port_text.size() > 5 ||
+        port_text.find_first_not_of("0123456789") != std::string::npos || std::stoul(port_text) > 65535)
+        throw std::invalid_argument("listen address \"" + address + "\": port must be 0..65535");
+    return {ip, static_cast<unsigned short>(std::stoul(port_text))};
+}
+
+// The node that dials when two nodes learn of each other: the smaller name. Both ends
+// compute the same answer, so a pair normally gets exactly one connection.
+bool dials_first(const std::string& a, const std::string& b) { return a < b; }
+
+}  // namespace
+
+Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::io_context& ioc,
+           Groups& groups, RequestSink& sink)
+    : options_(options), ioc_(ioc), groups_(groups), sink_(sink), reconnect_timer_(ioc) {
+    settings_.local = wire::PeerInfo{options.name, incarnation, "", options.client};
+    settings_.cookie = options.cookie;
+    settings_.max_message_size = options.max_message_size;
+    settings_.idle_timeout = options.idle_timeout;
+    settings_.handshake_timeout = options.handshake_timeout;
+}
+
+void Mesh::listen() {
+    const auto endpoint = parse_endpoint(options_.listen);
+    acceptor_.emplace(ioc_);
+    acceptor_->open(endpoint.protocol());
+    acceptor_->set_option(tcp::acceptor::reuse_address(true));
+    boost::system::error_code ec;
+    acceptor_->bind(endpoint, ec);
+    if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) throw std::system_error(ec, "cannot listen on " + options_.listen);
+    bound_ = acceptor_->local_endpoint();
+    auto advertised_host = bound_->address().to_string();
+    if (bound_->address().is_unspecified()) advertised_host = options_.name.substr(options_.name.find('@') + 1);
+    settings_.local.listen = advertised_host + ":" + std::to_string(bound_->port());
+}
+
+void Mesh::start() {
+    groups_.set_broadcast([weak = self_](std::string frame) {
+        if (auto self = weak.lock()) self->broadcast(frame);
+    });
+    if (acceptor_) do_accept();
+    for (const auto& seed : options_.seeds) dial(seed);
+    asio::post(ioc_, [self = self_.lock()] { self->schedule_reconnect(); });
+}
+
+bool Mesh::dials(const std::string& node) const { return options_.client || dials_first(options_.name, node); }
+
+void Mesh::do_accept() {
+    acceptor_->async_accept(asio::make_strand(ioc_), [self = self_.lock()](boost::system::error_code ec,
+                                                                               Connection::Socket socket) {
+        if (ec) {
+            if (ec == asio::error::operation_aborted || self->stopping_) return;
+            RPCLB_LOG("mesh", warning) << "accept failed: " << ec.message();
+        } else {
+            auto c = std::make_shared<Connection>(std::move(socket), *self, self->settings_);
+            {
+                std::lock_guard lock(self->mutex_);
+                self->connecting_.insert(c);
+            }
+            c->start();
+        }
+        if (!self->stopping_) self->do_accept();
+    });
+}
+
+void Mesh::dial(const std::string& address) {
+    if (stopping_) return;
+    std::shared_ptr<Connection> c;
+    {
+        std::lock_guard lock(mutex_);
+        if (dialing_.contains(address) || self_targets_.contains(address)) return;
+        dialing_.insert(address);
+        c = std::make_shared<Connection>(asio::make_strand(ioc_), address, *this, settings_);
+        connecting_.insert(c);
+    }
+    RPCLB_LOG("mesh", debug) << "dialling " << address;
+    c->start();
+}
+
+void Mesh::schedule_reconnect() {
+    reconnect_timer_.expires_after(options_.reconnect_interval);
+    reconnect_timer_.async_wait([self = self_.lock()](boost::system::error_code ec) {
+        if (ec || self->stopping_) return;
+        std::vector<std::string> to_dial;
+        {
+            std::lock_guard lock(self->mutex_);
+            for (const auto& seed : self->options_.seeds) {
+                bool connected = false;
+                for (const auto& [name, c] : self->peers_)
+                    if (c->peer().listen == seed || c->target() == seed) connected = true;
+                if (!connected) to_dial.push_back(seed);
+            }
+        }
+        {
+            std::lock_guard lock(self->mutex_);
+            for (const auto& [name, k] : self->known_)
+                if (!self->peers_.contains(name) && self->dials(name))
+                    to_dial.push_back(k.info.listen);
+        }
+        for (const auto& address : to_dial) self->dial(address);
+        self->schedule_reconnect();
+    });
+}
+
+wire::Nodes Mesh::known_nodes() const {
+    wire::Nodes nodes;
+    if (!options_.client) nodes.nodes.push_back(settings_.local);
+    std::lock_guard lock(mutex_);
+    for (const auto& [name, c] : peers_)
+        if (!c->peer().client) nodes.nodes.push_back(c->peer());
+    return nodes;
+}
+
+void Mesh::on_established(const std::shared_ptr<Connection>& c) {
+    const auto& peer = c->peer();
+    std::shared_ptr<Connection> replaced;
+    bool keep = true;
+    bool clash = false;
+    {
+        std::lock_guard lock(mutex_);
+        connecting_.erase(c);
+        if (!c->target().empty()) dialing_.erase(c->target());
+        if (peer.node == options_.name) {
+            if (!c->target().empty()) self_targets_.insert(c->target());
+            keep = false;
+        } else if (auto it = peers_.find(peer.node); it == peers_.end()) {
+            peers_.emplace(peer.node, c);
+        } else if (it->second->peer().incarnation != peer.incarnation) {
+            // Another incarnation under a name that is still connected: either the node
+            // restarted and its old connection is not yet known_ dead (the keep-alive will
+            // drop it within the idle timeout, then the newcomer's redial succeeds), or two
+            // processes use one name. Either way the connected one stays, as Erlang refuses
+            // a second node of the same name.
+            keep = false;
+            clash = true;
+        } else {
+            // Two connections for one pair (both dialled at once): keep the one dialled
+            // by the smaller name, then the one with the smaller dialer nonce. Both ends
+            // know both facts, so both reach the same verdict whatever the arrival order.
+            const auto& existing = it->second;
+            auto rank = [&](const Connection& conn) {
+                const auto& dialer = conn.role() == Role::dialer ? options_.name : peer.node;
+                return std::make_pair(dialer != std::min(options_.name, peer.node), conn.dialer_nonce());
+            };
+            if (rank(*c) < rank(*existing)) {
+                replaced = existing;
+                it->second = c;
+            } else {
+                keep = false;
+            }
+        }
+    }
+    if (!keep) {
+        if (peer.node == options_.name)
+            RPCLB_LOG("mesh", debug) << "connected to itself via " << c->target() << "; ignored";
+        if (clash)
+            RPCLB_LOG("mesh", warning) << "refused " << peer.node << " incarnation " << peer.incarnation
+                                       << ": that name is connected as another incarnation";
+        c->close(peer.node == options_.name ? "connected to itself"
+                 : clash                   ? "name in use by a connected incarnation"
+                                           : "duplicate connection");
+        return;
+    }
+    if (replaced) replaced->close("duplicate connection");
+    if (!peer.client && !peer.listen.empty()) {
+        std::lock_guard lock(mutex_);
+        known_[peer.node] = KnownNode{peer, 0};
+    }
+    RPCLB_LOG("mesh", info) << "connected to " << peer.node << (peer.client ? " (client)" : "")
+                            << " incarnation " << peer.incarnation;
+    c->send(wire::encode(known_nodes()));
+    c->send(groups_.local_sync_frame());
+    // Tell the others about the newcomer so they connect to it too.
+    if (!peer.client) {
+        const auto frame = wire::encode(wire::Nodes{{peer}});
+        std::lock_guard lock(mutex_);
+        for (const auto& [name, other] : peers_)
+            if (other != c) other->send(frame);
+    }
+}
+
+void Mesh::on_nodes(const wire::Nodes& nodes) {
+    for (const auto& node : nodes.nodes) {
+        if (node.node == options_.name || node.client || node.listen.empty()) continue;
+        {
+            std::lock_guard lock(mutex_);
+            auto& k = known_[node.node];
+            if (k.info.incarnation != node.incarnation) k = KnownNode{node, 0};
+            if (peers_.contains(node.node)) continue;
+        }
+        if (dials(node.node)) dial(node.listen);
+    }
+}
+
+void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
+    const auto& node = c->peer().node;
+    std::visit(
+        [&](auto&& f) {
+            using T = std::decay_t<decltype(f)>;
+            if constexpr (std::is_same_v<T, wire::Request>) {
+                sink_.serve_request(c, std::move(f));
+            } else if constexpr (std::is_same_v<T, wire::Cast>) {
+                sink_.serve_cast(std::move(f));
+            } else if constexpr (std::is_same_v<T, wire::Nodes>) {
+                on_nodes(f);
+            } else if constexpr (std::is_same_v<T, wire::GroupSync>) {
+                if (!c->peer().client) groups_.apply_sync(node, f.groups);
+            } else if constexpr (std::is_same_v<T, wire::GroupJoin>) {
+                if (!c->peer().client) groups_.apply_join(node, f.group, std::move(f.meta));
+            } else if constexpr (std::is_same_v<T, wire::GroupLeave>) {
+                groups_.apply_leave(node, f.group);
+            } else if constexpr (std::is_same_v<T, wire::Bye>) {
+                // The peer is stopping_ (or answers our bye): send it nothing new.
+                c->set_going_away();
+                if (c->mark_bye_sent()) c->send(wire::encode(wire::Bye{}));
+                {
+                    std::lock_guard lock(mutex_);  // say_goodbye waits on this
+                }
+                changed_.notify_all();
+                RPCLB_LOG("mesh", debug) << node << " said bye";
+            } else {
+                ++bad_frames_;
+                RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame from "
+                                           << node << "; ignored";
+            }
+        },
+        std::move(frame));
+}
+
+void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& reason,
+                              bool established) {
+    bool lost = false;
+    {
+        std::lock_guard lock(mutex_);
+        connecting_.erase(c);
+        if (!c->target().empty()) dialing_.erase(c->target());
+        if (established) {
+            auto it = peers_.find(c->peer().node);
+            if (it != peers_.end() && it->second == c) {
+                peers_.erase(it);
+                lost = true;
+            }
+        }
+    }
+    if (!established && !c->target().empty()) {
+        std::lock_guard lock(mutex_);
+        for (auto it = known_.begin(); it != known_.end(); ++it) {
+            if (it->second.info.listen != c->target() || peers_.contains(it->first)) continue;
+            if (++it->second.failures >= max_redials) {
+                RPCLB_LOG("mesh", info) << "giving up on " << it->first << " after " << max_redials
+                                        << " failed dials";
+                known_.erase(it);
+            }
+            break;
+        }
+    }
+    {
+        std::lock_guard lock(mutex_);
+        // A lost peer this node doesn't redial is forgotten now: the table of known
+        // nodes holds only nodes that are connected or being redialled.
+        if (lost && !dials(c->peer().node)) known_.erase(c->peer().node);
+    }
+    changed_.notify_all();
+    if (!lost) {
+        if (!established && !stopping_)
+            RPCLB_LOG("mesh", debug) << "connection " << (c->target().empty() ? "from a peer" : "to " + c->target())
+                                     << " ended before joining: " << reason;
+        return;
+    }
+    ++peers_lost_;
+    if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason;
+    groups_.remove_node(c->peer().node);
+}
+
+void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) {
+    ++bad_frames_;
+    RPCLB_LOG("mesh", warning) << "refused a frame from "
+                               << (c->established() ? c->peer().node : std::string("an unauthenticated peer"))
+                               << " (" << wire::to_string(error.kind) << "): " << error.message;
+}
+
+void Mesh::on_handshake_failed(const std::shared_ptr<Connection>& c, const std::string& reason) {
+    ++auth_failures_;
+    RPCLB_LOG("mesh", warning) << "handshake with "
+                               << (c->target().empty() ? std::string("an incoming peer") : c->target())
+                               << " failed: " << reason;
+}
+
+void Mesh::broadcast(const std::string& frame) {
+    std::lock_guard lock(mutex_);
+    for (const auto& [name, c] : peers_) c->send(frame);
+}
+
+std::shared_ptr<Connection> Mesh::connection_to(std::string_view node) const {
+    std::lock_guard lock(mutex_);
+    auto it = peers_.find(node);
+    if (it == peers_.end() || it->second->going_away()) return nullptr;
+    return it->second;
+}
+
+void Mesh::say_goodbye(std::chrono::milliseconds limit) {
+    std::vector<std::shared_ptr<Connection>> all;
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [name, c] : peers_) all.push_back(c);
+    }
+    for (auto& c : all)
+        if (c->mark_bye_sent()) c->send(wire::encode(wire::Bye{}));
+    // Requests that crossed our bye on the wire are still served meanwhile; each peer's
+    // answer is the last frame it sends us before going quiet.
+    auto answered = [&] {
+        for (auto& c : all)
+            if (!c->going_away() && !c->closed()) return false;
+        return true;
+    };
+    std::unique_lock lock(mutex_);
+    if (!changed_.wait_for(lock, limit, answered))
+        RPCLB_LOG("mesh", warning) << "some peers did not answer bye in time";
+}
+
+void Mesh::close_all(std::chrono::milliseconds limit) {
+    stopping_ = true;
+    asio::post(ioc_, [self = self_.lock()] {
+        boost::system::error_code ignored;
+        self->reconnect_timer_.cancel();
+        if (self->acceptor_) self->acceptor_->close(ignored);
+    });
+    std::vector<std::shared_ptr<Connection>> all;
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [name, c] : peers_) all.push_back(c);
+        all.insert(all.end(), connecting_.begin(), connecting_.end());
+    }
+    for (auto& c : all) c->close("node stopping");
+    // Each close first writes what is queued, then the close handshake; on_closed wakes us.
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, limit, [&] {
+        for (auto& c : all)
+            if (!c->closed()) return false;
+        return true;
+    });
+}
+
+ClusterStats Mesh::stats() const noexcept {
+    return ClusterStats{bad_frames_.load(), auth_failures_.load(), peers_lost_.load()};
+}
+
+std::size_t Mesh::known_count() const {
+    std::lock_guard lock(mutex_);
+    return known_.size();
+}
+
+std::vector<std::string> Mesh::connected_nodes() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> names;
+    for (const auto& [name, c] : peers_) names.push_back(name);
+    return names;
+}
+
+std::vector<std::string> Mesh::routable_nodes() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> nodes;
+    for (const auto& [name, c] : peers_)
+        if (!c->peer().client && !c->going_away()) nodes.push_back(name);
+    return nodes;
+}
+
+}  // namespace rpclb::detail

@@ -1,0 +1,126 @@
+// Membership: the listener, dialling, gossip of known nodes, one connection per pair,
+// peer loss (internal).
+#pragma once
+
+#include "transport/connection.hpp"
+
+#include <rpclb/cluster.hpp>
+#include <rpclb/groups.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rpclb::detail {
+
+/// Where the mesh hands the calls and casts that peers send.
+class RequestSink {
+public:
+    virtual ~RequestSink() = default;
+    /// Runs on the connection's strand; the answer goes back through `connection`.
+    virtual void serve_request(const std::shared_ptr<Connection>& connection, wire::Request&& request) = 0;
+    virtual void serve_cast(wire::Cast&& cast) = 0;
+};
+
+/// The full mesh of authenticated connections (doc/architecture.md "Nodes and the mesh"):
+/// listener, seeds and redials, gossip, duplicate and restart resolution, peer loss
+/// (the peer leaves every group at once), and the "bye" exchange of a stopping node.
+/// Group frames go to `Groups`; requests and casts to the RequestSink.
+///
+/// Thread safety: every public member may be called from any thread; connection events
+/// arrive on the connections' strands.
+class Mesh final : public ConnectionOwner {
+public:
+    Mesh(const ClusterOptions& options, const std::string& incarnation, boost::asio::io_context& ioc,
+         Groups& groups, RequestSink& sink);
+
+    /// Gives the mesh the shared_ptr its asynchronous operations hold (an alias of the
+    /// node's). Call once, before listen().
+    void set_self(std::weak_ptr<Mesh> self) { self_ = std::move(self); }
+
+    /// Binds the listener (not for client nodes). Throws std::invalid_argument for a bad
+    /// address, std::system_error when it can't bind.
+    void listen();
+    /// Starts accepting, dials the seeds, redials every `reconnect_interval`.
+    void start();
+    /// The node is stopping: no new connection is accepted or dialled.
+    void begin_stop() noexcept { stopping_ = true; }
+    /// Sends "bye" to every peer and waits until each has answered or closed, up to
+    /// `limit` (wire::Bye).
+    void say_goodbye(std::chrono::milliseconds limit);
+    /// Stops accepting and redialling, closes every connection after its queued frames,
+    /// and waits up to `limit` for them to close.
+    void close_all(std::chrono::milliseconds limit);
+
+    /// The connection to `node` that may carry a new request, or null (unknown, not
+    /// connected, or the peer said bye).
+    std::shared_ptr<Connection> connection_to(std::string_view node) const;
+    /// Connected nodes a random-node helper may choose: not clients, not saying bye.
+    std::vector<std::string> routable_nodes() const;
+    /// Names of the nodes with an established connection, ascending.
+    std::vector<std::string> connected_nodes() const;
+    std::optional<boost::asio::ip::tcp::endpoint> listen_endpoint() const { return bound_; }
+    ClusterStats stats() const noexcept;
+    /// Entries in the table of known nodes (bounded: see on_closed).
+    std::size_t known_count() const;
+
+    // ConnectionOwner
+    void on_established(const std::shared_ptr<Connection>& c) override;
+    void on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) override;
+    void on_closed(const std::shared_ptr<Connection>& c, const std::string& reason, bool established) override;
+    void on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) override;
+    void on_handshake_failed(const std::shared_ptr<Connection>& c, const std::string& reason) override;
+
+private:
+    void do_accept();
+    void dial(const std::string& address);
+    void schedule_reconnect();
+    void on_nodes(const wire::Nodes& nodes);
+    void broadcast(const std::string& frame);
+    wire::Nodes known_nodes() const;
+    bool dials(const std::string& node) const;
+
+    const ClusterOptions& options_;
+    ConnectionSettings settings_;
+    boost::asio::io_context& ioc_;
+    Groups& groups_;
+    RequestSink& sink_;
+    std::weak_ptr<Mesh> self_;
+    std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
+    std::optional<boost::asio::ip::tcp::endpoint> bound_;
+    boost::asio::steady_timer reconnect_timer_;
+
+    mutable std::mutex mutex_;
+    std::condition_variable changed_;  // a peer closed or said bye (say_goodbye, close_all)
+    std::map<std::string, std::shared_ptr<Connection>, std::less<>> peers_;  // established
+    std::set<std::shared_ptr<Connection>> connecting_;                       // handshaking
+    std::set<std::string> dialing_;       // targets being dialled
+    std::set<std::string> self_targets_;  // seeds that turned out to be this node
+    // Nodes learnt from connections and gossip, redialled while not connected (by the
+    // node that dials) until they fail max_redials times in a row.
+    struct KnownNode {
+        wire::PeerInfo info;
+        int failures = 0;
+    };
+    static constexpr int max_redials = 30;
+    std::map<std::string, KnownNode, std::less<>> known_;
+
+    std::atomic<std::uint64_t> bad_frames_{0};
+    std::atomic<std::uint64_t> auth_failures_{0};
+    std::atomic<std::uint64_t> peers_lost_{0};
+    std::atomic<bool> stopping_{false};
+};
+
+}  // namespace rpclb::detail

@@ -1,0 +1,194 @@
+#include "routing/balancer_registry.hpp"
+
+#include <rpclb/detail/log.hpp>
+#include <rpclb/detail/options_check.hpp>
+
+#include <boost/json/serialize.hpp>
+
+namespace rpclb::detail {
+
+BalancerRegistry::BalancerRegistry(Cluster& cluster, const ClusterOptions& options, Groups& groups,
+                                   PluginRegistry& plugins, TelemetryBus& bus, Supervisor& root,
+                                   SupervisorEvents supervisor_events)
+    : cluster_(cluster),
+      options_(options),
+      groups_(groups),
+      plugins_(plugins),
+      bus_(bus),
+      root_(root),
+      supervisor_events_(std::move(supervisor_events)),
+      table_(std::make_shared<const Table>()) {}
+
+void BalancerRegistry::edit(const std::function<void(Table&)>& change) {
+    auto table = std::make_shared<Table>(*table_.load());
+    change(*table);
+    table_.store(std::move(table));
+}
+
+boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> BalancerRegistry::create_algorithm(
+    const std::string& name) {
+    auto algorithm = plugins_.create(name);
+    if (bus_.active()) {
+        const auto file = plugins_.find(name);
+        Event e{.name = algorithm ? EventName::plugin_loaded : EventName::plugin_rejected};
+        e.algorithm = name;
+        e.path = file ? file->string() : std::string();
+        if (!algorithm) e.reason = algorithm.error().message;
+        bus_.emit(e);
+    }
+    return algorithm;
+}
+
+std::shared_ptr<LoadBalancer> BalancerRegistry::start(LoadBalancerOptions options) {
+    if (auto problem = check(options))
+        throw std::invalid_argument("balancer " + options.name + ": " + problem->message());
+    {
+        std::lock_guard lock(edit_mutex_);
+        if (table_.load()->hosted.contains(options.name) || !starting_.insert(options.name).second)
+            throw std::invalid_argument("balancer " + options.name + " is already started");
+    }
+    struct Unreserve {
+        BalancerRegistry& r;
+        std::string name;
+        ~Unreserve() {
+            std::lock_guard lock(r.edit_mutex_);
+            r.starting_.erase(name);
+        }
+    } unreserve{*this, options.name};
+    auto algorithm = create_algorithm(options.algorithm);
+    if (!algorithm) throw std::runtime_error("balancer " + options.name + ": " + algorithm.error().message);
+    if (options_.client) options.node_match_list = NodeMatchList::none();
+    auto b = std::make_shared<LoadBalancer>(cluster_, std::move(options), std::move(*algorithm), true);
+    // The balancer's subtree (seed §1.1): the algorithm's services first, then the
+    // balancer, so that it joins last and leaves first; one_for_all, so that a failure of
+    // any of them restarts them all (§3.6).
+    auto tree = std::make_shared<Supervisor>(SupervisorOptions{
+        .name = b->name(), .strategy = RestartStrategy::one_for_all, .on_event = supervisor_events_});
+    for (const auto& service : b->prepare()) tree->add_child(ChildSpec{service->name(), service});
+    // The balancer's stop drains for up to drain_timeout; give it that and some more.
+    constexpr std::chrono::milliseconds margin{5000};
+    const auto drain = b->options().drain_timeout;
+    tree->add_child(ChildSpec{b->name() + "_server", b, RestartType::permanent,
+                              drain < infinite_shutdown - margin ? drain + margin : infinite_shutdown});
+    root_.start_child(ChildSpec{b->name(), tree, RestartType::permanent, infinite_shutdown});
+    std::shared_ptr<LoadBalancer> previous_routing;
+    {
+        std::lock_guard lock(edit_mutex_);
+        edit([&](Table& t) {
+            t.hosted[b->name()] = b;
+            if (auto it = t.routing.find(b->name()); it != t.routing.end()) {
+                previous_routing = it->second;
+                t.routing.erase(it);
+            }
+        });
+    }
+    if (previous_routing) previous_routing->stop();
+    RPCLB_LOG("balancer", info) << "started balancer " << b->name() << " (" << b->options().algorithm
+                                << (b->joined() ? ", member" : ", not a member") << ")";
+    return b;
+}
+
+bool BalancerRegistry::stop(std::string_view name) {
+    {
+        std::lock_guard lock(edit_mutex_);
+        if (!table_.load()->hosted.contains(name)) return false;
+        edit([&](Table& t) { t.hosted.erase(t.hosted.find(name)); });
+    }
+    // The subtree stops in reverse order: the balancer leaves and drains, then its services.
+    root_.remove_child(name);
+    RPCLB_LOG("balancer", info) << "stopped balancer " << name;
+    return true;
+}
+
+std::vector<std::string> BalancerRegistry::hosted_names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, b] : table_.load()->hosted) names.push_back(name);
+    return names;
+}
+
+Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::route(std::string_view name) {
+    const auto table = table_.load();
+    if (auto it = table->hosted.find(name); it != table->hosted.end()) return it->second;
+    if (auto it = table->routing.find(name); it != table->routing.end()) return it->second;
+    return build_routing(name);
+}
+
+Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::build_routing(std::string_view name) {
+    // Built with no lock held (plugin loading, init, the group monitor); two calls that
+    // race here both build, and the one that publishes second uses the first's.
+    const auto members = groups_.members(name);
+    if (members->nodes.empty()) return empty_members_error(name);
+    LoadBalancerOptions options;
+    options.name = std::string(name);
+    options.node_match_list = NodeMatchList::none();
+    std::optional<boost::json::object> chosen;
+    for (const auto& node : members->nodes) {
+        auto meta = groups_.announcement(name, node);
+        if (!meta) continue;
+        if (!chosen) {
+            chosen = std::move(meta);
+        } else if (*meta != *chosen) {
+            RPCLB_LOG("balancer", warning) << "members of " << name << " announce different algorithms; using "
+                                           << boost::json::serialize(*chosen);
+            break;
+        }
+    }
+    if (chosen) {
+        if (const auto* a = chosen->if_contains("algorithm"); a && a->is_string())
+            options.algorithm = std::string(a->get_string());
+        if (const auto* o = chosen->if_contains("algorithm_opts"); o && o->is_object())
+            options.algorithm_opts = o->get_object();
+    }
+    auto algorithm = create_algorithm(options.algorithm);
+    if (!algorithm)
+        return ErrorMessage{ErrorCode::service_unavailable,
+                            "cannot load algorithm " + options.algorithm + ": " + algorithm.error().message,
+                            boost::json::object{{"load_balancer", name}, {"algorithm", options.algorithm}}};
+    auto b = std::make_shared<LoadBalancer>(cluster_, std::move(options), std::move(*algorithm), false);
+    try {
+        b->start();
+    } catch (const std::exception& e) {
+        return ErrorMessage{ErrorCode::service_unavailable, e.what(), boost::json::object{{"load_balancer", name}}};
+    }
+    std::shared_ptr<LoadBalancer> winner;
+    {
+        std::lock_guard lock(edit_mutex_);
+        const auto table = table_.load();
+        if (auto it = table->hosted.find(name); it != table->hosted.end()) {
+            winner = it->second;
+        } else if (auto it = table->routing.find(name); it != table->routing.end()) {
+            winner = it->second;
+        } else {
+            edit([&](Table& t) { t.routing.emplace(std::string(name), b); });
+            return b;
+        }
+    }
+    b->stop();
+    return winner;
+}
+
+Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::hosted(std::string_view name) const {
+    const auto table = table_.load();
+    if (auto it = table->hosted.find(name); it != table->hosted.end()) return it->second;
+    return ErrorMessage{ErrorCode::service_unavailable,
+                        "no balancer " + std::string(name) +
+                            " is started on this node to count the call; start it or drop the load_balancer option",
+                        boost::json::object{{"load_balancer", name}, {"node", options_.name}}};
+}
+
+std::shared_ptr<LoadBalancer> BalancerRegistry::accepting(std::string_view name) const {
+    const auto table = table_.load();
+    auto it = table->hosted.find(name);
+    return it != table->hosted.end() && it->second->joined() ? it->second : nullptr;
+}
+
+void BalancerRegistry::clear() {
+    std::shared_ptr<const Table> old;
+    {
+        std::lock_guard lock(edit_mutex_);
+        old = table_.exchange(std::make_shared<const Table>());
+    }
+    for (const auto& [name, b] : old->routing) b->stop();
+}
+
+}  // namespace rpclb::detail

@@ -1,0 +1,306 @@
+// Routing of calls and casts (doc/architecture.md "Calls"): short-circuits, selection,
+// drainer tracking, the no-route retry on timers and re-selection after a `draining`
+// reply. The blocking API is a thin layer over start().
+#include "routing/router.hpp"
+
+#include "membership/mesh.hpp"
+#include "routing/balancer_registry.hpp"
+#include "rpc/rpc_server.hpp"
+
+#include <rpclb/detail/log.hpp>
+#include <rpclb/detail/thread_rng.hpp>
+
+#include <boost/asio/post.hpp>
+
+#include <atomic>
+#include <future>
+
+namespace rpclb::detail {
+namespace asio = boost::asio;
+
+namespace {
+
+// A call whose target answered `draining` is sent to another member at most this often.
+constexpr int max_reselections = 16;
+
+bool is_no_members(const ErrorMessage& e) { return e.is(Failure::no_members); }
+
+ErrorMessage no_matching_node(const NodeFilter& filter) {
+    return ErrorMessage{ErrorCode::service_unavailable, "no nodes in cluster found with that filter",
+                        boost::json::object{{"node_filter", filter.is_regex() ? "/" + filter.text() + "/"
+                                                                              : filter.text()}},
+                        make_error_code(Failure::no_matching_node)};
+}
+
+}  // namespace
+
+// One call or cast from start to completion. Lives in shared_ptrs held by whatever it
+// waits on (a connection's pending entry, a retry timer, a worker task). Completes once:
+// the first of its own result and a cancellation wins.
+class CallOperation : public std::enable_shared_from_this<CallOperation> {
+public:
+    using Spec = CallSpec;
+
+    CallOperation(std::shared_ptr<Router> router, Spec spec, std::function<void(CallResult)> done)
+        : router_(std::move(router)), spec_(std::move(spec)), done_(std::move(done)) {
+        const auto& o = spec_.options;
+        const auto& defaults = router_->options();
+        call_directly_ = o.call_directly.value_or(defaults.call_directly);
+        retry_ = RetryPolicy{o.retry.value_or(defaults.retry), o.retry_count.value_or(defaults.retry_count),
+                             o.retry_sleep};
+        // The seed's span covers direct and load-balanced calls from the start, retry
+        // sleeps included; a random-node helper's span is its inner direct call's.
+        if (!spec_.filter) begin_span(spec_.node, spec_.options.load_balancer);
+    }
+
+    // A blocking caller would otherwise wait forever for an operation dropped unrun (its
+    // timer or task discarded when the node stopped).
+    ~CallOperation() {
+        if (!finished_.load()) done_(call_failure(Failure::node_stopping, router_->options().name, spec_.module,
+                                                  spec_.function));
+    }
+
+    void cancel() {
+        finish(call_failure(Failure::cancelled, spec_.node.empty() ? router_->options().name : spec_.node,
+                            spec_.module, spec_.function));
+    }
+
+    void attempt(bool on_caller_thread) {
+        if (finished_.load()) return;  // cancelled: nothing more to send
+        if (spec_.filter) return attempt_filtered(on_caller_thread);
+        if (spec_.options.load_balancer.empty()) return dispatch(spec_.node, nullptr, false, on_caller_thread);
+        if (call_directly_) return run_locally(on_caller_thread);
+        auto b = router_->balancers().route(spec_.options.load_balancer);
+        if (!b) return is_no_members(b.error()) ? no_route(std::move(b.error())) : finish(std::move(b.error()));
+        if ((*b)->local()) return run_locally(on_caller_thread);
+        PickOptions pick;
+        if (spec_.options.key) pick.key = *spec_.options.key;
+        auto picked = (*b)->select_node(pick);
+        if (!picked)
+            return is_no_members(picked.error()) ? no_route(std::move(picked.error()))
+                                                 : finish(std::move(picked.error()));
+        (*b)->track_call();
+        dispatch(std::move(*picked), std::move(*b), true, on_caller_thread);
+    }
+
+private:
+    // The random-node helpers (seed §1.6, §1.7).
+    void attempt_filtered(bool on_caller_thread) {
+        const auto& filter = *spec_.filter;
+        const auto& excluded = router_->options().excluded_node_patterns;
+        if (call_directly_ || filter.matches(router_->options().name, excluded)) return run_locally(on_caller_thread);
+        auto nodes = router_->mesh().routable_nodes();
+        std::erase_if(nodes, [&](const std::string& n) { return !filter.matches(n, excluded); });
+        if (nodes.empty()) return no_route(no_matching_node(filter));
+        std::uniform_int_distribution<std::size_t> pick(0, nodes.size() - 1);
+        auto target = std::move(nodes[pick(detail::thread_rng())]);
+        std::shared_ptr<LoadBalancer> tracker;
+        if (!spec_.options.load_balancer.empty()) {
+            auto b = router_->balancers().hosted(spec_.options.load_balancer);
+            if (!b) return finish(std::move(b.error()));
+            tracker = std::move(*b);
+            tracker->track_call();
+        }
+        dispatch(std::move(target), std::move(tracker), false, on_caller_thread);
+    }
+
+    // Sends to `target`; `balancer` (if any) has counted the call and is released after.
+    void dispatch(std::string target, std::shared_ptr<LoadBalancer> balancer, bool picked,
+                  bool on_caller_thread) {
+        if (spec_.options.peer) *spec_.options.peer = target;
+        auto release = [balancer, picked, target]() {
+            if (!balancer) return;
+            if (picked) balancer->release_node(target);
+            balancer->release_call();
+        };
+        if (target == router_->options().name) {
+            // Local: the handler runs here, never over the network, and is never refused.
+            if (spec_.kind == Spec::Kind::cast) {
+                router_->rpc().serve_cast(wire::Cast{spec_.module, spec_.function, std::move(spec_.args), {}});
+                release();
+                return finish(boost::json::value());
+            }
+            if (on_caller_thread) {
+                auto result = router_->rpc().run_handler(spec_.module, spec_.function, spec_.args, &threw_);
+                release();
+                return finish(std::move(result));
+            }
+            router_->rpc().run_local(spec_.module, spec_.function, std::move(spec_.args),
+                                     [self = shared_from_this(), release](CallResult result, bool threw) {
+                                         self->threw_ = threw;
+                                         release();
+                                         self->finish(std::move(result));
+                                     });
+            return;
+        }
+        if (spec_.filter) begin_span(target, {});
+        // A load-balanced call may have to be sent again (after `draining`): keep the args.
+        const bool may_resend = picked && spec_.kind == Spec::Kind::call;
+        auto args = may_resend ? spec_.args : std::move(spec_.args);
+        const auto& lb = picked ? spec_.options.load_balancer : std::string();
+        if (spec_.kind == Spec::Kind::cast) {
+            auto sent = send_cast(target, std::move(args), lb);
+            release();
+            return finish(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
+        }
+        send_call(std::move(target), std::move(args), lb,
+                           [self = shared_from_this(), release](CallResult result) {
+                               release();
+                               if (!result && is_draining(result.error()) &&
+                                   !self->spec_.options.load_balancer.empty() &&
+                                   self->reselections_ < max_reselections) {
+                                   // Never executed there: choose again (DESIGN.md "Drainer").
+                                   ++self->reselections_;
+                                   return self->attempt(false);
+                               }
+                               self->finish(std::move(result));
+                           });
+    }
+
+    // A request to another node; `done` gets its outcome (at once when not connected).
+    void send_call(std::string target, boost::json::array args, const std::string& lb,
+                   std::function<void(CallResult)> done) {
+        auto c = router_->mesh().connection_to(target);
+        if (!c) return done(call_failure(Failure::no_connection, target, spec_.module, spec_.function));
+        c->request(wire::Request{0, spec_.module, spec_.function, std::move(args), lb}, spec_.options.timeout,
+                   std::move(done));
+    }
+
+    // A cast to another node: queued, or an error at once. A draining target still runs
+    // it (a cast has no reply to refuse with).
+    Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
+        auto c = router_->mesh().connection_to(target);
+        if (!c) return call_failure(Failure::no_connection, target, spec_.module, spec_.function);
+        auto frame = wire::encode(wire::Cast{spec_.module, spec_.function, std::move(args), lb});
+        const auto limit = router_->options().max_message_size;
+        if (frame.size() > limit) {
+            auto error = call_error(ErrorCode::bad_request,
+                                    "cast of " + std::to_string(frame.size()) +
+                                        " bytes exceeds the maximum message size of " + std::to_string(limit),
+                                    target, spec_.module, spec_.function);
+            error.reason = Failure::too_large;
+            return error;
+        }
+        c->send(std::move(frame));
+        return {};
+    }
+
+    // The short-circuits of seed §4.4: no selection, no retry, no drainer.
+    void run_locally(bool on_caller_thread) {
+        dispatch(router_->options().name, nullptr, false, on_caller_thread);
+    }
+
+    // Nothing to send to (seed §4.1): wait `retry_sleep` on a timer and try again, or
+    // give up with `final_error`.
+    void no_route(ErrorMessage final_error) {
+        if (router_->stopping() || !retry_.consume()) return finish(std::move(final_error));
+        router_->after(retry_.sleep, [self = shared_from_this()](bool fired) {
+            if (fired) return self->attempt(false);
+            self->finish(call_failure(Failure::node_stopping, self->router_->options().name, self->spec_.module,
+                                      self->spec_.function));
+        });
+    }
+
+    void finish(CallResult result) {
+        if (finished_.exchange(true)) return;  // cancelled first, or the other way round
+        end_span(result);
+        auto done = std::move(done_);
+        done_ = nullptr;
+        done(std::move(result));
+    }
+
+    // rpc.start / rpc.stop / rpc.exception (seed §5.1), only while someone listens.
+    void begin_span(std::string_view node, std::string_view balancer) {
+        auto& bus = router_->bus();
+        if (!bus.active() || spanned_) return;
+        spanned_ = true;
+        span_node_ = std::string(node);
+        span_balancer_ = std::string(balancer);
+        span_start_ = std::chrono::steady_clock::now();
+        Event e = span_event(EventName::rpc_start);
+        e.system_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+        bus.emit(e);
+    }
+
+    void end_span(const CallResult& result) {
+        if (!spanned_) return;
+        spanned_ = false;
+        Event e = span_event(threw_ ? EventName::rpc_exception : EventName::rpc_stop);
+        e.duration = std::chrono::steady_clock::now() - span_start_;
+        e.status = result ? std::string_view("ok") : to_string(result.error().code);
+        if (threw_) {
+            e.kind = "error";
+            e.reason = result.error().message;
+        }
+        router_->bus().emit(e);
+    }
+
+    Event span_event(EventName name) const {
+        Event e{.name = name};
+        e.type = spec_.kind == Spec::Kind::call ? "call" : "cast";
+        e.node = span_node_;
+        e.module = spec_.module;
+        e.function = spec_.function;
+        e.load_balancer = span_balancer_;
+        return e;
+    }
+
+    std::shared_ptr<Router> router_;
+    Spec spec_;
+    std::function<void(CallResult)> done_;
+    std::atomic<bool> finished_{false};
+    bool call_directly_ = false;
+    RetryPolicy retry_;
+    int reselections_ = 0;
+    bool threw_ = false;  // a handler run here threw (rpc.exception)
+    bool spanned_ = false;
+    std::string span_node_, span_balancer_;
+    std::chrono::steady_clock::time_point span_start_;
+};
+
+// ---- Router ----------------------------------------------------------------------------
+
+Router::Router(const ClusterOptions& options, asio::io_context& ioc, Mesh& mesh, RpcServer& rpc,
+               BalancerRegistry& balancers, TelemetryBus& bus)
+    : options_(options), mesh_(mesh), rpc_(rpc), balancers_(balancers), bus_(bus), retry_strand_(ioc.get_executor()) {}
+
+std::shared_ptr<CallOperation> Router::start(CallSpec spec, Done done, bool inline_local) {
+    auto op = std::make_shared<CallOperation>(self_.lock(), std::move(spec), std::move(done));
+    op->attempt(inline_local);
+    return op;
+}
+
+void Router::cancel(const std::shared_ptr<CallOperation>& operation) { operation->cancel(); }
+
+CallResult Router::run_blocking(CallSpec spec, bool on_network_thread) {
+    if (on_network_thread)
+        return call_failure(Failure::would_deadlock, spec.node.empty() ? options_.name : spec.node, spec.module,
+                            spec.function);
+    std::promise<CallResult> promise;
+    auto future = promise.get_future();
+    start(std::move(spec), [&promise](CallResult r) { promise.set_value(std::move(r)); }, true);
+    return future.get();
+}
+
+void Router::after(std::chrono::milliseconds delay, std::function<void(bool fired)> then) {
+    asio::dispatch(retry_strand_, [self = self_.lock(), delay, then = std::move(then)]() mutable {
+        if (self->stopping_.load()) return then(false);
+        auto timer = std::make_shared<asio::steady_timer>(self->retry_strand_, delay);
+        self->retry_timers_.insert(timer);
+        timer->async_wait([self, timer, then = std::move(then)](boost::system::error_code ec) {
+            self->retry_timers_.erase(timer);
+            then(!ec && !self->stopping_.load());
+        });
+    });
+}
+
+void Router::stop() {
+    stopping_ = true;
+    asio::dispatch(retry_strand_, [self = self_.lock()] {
+        for (const auto& t : self->retry_timers_) t->cancel();
+    });
+}
+
+}  // namespace rpclb::detail

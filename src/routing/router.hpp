@@ -1,0 +1,91 @@
+// One call's life: short-circuits, pick, send, re-pick after `draining`, the no-route
+// retry, release (internal).
+#pragma once
+
+#include <rpclb/cluster.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+namespace rpclb::detail {
+
+class Mesh;
+class RpcServer;
+class BalancerRegistry;
+class CallOperation;
+
+/// What one call or cast asks for. `filter` set = the random-node helpers; else a
+/// non-empty `options.load_balancer` = load-balanced; else direct to `node`.
+struct CallSpec {
+    enum class Kind { call, cast };
+    Kind kind = Kind::call;
+    std::string node;
+    std::optional<NodeFilter> filter;
+    std::string module;
+    std::string function;
+    boost::json::array args;
+    CallOptions options;
+};
+
+/// Routes calls and casts (doc/architecture.md "Calls"): each is a CallOperation that
+/// lives in shared_ptrs held by whatever it waits on (a connection's pending entry, a
+/// retry timer, a worker task) and completes exactly once.
+///
+/// Thread safety: every member may be called from any thread.
+class Router {
+public:
+    using Done = std::function<void(CallResult)>;
+
+    Router(const ClusterOptions& options, boost::asio::io_context& ioc, Mesh& mesh, RpcServer& rpc,
+           BalancerRegistry& balancers, TelemetryBus& bus);
+
+    /// Gives the router the shared_ptr its operations hold (an alias of the node's).
+    void set_self(std::weak_ptr<Router> self) { self_ = std::move(self); }
+
+    /// Routes `spec`; `done` runs exactly once (a cast completes with a null value), on a
+    /// network or worker thread, or, with `inline_local`, on the calling thread when the
+    /// first attempt runs the handler here. Returns the operation, for cancel().
+    std::shared_ptr<CallOperation> start(CallSpec spec, Done done, bool inline_local = false);
+    /// Completes `operation` now with Failure::cancelled, unless it completed already. A
+    /// request already sent is still answered (the answer is dropped) or times out there.
+    static void cancel(const std::shared_ptr<CallOperation>& operation);
+    /// Runs `spec` and waits for it (never on a network thread: that fails at once).
+    CallResult run_blocking(CallSpec spec, bool on_network_thread);
+
+    /// Runs `then(true)` after `delay` on the retry strand, or `then(false)` at once when
+    /// the node stops first (see stop()). Never blocks.
+    void after(std::chrono::milliseconds delay, std::function<void(bool fired)> then);
+    /// The node is stopping: every wait of after() ends with `then(false)`, and no call
+    /// waits for a route again.
+    void stop();
+    bool stopping() const noexcept { return stopping_.load(); }
+
+    const ClusterOptions& options() const noexcept { return options_; }
+    Mesh& mesh() noexcept { return mesh_; }
+    RpcServer& rpc() noexcept { return rpc_; }
+    BalancerRegistry& balancers() noexcept { return balancers_; }
+    TelemetryBus& bus() noexcept { return bus_; }
+
+private:
+    const ClusterOptions& options_;
+    Mesh& mesh_;
+    RpcServer& rpc_;
+    BalancerRegistry& balancers_;
+    TelemetryBus& bus_;
+    std::weak_ptr<Router> self_;
+    // No-route retry timers, all on one strand so that arming and cancelling never race.
+    boost::asio::strand<boost::asio::io_context::executor_type> retry_strand_;
+    std::set<std::shared_ptr<boost::asio::steady_timer>> retry_timers_;
+    std::atomic<bool> stopping_{false};
+};
+
+}  // namespace rpclb::detail

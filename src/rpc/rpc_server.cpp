@@ -1,0 +1,201 @@
+#include "rpc/rpc_server.hpp"
+
+#include "routing/balancer_registry.hpp"
+
+#include <rpclb/detail/log.hpp>
+
+#include <boost/asio/post.hpp>
+
+namespace rpclb::detail {
+namespace asio = boost::asio;
+
+namespace {
+
+std::string function_key(std::string_view module, std::string_view function) {
+    std::string key;
+    key.reserve(module.size() + function.size() + 1);
+    key.append(module).push_back('.');
+    key.append(function);
+    return key;
+}
+
+// Makes sure an error names node, module and function without overwriting what the
+// handler said.
+void name_call(ErrorMessage& error, std::string_view node, std::string_view module, std::string_view function) {
+    if (!error.details.contains("node")) error.details["node"] = node;
+    if (!error.details.contains("module")) error.details["module"] = module;
+    if (!error.details.contains("function")) error.details["function"] = function;
+}
+
+}  // namespace
+
+RpcServer::RpcServer(const ClusterOptions& options, asio::thread_pool& workers, BalancerRegistry& balancers)
+    : options_(options), workers_(workers), balancers_(balancers), table_(std::make_shared<const Table>()) {}
+
+void RpcServer::register_function(std::string module, std::string function, Handler handler,
+                                  HandlerOptions handler_options) {
+    auto key = function_key(module, function);
+    auto entry = std::make_shared<Entry>();
+    entry->handler = std::move(handler);
+    entry->options = handler_options;
+    entry->name = key;
+    std::lock_guard lock(edit_mutex_);
+    auto table = std::make_shared<Table>(*table_.load());
+    (*table)[std::move(key)] = std::move(entry);
+    table_.store(std::move(table));
+}
+
+std::shared_ptr<const RpcServer::Entry> RpcServer::find(std::string_view module, std::string_view function) const {
+    // The "module.function" key is built on the stack when it fits (no allocation per
+    // served call); the table takes a string_view (heterogeneous lookup).
+    char buffer[128];
+    std::string heap;
+    std::string_view key;
+    if (const auto size = module.size() + function.size() + 1; size <= sizeof buffer) {
+        auto* end = std::copy(module.begin(), module.end(), buffer);
+        *end++ = '.';
+        end = std::copy(function.begin(), function.end(), end);
+        key = std::string_view(buffer, size);
+    } else {
+        heap = function_key(module, function);
+        key = heap;
+    }
+    const auto table = table_.load();
+    auto it = table->find(key);
+    return it == table->end() ? nullptr : it->second;
+}
+
+CallResult RpcServer::run(const Entry* entry, std::string_view module, std::string_view function,
+                          const boost::json::array& args, bool* threw) const {
+    if (!entry)
+        return call_error(ErrorCode::not_found,
+                          "function " + std::string(module) + "." + std::string(function) + " is not registered",
+                          options_.name, module, function);
+    const bool timed = entry->options.run_inline;
+    const auto began = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    CallResult result = [&]() -> CallResult {
+        try {
+            return entry->handler(args);
+        } catch (const std::exception& e) {
+            if (threw) *threw = true;
+            return call_error(ErrorCode::internal_server_error, e.what(), options_.name, module, function);
+        } catch (...) {
+            if (threw) *threw = true;
+            return call_error(ErrorCode::internal_server_error, "unknown exception", options_.name, module,
+                              function);
+        }
+    }();
+    if (timed) {
+        const auto took = std::chrono::steady_clock::now() - began;
+        if (took > entry->options.slow_threshold) {
+            slow_inline_runs_.fetch_add(1);
+            if (!entry->warned.exchange(true))
+                RPCLB_LOG("rpc", warning)
+                    << "inline handler " << entry->name << " ran for "
+                    << std::chrono::duration_cast<std::chrono::microseconds>(took).count()
+                    << " us, over its slow_threshold of " << entry->options.slow_threshold.count()
+                    << " us: it holds up a network thread; register it without run_inline (logged once)";
+        }
+    }
+    if (!result) {
+        auto error = std::move(result).error();
+        error.details.erase(draining_detail);  // reserved: would make the caller run it again
+        error.reason = {};
+        name_call(error, options_.name, module, function);
+        return error;
+    }
+    return result;
+}
+
+CallResult RpcServer::run_handler(std::string_view module, std::string_view function, const boost::json::array& args,
+                                  bool* threw) const {
+    const auto entry = find(module, function);
+    return run(entry.get(), module, function, args, threw);
+}
+
+void RpcServer::run_local(std::string module, std::string function, boost::json::array args,
+                          std::function<void(CallResult, bool)> done) {
+    auto entry = find(module, function);
+    if (entry && entry->options.run_inline) {
+        bool threw = false;
+        auto result = run(entry.get(), module, function, args, &threw);
+        return done(std::move(result), threw);
+    }
+    asio::post(workers_, [this, entry = std::move(entry), module = std::move(module), function = std::move(function),
+                          args = std::move(args), done = std::move(done)] {
+        bool threw = false;
+        auto result = run(entry.get(), module, function, args, &threw);
+        done(std::move(result), threw);
+    });
+}
+
+std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_view module,
+                              std::string_view function) const {
+    auto frame = wire::encode(wire::Response{id, std::move(result)});
+    if (frame.size() <= options_.max_message_size) return frame;
+    return wire::encode(wire::Response{
+        id, call_error(ErrorCode::internal_server_error,
+                       "response of " + std::to_string(frame.size()) + " bytes exceeds the maximum message size of " +
+                           std::to_string(options_.max_message_size),
+                       options_.name, module, function)});
+}
+
+void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Request&& request) {
+    std::shared_ptr<LoadBalancer> balancer;
+    if (!request.load_balancer.empty()) {
+        balancer = balancers_.accepting(request.load_balancer);
+        if (!balancer) {
+            // Routed here by a balancer this node has left or is draining: refuse it unrun,
+            // so that the caller picks another member.
+            c->send(wire::encode(wire::Response{
+                request.id, draining_error(options_.name, request.module, request.function, request.load_balancer)}));
+            return;
+        }
+        balancer->track_served();  // its drain waits for this call too
+    }
+    begin_serving();
+    auto entry = find(request.module, request.function);
+    if (entry && entry->options.run_inline) {
+        // On the connection's strand: the answer is queued (or written) right here.
+        auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
+        c->send(answer(request.id, std::move(result), request.module, request.function));
+        if (balancer) balancer->release_served();
+        return end_serving();
+    }
+    asio::post(workers_, [this, c, balancer = std::move(balancer), entry = std::move(entry),
+                          request = std::move(request)]() mutable {
+        auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
+        c->send(answer(request.id, std::move(result), request.module, request.function));
+        if (balancer) balancer->release_served();
+        end_serving();
+    });
+}
+
+void RpcServer::serve_cast(wire::Cast&& cast) {
+    begin_serving();
+    auto entry = find(cast.module, cast.function);
+    auto run_cast = [this, entry = std::move(entry), cast = std::move(cast)] {
+        auto result = run(entry.get(), cast.module, cast.function, cast.args, nullptr);
+        if (!result)
+            RPCLB_LOG("rpc", debug) << "cast " << cast.module << "." << cast.function
+                                    << " failed: " << result.error().message;
+        end_serving();
+    };
+    if (entry && entry->options.run_inline) return run_cast();
+    asio::post(workers_, std::move(run_cast));
+}
+
+void RpcServer::end_serving() {
+    if (serving_.fetch_sub(1) != 1) return;
+    {
+        std::lock_guard lock(idle_mutex_);  // wait_idle checks under this lock
+    }
+    idle_.notify_all();
+}
+
+bool RpcServer::wait_idle(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(idle_mutex_);
+    return idle_.wait_until(lock, deadline, [this] { return serving_.load() <= 0; });
+}
+
+}  // namespace rpclb::detail

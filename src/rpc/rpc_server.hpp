@@ -1,0 +1,92 @@
+// Serving calls: the function registry, and running handlers inline or on the worker pool
+// (internal).
+#pragma once
+
+#include "membership/mesh.hpp"
+
+#include <rpclb/cluster.hpp>
+
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace rpclb::detail {
+
+class BalancerRegistry;
+
+/// Runs the functions registered on this node for requests and casts from peers and for
+/// local calls.
+///
+/// The registry is an immutable table swapped on registration, so serving a call takes no
+/// lock. A handler registered with `HandlerOptions::run_inline` runs on the thread that
+/// read the request (a network thread) and its answer is written from there; others run on
+/// the worker pool. Inline runs longer than their `slow_threshold` are counted
+/// (`slow_inline_runs`) and logged once per function.
+///
+/// Thread safety: every member may be called from any thread.
+class RpcServer final : public RequestSink {
+public:
+    RpcServer(const ClusterOptions& options, boost::asio::thread_pool& workers, BalancerRegistry& balancers);
+
+    void register_function(std::string module, std::string function, Handler handler, HandlerOptions options);
+
+    /// Runs `module.function(args)` on the calling thread; `threw` (if given) tells
+    /// whether the handler threw. Errors name this node, module and function.
+    CallResult run_handler(std::string_view module, std::string_view function, const boost::json::array& args,
+                           bool* threw = nullptr) const;
+    /// Runs a call to this node: inline handlers on the calling thread, others on the
+    /// worker pool; `done` gets the result and whether the handler threw.
+    void run_local(std::string module, std::string function, boost::json::array args,
+                   std::function<void(CallResult, bool threw)> done);
+
+    void serve_request(const std::shared_ptr<Connection>& connection, wire::Request&& request) override;
+    void serve_cast(wire::Cast&& cast) override;
+
+    /// Waits until no received request or cast is running or queued, up to `deadline`.
+    /// Returns false on timeout.
+    bool wait_idle(std::chrono::steady_clock::time_point deadline);
+    std::int64_t serving() const noexcept { return serving_.load(); }
+    std::uint64_t slow_inline_runs() const noexcept { return slow_inline_runs_.load(); }
+
+private:
+    struct Entry {
+        Handler handler;
+        HandlerOptions options;
+        std::string name;                     // "module.function", for the log
+        mutable std::atomic<bool> warned{false};  // a slow inline run was logged
+    };
+    struct KeyHash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+    };
+    using Table = std::unordered_map<std::string, std::shared_ptr<const Entry>, KeyHash, std::equal_to<>>;
+
+    std::shared_ptr<const Entry> find(std::string_view module, std::string_view function) const;
+    /// Runs `entry` (may be null: not registered), timing inline runs.
+    CallResult run(const Entry* entry, std::string_view module, std::string_view function,
+                   const boost::json::array& args, bool* threw) const;
+    /// Encodes the answer to request `id`, replacing one over the size limit.
+    std::string answer(std::uint64_t id, CallResult result, std::string_view module, std::string_view function) const;
+    void begin_serving() noexcept { serving_.fetch_add(1); }
+    void end_serving();
+
+    const ClusterOptions& options_;
+    boost::asio::thread_pool& workers_;
+    BalancerRegistry& balancers_;
+    std::atomic<std::shared_ptr<const Table>> table_;
+    std::mutex edit_mutex_;  // serialises registrations (never taken when serving)
+    std::atomic<std::int64_t> serving_{0};  // requests and casts received, not yet answered
+    mutable std::atomic<std::uint64_t> slow_inline_runs_{0};
+    std::mutex idle_mutex_;
+    std::condition_variable idle_;
+};
+
+}  // namespace rpclb::detail

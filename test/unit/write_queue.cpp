@@ -1,0 +1,80 @@
+// A connection's write queue keeps the frames being written until their write completes,
+// whatever happens to the connection meanwhile (before: a failure freed them under the
+// write, and the write's completion popped an empty queue).
+#define BOOST_TEST_MODULE write_queue
+#include "../../src/transport/write_queue.hpp"
+
+#include <rpclb/cluster.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include "support/node.hpp"
+#include "support/raw_peer.hpp"
+#include "support/wait.hpp"
+
+#include <chrono>
+
+using namespace std::chrono_literals;
+using rpclb::detail::WriteQueue;
+
+BOOST_AUTO_TEST_CASE(a_failure_during_a_write_keeps_the_frames_being_written) {
+    WriteQueue q;
+    q.push(std::string(1 << 20, 'a'));
+    q.push("second");
+    BOOST_REQUIRE(q.begin_write(1, 1 << 30) == 1);
+    const char* written = q.at(0).data();
+    q.fail();  // the connection fails while the write is in progress
+    BOOST_TEST(q.queued() == 1u);
+    BOOST_TEST(q.at(0).data() == written);  // same bytes, same address
+    BOOST_TEST(q.at(0).size() == std::size_t(1 << 20));
+    q.push("after the failure");  // dropped
+    BOOST_TEST(q.queued() == 1u);
+    q.end_write();  // the write's completion, after the failure
+    BOOST_TEST(q.queued() == 0u);
+    BOOST_TEST(!q.writing());
+    BOOST_TEST(q.begin_write(1, 1 << 30) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(frames_queued_during_a_write_wait_for_the_next) {
+    WriteQueue q;
+    q.push("one");
+    BOOST_REQUIRE(q.begin_write(8, 1 << 20) == 1);
+    const char* first = q.at(0).data();
+    for (int i = 0; i < 100; ++i) q.push(std::string(100, 'x'));  // must not move the first
+    BOOST_TEST(q.at(0).data() == first);
+    BOOST_TEST(q.begin_write(8, 1 << 20) == 0u);  // one write at a time
+    q.end_write();
+    BOOST_TEST(q.begin_write(8, 1 << 20) == 8u);  // the next write takes up to 8 frames
+    q.end_write();
+    BOOST_TEST(q.begin_write(200, 350) == 3u);  // and no more than the byte budget
+}
+
+// A live connection that fails while a large answer is being written (the peer stopped
+// reading, then vanished): the node stays up and serves others. Run under AddressSanitizer
+// by scripts/asan.sh.
+BOOST_AUTO_TEST_CASE(a_connection_that_fails_during_a_large_write_leaves_the_node_serving) {
+    auto o = rpclb::test::in_process_node_options("a@127.0.0.1");
+    rpclb::Cluster a(o);
+    a.register_function("t", "big", [](const boost::json::array&) -> rpclb::CallResult {
+        return boost::json::value(std::string(12u << 20, 'z'));
+    });
+    a.register_function("t", "ping", [](const boost::json::array&) -> rpclb::CallResult { return "pong"; });
+    a.start();
+    const auto port = a.listen_endpoint()->port();
+    {
+        rpclb::test::RawPeer raw(port);
+        BOOST_REQUIRE(!raw.handshake(rpclb::detail::wire::PeerInfo{"r@127.0.0.1", "inc-r", "", true}, o.cookie));
+        raw.send(rpclb::detail::wire::Request{1, "t", "big", {}, ""});
+        // Never read the answer: the node's write of 12 MiB stalls on a full socket buffer.
+        std::this_thread::sleep_for(300ms);
+    }  // the raw peer's socket closes under the write
+    auto b_options = rpclb::test::in_process_node_options(
+        "b@127.0.0.1", {"127.0.0.1:" + std::to_string(port)});
+    rpclb::Cluster b(b_options);
+    b.start();
+    BOOST_REQUIRE(rpclb::test::eventually([&] { return b.connected_nodes().size() == 1; }, 5s));
+    auto r = b.call("a@127.0.0.1", "t", "ping");
+    BOOST_REQUIRE(r.has_value());
+    BOOST_TEST(r.value().as_string() == "pong");
+    BOOST_TEST(rpclb::test::eventually([&] { return a.connected_nodes() == std::vector<std::string>{"b@127.0.0.1"}; }, 5s));
+}
