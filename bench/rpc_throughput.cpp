@@ -395,10 +395,8 @@ int run_client(const Options& o) {
     rpclb_server.stop();
     raw_server.stop();
 
-    std::optional<double> tool_rate;
-    if (o.tools) tool_rate = rpclb_call_rate(o, cpu);
-
-    // The lines to parse first, in a fixed form; '#' lines follow.
+    // The lines to parse first, in a fixed form; '#' lines follow. rpclb-call runs after
+    // the lines above are out, so that a missing or failing tool loses nothing else.
     for (std::size_t p = 0; p < payloads.size(); ++p) {
         std::printf("rpclb_throughput payload=%zu calls_per_s=%.0f\n", payloads[p].text.size(), tallies[p][1].rate());
         std::printf("raw_pipelined payload=%zu calls_per_s=%.0f\n", payloads[p].text.size(), tallies[p][0].rate());
@@ -406,6 +404,9 @@ int run_client(const Options& o) {
     const char* names[] = {"ratio_throughput", "ratio_throughput_1k", "ratio_throughput_64k"};
     for (std::size_t p = 0; p < payloads.size(); ++p)
         std::printf("%s %.2f\n", names[p], tallies[p][1].rate() / tallies[p][0].rate());
+    std::fflush(stdout);
+    std::optional<double> tool_rate;
+    if (o.tools) tool_rate = rpclb_call_rate(o, cpu);
     if (tool_rate) std::printf("rpclb_call_vs_raw %.2f\n", *tool_rate / tallies[0][0].rate());
     for (std::size_t p = 0; p < payloads.size(); ++p) {
         print_cost("raw_pipelined", payloads[p].text.size(), tallies[p][0]);
