@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift 2 ;;
     --modes) modes="$2"; shift 2 ;;
     --no-install) install=0; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "bench-peers: unknown option $1" >&2; exit 2 ;;
   esac
 done
