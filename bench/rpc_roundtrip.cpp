@@ -1,9 +1,10 @@
 // Round-trip latency of a small rpclb call against a raw Asio TCP ping-pong floor.
 //
 // One run measures, each against its own server in a separate process (the binary
-// re-executes itself, by the path /proc/self/exe names, with an internal server flag):
-//   rpclb          `echo(1, "abc")` through rpclb::Cluster::call() to a node registering
-//                  bench.echo (--serve);
+// re-executes itself with an internal server flag; bench/support/harness.hpp):
+//   rpclb_inline   `echo(1, "abc")` through rpclb::Cluster::call() to a node registering
+//                  bench.echo with HandlerOptions::run_inline (--serve);
+//   rpclb_worker   the same call to bench.echo_worker on that node, run on its worker pool;
 //   raw_tcp        the floor: the JSON text of those arguments (`[1,"abc"]`) with a 4-byte
 //                  length prefix, echoed by a blocking Asio server (--raw-serve);
 //   beast_ws_json  the same wire work as an rpclb call (masked WebSocket text frames,
@@ -11,24 +12,23 @@
 //                  thread each side (--ws-serve): the cost of the protocol without rpclb's
 //                  threads, strands, timers and futures.
 // Each does `warmup` untimed calls then `count` timed sequential calls. The timed calls are
-// split into `rounds` blocks taken in turn (raw, ws, rpclb, raw, ...) so that a burst of load
-// from elsewhere on the machine hits every stack alike; the floor is always taken in the
-// same run (STYLE.md rule 10).
+// split into `rounds` blocks taken in turn (raw, ws, inline, worker, raw, ...) so that a
+// burst of load from elsewhere on the machine hits every stack alike; the floor is always
+// taken in the same run (STYLE.md rule 10).
 //
-// With --pin (the default) the client and the servers bind themselves to one CPU (0, or
-// --cpu N) with sched_setaffinity before starting any thread, as `taskset -c 0` would
-// (TOOLCHAIN.md "Measuring on this machine": cross-core wake-ups cost about 45 µs here and
-// vary run to run). --no-pin leaves scheduling to the kernel.
+// With --pin (the default) the client and the servers are bound to one CPU (0, or --cpu N)
+// before they start any thread, as `taskset -c 0` would (TOOLCHAIN.md "Measuring on this
+// machine": cross-core wake-ups cost about 45 µs here and vary run to run). --no-pin leaves
+// scheduling to the kernel.
 //
-// Output: `rpclb median_us=.. p99_us=..`, `raw_tcp median_us=.. p99_us=..`,
-// `ratio <rpclb median / raw_tcp median>` and `beast_ws_json median_us=.. p99_us=..`;
-// lines starting with '#' carry details, including CPU time and context switches per call
-// of client and server (from /proc), which show where rpclb's time goes.
-//
-// Children are killed and reaped on every exit path: destructors close the child's stdin
-// (it stops cleanly) then SIGKILL it after a grace period; SIGINT/SIGTERM/SIGHUP to the
-// parent kill them too; and each child has PR_SET_PDEATHSIG so it dies with the parent
-// even when the parent is killed with SIGKILL.
+// Output, one line each, in this order: `rpclb_inline median_us=.. p99_us=..`,
+// `rpclb_worker ...`, `raw_tcp ...`, `ratio_inline` (inline median / raw median),
+// `ratio_worker`, `ratio_p99_inline` (inline p99 / raw p99), `csw_per_call_client` and
+// `csw_per_call_server` (context switches, voluntary + involuntary over all threads, per
+// inline call). Lines starting with '#' carry details: the beast_ws_json floor, more
+// percentiles, CPU time and context switches per call of every stack.
+#include "support/harness.hpp"
+
 #include <rpclb/cluster.hpp>
 #include <rpclb/log.hpp>
 
@@ -44,30 +44,17 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <functional>
 #include <numeric>
-#include <stdexcept>
+#include <optional>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <sched.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 namespace asio = boost::asio;
@@ -75,7 +62,8 @@ namespace beast = boost::beast;
 namespace websocket = beast::websocket;
 namespace json = boost::json;
 using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::die;
 
 namespace {
 
@@ -85,54 +73,6 @@ constexpr const char* cookie = "rpc_roundtrip-bench";
 
 json::array echo_args() { return json::array{1, "abc"}; }
 
-[[noreturn]] void die(const std::string& what) { throw std::runtime_error(what); }
-
-void pin_to(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    // pid 0 = the calling thread; threads created afterwards inherit the mask.
-    if (sched_setaffinity(0, sizeof set, &set) != 0)
-        die("sched_setaffinity(cpu " + std::to_string(cpu) + "): " + std::strerror(errno));
-}
-
-// The 1-minute load average: other work on the machine shows in the figures.
-std::string load_average() {
-    double one = 0;
-    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-        if (std::fscanf(f, "%lf", &one) != 1) one = -1;
-        std::fclose(f);
-    }
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f", one);
-    return text;
-}
-
-std::string affinity_text() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
-    std::string out;
-    for (int i = 0; i < CPU_SETSIZE; ++i)
-        if (CPU_ISSET(i, &set)) out += (out.empty() ? "" : ",") + std::to_string(i);
-    return out;
-}
-
-// Blocks until stdin reaches end of file: the parent closed its end or died.
-void wait_for_stdin_eof() {
-    char buf[64];
-    for (;;) {
-        const auto n = ::read(STDIN_FILENO, buf, sizeof buf);
-        if (n == 0) return;
-        if (n < 0 && errno != EINTR) return;
-    }
-}
-
-void announce_port(unsigned short port) {
-    std::printf("PORT %u\n", static_cast<unsigned>(port));
-    std::fflush(stdout);
-}
-
 // ---- servers (child processes) -----------------------------------------------------------
 
 int run_rpclb_server() {
@@ -140,47 +80,14 @@ int run_rpclb_server() {
     options.name = server_node;
     options.cookie = cookie;
     rpclb::Cluster cluster(std::move(options));
-    cluster.register_function("bench", "echo",
-                              [](const json::array& args) -> rpclb::CallResult { return json::value(args); });
+    auto echo = [](const json::array& args) -> rpclb::CallResult { return json::value(args); };
+    cluster.register_function("bench", "echo", echo, rpclb::HandlerOptions{.run_inline = true});
+    cluster.register_function("bench", "echo_worker", echo);
     cluster.start();
-    announce_port(cluster.listen_endpoint()->port());
-    wait_for_stdin_eof();
+    bench::announce_port(cluster.listen_endpoint()->port());
+    bench::wait_for_stdin_eof();
     cluster.stop();
     return 0;
-}
-
-int run_raw_server() {
-    asio::io_context ioc;
-    tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    announce_port(acceptor.local_endpoint().port());
-    // The echo loop blocks in socket reads; the main thread watches stdin and ends the
-    // process when the parent goes away.
-    std::thread echo([&] {
-        std::vector<char> payload;
-        for (;;) {
-            tcp::socket socket(ioc);
-            boost::system::error_code ec;
-            acceptor.accept(socket, ec);
-            if (ec) return;
-            socket.set_option(tcp::no_delay(true));
-            for (;;) {
-                std::array<unsigned char, 4> header{};
-                asio::read(socket, asio::buffer(header), ec);
-                if (ec) break;
-                const std::uint32_t size = std::uint32_t(header[0]) << 24 | std::uint32_t(header[1]) << 16 |
-                                           std::uint32_t(header[2]) << 8 | std::uint32_t(header[3]);
-                payload.resize(size);
-                asio::read(socket, asio::buffer(payload), ec);
-                if (ec) break;
-                const std::array<asio::const_buffer, 2> reply{asio::buffer(header), asio::buffer(payload)};
-                asio::write(socket, reply, ec);
-                if (ec) break;
-            }
-        }
-    });
-    echo.detach();
-    wait_for_stdin_eof();
-    std::_Exit(0);  // the detached echo thread may be blocked in a read
 }
 
 // The same wire work as an rpclb call (a masked WebSocket text frame each way, the request
@@ -189,7 +96,7 @@ int run_raw_server() {
 int run_ws_server() {
     asio::io_context ioc;
     tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    announce_port(acceptor.local_endpoint().port());
+    bench::announce_port(acceptor.local_endpoint().port());
     std::thread echo([&] {
         for (;;) {
             tcp::socket socket(ioc);
@@ -219,201 +126,13 @@ int run_ws_server() {
         }
     });
     echo.detach();
-    wait_for_stdin_eof();
+    bench::wait_for_stdin_eof();
     std::_Exit(0);
 }
 
-// ---- child processes (parent side) -------------------------------------------------------
-
-// Live children, for the signal handler (lock-free atomics are async-signal-safe).
-std::array<std::atomic<pid_t>, 4> g_children{};
-
-void track_child(pid_t pid) {
-    for (auto& slot : g_children) {
-        pid_t empty = 0;
-        if (slot.compare_exchange_strong(empty, pid)) return;
-    }
-}
-
-void untrack_child(pid_t pid) {
-    for (auto& slot : g_children) {
-        pid_t expected = pid;
-        slot.compare_exchange_strong(expected, 0);
-    }
-}
-
-extern "C" void on_fatal_signal(int sig) {
-    for (auto& slot : g_children)
-        if (const pid_t pid = slot.load(); pid > 0) ::kill(pid, SIGKILL);
-    // Reap them too (waitpid is async-signal-safe), so that none is left a zombie.
-    for (auto& slot : g_children)
-        if (const pid_t pid = slot.load(); pid > 0) ::waitpid(pid, nullptr, 0);
-    std::signal(sig, SIG_DFL);
-    ::raise(sig);
-}
-
-/// A server process running this binary with `mode`; its stdout gives the port.
-class Child {
-public:
-    Child(const std::string& mode, bool pin, int cpu) {
-        int out[2], in[2];
-        if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0)
-            die(std::string("pipe: ") + std::strerror(errno));
-        const auto parent = ::getpid();
-        // The resolved path rather than /proc/self/exe itself: the child then has a proper
-        // name in ps and perf, and running under valgrind --trace-children works (there,
-        // /proc/self/exe is valgrind).
-        std::error_code ec;
-        auto self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-        if (ec) self = "/proc/self/exe";
-        std::vector<std::string> args{self, mode, pin ? "--pin" : "--no-pin", "--cpu", std::to_string(cpu)};
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        pid_ = ::fork();
-        if (pid_ < 0) die(std::string("fork: ") + std::strerror(errno));
-        if (pid_ == 0) {
-            // Dies with the parent, however the parent ends.
-            ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (::getppid() != parent) ::_exit(1);
-            ::dup2(in[0], STDIN_FILENO);
-            ::dup2(out[1], STDOUT_FILENO);
-            ::execv(argv[0], argv.data());
-            ::_exit(127);
-        }
-        track_child(pid_);
-        ::close(out[1]);
-        ::close(in[0]);
-        stdout_ = out[0];
-        stdin_ = in[1];
-        try {
-            port_ = read_port(mode);
-        } catch (...) {
-            stop();  // the destructor won't run for a half-built object
-            throw;
-        }
-    }
-
-    ~Child() { stop(); }
-    Child(const Child&) = delete;
-    Child& operator=(const Child&) = delete;
-
-    unsigned short port() const { return port_; }
-    pid_t pid() const { return pid_; }
-
-    /// Closes the child's stdin (it stops cleanly), then SIGKILL after 3 s; reaps it.
-    void stop() noexcept {
-        if (pid_ <= 0) return;
-        if (stdin_ >= 0) ::close(stdin_);
-        stdin_ = -1;
-        const auto deadline = Clock::now() + std::chrono::seconds(3);
-        int status = 0;
-        for (;;) {
-            const auto r = ::waitpid(pid_, &status, WNOHANG);
-            if (r == pid_ || (r < 0 && errno != EINTR)) break;
-            if (Clock::now() > deadline) {
-                ::kill(pid_, SIGKILL);
-                while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-                }
-                break;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        untrack_child(pid_);
-        pid_ = -1;
-        if (stdout_ >= 0) ::close(stdout_);
-        stdout_ = -1;
-    }
-
-private:
-    unsigned short read_port(const std::string& mode) {
-        std::string line;
-        const auto deadline = Clock::now() + std::chrono::seconds(10);
-        while (line.find('\n') == std::string::npos) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-            if (left.count() <= 0) die(mode + " server did not print its port within 10 s");
-            pollfd p{stdout_, POLLIN, 0};
-            const int r = ::poll(&p, 1, static_cast<int>(left.count()));
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) continue;
-            char buf[64];
-            const auto n = ::read(stdout_, buf, sizeof buf);
-            if (n <= 0) die(mode + " server exited before printing its port");
-            line.append(buf, static_cast<std::size_t>(n));
-        }
-        unsigned port = 0;
-        if (std::sscanf(line.c_str(), "PORT %u", &port) != 1 || port == 0 || port > 65535)
-            die(mode + " server printed \"" + line + "\" instead of its port");
-        return static_cast<unsigned short>(port);
-    }
-
-    pid_t pid_ = -1;
-    int stdout_ = -1;
-    int stdin_ = -1;
-    unsigned short port_ = 0;
-};
-
 // ---- cost per call -----------------------------------------------------------------------
 
-/// CPU time and context switches of a whole process (all its threads), from /proc. They
-/// show where a round trip's time goes: each hand-off between threads is a context switch.
-struct ProcessCost {
-    double user_us = 0;    // CPU time in user space
-    double system_us = 0;  // CPU time in the kernel
-    long voluntary = 0;    // context switches: blocked (a wait, a read)
-    long involuntary = 0;  // context switches: preempted
-
-    ProcessCost operator-(const ProcessCost& o) const {
-        return {user_us - o.user_us, system_us - o.system_us, voluntary - o.voluntary,
-                involuntary - o.involuntary};
-    }
-    ProcessCost& operator+=(const ProcessCost& o) {
-        user_us += o.user_us;
-        system_us += o.system_us;
-        voluntary += o.voluntary;
-        involuntary += o.involuntary;
-        return *this;
-    }
-};
-
-ProcessCost process_cost(pid_t pid) {
-    ProcessCost cost;
-    const std::string dir = "/proc/" + std::to_string(pid);
-    if (std::FILE* f = std::fopen((dir + "/stat").c_str(), "r")) {
-        // utime and stime are fields 14 and 15, after the ")" that ends the command name.
-        char buf[1024];
-        const auto n = std::fread(buf, 1, sizeof buf - 1, f);
-        std::fclose(f);
-        buf[n] = '\0';
-        if (const char* p = std::strrchr(buf, ')')) {
-            unsigned long long utime = 0, stime = 0;
-            const char* format = "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu";
-            if (std::sscanf(p + 2, format, &utime, &stime) == 2) {
-                const double tick_us = 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-                cost.user_us = static_cast<double>(utime) * tick_us;
-                cost.system_us = static_cast<double>(stime) * tick_us;
-            }
-        }
-    }
-    // Per-thread counters: the process-level status line only counts the main thread.
-    if (DIR* d = ::opendir((dir + "/task").c_str())) {
-        while (const dirent* e = ::readdir(d)) {
-            if (e->d_name[0] == '.') continue;
-            if (std::FILE* f = std::fopen((dir + "/task/" + e->d_name + "/status").c_str(), "r")) {
-                char line[256];
-                long v = 0;
-                while (std::fgets(line, sizeof line, f)) {
-                    if (std::sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1) cost.voluntary += v;
-                    else if (std::sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
-                        cost.involuntary += v;
-                }
-                std::fclose(f);
-            }
-        }
-        ::closedir(d);
-    }
-    return cost;
-}
+using bench::ProcessCost;
 
 /// Client and server cost of one kind of call, summed over the timed blocks.
 struct PhaseCost {
@@ -506,8 +225,8 @@ private:
     const json::value expected_ = echo_args();
 };
 
-void rpclb_round_trip(rpclb::Cluster& cluster) {
-    auto result = cluster.call(server_node, "bench", "echo", echo_args());
+void rpclb_round_trip(rpclb::Cluster& cluster, const char* function) {
+    auto result = cluster.call(server_node, "bench", function, echo_args());
     if (!result) die("rpclb call failed: " + json::serialize(result.error().to_json()));
 }
 
@@ -553,15 +272,16 @@ struct Options {
 };
 
 int run_client(const Options& o) {
-    std::printf("# rpc_roundtrip count=%ld warmup=%ld rounds=%ld pin=%s affinity=%s nproc=%u loadavg=%s\n",
-                o.count, o.warmup, o.rounds, o.pin ? "on" : "off", affinity_text().c_str(),
-                std::thread::hardware_concurrency(), load_average().c_str());
-    std::fflush(stdout);
+    bench::print_run_header("rpc_roundtrip",
+                            "count=" + std::to_string(o.count) + " warmup=" + std::to_string(o.warmup) +
+                                " rounds=" + std::to_string(o.rounds),
+                            o.pin);
+    const std::optional<int> cpu = o.pin ? std::optional<int>(o.cpu) : std::nullopt;
 
     // Children are destroyed (stopped and reaped) after the clients below, on every path.
-    Child raw_server("--raw-serve", o.pin, o.cpu);
-    Child ws_server("--ws-serve", o.pin, o.cpu);
-    Child rpclb_server("--serve", o.pin, o.cpu);
+    bench::Child raw_server(bench::self_child("--raw-serve", cpu));
+    bench::Child ws_server(bench::self_child("--ws-serve", cpu));
+    bench::Child rpclb_server(bench::self_child("--serve", cpu));
 
     RawClient raw(raw_server.port());
     WsClient ws(ws_server.port());
@@ -579,10 +299,12 @@ int run_client(const Options& o) {
     // The echo must come back as sent, or the figures mean nothing.
     raw.round_trip();
     raw.check_echo();
-    auto first = cluster.call(server_node, "bench", "echo", echo_args());
-    if (!first || *first != json::value(echo_args()))
-        die("rpclb echo returned " +
-            (first ? json::serialize(*first) : json::serialize(first.error().to_json())));
+    for (const char* function : {"echo", "echo_worker"}) {
+        auto first = cluster.call(server_node, "bench", function, echo_args());
+        if (!first || *first != json::value(echo_args()))
+            die(std::string("rpclb ") + function + " returned " +
+                (first ? json::serialize(*first) : json::serialize(first.error().to_json())));
+    }
 
     struct Kind {
         const char* label;
@@ -591,11 +313,13 @@ int run_client(const Options& o) {
         std::vector<std::int64_t> ns;
         PhaseCost cost;
     };
-    // The floor first, then what is compared with it; the same order in every round.
-    std::array<Kind, 3> kinds{{
+    // The floors first, then what is compared with them; the same order in every round.
+    enum { raw_k, ws_k, inline_k, worker_k };
+    std::array<Kind, 4> kinds{{
         {"raw_tcp", raw_server.pid(), [&] { raw.round_trip(); }, {}, {}},
         {"beast_ws_json", ws_server.pid(), [&] { ws.round_trip(); }, {}, {}},
-        {"rpclb", rpclb_server.pid(), [&] { rpclb_round_trip(cluster); }, {}, {}},
+        {"rpclb_inline", rpclb_server.pid(), [&] { rpclb_round_trip(cluster, "echo"); }, {}, {}},
+        {"rpclb_worker", rpclb_server.pid(), [&] { rpclb_round_trip(cluster, "echo_worker"); }, {}, {}},
     }};
     for (auto& k : kinds) {
         k.ns.reserve(static_cast<std::size_t>(o.count));
@@ -605,16 +329,16 @@ int run_client(const Options& o) {
         // Spread count over the rounds; the first rounds take the remainder.
         const long n = o.count / o.rounds + (r < o.count % o.rounds ? 1 : 0);
         for (auto& k : kinds) {
-            const auto client0 = process_cost(::getpid());
-            const auto server0 = process_cost(k.server);
+            const auto client0 = bench::process_cost(::getpid());
+            const auto server0 = bench::process_cost(k.server);
             for (long i = 0; i < n; ++i) {
                 const auto t0 = Clock::now();
                 k.op();
                 const auto t1 = Clock::now();
                 k.ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
             }
-            k.cost.client += process_cost(::getpid()) - client0;
-            k.cost.server += process_cost(k.server) - server0;
+            k.cost.client += bench::process_cost(::getpid()) - client0;
+            k.cost.server += bench::process_cost(k.server) - server0;
         }
     }
     raw.check_echo();
@@ -624,40 +348,38 @@ int run_client(const Options& o) {
     ws_server.stop();
     raw_server.stop();
 
-    std::array<Summary, 3> s;
+    std::array<Summary, 4> s;
     for (std::size_t i = 0; i < kinds.size(); ++i) s[i] = summarize(std::move(kinds[i].ns));
-    // The three lines the brief asks for come first and in a fixed form; '#' lines follow.
-    std::printf("rpclb median_us=%.2f p99_us=%.2f\n", s[2].median_us, s[2].p99_us);
-    std::printf("raw_tcp median_us=%.2f p99_us=%.2f\n", s[0].median_us, s[0].p99_us);
-    std::printf("ratio %.2f\n", s[2].median_us / s[0].median_us);
-    std::printf("beast_ws_json median_us=%.2f p99_us=%.2f\n", s[1].median_us, s[1].p99_us);
+    const double calls = static_cast<double>(o.count);
+    // The lines to parse come first, in a fixed form; '#' lines follow.
+    std::printf("rpclb_inline median_us=%.2f p99_us=%.2f\n", s[inline_k].median_us, s[inline_k].p99_us);
+    std::printf("rpclb_worker median_us=%.2f p99_us=%.2f\n", s[worker_k].median_us, s[worker_k].p99_us);
+    std::printf("raw_tcp median_us=%.2f p99_us=%.2f\n", s[raw_k].median_us, s[raw_k].p99_us);
+    std::printf("ratio_inline %.2f\n", s[inline_k].median_us / s[raw_k].median_us);
+    std::printf("ratio_worker %.2f\n", s[worker_k].median_us / s[raw_k].median_us);
+    std::printf("ratio_p99_inline %.2f\n", s[inline_k].p99_us / s[raw_k].p99_us);
+    std::printf("csw_per_call_client %.2f\n", static_cast<double>(kinds[inline_k].cost.client.switches()) / calls);
+    std::printf("csw_per_call_server %.2f\n", static_cast<double>(kinds[inline_k].cost.server.switches()) / calls);
+    std::printf("# beast_ws_json median_us=%.2f p99_us=%.2f\n", s[ws_k].median_us, s[ws_k].p99_us);
     for (std::size_t i = 0; i < kinds.size(); ++i) print_detail(kinds[i].label, s[i]);
-    std::printf("# ratio_p99 %.2f (rpclb p99 / raw p99)\n", s[2].p99_us / s[0].p99_us);
+    std::printf("# ratio_p99_worker %.2f (rpclb_worker p99 / raw p99)\n", s[worker_k].p99_us / s[raw_k].p99_us);
     std::printf("# ratio_beast_ws_json %.2f (beast_ws_json median / raw median)\n",
-                s[1].median_us / s[0].median_us);
-    std::printf("# ratio_rpclb_vs_beast_ws_json %.2f (rpclb median / beast_ws_json median)\n",
-                s[2].median_us / s[1].median_us);
+                s[ws_k].median_us / s[raw_k].median_us);
+    std::printf("# ratio_inline_vs_beast_ws_json %.2f (rpclb_inline median / beast_ws_json median)\n",
+                s[inline_k].median_us / s[ws_k].median_us);
     for (const auto& k : kinds) print_cost(k.label, k.cost, o.count);
     return 0;
-}
-
-long parse_count(const char* flag, const char* text, long min) {
-    char* end = nullptr;
-    errno = 0;
-    const long v = std::strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < min)
-        die(std::string(flag) + " needs an integer >= " + std::to_string(min) + ", got \"" + text + "\"");
-    return v;
 }
 
 void usage() {
     std::puts(
         "rpc_roundtrip [--count N] [--warmup N] [--rounds N] [--pin|--no-pin] [--cpu N]\n"
-        "  Round trip of rpclb echo(1, \"abc\") between two processes against a raw\n"
-        "  Asio TCP ping-pong of the same bytes, measured in the same run.\n"
+        "  Round trip of rpclb echo(1, \"abc\") between two processes, handler inline and on\n"
+        "  the worker pool, against a raw Asio TCP ping-pong of the same bytes, measured in\n"
+        "  the same run.\n"
         "  --count N    timed calls of each kind (default 20000)\n"
         "  --warmup N   untimed calls of each kind first (default 2000)\n"
-        "  --rounds N   alternating raw/rpclb blocks the timed calls are split into (default 4)\n"
+        "  --rounds N   alternating raw/ws/inline/worker blocks the timed calls are split into (default 4)\n"
         "  --pin        pin client and servers to one CPU (default)\n"
         "  --no-pin     let the kernel place them\n"
         "  --cpu N      the CPU to pin to (default 0)\n"
@@ -676,10 +398,10 @@ int main(int argc, char** argv) {
                 if (i + 1 >= argc) die(a + " needs a value");
                 return argv[++i];
             };
-            if (a == "--count") o.count = parse_count("--count", next(), 1);
-            else if (a == "--warmup") o.warmup = parse_count("--warmup", next(), 0);
-            else if (a == "--rounds") o.rounds = parse_count("--rounds", next(), 1);
-            else if (a == "--cpu") o.cpu = static_cast<int>(parse_count("--cpu", next(), 0));
+            if (a == "--count") o.count = bench::parse_count("--count", next(), 1);
+            else if (a == "--warmup") o.warmup = bench::parse_count("--warmup", next(), 0);
+            else if (a == "--rounds") o.rounds = bench::parse_count("--rounds", next(), 1);
+            else if (a == "--cpu") o.cpu = static_cast<int>(bench::parse_count("--cpu", next(), 0));
             else if (a == "--pin") o.pin = true;
             else if (a == "--no-pin") o.pin = false;
             else if (a == "--serve") mode = Mode::serve;
@@ -689,19 +411,16 @@ int main(int argc, char** argv) {
             else die("unknown option " + a + " (see --help)");
         }
         o.rounds = std::min(o.rounds, o.count);
-        // Before any thread exists, so that every thread of this process inherits it.
-        if (o.pin) pin_to(o.cpu);
+        // Before any thread exists, so that every thread of this process inherits it. A
+        // server child was pinned (or not) by the parent before it started.
+        if (o.pin && mode == Mode::client) bench::pin_to(o.cpu);
         rpclb::log::init("warning");
         switch (mode) {
         case Mode::serve: return run_rpclb_server();
-        case Mode::raw_serve: return run_raw_server();
+        case Mode::raw_serve: return bench::run_raw_echo_server();
         case Mode::ws_serve: return run_ws_server();
         case Mode::client:
-            std::signal(SIGINT, on_fatal_signal);
-            std::signal(SIGTERM, on_fatal_signal);
-            std::signal(SIGHUP, on_fatal_signal);
-            // A dead server must surface as a socket error, not kill the client silently.
-            std::signal(SIGPIPE, SIG_IGN);
+            bench::install_signal_handlers();
             return run_client(o);
         }
     } catch (const std::exception& e) {

@@ -43,14 +43,84 @@ std::atomic<std::int64_t>& AlgorithmState::counter(std::string_view balancer, st
                         [](auto& storage) -> auto& { return storage.emplace_back().value; });
 }
 
-detail::InFlightCount AlgorithmState::in_flight(std::string_view balancer, std::string_view node) {
-    auto name = compound_key(balancer, node);
+namespace detail {
+
+// A balancer's counters by node name; guarded by AlgorithmState's mutex.
+struct BalancerCounts {
+    std::map<std::string, std::shared_ptr<InFlight>, std::less<>> nodes;
+};
+
+}  // namespace detail
+
+namespace {
+
+detail::BalancerCounts& counts_of(
+    std::map<std::string, std::unique_ptr<detail::BalancerCounts>, std::less<>>& all,
+    std::string_view balancer) {
+    auto it = all.find(balancer);
+    if (it == all.end())
+        it = all.emplace(std::string(balancer), std::make_unique<detail::BalancerCounts>()).first;
+    return *it->second;
+}
+
+std::shared_ptr<detail::InFlight> counter_of(detail::BalancerCounts& counts, std::string_view node) {
+    auto it = counts.nodes.find(node);
+    if (it == counts.nodes.end())
+        it = counts.nodes.emplace(std::string(node), std::make_shared<detail::InFlight>()).first;
+    return it->second;
+}
+
+}  // namespace
+
+const detail::BalancerCounts* AlgorithmState::balancer_counts(std::string_view balancer) {
     std::lock_guard lock(mutex_);
-    auto it = in_flight_.find(name);
-    if (it != in_flight_.end()) return it->second;
-    auto& table = find_or_make(in_flight_tables_, in_flight_table_storage_, std::string(balancer),
-                               [](auto& storage) -> auto& { return storage.emplace_back(); });
-    return in_flight_.emplace(std::move(name), table.add_column()).first->second;
+    return &counts_of(balancer_counts_, balancer);
+}
+
+std::shared_ptr<detail::InFlight> AlgorithmState::in_flight(std::string_view balancer, std::string_view node) {
+    std::lock_guard lock(mutex_);
+    return counter_of(counts_of(balancer_counts_, balancer), node);
+}
+
+std::shared_ptr<const detail::CountTable> AlgorithmState::count_table(std::string_view balancer,
+                                                                      std::span<const std::string> nodes) {
+    auto table = std::make_shared<detail::CountTable>();
+    table->nodes.assign(nodes.begin(), nodes.end());
+    table->sorted = std::is_sorted(nodes.begin(), nodes.end());
+    table->counts.reserve(nodes.size());
+    std::lock_guard lock(mutex_);
+    auto& counts = counts_of(balancer_counts_, balancer);
+    table->owner = &counts;
+    for (const auto& node : nodes) table->counts.push_back(counter_of(counts, node));
+    return table;
+}
+
+void AlgorithmState::forget_in_flight(std::string_view balancer, std::span<const std::string> nodes) noexcept {
+    std::lock_guard lock(mutex_);
+    auto it = balancer_counts_.find(balancer);
+    if (it == balancer_counts_.end()) return;
+    for (const auto& node : nodes) {
+        auto at = it->second->nodes.find(node);
+        if (at == it->second->nodes.end()) continue;
+        // Tables of older snapshots may still hold it: they then read 0 too.
+        at->second->calls.store(0, std::memory_order_relaxed);
+        it->second->nodes.erase(at);
+    }
+}
+
+void AlgorithmState::release_in_flight(std::string_view balancer, std::string_view node) noexcept {
+    std::lock_guard lock(mutex_);
+    auto it = balancer_counts_.find(balancer);
+    if (it == balancer_counts_.end()) return;
+    auto at = it->second->nodes.find(node);
+    if (at != it->second->nodes.end()) at->second->release();
+}
+
+std::size_t AlgorithmState::in_flight_entries() {
+    std::lock_guard lock(mutex_);
+    std::size_t entries = 0;
+    for (const auto& [name, counts] : balancer_counts_) entries += counts->nodes.size();
+    return entries;
 }
 
 detail::BlockCursor& AlgorithmState::cursor(std::string_view balancer, std::string_view key) {

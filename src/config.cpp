@@ -1,6 +1,8 @@
 #include <rpclb/config.hpp>
 #include <rpclb/detail/options_check.hpp>
 
+#include "json_fields.hpp"
+
 #include <boost/json/parse_options.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/stream_parser.hpp>
@@ -10,7 +12,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -23,17 +24,12 @@ namespace rpclb {
 namespace {
 
 namespace json = boost::json;
+using detail::json_fields::element_path;
+using detail::json_fields::member_path;
+using detail::json_fields::non_negative_integer;
 
 // An error of one field, or nothing.
 using Problem = std::optional<ErrorMessage>;
-
-std::string member_path(std::string_view path, std::string_view key) {
-    return path.empty() ? std::string(key) : std::string(path) + "." + std::string(key);
-}
-
-std::string element_path(std::string_view path, std::size_t index) {
-    return std::string(path) + "[" + std::to_string(index) + "]";
-}
 
 ErrorMessage field_error(const std::string& path, std::string_view reason) {
     const std::string where = path.empty() ? "config" : "config field \"" + path + "\"";
@@ -43,58 +39,66 @@ ErrorMessage field_error(const std::string& path, std::string_view reason) {
 // What a value is, for "got ...": scalars as written, strings and containers by kind only,
 // so that a misplaced secret is never echoed.
 std::string got(const json::value& v) {
-    switch (v.kind()) {
-        case json::kind::string: return ", got a string";
-        case json::kind::array: return ", got an array";
-        case json::kind::object: return ", got an object";
-        default: return ", got " + json::serialize(v);
+    if (v.is_string() || v.is_structured()) return ", got " + std::string(detail::json_fields::describe(v));
+    return ", got " + json::serialize(v);
+}
+
+// ---- codecs: each reads one field from JSON (or names what is wrong) and writes it back ----
+//
+// read(value, path, out) -> Problem; write(field) -> json::value. The tables below pair
+// every key with its member and its codec.
+
+// Reads `value` into `out` with json_fields::read, or fails with "must be <expected>".
+template <class T>
+Problem exact(const json::value& v, const std::string& path, T& out, std::string_view expected) {
+    if (detail::json_fields::read(v, out)) return std::nullopt;
+    return field_error(path, "must be " + std::string(expected) + got(v));
+}
+
+struct Text {
+    Problem read(const json::value& v, const std::string& path, std::string& out) const {
+        return exact(v, path, out, "a string");
     }
-}
+    json::value write(const std::string& s) const { return json::value(s); }
+};
 
-std::optional<std::uint64_t> non_negative_integer(const json::value& v) {
-    if (v.is_uint64()) return v.get_uint64();
-    if (v.is_int64() && v.get_int64() >= 0) return static_cast<std::uint64_t>(v.get_int64());
-    return std::nullopt;
-}
+struct Boolean {
+    Problem read(const json::value& v, const std::string& path, bool& out) const {
+        return exact(v, path, out, "true or false");
+    }
+    json::value write(bool b) const { return json::value(b); }
+};
 
-// ---- readers: each converts one JSON value into a field, or names what is wrong -------------
+struct Object {
+    Problem read(const json::value& v, const std::string& path, json::object& out) const {
+        return exact(v, path, out, "an object");
+    }
+    json::value write(const json::object& o) const { return json::value(o); }
+};
 
-using Reader = std::function<Problem(const json::value&, const std::string& path)>;
-
-Reader text(std::string& out) {
-    return [&out](const json::value& v, const std::string& path) -> Problem {
-        if (!v.is_string()) return field_error(path, "must be a string" + got(v));
-        out = v.get_string();
-        return std::nullopt;
-    };
-}
-
-Reader boolean(bool& out) {
-    return [&out](const json::value& v, const std::string& path) -> Problem {
-        if (!v.is_bool()) return field_error(path, "must be true or false" + got(v));
-        out = v.get_bool();
-        return std::nullopt;
-    };
-}
-
-Reader count(std::size_t& out, std::string_view unit = {}) {
-    return [&out, unit](const json::value& v, const std::string& path) -> Problem {
+// A count, in `unit` (e.g. " (bytes)") when it has one.
+struct Count {
+    std::string_view unit;
+    Problem read(const json::value& v, const std::string& path, std::size_t& out) const {
         const auto n = non_negative_integer(v);
         if (!n) return field_error(path, "must be a non-negative integer" + std::string(unit) + got(v));
         out = static_cast<std::size_t>(*n);
         return std::nullopt;
-    };
-}
+    }
+    json::value write(std::size_t n) const { return json::value(n); }
+};
 
-Reader milliseconds(std::chrono::milliseconds& out) {
-    return [&out](const json::value& v, const std::string& path) -> Problem {
+// A duration under a "..._ms" key.
+struct Milliseconds {
+    Problem read(const json::value& v, const std::string& path, std::chrono::milliseconds& out) const {
         const auto n = non_negative_integer(v);
         if (!n || *n > static_cast<std::uint64_t>(std::numeric_limits<std::chrono::milliseconds::rep>::max()))
             return field_error(path, "must be a non-negative integer (milliseconds)" + got(v));
         out = std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(*n));
         return std::nullopt;
-    };
-}
+    }
+    json::value write(std::chrono::milliseconds d) const { return json::value(d.count()); }
+};
 
 // Calls `each(element, path)` for the elements of an array.
 template <class Each>
@@ -106,36 +110,42 @@ Problem for_each_element(const json::value& v, const std::string& path, std::str
     return std::nullopt;
 }
 
-Reader strings(std::vector<std::string>& out) {
-    return [&out](const json::value& v, const std::string& path) -> Problem {
+struct Strings {
+    Problem read(const json::value& v, const std::string& path, std::vector<std::string>& out) const {
         std::vector<std::string> list;
         auto e = for_each_element(v, path, "an array of strings", [&](const json::value& item, const std::string& at) {
-            return text(list.emplace_back())(item, at);
+            return Text{}.read(item, at, list.emplace_back());
         });
         if (e) return e;
         out = std::move(list);
         return std::nullopt;
-    };
-}
+    }
+    json::value write(const std::vector<std::string>& list) const { return json::value_from(list); }
+};
 
-// "plugins": one directory or a list of them.
-Reader directories(std::vector<std::filesystem::path>& out) {
-    return [&out](const json::value& v, const std::string& path) -> Problem {
+// "plugins": one directory or a list of them; written as a list.
+struct Directories {
+    Problem read(const json::value& v, const std::string& path, std::vector<std::filesystem::path>& out) const {
         if (v.is_string()) {
             out = {std::string(v.get_string())};
             return std::nullopt;
         }
         if (!v.is_array()) return field_error(path, "must be a string or an array of strings" + got(v));
         std::vector<std::string> list;
-        if (auto e = strings(list)(v, path)) return e;
+        if (auto e = Strings{}.read(v, path, list)) return e;
         out.assign(list.begin(), list.end());
         return std::nullopt;
-    };
-}
+    }
+    json::value write(const std::vector<std::filesystem::path>& dirs) const {
+        json::array list;
+        for (const auto& dir : dirs) list.emplace_back(dir.string());
+        return list;
+    }
+};
 
-// The seed's `retry_count`: a non-negative integer or :infinity.
-Reader retries(std::size_t& out) {
-    return [&out](const json::value& v, const std::string& path) -> Problem {
+// retry_count: a non-negative integer or "infinity" (unlimited_retries; seed §6).
+struct Retries {
+    Problem read(const json::value& v, const std::string& path, std::size_t& out) const {
         if (v.is_string() && v.get_string() == "infinity") {
             out = unlimited_retries;
             return std::nullopt;
@@ -145,19 +155,15 @@ Reader retries(std::size_t& out) {
             return field_error(path, "must be a non-negative integer or \"infinity\"" + got(v));
         out = static_cast<std::size_t>(*n);
         return std::nullopt;
-    };
-}
+    }
+    json::value write(std::size_t n) const {
+        return n == unlimited_retries ? json::value("infinity") : json::value(n);
+    }
+};
 
-Reader object(json::object& out) {
-    return [&out](const json::value& v, const std::string& path) -> Problem {
-        if (!v.is_object()) return field_error(path, "must be an object" + got(v));
-        out = v.get_object();
-        return std::nullopt;
-    };
-}
-
-Reader match_list(NodeMatchList& out) {
-    return [&out](const json::value& v, const std::string& path) -> Problem {
+// node_match_list: "all" or a list of NodeFilter texts, regexes written /PATTERN/.
+struct MatchList {
+    Problem read(const json::value& v, const std::string& path, NodeMatchList& out) const {
         if (v.is_string() && v.get_string() == "all") {
             out = NodeMatchList{};
             return std::nullopt;
@@ -177,60 +183,106 @@ Reader match_list(NodeMatchList& out) {
         if (e) return e;
         out = std::move(list);
         return std::nullopt;
-    };
+    }
+    json::value write(const NodeMatchList& m) const {
+        if (m.all) return json::value("all");
+        json::array filters;
+        for (const auto& f : m.filters)
+            filters.push_back(f.is_regex() ? json::value("/" + f.text() + "/") : json::value(f.text()));
+        return filters;
+    }
+};
+
+// "balancers": an array of balancer objects (parse_balancer, to_json).
+struct Balancers {
+    Problem read(const json::value& v, const std::string& path, std::vector<LoadBalancerOptions>& out) const;
+    json::value write(const std::vector<LoadBalancerOptions>& list) const {
+        json::array out;
+        for (const auto& b : list) out.emplace_back(to_json(b));
+        return out;
+    }
+};
+
+// ---- the keys, listed once --------------------------------------------------------------------
+//
+// visit(key, member, codec) for every key of an object, in the order error messages list
+// them. `Options` may be const (writing) or not (reading).
+
+template <class Options, class Visit>
+void cluster_fields(Options& o, Visit&& visit) {
+    visit("name", o.name, Text{});
+    visit("listen", o.listen, Text{});
+    visit("seeds", o.seeds, Strings{});
+    visit("cookie", o.cookie, Text{});
+    visit("client", o.client, Boolean{});
+    visit("plugins", o.plugin_path, Directories{});
+    visit("network_threads", o.network_threads, Count{});
+    visit("worker_threads", o.worker_threads, Count{});
+    visit("idle_timeout_ms", o.idle_timeout, Milliseconds{});
+    visit("handshake_timeout_ms", o.handshake_timeout, Milliseconds{});
+    visit("reconnect_interval_ms", o.reconnect_interval, Milliseconds{});
+    visit("stop_timeout_ms", o.stop_timeout, Milliseconds{});
+    visit("max_message_size", o.max_message_size, Count{" (bytes)"});
+    visit("call_directly", o.call_directly, Boolean{});
+    visit("retry", o.retry, Boolean{});
+    visit("retry_count", o.retry_count, Retries{});
+    visit("excluded_node_patterns", o.excluded_node_patterns, Strings{});
+}
+
+// The one key to_json leaves out with Secrets::omit.
+constexpr std::string_view secret_key = "cookie";
+
+template <class Options, class Visit>
+void balancer_fields(Options& o, Visit&& visit) {
+    visit("name", o.name, Text{});
+    visit("algorithm", o.algorithm, Text{});
+    visit("algorithm_opts", o.algorithm_opts, Object{});
+    visit("node_match_list", o.node_match_list, MatchList{});
+    visit("drain_timeout_ms", o.drain_timeout, Milliseconds{});
+}
+
+template <class Config, class Visit>
+void node_fields(Config& c, Visit&& visit) {
+    cluster_fields(c.cluster, visit);
+    visit("log_level", c.log_level, Text{});
+    visit("balancers", c.balancers, Balancers{});
 }
 
 // ---- objects: known keys, unknown keys --------------------------------------------------------
 
-// Reads the members of one JSON object. Remembers the keys it was asked for, so that
-// finish() can name any other key; the first error is kept and later reads are skipped.
-class Fields {
-public:
-    Fields(const json::object& object, std::string path) : object_(object), path_(std::move(path)) {}
-
-    void read(std::string_view key, const Reader& reader) {
-        known_.push_back(key);
-        if (error_) return;
-        if (const auto* v = object_.if_contains(key)) error_ = reader(*v, member_path(path_, key));
+// Reads the members of the object `v` at `path` into `out` through a key table; keys the
+// table does not list are errors. The first error wins, except that an unknown key wins
+// over any other: a misspelt key often causes them.
+template <class T, class Table>
+Problem read_object(const json::object& object, const std::string& path, T& out, Table table) {
+    std::vector<std::string_view> known;
+    Problem error;
+    table(out, [&](std::string_view key, auto& member, const auto& codec) {
+        known.push_back(key);
+        if (error) return;
+        if (const auto* v = object.if_contains(key)) error = codec.read(*v, member_path(path, key), member);
+    });
+    for (const auto& member : object) {
+        if (std::find(known.begin(), known.end(), member.key()) != known.end()) continue;
+        std::string keys;
+        for (const auto k : known) keys += (keys.empty() ? "" : ", ") + std::string(k);
+        return field_error(member_path(path, member.key()), "unknown key (known keys: " + keys + ")");
     }
-
-    // An unknown key wins over other errors: a misspelt key often causes them.
-    Problem finish() const {
-        for (const auto& member : object_) {
-            if (std::find(known_.begin(), known_.end(), member.key()) != known_.end()) continue;
-            std::string keys;
-            for (const auto k : known_) keys += (keys.empty() ? "" : ", ") + std::string(k);
-            return field_error(member_path(path_, member.key()), "unknown key (known keys: " + keys + ")");
-        }
-        return error_;
-    }
-
-private:
-    const json::object& object_;
-    std::string path_;
-    std::vector<std::string_view> known_;
-    Problem error_;
-};
-
-void read_cluster_fields(Fields& f, ClusterOptions& o) {
-    f.read("name", text(o.name));
-    f.read("listen", text(o.listen));
-    f.read("seeds", strings(o.seeds));
-    f.read("cookie", text(o.cookie));
-    f.read("client", boolean(o.client));
-    f.read("plugins", directories(o.plugin_path));
-    f.read("network_threads", count(o.network_threads));
-    f.read("worker_threads", count(o.worker_threads));
-    f.read("idle_timeout_ms", milliseconds(o.idle_timeout));
-    f.read("handshake_timeout_ms", milliseconds(o.handshake_timeout));
-    f.read("reconnect_interval_ms", milliseconds(o.reconnect_interval));
-    f.read("stop_timeout_ms", milliseconds(o.stop_timeout));
-    f.read("max_message_size", count(o.max_message_size, " (bytes)"));
-    f.read("call_directly", boolean(o.call_directly));
-    f.read("retry", boolean(o.retry));
-    f.read("retry_count", retries(o.retry_count));
-    f.read("excluded_node_patterns", strings(o.excluded_node_patterns));
+    return error;
 }
+
+// The JSON object of `in` through a key table: every key, defaults included.
+template <class T, class Table>
+json::object write_object(const T& in, Table table) {
+    json::object out;
+    table(in, [&](std::string_view key, const auto& member, const auto& codec) { out[key] = codec.write(member); });
+    return out;
+}
+
+// The key tables as callables, for read_object and write_object.
+constexpr auto cluster_table = [](auto& o, auto&& visit) { cluster_fields(o, visit); };
+constexpr auto balancer_table = [](auto& o, auto&& visit) { balancer_fields(o, visit); };
+constexpr auto node_table = [](auto& c, auto&& visit) { node_fields(c, visit); };
 
 Problem must_be_object(const json::value& v, const std::string& path) {
     if (v.is_object()) return std::nullopt;
@@ -267,32 +319,24 @@ Problem check_node(const NodeConfig& c, detail::Identity identity) {
 Result<LoadBalancerOptions> parse_balancer(const json::value& v, const std::string& path) {
     if (auto e = must_be_object(v, path)) return *e;
     LoadBalancerOptions o;
-    Fields f(v.get_object(), path);
-    f.read("name", text(o.name));
-    f.read("algorithm", text(o.algorithm));
-    f.read("algorithm_opts", object(o.algorithm_opts));
-    f.read("node_match_list", match_list(o.node_match_list));
-    f.read("drain_timeout_ms", milliseconds(o.drain_timeout));
-    if (auto e = f.finish()) return *e;
+    if (auto e = read_object(v.get_object(), path, o, balancer_table)) return *e;
     if (!v.get_object().contains("name")) return field_error(member_path(path, "name"), "is required");
     if (auto e = checked(detail::check(o), path)) return *e;
     return o;
 }
 
-Reader balancers(std::vector<LoadBalancerOptions>& out) {
-    return [&out](const json::value& v, const std::string& path) -> Problem {
-        std::vector<LoadBalancerOptions> list;
-        auto e = for_each_element(v, path, "an array of balancer objects",
-                                  [&](const json::value& item, const std::string& at) -> Problem {
-                                      auto b = parse_balancer(item, at);
-                                      if (!b) return b.error();
-                                      list.push_back(std::move(*b));
-                                      return std::nullopt;
-                                  });
-        if (e) return e;
-        out = std::move(list);
-        return std::nullopt;
-    };
+Problem Balancers::read(const json::value& v, const std::string& path, std::vector<LoadBalancerOptions>& out) const {
+    std::vector<LoadBalancerOptions> list;
+    auto e = for_each_element(v, path, "an array of balancer objects",
+                              [&](const json::value& item, const std::string& at) -> Problem {
+                                  auto b = parse_balancer(item, at);
+                                  if (!b) return b.error();
+                                  list.push_back(std::move(*b));
+                                  return std::nullopt;
+                              });
+    if (e) return e;
+    out = std::move(list);
+    return std::nullopt;
 }
 
 // ---- files ---------------------------------------------------------------------------------
@@ -334,10 +378,6 @@ Result<json::value> parse_file_text(const std::filesystem::path& file, std::stri
                       json::object{{"line", line}, {"column", column}, {"offset", offset}});
 }
 
-json::value filter_json(const NodeFilter& f) {
-    return f.is_regex() ? json::value("/" + f.text() + "/") : json::value(f.text());
-}
-
 }  // namespace
 
 // ---- from JSON -----------------------------------------------------------------------------
@@ -345,9 +385,7 @@ json::value filter_json(const NodeFilter& f) {
 Result<ClusterOptions> cluster_options_from_json(const json::value& v, const ClusterOptions& defaults) {
     if (auto e = must_be_object(v, "")) return *e;
     ClusterOptions o = defaults;
-    Fields f(v.get_object(), "");
-    read_cluster_fields(f, o);
-    if (auto e = f.finish()) return *e;
+    if (auto e = read_object(v.get_object(), "", o, cluster_table)) return *e;
     if (auto e = checked(detail::check(o, detail::Identity::optional), "")) return *e;
     return o;
 }
@@ -357,11 +395,7 @@ Result<LoadBalancerOptions> load_balancer_options_from_json(const json::value& v
 Result<NodeConfig> node_config_from_json(const json::value& v, const NodeConfig& defaults) {
     if (auto e = must_be_object(v, "")) return *e;
     NodeConfig c = defaults;
-    Fields f(v.get_object(), "");
-    read_cluster_fields(f, c.cluster);
-    f.read("log_level", text(c.log_level));
-    f.read("balancers", balancers(c.balancers));
-    if (auto e = f.finish()) return *e;
+    if (auto e = read_object(v.get_object(), "", c, node_table)) return *e;
     if (auto e = check_node(c, detail::Identity::optional)) return *e;
     return c;
 }
@@ -387,52 +421,16 @@ Result<void> validate(const NodeConfig& config) {
 // ---- to JSON -------------------------------------------------------------------------------
 
 json::object to_json(const ClusterOptions& o, Secrets secrets) {
-    json::array plugins;
-    for (const auto& dir : o.plugin_path) plugins.emplace_back(dir.string());
-    json::object j{
-        {"name", o.name},
-        {"listen", o.listen},
-        {"seeds", json::value_from(o.seeds)},
-        {"client", o.client},
-        {"plugins", std::move(plugins)},
-        {"network_threads", o.network_threads},
-        {"worker_threads", o.worker_threads},
-        {"idle_timeout_ms", o.idle_timeout.count()},
-        {"handshake_timeout_ms", o.handshake_timeout.count()},
-        {"reconnect_interval_ms", o.reconnect_interval.count()},
-        {"stop_timeout_ms", o.stop_timeout.count()},
-        {"max_message_size", o.max_message_size},
-        {"call_directly", o.call_directly},
-        {"retry", o.retry},
-        {"retry_count", o.retry_count == unlimited_retries ? json::value("infinity") : json::value(o.retry_count)},
-        {"excluded_node_patterns", json::value_from(o.excluded_node_patterns)},
-    };
-    if (secrets == Secrets::include) j["cookie"] = o.cookie;
+    auto j = write_object(o, cluster_table);
+    if (secrets == Secrets::omit) j.erase(secret_key);
     return j;
 }
 
-json::object to_json(const LoadBalancerOptions& o) {
-    json::value match_list = "all";
-    if (!o.node_match_list.all) {
-        json::array filters;
-        for (const auto& f : o.node_match_list.filters) filters.push_back(filter_json(f));
-        match_list = std::move(filters);
-    }
-    return json::object{
-        {"name", o.name},
-        {"algorithm", o.algorithm},
-        {"algorithm_opts", o.algorithm_opts},
-        {"node_match_list", std::move(match_list)},
-        {"drain_timeout_ms", o.drain_timeout.count()},
-    };
-}
+json::object to_json(const LoadBalancerOptions& o) { return write_object(o, balancer_table); }
 
 json::object to_json(const NodeConfig& c, Secrets secrets) {
-    auto j = to_json(c.cluster, secrets);
-    j["log_level"] = c.log_level;
-    json::array list;
-    for (const auto& b : c.balancers) list.emplace_back(to_json(b));
-    j["balancers"] = std::move(list);
+    auto j = write_object(c, node_table);
+    if (secrets == Secrets::omit) j.erase(secret_key);
     return j;
 }
 

@@ -2,6 +2,7 @@
 #include <rpclb/detail/log.hpp>
 #include <rpclb/load_balancer.hpp>
 
+#include <algorithm>
 #include <thread>
 
 namespace rpclb {
@@ -148,6 +149,12 @@ Result<std::vector<std::string>> LoadBalancer::get_members() const {
 }
 
 Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
+    auto picked = pick(options);
+    if (!picked) return picked.error();
+    return picked->node();
+}
+
+Result<LoadBalancer::Picked> LoadBalancer::pick(const PickOptions& options) {
     auto snapshot = members_.load();
     // The seed's selection events (§5.2), from the dispatch so custom algorithms get them.
     auto& bus = cluster_.telemetry();
@@ -175,7 +182,8 @@ Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
             e.node = node;
             bus.emit(e);
         }
-        return node;
+        const std::size_t index = *picked;
+        return Picked{std::move(snapshot), index};
     } catch (const std::exception& e) {
         return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());
     } catch (...) {
@@ -217,7 +225,14 @@ Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, c
 
 void LoadBalancer::release_node(std::string_view node) noexcept {
     try {
-        algorithm_->release_node(node);
+        // The snapshot form lets an algorithm reach what it keeps in the snapshot.
+        const auto snapshot = members_.load();
+        const auto& nodes = snapshot->nodes;
+        const auto at = std::lower_bound(nodes.begin(), nodes.end(), node);
+        if (at != nodes.end() && *at == node)
+            algorithm_->release_node(*snapshot, static_cast<std::size_t>(at - nodes.begin()));
+        else
+            algorithm_->release_node(node);
     } catch (const std::exception& e) {
         RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw: " << e.what();
     } catch (...) {

@@ -19,6 +19,39 @@ using detail::thread_rng;
 
 }  // namespace
 
+namespace detail {
+
+SnapshotCache& SnapshotCache::operator=(const SnapshotCache&) noexcept {
+    delete counts.exchange(nullptr, std::memory_order_acq_rel);
+    delete sequence.exchange(nullptr, std::memory_order_acq_rel);
+    return *this;
+}
+
+SnapshotCache::~SnapshotCache() {
+    delete counts.load(std::memory_order_acquire);
+    delete sequence.load(std::memory_order_acquire);
+}
+
+const IndexSequence* SnapshotCache::adopt(IndexSequence* made) noexcept {
+    const IndexSequence* expected = nullptr;
+    if (sequence.compare_exchange_strong(expected, made, std::memory_order_acq_rel)) return made;
+    delete made;
+    return expected;
+}
+
+namespace {
+std::atomic<std::uint64_t> owners{0};
+}  // namespace
+
+std::uint64_t new_owner_id() noexcept { return owners.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+ErrorMessage table_build_error(std::string_view balancer) {
+    return ErrorMessage{ErrorCode::internal_server_error, "out of memory building the member table",
+                        boost::json::object{{"load_balancer", balancer}}};
+}
+
+}  // namespace detail
+
 ErrorMessage empty_members_error(std::string_view balancer) {
     return ErrorMessage{ErrorCode::service_unavailable, "no members registered",
                         boost::json::object{{"load_balancer", balancer}}, make_error_code(Failure::no_members)};

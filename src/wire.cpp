@@ -1,5 +1,7 @@
 #include <rpclb/detail/wire.hpp>
 
+#include "json_fields.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serializer.hpp>
 #include <boost/json/value.hpp>
@@ -8,7 +10,6 @@
 #include <array>
 #include <charconv>
 #include <exception>
-#include <limits>
 #include <stdexcept>
 #include <type_traits>
 
@@ -16,6 +17,7 @@ namespace rpclb::detail::wire {
 namespace {
 
 namespace json = boost::json;
+using json_fields::describe;
 
 using Decoded = boost::system::result<Frame, DecodeError>;
 
@@ -35,98 +37,31 @@ template <> constexpr std::string_view frame_name<Cast> = "cast";
 template <> constexpr std::string_view frame_name<Response> = "res";
 template <> constexpr std::string_view frame_name<Bye> = "bye";
 
-// How a JSON value is described in error messages ("got an array").
-std::string_view describe(const json::value& v) noexcept {
-    switch (v.kind()) {
-    case json::kind::null: return "null";
-    case json::kind::bool_: return "a boolean";
-    case json::kind::int64: return v.get_int64() < 0 ? "a negative integer" : "an integer";
-    case json::kind::uint64: return "an integer";
-    case json::kind::double_: return "a floating-point number";
-    case json::kind::string: return "a string";
-    case json::kind::array: return "an array";
-    case json::kind::object: return "an object";
-    }
-    return "an unknown value";
-}
-
 // ---- decoding ---------------------------------------------------------------------------
 
-// Reads the members of one frame object (or of an object nested in it, under `prefix`).
-// The first failure is recorded in the shared `error`; later reads are skipped, so a
-// decoder can read every member unconditionally and check once at the end. Arrays,
-// objects and values are moved out of the parsed document rather than copied.
+// Reads the members of one frame object (or of an object nested in it, at `path`). Every
+// member read is required. The first failure is recorded in the shared `error`; later
+// reads are skipped, so a decoder can read every member unconditionally and check once at
+// the end. Arrays, objects and values are moved out of the parsed document, not copied.
 class Members {
 public:
-    Members(json::object& obj, std::string_view type, std::optional<DecodeError>& error,
-            std::string prefix = {})
-        : obj_(obj), type_(type), error_(error), prefix_(std::move(prefix)) {}
+    Members(json::object& obj, std::string_view type, std::optional<DecodeError>& error, std::string path = {})
+        : obj_(obj), type_(type), error_(error), path_(std::move(path)) {}
 
     bool failed() const noexcept { return error_.has_value(); }
 
-    void string(std::string_view key, std::string& out) {
-        if (auto* v = find(key, "a string")) {
-            if (auto* s = v->if_string())
-                out.assign(s->data(), s->size());
-            else
-                fail(key, "a string", v);
-        }
-    }
+    void string(std::string_view key, std::string& out) { field(key, out, "a string"); }
+    void boolean(std::string_view key, bool& out) { field(key, out, "a boolean"); }
+    // Ids travel as JSON integers (json_fields::non_negative_integer).
+    void uint64(std::string_view key, std::uint64_t& out) { field(key, out, "an unsigned integer"); }
+    void integer(std::string_view key, int& out) { field(key, out, "an integer in the range of int", "an integer"); }
+    void array(std::string_view key, json::array& out) { field(key, out, "an array"); }
+    void object(std::string_view key, json::object& out) { field(key, out, "an object"); }
 
     // An optional string: absence leaves `out` empty; a non-string is an error.
     void optional_string(std::string_view key, std::string& out) {
         if (failed()) return;
-        if (auto* v = obj_.if_contains(key)) {
-            if (auto* s = v->if_string())
-                out.assign(s->data(), s->size());
-            else
-                fail(key, "a string", v);
-        }
-    }
-
-    void boolean(std::string_view key, bool& out) {
-        if (auto* v = find(key, "a boolean")) {
-            if (auto* b = v->if_bool())
-                out = *b;
-            else
-                fail(key, "a boolean", v);
-        }
-    }
-
-    // Ids travel as JSON integers; the parser yields int64 for those that fit and uint64
-    // only above INT64_MAX, so both are accepted when non-negative.
-    void uint64(std::string_view key, std::uint64_t& out) {
-        if (auto* v = find(key, "an unsigned integer")) {
-            if (auto* u = v->if_uint64())
-                out = *u;
-            else if (auto* i = v->if_int64(); i && *i >= 0)
-                out = static_cast<std::uint64_t>(*i);
-            else
-                fail(key, "an unsigned integer", v);
-        }
-    }
-
-    void integer(std::string_view key, int& out) {
-        if (auto* v = find(key, "an integer")) {
-            if (auto* i = v->if_int64(); i && *i >= std::numeric_limits<int>::min() &&
-                                         *i <= std::numeric_limits<int>::max())
-                out = static_cast<int>(*i);
-            else
-                fail(key, "an integer in the range of int", v);
-        }
-    }
-
-    void array(std::string_view key, json::array& out) {
-        if (auto* a = array_ref(key)) out = std::move(*a);
-    }
-
-    void object(std::string_view key, json::object& out) {
-        if (auto* v = find(key, "an object")) {
-            if (auto* o = v->if_object())
-                out = std::move(*o);
-            else
-                fail(key, "an object", v);
-        }
+        if (auto* v = obj_.if_contains(key); v && !json_fields::read(*v, out)) fail(key, "a string", v);
     }
 
     // The array member `key` itself, for decoders that walk its elements.
@@ -141,9 +76,8 @@ public:
     // Element `index` of the array member `key` as a nested reader, or nullopt (with the
     // error recorded) when the element is not an object.
     std::optional<Members> element(std::string_view key, std::size_t index, json::value& v) {
-        std::string path = prefix_;
-        path.append(key).append("[").append(std::to_string(index)).append("]");
-        if (auto* o = v.if_object()) return Members(*o, type_, error_, path + ".");
+        auto path = json_fields::element_path(json_fields::member_path(path_, key), index);
+        if (auto* o = v.if_object()) return Members(*o, type_, error_, std::move(path));
         fail_path(path, "an object", &v);
         return std::nullopt;
     }
@@ -161,6 +95,14 @@ public:
     }
 
 private:
+    // Required member `key` into `out`; `expected` names the accepted values when the
+    // member is of another kind, `expected_if_missing` (default: the same) when absent.
+    template <class T>
+    void field(std::string_view key, T& out, std::string_view expected, std::string_view expected_if_missing = {}) {
+        auto* v = find(key, expected_if_missing.empty() ? expected : expected_if_missing);
+        if (v && !json_fields::read(*v, out)) fail(key, expected, v);
+    }
+
     // The member `key`, or nullptr after recording a "missing" error (or a prior error).
     json::value* find(std::string_view key, std::string_view expected) {
         if (failed()) return nullptr;
@@ -170,7 +112,7 @@ private:
     }
 
     void fail(std::string_view key, std::string_view expected, const json::value* got) {
-        fail_path(prefix_ + std::string(key), expected, got);
+        fail_path(json_fields::member_path(path_, key), expected, got);
     }
 
     void fail_path(std::string_view path, std::string_view expected, const json::value* got) {
@@ -186,7 +128,7 @@ private:
     json::object& obj_;
     std::string_view type_;
     std::optional<DecodeError>& error_;
-    std::string prefix_;
+    std::string path_;
 };
 
 void read_peer(Members& m, PeerInfo& p) {

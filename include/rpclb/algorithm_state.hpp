@@ -2,17 +2,59 @@
 #pragma once
 
 #include <rpclb/detail/block_cursor.hpp>
-#include <rpclb/detail/in_flight_count.hpp>
+#include <rpclb/selection_algorithm.hpp>
+#include <rpclb/version.hpp>
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rpclb {
+
+namespace detail {
+
+struct BalancerCounts;
+
+/// The calls in flight from this process on one node through one balancer (reference
+/// §2.4, §2.5): one atomic on its own cache line, never below zero (§10.4).
+///
+/// Thread safety: distinct objects safe; shared objects safe. No lock, no allocation.
+struct alignas(64) InFlight {
+    std::atomic<std::int64_t> calls{0};
+
+    /// One more call in flight.
+    void acquire() noexcept { calls.fetch_add(1, std::memory_order_relaxed); }
+
+    /// One call fewer in flight; false (and no change) when the count was zero.
+    bool release() noexcept {
+        std::int64_t now = calls.load(std::memory_order_relaxed);
+        while (now > 0)
+            if (calls.compare_exchange_weak(now, now - 1, std::memory_order_relaxed)) return true;
+        return false;
+    }
+
+    /// Calls in flight now.
+    std::int64_t value() const noexcept { return calls.load(std::memory_order_relaxed); }
+};
+
+/// The counters of one member list of one balancer, index-aligned with the list. Built by
+/// AlgorithmState::count_table (in librpclb, so that a MemberSnapshot holding one may
+/// outlive the plugin that asked for it); immutable once built.
+struct CountTable {
+    const BalancerCounts* owner = nullptr;  ///< the balancer the counters belong to
+    std::vector<std::string> nodes;         ///< the list, for release_node's look-up
+    bool sorted = true;                     ///< `nodes` ascending (MemberSnapshot's contract)
+    std::vector<std::shared_ptr<InFlight>> counts;  ///< counts[i] is nodes[i]'s
+};
+
+}  // namespace detail
 
 /// A CPU (or any load) reading of one node, written by a poller and read on the pick path.
 /// Both fields are atomics so picks read them without a lock; a reader may see a value
@@ -29,7 +71,7 @@ struct NodeReading {
 /// "Shared facts"), and readings are shared by every balancer (§2.7 NodeCpuCache).
 ///
 /// The state is owned by librpclb (not by a plugin), lives until the process exits and is
-/// never freed, so references stay valid; there is no slot limit (reference §10.4).
+/// never freed, so references stay valid; there is no slot limit (seed §10.4).
 /// Look-ups take a mutex: do them off the pick path (at init or when membership changes)
 /// and keep the references.
 ///
@@ -42,13 +84,34 @@ public:
     /// The counter named `key` of balancer `balancer`, created at 0 on first use.
     std::atomic<std::int64_t>& counter(std::string_view balancer, std::string_view key);
 
+    /// The balancer's call counters (least_connections and power_of_two share them, as
+    /// the seed's `{:conn, name, node}` slots are shared): an identity that CountTable
+    /// records. Created on first use and kept for the process's life (one small object per
+    /// balancer name).
+    const detail::BalancerCounts* balancer_counts(std::string_view balancer);
+
     /// The calls in flight from this process on `node` through balancer `balancer`,
-    /// created at 0 on first use: the count of least_connections and power_of_two
-    /// (the seed's `{:conn, name, node}` slot), kept per thread in the balancer's
-    /// detail::InFlightTable (every 8 nodes of a balancer take
-    /// 256 × (detail::thread_slot_count() + 1) bytes). Two calls for the same names give
-    /// handles on the same count.
-    detail::InFlightCount in_flight(std::string_view balancer, std::string_view node);
+    /// created at 0 on first use and kept until `forget_in_flight` drops it (then holders
+    /// keep their object and a later call creates a new one at 0). Two calls for the same
+    /// names give the same counter.
+    std::shared_ptr<detail::InFlight> in_flight(std::string_view balancer, std::string_view node);
+
+    /// The counters of `nodes` through `balancer`, index-aligned (in_flight of each).
+    /// Throws std::bad_alloc.
+    std::shared_ptr<const detail::CountTable> count_table(std::string_view balancer,
+                                                          std::span<const std::string> nodes);
+
+    /// One call fewer on the counter of `node` through `balancer` if there is one (never
+    /// below zero, never creating one): the slow path of a release that the newest member
+    /// table doesn't cover. Takes the mutex. Never throws.
+    void release_in_flight(std::string_view balancer, std::string_view node) noexcept;
+
+    /// `nodes` left the group of `balancer`: their counters go to 0 and are dropped from
+    /// this state, so a name that has left costs nothing here any more. Never throws.
+    void forget_in_flight(std::string_view balancer, std::span<const std::string> nodes) noexcept;
+
+    /// How many (balancer, node) counters this state holds now (for tests of the above).
+    std::size_t in_flight_entries();
 
     /// The rotation cursor named `key` of balancer `balancer`, created at 0 on first use,
     /// handed to threads in blocks (the seed's `{:slot, name, id}` slots); the rest of each
@@ -71,13 +134,19 @@ private:
 
     std::map<std::string, std::atomic<std::int64_t>*, std::less<>> counters_;
     std::map<std::string, NodeReading*, std::less<>> readings_;
-    std::map<std::string, detail::InFlightCount, std::less<>> in_flight_;
-    std::map<std::string, detail::InFlightTable*, std::less<>> in_flight_tables_;
+    std::map<std::string, std::unique_ptr<detail::BalancerCounts>, std::less<>> balancer_counts_;
     std::map<std::string, detail::BlockCursor*, std::less<>> cursors_;
     std::deque<CounterSlot> counter_storage_;  // stable addresses
     std::deque<ReadingSlot> reading_storage_;
-    std::deque<detail::InFlightTable> in_flight_table_storage_;
     std::deque<detail::BlockCursor> cursor_storage_;
 };
+
+// Plugins compile in code that reads these (RPCLB_PLUGIN_ABI_VERSION covers them): a
+// change of their layout must come with a new ABI version, and this makes it fail to
+// compile until the version and these figures are changed together.
+static_assert(RPCLB_PLUGIN_ABI_VERSION == 3 && sizeof(detail::InFlight) == 64 &&
+                  sizeof(detail::CountTable) == 64 && sizeof(NodeReading) == 16 &&
+                  sizeof(detail::SnapshotCache) == 2 * sizeof(void*) && sizeof(MemberSnapshot) == 48,
+              "a layout plugins compile against changed: bump RPCLB_PLUGIN_ABI_VERSION and update this check");
 
 }  // namespace rpclb

@@ -15,8 +15,9 @@
 
 namespace rpclb {
 
-/// Error codes named after HTTP statuses (DESIGN.md "Contracts → Errors"; the seed's
-/// ErrorMessage codes plus `not_found` and `internal_server_error`, reference §10.1).
+/// Error codes named after HTTP statuses (doc/architecture.md "Errors"; the seed's
+/// ErrorMessage codes plus `not_found` and `internal_server_error`, seed §10.1 in
+/// doc/reference/seed-compatibility.md).
 /// The numeric value is the HTTP status.
 enum class ErrorCode : int {
     bad_request = 400,            ///< malformed arguments or frame
@@ -100,7 +101,7 @@ ErrorMessage call_failure(Failure failure, std::string_view node, std::string_vi
 inline constexpr std::string_view draining_detail = "draining";
 
 /// The reply of a node that is draining `balancer` (or has left it) to a call that
-/// balancer routed to it (DESIGN.md "Drainer", seed reference §10.7): the call was never
+/// balancer routed to it (doc/explanation/draining-and-retries.md, seed §10.7): the call was never
 /// run, and the caller picks another member. `service_unavailable` "draining" with
 /// details {"draining": true, "load_balancer", "node", "module", "function"}; a caller
 /// sees it only when every member it tried was draining.

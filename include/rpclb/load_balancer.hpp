@@ -47,8 +47,10 @@ struct LoadBalancerOptions {
 /// start() on the same object). A routing-only balancer has no supervisor: it starts and
 /// stops its algorithm's services itself.
 ///
-/// Picking reads an atomically published member snapshot and calls the algorithm: no
-/// lock, no allocation on success.
+/// Picking (`pick`) reads an atomically published member snapshot and calls the algorithm:
+/// no allocation on success (an allocation-counting test holds it to that), and no lock
+/// but the short spin of libstdc++'s std::atomic<std::shared_ptr> load. `select_node`
+/// adds a copy of the chosen name.
 ///
 /// Thread safety: distinct objects safe; shared objects safe, except that prepare(),
 /// start() and stop() are called one at a time (Service's contract).
@@ -79,8 +81,25 @@ public:
     /// with details {"load_balancer": name} when the group is empty.
     Result<std::vector<std::string>> get_members() const;
 
-    /// Picks a member with the algorithm (seed §1.3). Does not call release_node.
-    /// Errors: the empty-group error of get_members(); an algorithm failure.
+    /// A pick: the member snapshot it was made from and the chosen member's index in it.
+    struct Picked {
+        std::shared_ptr<const MemberSnapshot> members;  ///< never null
+        std::size_t index = 0;                          ///< < members->nodes.size()
+        /// The chosen member's name; valid as long as this Picked.
+        const std::string& node() const noexcept { return members->nodes[index]; }
+    };
+
+    /// Picks a member with the algorithm (seed §1.3) without copying its name. Does not
+    /// call release_node. Errors: the empty-group error of get_members();
+    /// `internal_server_error` naming the balancer when the algorithm throws or returns an
+    /// index out of range; an algorithm's own ErrorMessage as is. On success it allocates
+    /// nothing (once the algorithm has built what it caches for the current snapshot) as
+    /// long as no telemetry subscriber is connected. Thread-safe.
+    Result<Picked> pick(const PickOptions& options = {});
+
+    /// pick(), returning a copy of the chosen member's name: that copy allocates when the
+    /// name is longer than std::string's inline buffer (15 characters in libstdc++).
+    /// Errors: those of pick(). Thread-safe.
     Result<std::string> select_node(const PickOptions& options = {});
 
     /// Picks up to `count` distinct members, best first, with the algorithm's
@@ -97,7 +116,9 @@ public:
     /// narrowing fan-outs. Thread-safe; allocates.
     Result<std::vector<std::string>> select_nodes(std::size_t count, const PickOptions& options = {});
 
-    /// Tells the algorithm a call routed to `node` has finished.
+    /// Tells the algorithm a call routed to `node` has finished: through
+    /// `release_node(members, index)` with the current snapshot when it holds `node`, else
+    /// `release_node(node)`. Exceptions from the algorithm are logged. Thread-safe.
     void release_node(std::string_view node) noexcept;
 
     /// The algorithm instance (lives as long as the balancer).

@@ -39,7 +39,7 @@ struct MetricDefinition {
     std::string description;  ///< one line, for Prometheus' HELP
 };
 
-/// Exactly the seed's six definitions (`RpcLoadBalancer.Metrics.metrics()`, reference §5.4,
+/// Exactly the seed's six definitions (`RpcLoadBalancer.Metrics.metrics()`, seed §5.4,
 /// acceptance case 36), in its order, with its names, tags and bucket bounds:
 ///
 /// | name | type | event | measurement | tags |

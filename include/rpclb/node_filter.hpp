@@ -1,4 +1,4 @@
-// Matching node names against filters (the seed's NodeFilter, reference §4.3).
+// Matching node names against filters (the seed's NodeFilter, seed §4.3).
 #pragma once
 
 #include <memory>

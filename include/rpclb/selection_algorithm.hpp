@@ -9,6 +9,8 @@
 #include <boost/dll/alias.hpp>
 #include <boost/json/object.hpp>
 
+#include <atomic>
+
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -23,12 +25,57 @@ namespace rpclb {
 
 class Cluster;
 
+namespace detail {
+struct CountTable;
+
+/// A sequence of member indices derived from one snapshot by one algorithm instance
+/// (weighted_round_robin's period). `owner` tells instances apart (AlgorithmState::
+/// new_owner_id); `order` is immutable once published.
+struct IndexSequence {
+    std::uint64_t owner = 0;
+    std::vector<std::uint32_t> order;
+};
+
+/// State that algorithms derive from one MemberSnapshot, kept with the snapshot so that it
+/// lives exactly as long as any pick can read it: filled by the first pick that needs it,
+/// freed with the snapshot. Copies, moves and assignments start empty (the nodes they come
+/// with may differ). Freed by librpclb, so a snapshot may outlive the plugin that filled
+/// its cache: what it holds is built by librpclb (AlgorithmState::count_table).
+///
+/// Thread safety: `counts` is set once with a compare-exchange; safe from any thread.
+class SnapshotCache {
+public:
+    SnapshotCache() = default;
+    SnapshotCache(const SnapshotCache&) noexcept {}
+    SnapshotCache& operator=(const SnapshotCache&) noexcept;
+    ~SnapshotCache();
+
+    /// The call counters of the snapshot's members (least_connections, power_of_two);
+    /// nullptr until a pick sets it.
+    std::atomic<const std::shared_ptr<const CountTable>*> counts{nullptr};
+
+    /// An index sequence (weighted_round_robin); nullptr until a pick sets it.
+    std::atomic<const IndexSequence*> sequence{nullptr};
+
+    /// Stores `made` (allocated with `new`) in `sequence` if that is still empty and
+    /// returns it; otherwise deletes `made` and returns what `sequence` holds. Either way
+    /// the result lives as long as the snapshot.
+    const IndexSequence* adopt(IndexSequence* made) noexcept;
+};
+}  // namespace detail
+
 /// An immutable view of a balancer's members at one moment: distinct node names in
 /// ascending order, and a version that changes whenever the set changes. Algorithms may
-/// cache state derived from `nodes` and key it by `version` (reference §10.2).
+/// cache state derived from `nodes` and key it by `version` (seed §10.2), or keep it
+/// in `cache`, which dies with the snapshot. A snapshot serves one balancer (a group's
+/// snapshots do): the counting algorithms of another balancer picking from it rebuild
+/// their table on every pick (correct, but it allocates). Never change `nodes` of a
+/// snapshot that has been picked from; make a new one.
 struct MemberSnapshot {
     std::vector<std::string> nodes;
     std::uint64_t version = 0;
+    /// What picks derived from `nodes` (see detail::SnapshotCache); not part of the value.
+    mutable detail::SnapshotCache cache;
 };
 
 /// Per-pick options (the seed forwards `key` to the algorithm).
@@ -91,6 +138,13 @@ public:
     /// A call routed to `node` (a value returned by a pick) has finished.
     virtual void release_node(std::string_view node) { (void)node; }
 
+    /// The same, when the caller has a snapshot holding the node: `members.nodes[index]`
+    /// is it (the snapshot current at the release, not necessarily the one picked from).
+    /// LoadBalancer::release_node calls this form; the default calls the name form.
+    virtual void release_node(const MemberSnapshot& members, std::size_t index) {
+        release_node(members.nodes[index]);
+    }
+
     /// True when load-balanced calls should run on the calling node without selection
     /// (the seed's CallDirect `local?`). Asked once, when the balancer starts; the answer
     /// holds for the balancer's life.
@@ -101,7 +155,17 @@ public:
     virtual std::vector<std::shared_ptr<Service>> services() { return {}; }
 };
 
-/// The error every algorithm returns for an empty member list (reference §10.6).
+namespace detail {
+/// A number no other caller got, from 1 up: tells algorithm instances apart in a
+/// SnapshotCache (an address could be reused by a later instance). Thread-safe.
+std::uint64_t new_owner_id() noexcept;
+
+/// The error a pick returns when the table it derives from a snapshot could not be built
+/// (memory ran out): `internal_server_error` naming the balancer.
+ErrorMessage table_build_error(std::string_view balancer);
+}  // namespace detail
+
+/// The error every algorithm returns for an empty member list (seed §10.6).
 ErrorMessage empty_members_error(std::string_view balancer);
 
 /// For `init`: throws std::invalid_argument `<algorithm>: unknown option "<key>" (known:

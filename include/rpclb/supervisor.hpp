@@ -98,7 +98,7 @@ struct ChildStatus {
 enum class SupervisorState { stopped, starting, running, stopping, failed };
 
 /// Supervises child services with OTP semantics (Erlang's `supervisor`, Elixir's
-/// `Supervisor`; DESIGN.md "Supervisor"; seed §1.1, §3.2, §3.6). It is itself a Service,
+/// `Supervisor`; doc/explanation/supervision.md; seed §1.1, §3.2, §3.6). It is itself a Service,
 /// so trees nest: a child supervisor that gives up reports a failure to its parent, which
 /// restarts it (and its children) like any other child.
 ///

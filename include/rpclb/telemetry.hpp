@@ -12,7 +12,7 @@
 namespace rpclb {
 
 /// The events rpclb emits. The first nine are the seed's (`[:rpc_load_balancer, ...]`,
-/// reference §5.1–5.3), named with dots; the rest are rpclb's own.
+/// seed §5.1–5.3), named with dots; the rest are rpclb's own.
 ///
 /// | event | measurements | metadata |
 /// |---|---|---|

@@ -8,11 +8,18 @@
 #define RPCLB_VERSION_PATCH 0
 #define RPCLB_VERSION_STRING "0.1.0"
 
-/// Version of the plugin ABI: the layout of rpclb::SelectionAlgorithm, rpclb::Service,
-/// rpclb::PluginInfo and the factory signature. Bump it whenever any of them changes
-/// incompatibly; the loader refuses a plugin whose exported value differs. 2: Service
-/// gained its exit reporting (set_exit_receiver, report_failure, report_exit). 3:
-/// rpclb::ErrorMessage (returned by picks) gained its typed `reason`.
+/// Version of the plugin ABI: everything a plugin compiles in from rpclb's public headers.
+/// That is the layout of rpclb::SelectionAlgorithm, rpclb::Service, rpclb::PluginInfo,
+/// rpclb::ErrorMessage (returned by picks; gained its typed `reason` in 3) and
+/// the factory signature, and also of every type whose inline code reads memory the
+/// library owns: rpclb::MemberSnapshot (with its detail::SnapshotCache), the state
+/// rpclb::AlgorithmState hands out (NodeReading, detail::InFlight, detail::CountTable,
+/// detail::BlockCursor) and detail::thread_slot. Bump it whenever any of them changes
+/// incompatibly (algorithm_state.hpp checks the sizes of the state it hands out against
+/// this number at compile time); the loader refuses a plugin whose exported value differs,
+/// naming both. 2: Service gained its exit reporting (set_exit_receiver, report_failure,
+/// report_exit). 3: per-thread in-flight tables gave way to one detail::InFlight per node,
+/// and MemberSnapshot carries a detail::SnapshotCache.
 #define RPCLB_PLUGIN_ABI_VERSION 3u
 
 namespace rpclb {

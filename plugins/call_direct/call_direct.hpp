@@ -9,7 +9,7 @@
 
 namespace rpclb::plugins {
 
-/// Sends every load-balanced call to the calling node itself (reference §2.8).
+/// Sends every load-balanced call to the calling node itself (seed §2.8).
 ///
 /// `local()` is true, so a balancer runs its load-balanced calls and casts on this node
 /// without selecting at all. A pick asked for anyway (`select_node`) returns the index of

@@ -20,7 +20,7 @@
 
 namespace rpclb::plugins {
 
-/// An immutable consistent-hash ring over a member list (reference §2.6 with §10.3).
+/// An immutable consistent-hash ring over a member list (seed §2.6 with §10.3).
 ///
 /// Every member gets `weight` virtual nodes; virtual node `i` of member `N` sits at point
 /// `XXH3_64bits("N#i")` (the decimal `i`, 0 ≤ i < weight) in the 64-bit hash space. A key

@@ -23,7 +23,7 @@ class Cluster;
 namespace rpclb::plugins {
 
 /// Routes each key to the same member for as long as the member set doesn't change
-/// (reference §2.6, with the improvements of §10.2 and §10.3).
+/// (seed §2.6, with the improvements of §10.2 and §10.3).
 ///
 /// Option (`algorithm_opts`): `weight`, the number of virtual nodes per member, an integer
 /// in 1 … 4096, default 128 (the seed's default). Anything else for `weight` throws

@@ -10,13 +10,12 @@ void LeastConnections::init(const AlgorithmContext& context, const boost::json::
 Result<std::size_t> LeastConnections::choose_from_nodes(const MemberSnapshot& members,
                                                         const PickOptions& options) {
     (void)options;
-    using Counts = detail::ConnectionCounts::Counts;
-    using Pick = detail::InFlightCount::Pick;
-    return pick_counted(members, view_max_age, [](const Counts& counts, const Pick& pick) {
+    return pick_counted(members, [](const detail::CountTable& table) {
+        const auto& counts = table.counts;
         std::size_t best = 0;
-        std::int64_t fewest = counts[0].estimate(pick);
+        std::int64_t fewest = counts[0]->value();
         for (std::size_t i = 1; i < counts.size(); ++i) {
-            const std::int64_t count = counts[i].estimate(pick);
+            const std::int64_t count = counts[i]->value();
             if (count < fewest) {
                 best = i;
                 fewest = count;

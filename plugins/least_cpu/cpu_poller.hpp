@@ -21,7 +21,7 @@ class Cluster;
 
 namespace rpclb::plugins {
 
-/// Keeps the CPU readings of one LeastCpu balancer's members fresh (reference §2.7
+/// Keeps the CPU readings of one LeastCpu balancer's members fresh (seed §2.7
 /// "Poller", with §10.9): the seed's `<name>_cpu_poller`.
 ///
 /// start() registers the function `rpclb.cpu_reading` on the cluster (it replaces any

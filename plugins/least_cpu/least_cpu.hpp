@@ -17,7 +17,7 @@
 
 namespace rpclb::plugins {
 
-/// LeastCpu's `algorithm_opts` (reference §2.7), validated. Durations in milliseconds.
+/// LeastCpu's `algorithm_opts` (seed §2.7), validated. Durations in milliseconds.
 struct LeastCpuSettings {
     /// `poll_interval`: pause between the end of one poll cycle and the start of the next.
     /// Integer in [1, 86'400'000]; default 5000.

@@ -62,16 +62,15 @@ inline std::uint64_t PowerOfTwo::draw() noexcept {
 Result<std::size_t> PowerOfTwo::choose_from_nodes(const MemberSnapshot& members,
                                                   const PickOptions& options) {
     (void)options;
-    using Counts = detail::ConnectionCounts::Counts;
-    using Pick = detail::InFlightCount::Pick;
-    return pick_counted(members, view_max_age, [this](const Counts& counts, const Pick& pick) -> std::size_t {
+    return pick_counted(members, [this](const detail::CountTable& table) -> std::size_t {
+        const auto& counts = table.counts;
         const std::size_t size = counts.size();
         if (size == 1) return 0;
         const std::uint64_t bits = draw();
         const std::size_t a = scale(bits & 0xffffffff, size);
         std::size_t b = scale(bits >> 32, size - 1);
         if (b >= a) ++b;  // b is uniform over the members other than a
-        return counts[a].estimate(pick) <= counts[b].estimate(pick) ? a : b;
+        return counts[a]->value() <= counts[b]->value() ? a : b;
     });
 }
 

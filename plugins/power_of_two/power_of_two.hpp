@@ -9,14 +9,10 @@
 namespace rpclb::plugins {
 
 /// Draws two distinct members at random and picks the one with fewer calls in flight
-/// (reference §2.5): A when count(A) ≤ count(B), else B. A single member is always picked.
+/// (seed §2.5): A when count(A) ≤ count(B), else B. A single member is always picked.
 /// The pick counts one more call on the chosen member. Counts, their release and their
 /// reset when a member leaves are those of every counting algorithm
 /// (detail::CountingAlgorithm), shared with least_connections on the same balancer name.
-/// They are read exactly while the thread picks at the pace of real calls, and through
-/// views up to `view_max_age` periods old (at most about 250 µs) while it picks back to
-/// back. Two random choices lose little to such a lag (Mitzenmacher, "How useful is old
-/// information?", IEEE TPDS 11(1), 2000).
 ///
 /// Option `seed` (integer ≥ 0, default: none): draw from a deterministic generator seeded
 /// with it instead of a per-thread one, so tests can repeat a sequence of picks. The seeded
@@ -33,17 +29,10 @@ namespace rpclb::plugins {
 /// (§10.6). `choose_nodes` is the default random sample and counts nothing.
 ///
 /// Thread safety: distinct objects safe; shared objects safe once `init` has returned.
-/// A pick is one draw, a read of two members' counts and a plain store in the picking
-/// thread's own row. No lock, no allocation (unless the membership version changed, when
-/// the count table is rebuilt; a thread's first pick claims its thread slot, once).
+/// A pick is one draw, a read of two members' counts and one `fetch_add`. No lock, no
+/// allocation (the first pick on a new snapshot builds its count table).
 class PowerOfTwo final : public detail::CountingAlgorithm {
 public:
-    /// Periods a view of other threads' calls may serve (InFlightCount::begin_pick): 32.
-    /// A pick reads only two members, so a view is read far less often than
-    /// least_connections reads its; serving 32 periods keeps re-reads (and the cache-line
-    /// transfers they cost) rare at 256 members too.
-    static constexpr std::uint64_t view_max_age = 32;
-
     /// Binds the counts to the balancer's name and reads option `seed`. Throws
     /// std::invalid_argument naming `seed` when it is not an integer ≥ 0.
     void init(const AlgorithmContext& context, const boost::json::object& options) override;

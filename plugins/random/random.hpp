@@ -7,12 +7,12 @@
 
 namespace rpclb::plugins {
 
-/// Picks a member uniformly at random (reference §2.1, the seed's default algorithm).
+/// Picks a member uniformly at random (seed §2.1, the seed's default algorithm).
 ///
 /// Stateless apart from the balancer's name: ignores `PickOptions::key`; a single member
 /// is always picked; `choose_nodes` is the default random sample of distinct members.
 /// An empty member list gives `service_unavailable` "no members registered" naming the
-/// balancer (reference §10.6), where the seed crashes.
+/// balancer (seed §10.6), where the seed crashes.
 ///
 /// Each thread draws from its own generator, so a pick takes no lock and allocates
 /// nothing.

@@ -9,7 +9,7 @@
 
 namespace rpclb::plugins {
 
-/// Picks members in turn (reference §2.2).
+/// Picks members in turn (seed §2.2).
 ///
 /// Each pick takes the next value `c` of the balancer's cursor (the first pick of a fresh
 /// balancer gets c = 1) and returns index `(c − 1) mod size` of `members.nodes` as given.

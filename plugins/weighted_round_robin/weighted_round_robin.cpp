@@ -86,9 +86,32 @@ Result<std::size_t> WeightedRoundRobin::choose_from_nodes(const MemberSnapshot& 
                                                           const PickOptions& options) {
     (void)options;
     if (members.nodes.empty()) return empty_members_error(balancer_);
-    const Period* order =
-        periods_.get(members, [this](std::span<const std::string> nodes) { return build(nodes); });
-    if (!order) return detail::table_build_error(balancer_);
+    const detail::IndexSequence* held = members.cache.sequence.load(std::memory_order_acquire);
+    try {
+        if (!held) [[unlikely]] {
+            // The first pick on this snapshot: its period, kept in the snapshot.
+            auto made = std::make_unique<detail::IndexSequence>(detail::IndexSequence{owner_, build(members.nodes)});
+            held = members.cache.adopt(made.release());
+        }
+        if (held->owner != owner_) [[unlikely]] {
+            // Another instance's period is there (a snapshot shared by two balancers,
+            // outside the groups' use): this instance keeps the period of the last such
+            // list itself and picks from it under a mutex.
+            std::lock_guard lock(foreign_mutex_);
+            if (foreign_nodes_ != members.nodes) {
+                foreign_ = build(members.nodes);
+                foreign_nodes_ = members.nodes;
+            }
+            return pick_in(foreign_);
+        }
+    } catch (const std::exception&) {
+        return detail::table_build_error(balancer_);
+    }
+    return pick_in(held->order);
+}
+
+Result<std::size_t> WeightedRoundRobin::pick_in(const Period& period_order) {
+    const Period* order = &period_order;
     if (order->empty())
         return ErrorMessage{ErrorCode::service_unavailable, "no member has a positive weight",
                             boost::json::object{{"load_balancer", balancer_}}};

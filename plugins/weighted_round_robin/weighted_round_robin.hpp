@@ -2,19 +2,19 @@
 #pragma once
 
 #include <rpclb/detail/block_cursor.hpp>
-#include <rpclb/detail/member_table_cache.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace rpclb::plugins {
 
-/// Picks members in turn, each as often as its weight says, spread evenly (reference §2.3
+/// Picks members in turn, each as often as its weight says, spread evenly (seed §2.3
 /// as changed by §10.5).
 ///
 /// Option `weights`: a JSON object of node name → integer weight in [0, 1,000,000];
@@ -58,8 +58,9 @@ namespace rpclb::plugins {
 ///
 /// Thread safety: distinct objects safe; shared objects safe for concurrent picks once
 /// `init` has returned. A pick writes only its thread's own cache line (a shared
-/// `fetch_add` once per 64 picks) and reads the period (rebuilt, in O(period × members),
-/// only when the membership version changes): no lock, no allocation. A thread's first
+/// `fetch_add` once per 64 picks) and reads the period, which the first pick on a snapshot
+/// builds in O(period × members) and keeps in the snapshot (MemberSnapshot::cache), so it
+/// goes with the snapshot: no lock, no allocation. A thread's first
 /// pick claims its thread slot (detail::thread_slot), once; threads beyond the slot count
 /// take single values with one shared `fetch_add` per pick.
 class WeightedRoundRobin final : public SelectionAlgorithm {
@@ -87,11 +88,17 @@ private:
     using Period = std::vector<std::uint32_t>;
 
     Period build(std::span<const std::string> nodes) const;
+    // The pick over one period: the cursor's next value mapped into it.
+    Result<std::size_t> pick_in(const Period& order);
 
     std::string balancer_;
     std::map<std::string, std::uint64_t, std::less<>> weights_;
     detail::BlockCursor* cursor_ = nullptr;
-    detail::MemberTableCache<Period> periods_;
+    std::uint64_t owner_ = detail::new_owner_id();  // marks this instance's periods
+    // The period of the last list whose snapshot held another instance's period.
+    std::mutex foreign_mutex_;
+    std::vector<std::string> foreign_nodes_;  // under foreign_mutex_
+    Period foreign_;                          // under foreign_mutex_
 };
 
 }  // namespace rpclb::plugins

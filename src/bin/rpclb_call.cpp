@@ -7,8 +7,8 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -46,6 +46,95 @@ std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
     return sorted[std::min(i, sorted.size() - 1)];
 }
 
+constexpr long max_concurrency = 65536;
+
+/// Keeps up to `concurrency` calls in flight with Cluster::async_call: each of that many
+/// slots issues its next call from the completion of its previous one (on the client's
+/// worker pool), so no thread waits per call. run() returns once `count` calls completed.
+class CallLoop {
+public:
+    struct Spec {
+        std::string node, module, function;
+        boost::json::array args;
+        rpclb::CallOptions options;  // `peer` is set per slot
+    };
+
+    CallLoop(rpclb::Cluster& cluster, Spec spec, long count)
+        : cluster_(cluster), spec_(std::move(spec)), count_(count) {
+        latencies_.reserve(static_cast<std::size_t>(count));
+    }
+
+    /// Runs the calls; returns the wall time from the first call issued to the last completed.
+    steady_clock::duration run(long concurrency) {
+        slots_ = std::vector<Slot>(static_cast<std::size_t>(concurrency));
+        const auto start = steady_clock::now();
+        for (auto& slot : slots_) issue(slot);
+        std::unique_lock lock(mutex_);
+        done_.wait(lock, [&] { return completed_ == count_; });
+        return last_ - start;
+    }
+
+    long ok() const { return ok_; }
+    const std::map<std::string, long>& per_node() const { return per_node_; }
+    const std::map<std::string, long>& errors() const { return errors_; }
+    std::vector<std::int64_t>& latencies() { return latencies_; }
+
+private:
+    struct Slot {
+        std::string peer;  // CallOptions::peer of the slot's call in flight
+        steady_clock::time_point start;
+    };
+
+    // Takes the next call number, if any is left, and starts it on `slot`.
+    void issue(Slot& slot) {
+        {
+            std::lock_guard lock(mutex_);
+            if (issued_ == count_) return;
+            ++issued_;
+        }
+        auto options = spec_.options;
+        slot.peer.clear();
+        options.peer = &slot.peer;
+        slot.start = steady_clock::now();
+        cluster_.async_call(spec_.node, spec_.module, spec_.function, spec_.args, std::move(options),
+                            [this, &slot](rpclb::CallResult result) { complete(slot, std::move(result)); });
+    }
+
+    void complete(Slot& slot, rpclb::CallResult result) {
+        const auto now = steady_clock::now();
+        {
+            std::lock_guard lock(mutex_);
+            latencies_.push_back(duration_cast<microseconds>(now - slot.start).count());
+            if (result) {
+                ++ok_;
+                ++per_node_[slot.peer];
+            } else {
+                ++errors_[std::string(rpclb::to_string(result.error().code))];
+                if (errors_.size() == 1 && errors_.begin()->second == 1)
+                    std::cerr << "rpclb-call: first error: " << boost::json::serialize(result.error().to_json())
+                              << std::endl;
+            }
+            last_ = now;
+            if (++completed_ == count_) {
+                done_.notify_all();
+                return;
+            }
+        }
+        issue(slot);
+    }
+
+    rpclb::Cluster& cluster_;
+    const Spec spec_;
+    const long count_;
+    std::vector<Slot> slots_;
+    std::mutex mutex_;
+    std::condition_variable done_;
+    long issued_ = 0, completed_ = 0, ok_ = 0;
+    std::map<std::string, long> per_node_, errors_;
+    std::vector<std::int64_t> latencies_;
+    steady_clock::time_point last_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,7 +153,7 @@ int main(int argc, char** argv) {
         ("algorithm", po::value(&algorithm), "route with this algorithm instead of the announced one")
         ("node", po::value(&node), "call this node directly (when no --balancer)")
         ("count", po::value(&count)->default_value(1), "number of calls")
-        ("concurrency", po::value(&concurrency)->default_value(1), "calls in flight at once")
+        ("concurrency", po::value(&concurrency)->default_value(1), "calls in flight at once, 1..65536")
         ("timeout", po::value(&timeout_ms)->default_value(10000), "per-call timeout, milliseconds")
         ("wait", po::value(&wait_ms)->default_value(5000), "longest wait to meet the cluster, milliseconds")
         ("retry-count", po::value(&retry_count)->default_value(5),
@@ -90,10 +179,11 @@ int main(int argc, char** argv) {
         if (seeds.empty()) throw std::invalid_argument("at least one --seed is required");
         if (balancer.empty() && node.empty()) throw std::invalid_argument("give --balancer or --node");
         if (count < 1 || count > 100'000'000) throw std::invalid_argument("--count must be in 1..100000000");
-        if (concurrency < 1 || concurrency > 1024) throw std::invalid_argument("--concurrency must be in 1..1024");
+        if (concurrency < 1 || concurrency > max_concurrency)
+            throw std::invalid_argument("--concurrency must be in 1.." + std::to_string(max_concurrency));
         if (timeout_ms < 1 || timeout_ms > 4'294'967'295L)
             throw std::invalid_argument("--timeout must be in 1..4294967295 milliseconds");
-        concurrency = std::min(concurrency, count);  // no idle threads
+        concurrency = std::min(concurrency, count);  // no idle slots
         if (retry_count < -1) throw std::invalid_argument("--retry-count must be -1 (unlimited) or more");
         if (retry_sleep_ms < 0 || retry_sleep_ms > 4'294'967'295L)
             throw std::invalid_argument("--retry-sleep must be in 0..4294967295 milliseconds");
@@ -131,55 +221,32 @@ int main(int argc, char** argv) {
         if (!wait_for_cluster(cluster, balancer, milliseconds(wait_ms)))
             std::cerr << "rpclb-call: no node answered within " << wait_ms << " ms" << std::endl;
 
-        std::atomic<long> next{0};
-        std::mutex mutex;
-        std::map<std::string, long> per_node, errors;
-        std::vector<std::int64_t> latencies;
-        latencies.reserve(static_cast<std::size_t>(count));
-        long ok = 0;
-        auto worker = [&] {
-            while (next.fetch_add(1) < count) {
-                rpclb::CallOptions call_options;
-                call_options.timeout = milliseconds(timeout_ms);
-                call_options.load_balancer = balancer;
-                call_options.retry_count =
-                    retry_count < 0 ? rpclb::unlimited_retries : static_cast<std::size_t>(retry_count);
-                call_options.retry_sleep = milliseconds(retry_sleep_ms);
-                if (vm.count("key")) call_options.key = key;
-                std::string peer;
-                call_options.peer = &peer;
-                const auto start = steady_clock::now();
-                auto result = cluster.call(node, module, function, args, call_options);
-                const auto us = duration_cast<microseconds>(steady_clock::now() - start).count();
-                std::lock_guard lock(mutex);
-                latencies.push_back(us);
-                if (result) {
-                    ++ok;
-                    ++per_node[peer];
-                } else {
-                    ++errors[std::string(rpclb::to_string(result.error().code))];
-                    if (errors.size() == 1 && errors.begin()->second == 1)
-                        std::cerr << "rpclb-call: first error: "
-                                  << boost::json::serialize(result.error().to_json()) << std::endl;
-                }
-            }
-        };
-        std::vector<std::thread> threads;
-        for (long i = 0; i < concurrency; ++i) threads.emplace_back(worker);
-        for (auto& t : threads) t.join();
+        CallLoop::Spec spec{node, module, function, args, {}};
+        spec.options.timeout = milliseconds(timeout_ms);
+        spec.options.load_balancer = balancer;
+        spec.options.retry_count = retry_count < 0 ? rpclb::unlimited_retries : static_cast<std::size_t>(retry_count);
+        spec.options.retry_sleep = milliseconds(retry_sleep_ms);
+        if (vm.count("key")) spec.options.key = key;
+        CallLoop loop(cluster, std::move(spec), count);
+        // The calls alone: connecting and meeting the cluster came before.
+        const auto wall = loop.run(concurrency);
+        const long ok = loop.ok();
+        auto& latencies = loop.latencies();
 
         std::sort(latencies.begin(), latencies.end());
         boost::json::object out;
         out["calls"] = count;
         out["ok"] = ok;
         boost::json::object e, p;
-        for (const auto& [code, n] : errors) e[code] = n;
-        for (const auto& [n, c] : per_node) p[n] = c;
+        for (const auto& [code, n] : loop.errors()) e[code] = n;
+        for (const auto& [n, c] : loop.per_node()) p[n] = c;
         out["errors"] = std::move(e);
         out["per_node"] = std::move(p);
         out["latency_us"] = boost::json::object{{"p50", percentile(latencies, 0.50)},
                                                 {"p99", percentile(latencies, 0.99)},
                                                 {"max", latencies.empty() ? 0 : latencies.back()}};
+        const double wall_s = duration<double>(wall).count();
+        out["calls_per_s"] = wall_s > 0 ? static_cast<double>(count) / wall_s : 0.0;
         std::cout << boost::json::serialize(out) << std::endl;
         cluster.stop();
         return ok == count ? 0 : 1;

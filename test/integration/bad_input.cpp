@@ -1,5 +1,5 @@
 // Hostile or broken input on a node's listener: malformed frames are answered or dropped,
-// never crash or stall the node (DESIGN.md "Contracts → Wire").
+// never crash or stall the node (doc/architecture.md "Wire protocol").
 #define BOOST_TEST_MODULE bad_input
 #include <boost/test/unit_test.hpp>
 

@@ -227,8 +227,8 @@ BOOST_FIXTURE_TEST_CASE(terminated_member_finishes_in_flight_call, ThreeMembers)
     auto others = all();
     others.erase(std::find(others.begin(), others.end(), target));
     BOOST_TEST(wait_for_members(*client, "w", others, 2s), "the draining node did not leave w");
-    // ...and lets the call it is serving finish before it exits (DESIGN.md: Drainer,
-    // "stop = leave group → ... → wait for in-flight"; rpclb-node "drains and exits 0").
+    // ...and lets the call it is serving finish before it exits (doc/explanation/
+    // draining-and-retries.md: a stopping node leaves, then drains, then closes).
     BOOST_TEST_REQUIRE((future.wait_for(5s) == std::future_status::ready), "the in-flight call never ended");
     const auto result = future.get();
     BOOST_TEST(result.has_value(), "in-flight call on a draining node: " << describe(result));

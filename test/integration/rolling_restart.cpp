@@ -1,5 +1,5 @@
-// A rolling restart under continuous load loses no call (DESIGN.md "Drainer", seed
-// reference §10.7): three rpclb-node processes host balancer `workers`; a client keeps
+// A rolling restart under continuous load loses no call (doc/explanation/
+// draining-and-retries.md, seed §10.7): three rpclb-node processes host balancer `workers`; a client keeps
 // calling through it from several threads while each node in turn is stopped with SIGTERM
 // (it leaves, refuses new work with `draining`, drains, says bye) and started again.
 #define BOOST_TEST_MODULE rolling_restart

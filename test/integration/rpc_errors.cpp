@@ -1,5 +1,5 @@
-// How calls fail, against a real rpclb-node: each ErrorMessage code of DESIGN.md
-// "Contracts → Errors", how fast it comes, and what its details name.
+// How calls fail, against a real rpclb-node: each ErrorMessage code of doc/architecture.md
+// "Errors", how fast it comes, and what its details name.
 #define BOOST_TEST_MODULE rpc_errors
 #include <boost/test/unit_test.hpp>
 
@@ -23,7 +23,7 @@ std::string detail(const ErrorMessage& e, std::string_view key) {
     return v && v->is_string() ? std::string(v->get_string()) : std::string("<missing>");
 }
 
-// Every call error names node, module and function (DESIGN.md).
+// Every call error names node, module and function (seed §10.1).
 void check_names_call(const ErrorMessage& e, const std::string& node, const std::string& module,
                       const std::string& function) {
     BOOST_TEST(detail(e, "node") == node);

@@ -3,9 +3,13 @@
 // project would, with find_package(rpclb)), then route calls through a balancer whose
 // algorithm is that plugin.
 //
-// Needs the CMake build this test belongs to: its directory is the parent of
-// $RPCLB_BIN_DIR (set by CTest), and its CMakeCache.txt names the source tree, the cmake
-// and build tool and the compiler. Elsewhere (a b2 build) the test is skipped.
+// Needs the CMake build this test belongs to; its CMakeCache.txt names the source tree,
+// the cmake and build tool and the compiler. CTest names that build in
+// $RPCLB_CMAKE_BUILD_DIR, and then the test runs and fails if the build is unusable. Without
+// that variable (a b2 build, which has no CMake package to install) it looks next to
+// $RPCLB_BIN_DIR or the executable, and is reported skipped, with the reason, when it finds
+// no CMake build there: on stderr, and in Boost.Test's log and short report
+// (--log_level=test_suite, --report_level=short).
 #define BOOST_TEST_MODULE third_party_plugin
 #include <rpclb/cluster.hpp>
 
@@ -28,7 +32,6 @@
 #include <sstream>
 #include <string>
 #include <system_error>
-#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -55,9 +58,16 @@ struct CMakeBuild {
     std::string build_type;      // CMAKE_BUILD_TYPE
 };
 
-// The build directory: parent of $RPCLB_BIN_DIR, else of the directory holding this
-// executable (<build>/test/<exe>), so the test also runs by hand.
+// $RPCLB_CMAKE_BUILD_DIR when set (by CTest), else empty.
+fs::path declared_build_dir() {
+    const char* dir = std::getenv("RPCLB_CMAKE_BUILD_DIR");
+    return dir && *dir ? fs::path(dir) : fs::path();
+}
+
+// The build directory: $RPCLB_CMAKE_BUILD_DIR, else the parent of $RPCLB_BIN_DIR, else of
+// the directory holding this executable (<build>/test/<exe>), so the test also runs by hand.
 fs::path build_dir_guess() {
+    if (auto declared = declared_build_dir(); !declared.empty()) return declared;
     if (const char* bin = std::getenv("RPCLB_BIN_DIR"); bin && *bin) return fs::path(bin).parent_path();
     std::error_code ec;
     const auto exe = fs::canonical("/proc/self/exe", ec);
@@ -84,8 +94,7 @@ std::optional<CMakeBuild> find_cmake_build(std::string& why_not) {
     const auto cache_file = dir / "CMakeCache.txt";
     if (dir.empty() || !fs::is_regular_file(cache_file)) {
         why_not = "no CMake build found (looked for " + cache_file.string() +
-                  "; RPCLB_BIN_DIR must be <cmake build>/bin): this test needs the CMake build "
-                  "(cmake --install and find_package), so it is skipped";
+                  "): this test needs the CMake build (cmake --install and find_package)";
         return std::nullopt;
     }
     auto cache = read_cache(cache_file);
@@ -98,14 +107,26 @@ std::optional<CMakeBuild> find_cmake_build(std::string& why_not) {
                      cache["CMAKE_BUILD_TYPE"]};
     if (build.source_dir.empty() || !fs::is_directory(build.source_dir / "examples" / "third_party_plugin")) {
         why_not = "the source tree named by " + cache_file.string() + " (CMAKE_HOME_DIRECTORY=" +
-                  build.source_dir.string() + ") has no examples/third_party_plugin; skipped";
+                  build.source_dir.string() + ") has no examples/third_party_plugin";
         return std::nullopt;
     }
     if (build.cmake.empty() || !fs::exists(build.cmake)) {
-        why_not = "cmake (" + build.cmake + ") from " + cache_file.string() + " not found; skipped";
+        why_not = "cmake (" + build.cmake + ") from " + cache_file.string() + " not found";
         return std::nullopt;
     }
     return build;
+}
+
+// Precondition of the test case: a usable CMake build, or no CMake build declared (then
+// the case is skipped, and the reason printed). A declared build that is unusable lets the
+// case run, to fail on it.
+boost::test_tools::assertion_result cmake_build_or_skip(boost::unit_test::test_unit_id) {
+    std::string why_not;
+    if (find_cmake_build(why_not) || !declared_build_dir().empty()) return true;
+    std::cerr << "third_party_plugin: SKIPPED: " << why_not << '\n';
+    boost::test_tools::assertion_result skip(false);
+    skip.message() << why_not;
+    return skip;
 }
 
 // A scratch directory, kept with its logs unless remove_on_exit() was called.
@@ -178,19 +199,19 @@ std::string run(const std::vector<std::string>& argv, const fs::path& log, std::
     if (rc != 0) return "cannot start " + argv[0] + ": " + std::generic_category().message(rc);
 
     int status = 0;
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
+    bool wait_failed = false;
+    const bool ended = eventually([&] {
         const pid_t done = ::waitpid(pid, &status, WNOHANG);
-        if (done == pid) break;
-        if (done < 0 && errno != EINTR) return "waitpid failed for " + argv[0];
-        if (std::chrono::steady_clock::now() >= deadline) {
-            ::kill(pid, SIGKILL);
-            while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-            }
-            return "killed after " + std::to_string(limit.count()) + " s; log " + log.string() + ":\n" +
-                   tail_of(log);
+        wait_failed = done < 0 && errno != EINTR;
+        return done == pid || wait_failed;
+    }, limit, 50ms);
+    if (wait_failed) return "waitpid failed for " + argv[0];
+    if (!ended) {
+        ::kill(pid, SIGKILL);
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
-        std::this_thread::sleep_for(50ms);
+        return "killed after " + std::to_string(limit.count()) + " s; log " + log.string() + ":\n" +
+               tail_of(log);
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {};
     const std::string how = WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
@@ -234,15 +255,11 @@ std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_str
 
 BOOST_AUTO_TEST_SUITE(third_party_plugin)
 
-BOOST_AUTO_TEST_CASE(plugin_built_against_installed_package_routes_calls) {
+BOOST_AUTO_TEST_CASE(plugin_built_against_installed_package_routes_calls,
+                     *boost::unit_test::precondition(cmake_build_or_skip)) {
     std::string why_not;
     const auto build = find_cmake_build(why_not);
-    if (!build) {
-        // A skip, not a failure: under b2 there is no CMake package to build against.
-        BOOST_TEST_MESSAGE(why_not);
-        std::cerr << "third_party_plugin: " << why_not << '\n';
-        return;
-    }
+    BOOST_TEST_REQUIRE(build.has_value(), "RPCLB_CMAKE_BUILD_DIR=" << declared_build_dir() << ": " << why_not);
     ScratchDir scratch;
     const auto prefix = scratch.path() / "prefix";
     const auto plugin_build = scratch.path() / "plugin-build";

@@ -1,4 +1,4 @@
-// The least_cpu plugin (reference §2.7, §10.9): picks over readings written directly into
+// The least_cpu plugin (seed §2.7, §10.9): picks over readings written directly into
 // AlgorithmState with a frozen clock, option checks, the /proc/stat arithmetic, and the
 // poller on real in-process clusters.
 #define BOOST_TEST_MODULE algorithms_least_cpu

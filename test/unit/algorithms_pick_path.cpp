@@ -1,10 +1,13 @@
 // The pick path allocates nothing: round_robin, weighted_round_robin, least_connections and
-// power_of_two, on two threads at once, once each thread's first pick has run (DESIGN.md
-// "Threads"; the "no allocation on the pick path"). The global operator new of this
+// power_of_two, on two threads at once, once each thread's first pick has run (doc/how-to/
+// write-a-plugin.md "The hot path"). The global operator new of this
 // executable counts every allocation per thread, the plugins' included.
 #define BOOST_TEST_MODULE algorithms_pick_path
 #include <boost/test/unit_test.hpp>
 
+#include "support/node.hpp"
+
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include <boost/json/parse.hpp>
@@ -92,9 +95,11 @@ const std::array<Case, 4> cases{{
 BOOST_AUTO_TEST_SUITE(pick_path)
 
 BOOST_AUTO_TEST_CASE(picks_and_releases_allocate_nothing_on_two_threads) {
-    const auto members = eight_members();
     for (const auto& c : cases) {
         BOOST_TEST_CONTEXT(c.algorithm) {
+            // A snapshot serves one balancer, as a group's snapshots do (the counting
+            // algorithms keep their table in it).
+            const auto members = eight_members();
             auto algorithm = load(c.algorithm, c.options);
             constexpr int threads = 2, picks = 20'000;
             std::array<std::size_t, threads> allocated{};
@@ -140,6 +145,40 @@ BOOST_AUTO_TEST_CASE(allocation_counter_sees_plugin_allocations) {
     const std::size_t before = allocations;
     (void)algorithm->choose_from_nodes(members, {});
     BOOST_TEST(allocations > before);
+}
+
+BOOST_AUTO_TEST_CASE(balancer_pick_allocates_nothing_select_node_copies_the_name) {
+    // LoadBalancer::pick keeps the class's "no allocation" promise through a real balancer
+    // on a real node; select_node copies the name, which allocates for a name too long for
+    // std::string's inline buffer, as this node's is.
+    using namespace std::chrono_literals;
+    rpclb::Cluster node(rpclb::test::in_process_node_options("a-node-with-a-long-name@127.0.0.1"));
+    node.start();
+    for (const auto& c : cases) {
+        BOOST_TEST_CONTEXT(c.algorithm) {
+            auto options = rpclb::test::balancer_options("pick_path_" + c.algorithm, c.algorithm);
+            options.algorithm_opts = boost::json::parse(c.options).as_object();
+            auto balancer = node.start_balancer(options);
+            BOOST_TEST_REQUIRE(rpclb::test::eventually([&] { return balancer->members()->nodes.size() == 1; }, 5s));
+            auto first = balancer->pick();  // builds what the algorithm caches per snapshot
+            BOOST_TEST_REQUIRE(first.has_value());
+            if (c.releases) balancer->release_node(first->node());
+            const std::size_t before = allocations;
+            for (int i = 0; i < 1'000; ++i) {
+                auto picked = balancer->pick();
+                BOOST_TEST_REQUIRE(picked.has_value());
+                if (c.releases) balancer->release_node(picked->node());
+            }
+            BOOST_TEST(allocations - before == 0u);
+            const std::size_t before_select = allocations;
+            auto selected = balancer->select_node();
+            BOOST_TEST_REQUIRE(selected.has_value());
+            BOOST_TEST(allocations - before_select > 0u);
+            if (c.releases) balancer->release_node(*selected);
+            node.stop_balancer(options.name);
+        }
+    }
+    node.stop();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

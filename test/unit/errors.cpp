@@ -1,5 +1,5 @@
-// Error mapping of calls between two in-process nodes on 127.0.0.1 (DESIGN.md
-// "Contracts → Errors"): one test per code.
+// Error mapping of calls between two in-process nodes on 127.0.0.1 (doc/architecture.md
+// "Errors"): one test per code.
 #define BOOST_TEST_MODULE errors
 #include <rpclb/cluster.hpp>
 
@@ -9,6 +9,7 @@
 
 #include "support/wait.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -29,6 +30,9 @@ rpclb::ClusterOptions node_options(std::string name) {
 
 // A serving node with handlers for every outcome, and a client connected to it.
 struct Fixture {
+    /// How many t:sleep handlers have begun on the server (declared first: it outlives
+    /// the server, whose handlers count here).
+    std::atomic<int> sleeps_started{0};
     // stop_timeout 0: stopping the server drops its connections at once, as a crash would,
     // instead of finishing the calls it serves (that graceful path has its own test).
     rpclb::Cluster server{[] {
@@ -42,7 +46,8 @@ struct Fixture {
         server.register_function("t", "echo", [](const boost::json::array& a) -> rpclb::CallResult {
             return boost::json::value(a);
         });
-        server.register_function("t", "sleep", [](const boost::json::array& a) -> rpclb::CallResult {
+        server.register_function("t", "sleep", [this](const boost::json::array& a) -> rpclb::CallResult {
+            ++sleeps_started;
             std::this_thread::sleep_for(std::chrono::milliseconds(a.at(0).to_number<int>()));
             return nullptr;
         });
@@ -111,9 +116,9 @@ BOOST_FIXTURE_TEST_CASE(unknown_node_is_service_unavailable_at_once, Fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(connection_lost_fails_pending_call_at_once, Fixture) {
+    // The server stops once it is running the handler: the call is then in flight.
     std::thread stopper([&] {
-        std::this_thread::sleep_for(200ms);
-        server.stop();
+        if (eventually([&] { return sleeps_started.load() > 0; }, 5s)) server.stop();
     });
     const auto start = std::chrono::steady_clock::now();
     auto r = client->call("server@127.0.0.1", "t", "sleep", {1500});

@@ -6,23 +6,17 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "support/port.hpp"
 #include "support/wait.hpp"
 
 #include <chrono>
 #include <thread>
 
 using namespace std::chrono_literals;
+using rpclb::test::consistently;
 using rpclb::test::eventually;
 
 namespace {
-
-// A port the kernel just handed out and released (a small race, acceptable in a test
-// that needs both nodes to know each other's address before either starts).
-unsigned short free_port() {
-    boost::asio::io_context ioc;
-    boost::asio::ip::tcp::acceptor a(ioc, {boost::asio::ip::make_address("127.0.0.1"), 0});
-    return a.local_endpoint().port();
-}
 
 rpclb::ClusterOptions options(std::string name, std::string listen = "127.0.0.1:0") {
     rpclb::ClusterOptions o;
@@ -60,22 +54,25 @@ BOOST_AUTO_TEST_CASE(nodes_joined_through_one_seed_form_a_full_mesh) {
 
 BOOST_AUTO_TEST_CASE(nodes_dialing_each_other_at_once_keep_one_connection) {
     for (int round = 0; round < 3; ++round) {
-        const auto pa = free_port(), pb = free_port();
-        auto oa = options("a@127.0.0.1", "127.0.0.1:" + std::to_string(pa));
-        auto ob = options("b@127.0.0.1", "127.0.0.1:" + std::to_string(pb));
-        oa.seeds = {"127.0.0.1:" + std::to_string(pb)};
-        ob.seeds = {"127.0.0.1:" + std::to_string(pa)};
+        // Each node must know the other's address before either starts: both ports are
+        // held (bound, not listening) until the nodes have bound them.
+        const rpclb::test::PortReservation pa, pb;
+        auto oa = options("a@127.0.0.1", pa.address());
+        auto ob = options("b@127.0.0.1", pb.address());
+        oa.seeds = {pb.address()};
+        ob.seeds = {pa.address()};
         rpclb::Cluster a(oa), b(ob);
         std::thread ta([&] { a.start(); });
         b.start();
         ta.join();
         BOOST_REQUIRE(eventually([&] { return a.connected_nodes().size() == 1 && b.connected_nodes().size() == 1; }, 5s));
         // Had the two ends kept different connections, each would close the other's and the
-        // pair would flap: a lost peer, then a redial.
-        std::this_thread::sleep_for(500ms);
+        // pair would flap: a lost peer, then a redial. Watched for 500 ms.
+        BOOST_TEST(consistently([&] {
+            return a.stats().peers_lost == 0u && b.stats().peers_lost == 0u && a.connected_nodes().size() == 1u;
+        }, 500ms));
         BOOST_TEST(a.stats().peers_lost == 0u);
         BOOST_TEST(b.stats().peers_lost == 0u);
-        BOOST_TEST(a.connected_nodes().size() == 1u);
         a.register_function("m", "f", [](const boost::json::array&) -> rpclb::CallResult { return 1; });
         BOOST_TEST(b.call("a@127.0.0.1", "m", "f").has_value());
     }

@@ -1,4 +1,4 @@
-// rpclb::Metrics: the seed's six definitions (reference §5.4, acceptance case 36) and their
+// rpclb::Metrics: the seed's six definitions (seed §5.4, acceptance case 36) and their
 // aggregation from the telemetry bus.
 #define BOOST_TEST_MODULE metrics
 #include <rpclb/metrics.hpp>

@@ -1,4 +1,4 @@
-// NodeFilter matching (seed reference §4.3, §7 cases 1–5), node_match_list (§3.3) and the
+// NodeFilter matching (seed §4.3, §7 cases 1–5), node_match_list (§3.3) and the
 // retry helper (§4.1, §7 cases 11–13).
 #define BOOST_TEST_MODULE node_filter
 #include <rpclb/node_filter.hpp>

@@ -165,6 +165,20 @@ BOOST_AUTO_TEST_CASE(create_abi_mismatch_error_names_file_and_both_versions) {
     BOOST_TEST(!contains(message, "factory"));
 }
 
+BOOST_AUTO_TEST_CASE(create_plugin_of_previous_layout_refused_naming_both_versions) {
+    // The ABI version covers the layouts plugins compile in (version.hpp): a plugin built
+    // against the previous one reports the previous version and never gets created.
+    auto algorithm = rpclb::PluginRegistry::create_from_file(test_plugin("old_layout"));
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    const auto& message = algorithm.error().message;
+    BOOST_TEST_MESSAGE(message);
+    BOOST_TEST(contains(message, "plugin ABI version " + std::to_string(rpclb::plugin_abi_version - 1) +
+                                     ", this rpclb expects " + std::to_string(rpclb::plugin_abi_version) +
+                                     " (plugin built against rpclb 0.1.0 "));
+    // The factory of old_layout throws a logic_error if it is ever called.
+    BOOST_TEST(!contains(message, "factory"));
+}
+
 BOOST_AUTO_TEST_CASE(create_compiler_mismatch_error_names_file_and_both_compilers) {
     auto algorithm = rpclb::PluginRegistry::create_from_file(test_plugin("wrong_compiler"));
     BOOST_TEST_REQUIRE(!algorithm.has_value());

@@ -24,6 +24,7 @@
 #include <thread>
 
 using namespace std::chrono_literals;
+using rpclb::test::consistently;
 using rpclb::test::eventually;
 
 namespace {
@@ -114,8 +115,7 @@ BOOST_AUTO_TEST_CASE(a_call_waiting_for_a_member_succeeds_when_one_joins) {
     o.retry_count = rpclb::unlimited_retries;
     o.retry_sleep = 5ms;
     auto pending = std::async(std::launch::async, [&] { return p.a.call("demo", "node", {}, o); });
-    std::this_thread::sleep_for(25ms);
-    BOOST_TEST((pending.wait_for(0s) == std::future_status::timeout));
+    BOOST_TEST(consistently([&] { return pending.wait_for(0s) == std::future_status::timeout; }, 25ms));
     p.b->start_balancer(balancer("late"));
     BOOST_REQUIRE((pending.wait_for(5s) == std::future_status::ready));
     auto r = pending.get();
@@ -171,7 +171,8 @@ BOOST_AUTO_TEST_CASE(stopping_the_node_ends_a_call_waiting_for_a_route) {
     o.retry_count = rpclb::unlimited_retries;
     o.retry_sleep = 50ms;
     auto waiting = p.a.async_call("a@127.0.0.1", "demo", "node", {}, o, boost::asio::use_future);
-    std::this_thread::sleep_for(60ms);
+    // Still waiting after a few retry sleeps, then stopped.
+    BOOST_TEST(consistently([&] { return waiting.wait_for(0s) == std::future_status::timeout; }, 60ms));
     p.a.stop();
     BOOST_REQUIRE((waiting.wait_for(5s) == std::future_status::ready));
     BOOST_TEST(!waiting.get());
@@ -390,8 +391,7 @@ BOOST_AUTO_TEST_CASE(use_awaitable_works_in_a_coroutine) {
 BOOST_AUTO_TEST_CASE(deferred_starts_nothing_until_invoked) {
     Pair p;
     auto op = p.a.async_call("b@127.0.0.1", "demo", "node", {}, {}, boost::asio::deferred);
-    std::this_thread::sleep_for(50ms);
-    BOOST_TEST(p.b_runs.load() == 0);
+    BOOST_TEST(consistently([&] { return p.b_runs.load() == 0; }, 50ms));
     std::promise<rpclb::CallResult> done;
     std::move(op)([&](rpclb::CallResult r) { done.set_value(std::move(r)); });
     BOOST_TEST(done.get_future().get().value().as_string() == "b@127.0.0.1");
@@ -604,7 +604,7 @@ private:
 
 BOOST_AUTO_TEST_SUITE(draining)
 
-// Serving side (DESIGN.md "Drainer"): a call routed by a balancer this node does not (or
+// Serving side (seed §10.7): a call routed by a balancer this node does not (or
 // no longer) serve is refused with `draining` and never run.
 BOOST_AUTO_TEST_CASE(a_node_refuses_unrun_a_call_routed_by_a_balancer_it_does_not_serve) {
     Pair p;

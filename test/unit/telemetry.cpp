@@ -1,5 +1,5 @@
 // rpclb::TelemetryBus: connect/disconnect, scoped connections, failing listeners,
-// concurrency, and the cost of emitting with nobody listening (DESIGN.md "TelemetryBus").
+// concurrency, and the cost of emitting with nobody listening (doc/reference/telemetry.md).
 #define BOOST_TEST_MODULE telemetry
 #include <rpclb/telemetry.hpp>
 

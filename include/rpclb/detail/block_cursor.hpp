@@ -9,7 +9,7 @@
 
 namespace rpclb::detail {
 
-/// The cursor of the round-robin algorithms (reference §2.2, §2.3), without a shared write
+/// The cursor of the round-robin algorithms (seed §2.2, §2.3), without a shared write
 /// per pick.
 ///
 /// Values 1, 2, 3, ... are handed out in blocks of `block` consecutive values: a thread
