@@ -223,6 +223,7 @@ void cluster_fields(Options& o, Visit&& visit) {
     visit("reconnect_interval_ms", o.reconnect_interval, Milliseconds{});
     visit("stop_timeout_ms", o.stop_timeout, Milliseconds{});
     visit("max_message_size", o.max_message_size, Count{" (bytes)"});
+    visit("max_batch_frames", o.max_batch_frames, Count{});
     visit("call_directly", o.call_directly, Boolean{});
     visit("retry", o.retry, Boolean{});
     visit("retry_count", o.retry_count, Retries{});

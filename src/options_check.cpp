@@ -42,6 +42,7 @@ std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
     if (auto p = duration("handshake_timeout_ms", o.handshake_timeout, false)) return p;
     if (auto p = duration("reconnect_interval_ms", o.reconnect_interval, false)) return p;
     if (auto p = duration("stop_timeout_ms", o.stop_timeout, true)) return p;
+    if (auto p = in_range<std::size_t>("max_batch_frames", o.max_batch_frames, 1, 1024)) return p;
     if (o.max_message_size < 1024)
         return problem("max_message_size", "must be at least 1024 (bytes), got " + std::to_string(o.max_message_size));
     return std::nullopt;

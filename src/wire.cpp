@@ -58,6 +58,12 @@ public:
     void array(std::string_view key, json::array& out) { field(key, out, "an array"); }
     void object(std::string_view key, json::object& out) { field(key, out, "an object"); }
 
+    // An optional boolean: absence leaves `out` as it is; a non-boolean is an error.
+    void optional_boolean(std::string_view key, bool& out) {
+        if (failed()) return;
+        if (auto* v = obj_.if_contains(key); v && !json_fields::read(*v, out)) fail(key, "a boolean", v);
+    }
+
     // An optional string: absence leaves `out` empty; a non-string is an error.
     void optional_string(std::string_view key, std::string& out) {
         if (failed()) return;
@@ -142,6 +148,7 @@ void read(Members& m, Hello& f) {
     m.integer("v", f.version);
     read_peer(m, f.peer);
     m.string("nonce", f.nonce);
+    m.optional_boolean("batch", f.batch);
 }
 
 void read(Members& m, Auth& f) { m.string("proof", f.proof); }
@@ -381,6 +388,7 @@ void write(Writer& w, const Hello& f) {
     w.integer("v", f.version);
     write_peer(w, f.peer);
     w.string("nonce", f.nonce);
+    if (f.batch) w.boolean("batch", true);
 }
 
 void write(Writer& w, const Auth& f) { w.string("proof", f.proof); }

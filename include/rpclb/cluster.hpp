@@ -65,6 +65,12 @@ struct ClusterOptions {
     std::chrono::milliseconds stop_timeout{15000};
     /// Largest frame sent or accepted, in bytes. Default 16 MiB.
     std::size_t max_message_size = 16u * 1024u * 1024u;
+    /// Most frames one WebSocket message carries when frames queue up behind a write on
+    /// a connection (coalescing: one message and one system call for many small frames,
+    /// never more than `max_message_size` bytes in all). Used only towards a peer that
+    /// reads batches (it says so in its handshake); 1 turns batching off. Range 1..1024.
+    /// Default 64.
+    std::size_t max_batch_frames = 64;
 
     // ---- routing defaults (seed §6, the application env) -------------------------------
     /// Default of CallOptions::call_directly: load-balanced calls and the random-node
@@ -134,6 +140,11 @@ struct ClusterStats {
     std::uint64_t auth_failures = 0;    ///< handshakes that failed the cookie check
     std::uint64_t peers_lost = 0;       ///< established peers that went away
     std::uint64_t slow_inline_runs = 0; ///< inline handler runs over their slow_threshold
+    /// Frames written to peers (requests, answers, casts, membership, handshake).
+    std::uint64_t frames_sent = 0;
+    /// WebSocket messages written to peers: fewer than `frames_sent` when frames that
+    /// queued up behind a write went out together (ClusterOptions::max_batch_frames).
+    std::uint64_t messages_sent = 0;
 };
 
 /// One node of a cluster.

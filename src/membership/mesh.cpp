@@ -45,6 +45,7 @@ Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::
     settings_.local = wire::PeerInfo{options.name, incarnation, "", options.client};
     settings_.cookie = options.cookie;
     settings_.max_message_size = options.max_message_size;
+    settings_.max_batch_frames = options.max_batch_frames;
     settings_.idle_timeout = options.idle_timeout;
     settings_.handshake_timeout = options.handshake_timeout;
 }
@@ -372,7 +373,13 @@ void Mesh::close_all(std::chrono::milliseconds limit) {
 }
 
 ClusterStats Mesh::stats() const noexcept {
-    return ClusterStats{bad_frames_.load(), auth_failures_.load(), peers_lost_.load()};
+    ClusterStats stats;
+    stats.bad_frames = bad_frames_.load();
+    stats.auth_failures = auth_failures_.load();
+    stats.peers_lost = peers_lost_.load();
+    stats.frames_sent = settings_.counters->frames_sent.load(std::memory_order_relaxed);
+    stats.messages_sent = settings_.counters->messages_sent.load(std::memory_order_relaxed);
+    return stats;
 }
 
 std::size_t Mesh::known_count() const {

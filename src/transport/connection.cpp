@@ -8,6 +8,8 @@
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/websocket/stream_base.hpp>
 
+#include <algorithm>
+
 namespace rpclb::detail {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -28,7 +30,7 @@ Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSe
     : ws_(std::move(socket)),
       owner_(owner),
       settings_(settings),
-      handshake_(Role::acceptor, settings.local, settings.cookie),
+      handshake_(Role::acceptor, settings.local, settings.cookie, settings.max_batch_frames > 1),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()) {}
 
@@ -38,7 +40,7 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       owner_(owner),
       settings_(settings),
       target_(std::move(target)),
-      handshake_(Role::dialer, settings.local, settings.cookie),
+      handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()) {}
 
@@ -47,7 +49,9 @@ void Connection::configure() {
     // clear error; the receiver checks again (wire::decode) and Beast caps what is read.
     // Up to twice the limit is read so that a request a peer with a larger limit sent can
     // still be answered with bad_request; beyond that the connection is closed.
-    ws_.read_message_max(settings_.max_message_size * 2);
+    // Batched messages (wire::max_batch_bytes) are read whatever the limit; each of their
+    // frames is still held to it.
+    ws_.read_message_max(std::max(settings_.max_message_size * 2, wire::max_batch_bytes));
     // Binary frames: the payload is JSON text, but a string that is not valid UTF-8 must
     // cost one call (bad_request), not the whole connection, which Beast would close on a
     // text frame.
@@ -117,8 +121,21 @@ void Connection::do_read() {
 
 void Connection::on_read(std::size_t) {
     const auto data = buffer_.cdata();
-    const auto failure = on_frame_text(std::string_view(static_cast<const char*>(data.data()), data.size()));
-    // The frame viewed buffer_: empty it only now, and before the next read is started
+    std::string_view text(static_cast<const char*>(data.data()), data.size());
+    std::string failure;
+    if (established_) {
+        // Once established a message may hold several frames (a batch, wire::Hello::batch):
+        // every frame it brought is handled before the next read.
+        while (failure.empty() && !closed_) {
+            const auto end = text.find(wire::batch_separator);
+            failure = on_frame_text(text.substr(0, end));
+            if (end == std::string_view::npos) break;
+            text.remove_prefix(end + 1);
+        }
+    } else {
+        failure = on_frame_text(text);
+    }
+    // The frames viewed buffer_: empty it only now, and before the next read is started
     // (which may fill it at once).
     buffer_.consume(buffer_.size());
     if (!failure.empty()) return fail(failure);
@@ -163,6 +180,7 @@ void Connection::handle_step(Handshake::Step step) {
     }
     if (step.done) {
         handshake_timer_.cancel();
+        batch_ = handshake_.peer_batch() && settings_.max_batch_frames > 1;
         established_ = true;
         owner_.on_established(shared_from_this());
     }
@@ -182,8 +200,26 @@ void Connection::write_next() {
         if (close_reason_) start_close();
         return;
     }
-    queue_.begin_write(1, settings_.max_message_size);
-    ws_.async_write(asio::buffer(queue_.at(0)), [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
+    // Frames that queued up behind the last write go out together, as one message, to a
+    // peer that reads batches (never past the size limit; see WriteQueue::begin_write).
+    const auto count = queue_.begin_write(batch_ ? settings_.max_batch_frames : 1,
+                                          std::min(settings_.max_message_size, wire::max_batch_bytes));
+    auto& counters = *settings_.counters;
+    counters.frames_sent.fetch_add(count, std::memory_order_relaxed);
+    counters.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };
+    if (count == 1) return ws_.async_write(asio::buffer(queue_.at(0)), std::move(done));
+    ws_.async_write(batch_buffers(count), std::move(done));
+}
+
+const std::vector<asio::const_buffer>& Connection::batch_buffers(std::size_t count) {
+    static constexpr char separator[] = {wire::batch_separator};
+    write_buffers_.clear();
+    for (std::size_t i = 0; i < count; ++i) {
+        if (i > 0) write_buffers_.push_back(asio::buffer(separator));
+        write_buffers_.push_back(asio::buffer(queue_.at(i)));
+    }
+    return write_buffers_;
 }
 
 void Connection::on_written(boost::system::error_code ec) {

@@ -50,11 +50,21 @@ public:
                                      const std::string& reason) = 0;
 };
 
+/// What the connections of a node have written, summed (relaxed counters; any thread).
+struct WireCounters {
+    std::atomic<std::uint64_t> frames_sent{0};    ///< frames written, batched or not
+    std::atomic<std::uint64_t> messages_sent{0};  ///< WebSocket messages written
+};
+
 /// Settings shared by every connection of a node.
 struct ConnectionSettings {
     wire::PeerInfo local;
     std::string cookie;
     std::size_t max_message_size = wire::default_max_message_size;
+    /// Most frames per message towards a peer that reads batches (ClusterOptions); 1: none.
+    std::size_t max_batch_frames = 64;
+    /// Shared by the node's connections; the pointer itself never changes.
+    std::shared_ptr<WireCounters> counters = std::make_shared<WireCounters>();
     std::chrono::milliseconds idle_timeout{3000};
     std::chrono::milliseconds handshake_timeout{5000};
 };
@@ -142,6 +152,9 @@ private:
     void handle_step(Handshake::Step step);
     void complete(wire::Response&& response);
     void write_next();
+    /// The buffers of a write of `count` queued frames: the frames separated by
+    /// wire::batch_separator (one message).
+    const std::vector<boost::asio::const_buffer>& batch_buffers(std::size_t count);
     void on_written(boost::system::error_code ec);
     void start_close();
     void fail(const std::string& reason);
@@ -158,6 +171,8 @@ private:
     Handshake handshake_;
     boost::beast::flat_buffer buffer_;
     WriteQueue queue_;
+    std::vector<boost::asio::const_buffer> write_buffers_;  // the write in progress's, when batched
+    bool batch_ = false;  // the peer reads batches: several frames may share a message
     bool open_ = false;  // WebSocket handshake done: writes may start
     std::optional<std::string> close_reason_;  // close() was called: close once the queue is empty
     bool close_started_ = false;

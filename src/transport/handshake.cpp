@@ -87,8 +87,8 @@ bool constant_time_equal(std::string_view a, std::string_view b) noexcept {
     return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-Handshake::Handshake(Role role, wire::PeerInfo local, std::string cookie)
-    : role_(role), local_(std::move(local)), cookie_(std::move(cookie)) {}
+Handshake::Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch)
+    : role_(role), local_(std::move(local)), cookie_(std::move(cookie)), batch_(batch) {}
 
 Handshake::Step Handshake::start() {
     if (state_ != State::initial) return fail("handshake started twice");
@@ -100,7 +100,7 @@ Handshake::Step Handshake::start() {
     state_ = State::awaiting_hello;
     Step step;
     if (role_ == Role::dialer)
-        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_});
+        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_, batch_});
     return step;
 }
 
@@ -136,12 +136,13 @@ Handshake::Step Handshake::on_hello(const wire::Hello& hello) {
         return fail("malformed nonce from " + hello.peer.node);
     peer_ = hello.peer;
     peer_nonce_ = hello.nonce;
+    peer_batch_ = hello.batch;
 
     Step step;
     if (role_ == Role::acceptor) {
         // No proof yet: the acceptor proves itself only to a dialer that proved first
         // (see the header), so a stranger gets nothing to attack offline.
-        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_});
+        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_, batch_});
         state_ = State::awaiting_auth;
         return step;
     }

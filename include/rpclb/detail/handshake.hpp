@@ -62,7 +62,9 @@ public:
         std::optional<std::string> error;
     };
 
-    Handshake(Role role, wire::PeerInfo local, std::string cookie);
+    /// `batch`: this side reads batched messages and says so in its Hello
+    /// (wire::Hello::batch).
+    Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch = false);
 
     /// The first step: the dialer sends its Hello; the acceptor sends nothing. Call it
     /// once, before on_frame, in both roles (a frame before start() is an error).
@@ -76,6 +78,10 @@ public:
     /// empty or holds a newline is refused too (they would make the HMAC input ambiguous).
     /// Never throws: an OpenSSL failure is reported as an error step.
     Step on_frame(const wire::Frame& frame);
+
+    /// The peer reads batched messages (its Hello said "batch"); valid once its Hello has
+    /// arrived.
+    bool peer_batch() const noexcept { return peer_batch_; }
 
     /// The peer's identity; valid once the peer's Hello has arrived.
     const wire::PeerInfo& peer() const noexcept { return peer_; }
@@ -108,6 +114,8 @@ private:
     std::string cookie_;
     std::string local_nonce_;
     std::string peer_nonce_;
+    bool batch_;
+    bool peer_batch_ = false;
     wire::PeerInfo peer_;
     State state_ = State::initial;
 };

@@ -37,14 +37,28 @@ struct PeerInfo {
     friend bool operator==(const PeerInfo&, const PeerInfo&) = default;
 };
 
-/// "hello": {"t","v","node","inc","listen","client","nonce"}. Sent first by the dialer
-/// and answered by the acceptor; neither carries a proof (a "proof" member, as older
-/// versions sent, is ignored like any unknown member).
+/// "hello": {"t","v","node","inc","listen","client","nonce"[,"batch"]}. Sent first by the
+/// dialer and answered by the acceptor; neither carries a proof (a "proof" member, as
+/// older versions sent, is ignored like any unknown member).
 struct Hello {
     int version = protocol_version;
     PeerInfo peer;
     std::string nonce;  ///< hex, fresh per connection
+    /// "batch" (optional, default false): the sender reads WebSocket messages that hold
+    /// several frames separated by '\n' (see `batch_separator`). A connection's frames
+    /// are batched only towards a peer whose Hello said so, so a peer without batching
+    /// still gets one frame per message.
+    bool batch = false;
 };
+
+/// Separates the frames of a batched message. Encoded frames are compact JSON, which
+/// never holds a raw newline (one inside a string is escaped).
+inline constexpr char batch_separator = '\n';
+
+/// Largest batched message, in bytes, separators included. A frame bigger than this (up
+/// to the size limit) travels alone; a reader accepts messages of this size whatever its
+/// own size limit, so peers with different limits still take each other's batches.
+inline constexpr std::size_t max_batch_bytes = 1u << 20;
 
 /// "auth": {"t","proof"} — the dialer's proof (hex HMAC-SHA256).
 struct Auth {
