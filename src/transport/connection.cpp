@@ -57,6 +57,9 @@ void Connection::configure() {
     // text frame.
     ws_.binary(true);
     ws_.auto_fragment(false);
+    // A dialer masks what it sends through a buffer of this size: one system call per
+    // 64 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
+    ws_.write_buffer_bytes(64 * 1024);
     ws::stream_base::timeout t{};
     t.handshake_timeout = settings_.handshake_timeout;
     t.idle_timeout = settings_.idle_timeout;
