@@ -9,10 +9,13 @@
 //          Cluster with default options seeded with the hub), are all connected to it,
 //          keep-alive pings flowing.
 //   first  `--settle-ms` after the first peer connected, before the others start.
-// rss_per_peer_kib = (loaded - idle) / peers. The first connection also pays one-time costs
-// (OpenSSL's initialisation on the first cookie handshake, code pages of the connection
-// path touched for the first time), so the detail lines split it: the first peer's share,
-// and the marginal cost of each further peer, (loaded - first) / (peers - 1). Unless
+// rss_per_peer_kib = (loaded - idle) / peers, of RssAnon: the memory the node allocates for
+// its peers (buffers, tables, OpenSSL state). RssFile, the pages of shared libraries
+// (libcrypto, Beast's connection path) that the first connection touches for the first
+// time, is a one-time cost shared with every process mapping those libraries, not memory
+// per peer; `# rss_per_peer_total_kib` gives the growth of both together. The detail lines
+// split the first peer's share from the marginal cost of each further peer,
+// (loaded - first) / (peers - 1). Unless
 // --no-tools, an rpclb-node from --bin-dir is started the same way and its idle RSS given
 // as a detail line.
 //
@@ -174,6 +177,8 @@ int run_client(const Options& o) {
 
     std::printf("rss_idle_mib %.1f\n", static_cast<double>(idle.rss) / 1024.0);
     std::printf("rss_per_peer_kib %.1f\n",
+                static_cast<double>(loaded.anon - idle.anon) / static_cast<double>(o.peers));
+    std::printf("# rss_per_peer_total_kib %.1f (RssAnon + RssFile)\n",
                 static_cast<double>(loaded.rss - idle.rss) / static_cast<double>(o.peers));
     print_memory("hub_idle", idle);
     print_memory("hub_with_1_peer", first);
