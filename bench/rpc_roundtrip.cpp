@@ -14,11 +14,11 @@
 // Each does `warmup` untimed calls then `count` timed sequential calls. The timed calls are
 // split into `rounds` blocks taken in turn (raw, ws, inline, worker, raw, ...) so that a
 // burst of load from elsewhere on the machine hits every stack alike; the floor is always
-// taken in the same run (STYLE.md rule 10).
+// taken in the same run (the rule of bench/README.md: a ratio to a floor, never a timed test).
 //
 // With --pin (the default) the client and the servers are bound to one CPU (0, or --cpu N)
-// before they start any thread, as `taskset -c 0` would (TOOLCHAIN.md "Measuring on this
-// machine": cross-core wake-ups cost about 45 µs here and vary run to run). --no-pin leaves
+// before they start any thread, as `taskset -c 0` would (cross-core wake-ups cost about 45 µs on this
+// machine and vary run to run). --no-pin leaves
 // scheduling to the kernel.
 //
 // Output, one line each, in this order: `rpclb_inline median_us=.. p99_us=..`,

@@ -1,5 +1,5 @@
 // Cost of one pick (`choose_from_nodes`) for every selection-algorithm plugin, against a
-// bare random-number draw measured in the same run (STYLE.md rule 10).
+// bare random-number draw measured in the same run (the rule of bench/README.md: a ratio to a floor, never a timed test).
 //
 // Each algorithm is loaded at run time through rpclb::PluginRegistry, as a balancer loads
 // it, so the figure includes the virtual call into the shared object. An algorithm whose

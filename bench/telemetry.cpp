@@ -1,6 +1,6 @@
 // Cost of emitting a telemetry event: with nobody listening (the state of every call site
 // of a node that no one watches), to one empty listener, and to rpclb::Metrics. Measured
-// against an empty out-of-line function call taken in the same run (STYLE.md rule 10).
+// against an empty out-of-line function call taken in the same run (the rule of bench/README.md: a ratio to a floor, never a timed test).
 //
 // Benchmarks (Google Benchmark):
 //   floor/empty_call           an out-of-line call of an empty function taking the Event:

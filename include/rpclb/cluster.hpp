@@ -32,7 +32,7 @@
 
 namespace rpclb {
 
-/// Options of a node. Durations are std::chrono; defaults from DESIGN.md "Time".
+/// Options of a node. Durations are std::chrono; defaults and ranges: doc/reference/configuration.md.
 struct ClusterOptions {
     /// Node name `short@host`. Required; must contain exactly one '@' with non-empty parts.
     std::string name;
@@ -210,7 +210,7 @@ public:
     /// Calls `module.function(args...)` on `node` and waits for the result. A thin layer
     /// over async_call(): only the calling thread blocks.
     ///
-    /// With `options.load_balancer` set, `node` is ignored and the balancer routes (DESIGN.md
+    /// With `options.load_balancer` set, `node` is ignored and the balancer routes (doc/architecture.md
     /// "how a call flows"): `call_directly` or a `local()` algorithm (call_direct) runs the
     /// handler here; otherwise the algorithm picks a member, the balancer's drainer counts
     /// the call, and the algorithm's release_node runs when it completes. When the group is
@@ -219,7 +219,7 @@ public:
     /// group and never ran the call) is replaced by another pick, at most 16 times.
     /// A call to the local node runs the handler in the calling thread, without the network.
     ///
-    /// Errors (DESIGN.md "Contracts → Errors"): `request_timeout` "timeout" when the
+    /// Errors (doc/architecture.md "Errors"): `request_timeout` "timeout" when the
     /// deadline passes; `service_unavailable` "noconnection" at once when the node is
     /// unknown, not connected, saying bye, or its connection drops while waiting; `not_found`
     /// when the target has no such function; `bad_request` for a request over the size limit;

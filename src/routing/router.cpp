@@ -149,7 +149,7 @@ private:
                                if (!result && is_draining(result.error()) &&
                                    !self->spec_.options.load_balancer.empty() &&
                                    self->reselections_ < max_reselections) {
-                                   // Never executed there: choose again (DESIGN.md "Drainer").
+                                   // Never executed there: choose again (doc/explanation/draining-and-retries.md).
                                    ++self->reselections_;
                                    return self->attempt(false);
                                }
