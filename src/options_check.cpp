@@ -1,5 +1,7 @@
 #include <rpclb/detail/options_check.hpp>
 
+#include <stdexcept>
+
 namespace rpclb::detail {
 
 namespace {
@@ -27,6 +29,26 @@ std::optional<OptionProblem> duration(const char* field, std::chrono::millisecon
 
 }  // namespace
 
+boost::asio::ip::tcp::endpoint parse_listen_address(const std::string& address) {
+    const auto refuse = [&](const std::string& why) {
+        throw std::invalid_argument("must be HOST:PORT with HOST an IP address or localhost" + why + ", got " +
+                                    quoted(address));
+    };
+    const auto colon = address.rfind(':');
+    if (colon == std::string::npos) refuse("");
+    auto host = address.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host == "localhost") host = "127.0.0.1";
+    boost::system::error_code ec;
+    const auto ip = boost::asio::ip::make_address(host, ec);
+    if (ec) refuse(" (\"" + host + "\" is not an IP address)");
+    const auto port_text = address.substr(colon + 1);
+    if (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(port_text) > 65535)
+        refuse(" (port 0..65535)");
+    return {ip, static_cast<unsigned short>(std::stoul(port_text))};
+}
+
 std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
     const bool required = identity == Identity::required;
     if (required || !o.name.empty()) {
@@ -43,6 +65,13 @@ std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
     if (auto p = duration("reconnect_interval_ms", o.reconnect_interval, false)) return p;
     if (auto p = duration("stop_timeout_ms", o.stop_timeout, true)) return p;
     if (auto p = in_range<std::size_t>("max_batch_frames", o.max_batch_frames, 1, 1024)) return p;
+    if (!o.client) {
+        try {
+            parse_listen_address(o.listen);
+        } catch (const std::invalid_argument& e) {
+            return problem("listen", e.what());
+        }
+    }
     if (o.max_message_size < 1024)
         return problem("max_message_size", "must be at least 1024 (bytes), got " + std::to_string(o.max_message_size));
     return std::nullopt;

@@ -3,6 +3,7 @@
 #include "membership/mesh.hpp"
 
 #include <rpclb/detail/log.hpp>
+#include <rpclb/detail/options_check.hpp>
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
@@ -13,25 +14,6 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 namespace {
-
-tcp::endpoint parse_endpoint(const std::string& address) {
-    const auto colon = address.rfind(':');
-    if (colon == std::string::npos)
-        throw std::invalid_argument("listen address \"" + address + "\" is not HOST:PORT");
-    auto host = address.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    if (host == "localhost") host = "127.0.0.1";
-    boost::system::error_code ec;
-    auto ip = asio::ip::make_address(host, ec);
-    if (ec)
-        throw std::invalid_argument("listen address \"" + address + "\": \"" + host +
-                                    "\" is not an IP address");
-    const auto port_text = address.substr(colon + 1);
-    if (port_text.empty() || port_text.size() > 5 ||
-        port_text.find_first_not_of("0123456789") != std::string::npos || std::stoul(port_text) > 65535)
-        throw std::invalid_argument("listen address \"" + address + "\": port must be 0..65535");
-    return {ip, static_cast<unsigned short>(std::stoul(port_text))};
-}
 
 // The node that dials when two nodes learn of each other: the smaller name. Both ends
 // compute the same answer, so a pair normally gets exactly one connection.
@@ -51,7 +33,7 @@ Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::
 }
 
 void Mesh::listen() {
-    const auto endpoint = parse_endpoint(options_.listen);
+    const auto endpoint = parse_listen_address(options_.listen);  // checked by the constructor too
     acceptor_.emplace(ioc_);
     acceptor_->open(endpoint.protocol());
     acceptor_->set_option(tcp::acceptor::reuse_address(true));

@@ -224,6 +224,10 @@ BOOST_AUTO_TEST_CASE(each_bad_field_is_named_with_the_reason) {
         {R"({"name": "a@b@c"})", "name", "must be short@host"},
         {R"({"name": 3})", "name", "must be a string, got 3"},
         {R"({"listen": 7001})", "listen", "must be a string"},
+        {R"({"listen": "nonsense"})", "listen", "must be HOST:PORT with HOST an IP address or localhost, got \"nonsense\""},
+        {R"({"listen": "example.com:7001"})", "listen", "(\"example.com\" is not an IP address)"},
+        {R"({"listen": "127.0.0.1:70000"})", "listen", "(port 0..65535)"},
+        {R"({"max_batch_frames": 0})", "max_batch_frames", "must be in 1..1024, got 0"},
         {R"({"seeds": "127.0.0.1:7001"})", "seeds", "must be an array of strings, got a string"},
         {R"({"seeds": ["127.0.0.1:7001", 7002]})", "seeds[1]", "must be a string"},
         {R"({"cookie": null})", "cookie", "must be a string, got null"},
@@ -322,6 +326,7 @@ BOOST_AUTO_TEST_CASE(config_refuses_what_the_cluster_constructor_refuses) {
         {"worker_threads", [](rpclb::ClusterOptions& o) { o.worker_threads = 2000; }},
         {"idle_timeout_ms", [](rpclb::ClusterOptions& o) { o.idle_timeout = 0ms; }},
         {"max_message_size", [](rpclb::ClusterOptions& o) { o.max_message_size = 10; }},
+        {"listen", [](rpclb::ClusterOptions& o) { o.listen = "localhost:x"; }},
     };
     for (const auto& [field, spoil] : cases) {
         BOOST_TEST_CONTEXT(field) {
@@ -335,6 +340,22 @@ BOOST_AUTO_TEST_CASE(config_refuses_what_the_cluster_constructor_refuses) {
             BOOST_TEST(problem->field == field);
         }
     }
+}
+
+BOOST_AUTO_TEST_CASE(listen_takes_ip_addresses_and_localhost) {
+    using rpclb::detail::parse_listen_address;
+    BOOST_TEST(parse_listen_address("localhost:7009").address().to_string() == "127.0.0.1");
+    BOOST_TEST(parse_listen_address("localhost:7009").port() == 7009);
+    BOOST_TEST(parse_listen_address("[::1]:0").address().is_v6());
+    BOOST_TEST(parse_listen_address("0.0.0.0:1").address().is_unspecified());
+    BOOST_CHECK_THROW(parse_listen_address("host.example:1"), std::invalid_argument);
+    BOOST_CHECK_THROW(parse_listen_address("127.0.0.1:"), std::invalid_argument);
+    rpclb::ClusterOptions client;
+    client.name = "c@127.0.0.1";
+    client.cookie = "secret";
+    client.client = true;
+    client.listen = "ignored";  // a client node has no listener
+    BOOST_TEST(!rpclb::detail::check(client).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(round_trip_through_json_gives_the_same_config) {

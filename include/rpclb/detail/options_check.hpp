@@ -6,6 +6,8 @@
 #include <rpclb/cluster.hpp>
 #include <rpclb/load_balancer.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -44,10 +46,19 @@ enum class Identity { required, optional };
 /// | idle_timeout, handshake_timeout, reconnect_interval | 1 ms..max_option_duration |
 /// | stop_timeout | 0..max_option_duration |
 /// | max_message_size | at least 1024 bytes |
+/// | max_batch_frames | 1..1024 |
+/// | listen (not for a client node) | as parse_listen_address accepts |
 ///
-/// `listen` and `seeds` are checked when the node starts (they need the resolver).
+/// `seeds` are checked when the node dials them (they may be host names to resolve).
 /// Thread safety: pure function.
 std::optional<OptionProblem> check(const ClusterOptions& options, Identity identity = Identity::required);
+
+/// Parses a listen address `HOST:PORT`: HOST is an IPv4 address, an IPv6 address in
+/// brackets, or `localhost` (taken as 127.0.0.1; no other name is resolved, so a node never
+/// listens somewhere a resolver chose); PORT is 0..65535 (0: any free port). Throws
+/// std::invalid_argument whose what() reads after the field name ("must be HOST:PORT ...,
+/// got \"x\"").
+boost::asio::ip::tcp::endpoint parse_listen_address(const std::string& address);
 
 /// The first problem of `options`, or nullopt: name non-empty without control characters,
 /// algorithm non-empty, drain_timeout in 0..max_option_duration. Whether the algorithm's
