@@ -224,6 +224,7 @@ void cluster_fields(Options& o, Visit&& visit) {
     visit("stop_timeout_ms", o.stop_timeout, Milliseconds{});
     visit("max_message_size", o.max_message_size, Count{" (bytes)"});
     visit("max_batch_frames", o.max_batch_frames, Count{});
+    visit("max_send_queue_bytes", o.max_send_queue_bytes, Count{" (bytes)"});
     visit("call_directly", o.call_directly, Boolean{});
     visit("retry", o.retry, Boolean{});
     visit("retry_count", o.retry_count, Retries{});

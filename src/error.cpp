@@ -29,6 +29,7 @@ public:
             case Failure::cancelled: return "cancelled";
             case Failure::too_large: return "too large";
             case Failure::would_deadlock: return "blocking call from a network thread would deadlock; use async_call";
+            case Failure::overloaded: return "overloaded";
         }
         return "unknown rpclb failure " + std::to_string(value);
     }

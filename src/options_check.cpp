@@ -65,6 +65,10 @@ std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
     if (auto p = duration("reconnect_interval_ms", o.reconnect_interval, false)) return p;
     if (auto p = duration("stop_timeout_ms", o.stop_timeout, true)) return p;
     if (auto p = in_range<std::size_t>("max_batch_frames", o.max_batch_frames, 1, 1024)) return p;
+    if (o.max_send_queue_bytes < o.max_message_size)
+        return problem("max_send_queue_bytes", "must be at least max_message_size (" +
+                                                   std::to_string(o.max_message_size) + " bytes), got " +
+                                                   std::to_string(o.max_send_queue_bytes));
     if (!o.client) {
         try {
             parse_listen_address(o.listen);

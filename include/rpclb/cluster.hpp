@@ -71,6 +71,13 @@ struct ClusterOptions {
     /// reads batches (it says so in its handshake); 1 turns batching off. Range 1..1024.
     /// Default 64.
     std::size_t max_batch_frames = 64;
+    /// Most bytes of frames waiting to be written on one connection (back-pressure: a peer
+    /// that stops reading must not grow this node's memory without bound). A request or
+    /// cast that would pass it fails at once with `service_unavailable` "overloaded"
+    /// (Failure::overloaded), unless the queue is empty; answers, group updates and
+    /// handshake frames are never refused (they count, though). At least
+    /// `max_message_size`. Default 64 MiB.
+    std::size_t max_send_queue_bytes = 64u * 1024u * 1024u;
 
     // ---- routing defaults (seed §6, the application env) -------------------------------
     /// Default of CallOptions::call_directly: load-balanced calls and the random-node
@@ -145,6 +152,9 @@ struct ClusterStats {
     /// WebSocket messages written to peers: fewer than `frames_sent` when frames that
     /// queued up behind a write went out together (ClusterOptions::max_batch_frames).
     std::uint64_t messages_sent = 0;
+    /// Requests and casts refused because their connection's send queue was full
+    /// (ClusterOptions::max_send_queue_bytes).
+    std::uint64_t overloaded = 0;
 };
 
 /// One node of a cluster.

@@ -50,6 +50,7 @@ enum class Failure : int {
     cancelled = 7,         ///< the caller cancelled the operation (Asio cancellation slot)
     too_large = 8,         ///< request over max_message_size
     would_deadlock = 9,    ///< a blocking call from a network thread
+    overloaded = 10,       ///< the connection's send queue is full (ClusterOptions::max_send_queue_bytes)
 };
 
 /// The category of Failure values; name() is "rpclb.failure".

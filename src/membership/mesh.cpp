@@ -28,6 +28,7 @@ Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::
     settings_.cookie = options.cookie;
     settings_.max_message_size = options.max_message_size;
     settings_.max_batch_frames = options.max_batch_frames;
+    settings_.max_send_queue_bytes = options.max_send_queue_bytes;
     settings_.idle_timeout = options.idle_timeout;
     settings_.handshake_timeout = options.handshake_timeout;
 }
@@ -361,6 +362,7 @@ ClusterStats Mesh::stats() const noexcept {
     stats.peers_lost = peers_lost_.load();
     stats.frames_sent = settings_.counters->frames_sent.load(std::memory_order_relaxed);
     stats.messages_sent = settings_.counters->messages_sent.load(std::memory_order_relaxed);
+    stats.overloaded = settings_.counters->overloaded.load(std::memory_order_relaxed);
     return stats;
 }
 

@@ -190,11 +190,30 @@ void Connection::handle_step(Handshake::Step step) {
 }
 
 void Connection::send(std::string frame) {
+    reserve(frame.size(), false);
+    enqueue(std::move(frame));
+}
+
+void Connection::enqueue(std::string frame) {
     asio::dispatch(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
-        if (self->closed_) return;
-        self->queue_.push(std::move(f));
+        const auto bytes = f.size();
+        if (self->closed_ || !self->queue_.push(std::move(f))) return self->release(bytes);
         self->write_next();
     });
+}
+
+bool Connection::reserve(std::size_t bytes, bool refusable) {
+    const auto before = queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    if (!refusable || before == 0 || before + bytes <= settings_.max_send_queue_bytes) return true;
+    release(bytes);
+    settings_.counters->overloaded.fetch_add(1, std::memory_order_relaxed);
+    return false;
+}
+
+ErrorMessage Connection::overloaded(std::string_view module, std::string_view function) const {
+    auto error = call_failure(Failure::overloaded, peer().node, module, function);
+    error.details["max_send_queue_bytes"] = settings_.max_send_queue_bytes;
+    return error;
 }
 
 void Connection::write_next() {
@@ -228,7 +247,7 @@ const std::vector<asio::const_buffer>& Connection::batch_buffers(std::size_t cou
 void Connection::on_written(boost::system::error_code ec) {
     // The frames written stayed queued until now, even if fail() ran meanwhile: their
     // bytes were the write's buffers.
-    queue_.end_write();
+    release(queue_.end_write());
     if (closed_) return;
     if (ec) return fail("write: " + ec.message());
     write_next();
@@ -249,7 +268,8 @@ std::optional<ErrorMessage> Connection::too_large(std::string_view what, const s
 Result<void> Connection::cast(wire::Cast cast) {
     auto frame = wire::encode(cast);
     if (auto error = too_large("cast", frame, cast.module, cast.function)) return std::move(*error);
-    send(std::move(frame));
+    if (!reserve(frame.size(), true)) return overloaded(cast.module, cast.function);
+    enqueue(std::move(frame));
     return {};
 }
 
@@ -259,6 +279,7 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     request.id = id;
     auto frame = wire::encode(request);
     if (auto error = too_large("request", frame, request.module, request.function)) return done(std::move(*error));
+    if (!reserve(frame.size(), true)) return done(overloaded(request.module, request.function));
     // The deadline counts from here, before the hop to the strand (saturating: a huge
     // timeout means none).
     const auto now = Clock::now();
@@ -271,12 +292,14 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
                                         function = std::move(request.function),
                                         done = std::move(done)]() mutable {
         if (self->closed_) {
+            self->release(frame.size());
             return done(call_failure(Failure::no_connection, self->peer().node, module, function));
         }
         self->pending_.emplace(id, Pending{std::move(done), deadline, std::move(module), std::move(function)});
         self->deadlines_.emplace(deadline, id);
         self->arm_deadline(deadline);
-        self->queue_.push(std::move(frame));
+        const auto bytes = frame.size();
+        if (!self->queue_.push(std::move(frame))) self->release(bytes);  // cannot happen while open
         self->write_next();
     });
 }
@@ -348,7 +371,7 @@ void Connection::fail(const std::string& reason) {
     beast::error_code ignored;
     ws_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
     ws_.next_layer().close(ignored);
-    queue_.fail();  // a write in progress keeps its frames until it completes
+    release(queue_.fail());  // a write in progress keeps its frames until it completes
     fail_pending(reason);
     if (!established_ && handshake_.awaiting_ready())
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +

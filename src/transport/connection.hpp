@@ -54,6 +54,7 @@ public:
 struct WireCounters {
     std::atomic<std::uint64_t> frames_sent{0};    ///< frames written, batched or not
     std::atomic<std::uint64_t> messages_sent{0};  ///< WebSocket messages written
+    std::atomic<std::uint64_t> overloaded{0};     ///< requests and casts refused: send queue full
 };
 
 /// Settings shared by every connection of a node.
@@ -63,6 +64,8 @@ struct ConnectionSettings {
     std::size_t max_message_size = wire::default_max_message_size;
     /// Most frames per message towards a peer that reads batches (ClusterOptions); 1: none.
     std::size_t max_batch_frames = 64;
+    /// Most bytes queued for writing per connection (ClusterOptions::max_send_queue_bytes).
+    std::size_t max_send_queue_bytes = std::size_t(64) << 20;
     /// Shared by the node's connections; the pointer itself never changes.
     std::shared_ptr<WireCounters> counters = std::make_shared<WireCounters>();
     std::chrono::milliseconds idle_timeout{3000};
@@ -96,12 +99,14 @@ public:
     /// Queues a frame's text. Dropped after close.
     void send(std::string frame);
 
-    /// Queues a cast (no answer). Error: `bad_request` (Failure::too_large) when its frame
-    /// is over the size limit. Dropped after close.
+    /// Queues a cast (no answer). Errors: `bad_request` (Failure::too_large) when its frame
+    /// is over the size limit; `service_unavailable` (Failure::overloaded) when the send
+    /// queue is full. Dropped after close.
     Result<void> cast(wire::Cast cast);
 
     /// Sends a request and completes `done` with its response, `request_timeout` after
-    /// `timeout`, or `service_unavailable` when the connection closes first.
+    /// `timeout`, or `service_unavailable` when the connection closes first or, at once,
+    /// when the send queue is full (Failure::overloaded).
     void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
 
     /// Closes the connection (idempotent); `reason` is logged and reported.
@@ -152,6 +157,15 @@ private:
     void handle_step(Handshake::Step step);
     void complete(wire::Response&& response);
     void write_next();
+    /// Queues a frame whose bytes are reserved (see reserve) on the strand; releases them
+    /// when the connection has closed.
+    void enqueue(std::string frame);
+    /// Counts `bytes` into the send queue; with `refusable`, refuses (false) when they
+    /// would pass max_send_queue_bytes and the queue is not empty. Any thread.
+    bool reserve(std::size_t bytes, bool refusable);
+    void release(std::size_t bytes) noexcept { queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed); }
+    /// The `service_unavailable` "overloaded" error of a refused request or cast.
+    ErrorMessage overloaded(std::string_view module, std::string_view function) const;
     /// The buffers of a write of `count` queued frames: the frames separated by
     /// wire::batch_separator (one message).
     const std::vector<boost::asio::const_buffer>& batch_buffers(std::size_t count);
@@ -171,6 +185,7 @@ private:
     Handshake handshake_;
     boost::beast::flat_buffer buffer_;
     WriteQueue queue_;
+    std::atomic<std::size_t> queued_bytes_{0};  // bytes reserved for frames not yet written
     std::vector<boost::asio::const_buffer> write_buffers_;  // the write in progress's, when batched
     bool batch_ = false;  // the peer reads batches: several frames may share a message
     bool open_ = false;  // WebSocket handshake done: writes may start

@@ -18,8 +18,11 @@ namespace rpclb::detail {
 /// Thread safety: none; the owning connection's strand serialises every use.
 class WriteQueue {
 public:
-    void push(std::string frame) {
-        if (!failed_) frames_.push_back(std::move(frame));
+    /// Queues `frame`; false (and the frame dropped) after fail().
+    bool push(std::string frame) {
+        if (failed_) return false;
+        frames_.push_back(std::move(frame));
+        return true;
     }
 
     bool writing() const noexcept { return in_write_ > 0; }
@@ -42,19 +45,26 @@ public:
     /// The `i`th frame of the write in progress.
     const std::string& at(std::size_t i) const { return frames_[i]; }
 
-    /// The write in progress ended (written or failed): its frames go.
-    void end_write() {
+    /// The write in progress ended (written or failed): its frames go. Returns the bytes
+    /// of the frames that went.
+    std::size_t end_write() {
+        std::size_t bytes = 0;
         while (in_write_ > 0) {
+            bytes += frames_.front().size();
             frames_.pop_front();
             --in_write_;
         }
-        if (failed_) frames_.clear();
+        return bytes;
     }
 
     /// The connection failed: frames not being written go now, and nothing queues again.
-    void fail() {
+    /// Returns the bytes of the frames that went.
+    std::size_t fail() {
         failed_ = true;
+        std::size_t bytes = 0;
+        for (std::size_t i = in_write_; i < frames_.size(); ++i) bytes += frames_[i].size();
         frames_.resize(in_write_);
+        return bytes;
     }
 
 private:
