@@ -134,6 +134,12 @@ struct ClusterStats {
     std::uint64_t auth_failures = 0;    ///< handshakes that failed the cookie check
     std::uint64_t peers_lost = 0;       ///< established peers that went away
     std::uint64_t slow_inline_runs = 0; ///< inline handler runs over their slow_threshold
+    /// Entries in the table of known nodes (learnt from connections and gossip, clients
+    /// excluded): the nodes connected now plus those this node still redials (of two
+    /// nodes, the one whose name sorts first dials). A lost peer this node doesn't redial
+    /// is dropped at once, one it redials after 30 failed dials in a row, so the table
+    /// shrinks back as names come and go. A size, not a counter.
+    std::uint64_t known_nodes = 0;
 };
 
 /// One node of a cluster.

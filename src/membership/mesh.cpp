@@ -372,7 +372,9 @@ void Mesh::close_all(std::chrono::milliseconds limit) {
 }
 
 ClusterStats Mesh::stats() const noexcept {
-    return ClusterStats{bad_frames_.load(), auth_failures_.load(), peers_lost_.load()};
+    ClusterStats stats{bad_frames_.load(), auth_failures_.load(), peers_lost_.load()};
+    stats.known_nodes = known_count();
+    return stats;
 }
 
 std::size_t Mesh::known_count() const {
