@@ -212,6 +212,9 @@ struct CpuPoller::Run : std::enable_shared_from_this<CpuPoller::Run> {
         // The readings this snapshot's picks read: the replies are stored there.
         const auto table = AlgorithmState::instance().attach_readings(*members);
         if (!table) throw std::bad_alloc();
+        // Held until the next cycle, across restarts: the snapshot that replaces this one
+        // finds the same readings, instead of starting empty once this one is freed.
+        owner->held_readings_ = table;
         const std::uint64_t this_cycle = ++cycle;
         outstanding = 0;
         for (std::size_t i = 0; i < members->nodes.size(); ++i) {

@@ -55,8 +55,12 @@ namespace rpclb::plugins {
 /// Lifetime: each start() makes a Run, the state its timer and call completions hold by
 /// shared_ptr; stop() marks it stopped under its mutex and cancels the timer, so a
 /// completion that runs later finds it, sees it stopped and touches nothing else (not the
-/// host, not this object). start() after stop() makes a new Run; the readings, in
-/// AlgorithmState, persist while a snapshot or poller holds them.
+/// host, not this object). start() after stop() makes a new Run.
+///
+/// Readings: the poller holds those of the members it polled last until its next cycle,
+/// across its restarts too, so they carry over from one member snapshot to the next (a
+/// snapshot frees its readings with itself) and a member that has left costs nothing
+/// after one more cycle.
 ///
 /// Thread safety: start() and stop() one at a time (Service's contract); stop() may be
 /// called from any thread, including the executor's: it waits only for a step running
@@ -101,6 +105,9 @@ private:
     std::shared_ptr<NodeReading> local_reading_;
     std::atomic<std::int64_t>& remote_errors_;
     std::shared_ptr<Run> run_;
+    // The readings of the members polled last (written by the running Run under its
+    // mutex): they outlive the snapshot they came from until the next cycle.
+    std::shared_ptr<const detail::ReadingTable> held_readings_;
 };
 
 }  // namespace rpclb::plugins

@@ -531,6 +531,43 @@ BOOST_AUTO_TEST_CASE(pollers_run_on_timers_without_threads_of_their_own) {
     }, 200ms));
 }
 
+BOOST_AUTO_TEST_CASE(readings_carry_over_a_membership_change) {
+    // A snapshot frees its readings with itself; the poller holds those it polled last,
+    // so the snapshot after a change still finds them. Here only b runs a poller (one
+    // cycle, then a minute's pause), so nothing else in the process holds a's reading.
+    const std::string a_name = "carry_a@127.0.0.1", b_name = "carry_b@127.0.0.1", c_name = "carry_c@127.0.0.1";
+    const boost::json::object announced{{"algorithm", "least_cpu"}, {"algorithm_opts", boost::json::object{}}};
+    rpclb::Cluster a(cluster_options(a_name));
+    a.start();
+    a.register_function("rpclb", "cpu_reading",
+                        [](const boost::json::array&) -> rpclb::CallResult { return boost::json::object{{"cpu", 17}}; });
+    a.groups().join("cpu_carry", announced);
+    auto ob = cluster_options(b_name);
+    ob.seeds = {address(a)};
+    rpclb::Cluster b(ob);
+    b.start();
+    BOOST_TEST_REQUIRE(eventually([&] { return b.groups().members("cpu_carry")->nodes.size() == 1u; }, 5s));
+    b.start_balancer(least_cpu_balancer(
+        "cpu_carry", {{"poll_startup_jitter", 0}, {"poll_interval", 60'000}, {"cpu_sampler_fixed", 30}}));
+    const auto all_picks_are = [&](const std::string& node) {
+        for (int i = 0; i < 50; ++i)
+            if (b.select_node("cpu_carry").value() != node) return false;
+        return true;
+    };
+    // Before b's poll a reads as missing (50) and b's own 30 wins; after it, a's 17.
+    BOOST_TEST_REQUIRE(eventually([&] { return all_picks_are(a_name); }, 5s));
+    auto oc = cluster_options(c_name);
+    oc.seeds = {address(a)};
+    rpclb::Cluster c(oc);
+    c.start();
+    c.groups().join("cpu_carry", announced);
+    BOOST_TEST_REQUIRE(eventually([&] { return b.groups().members("cpu_carry")->nodes.size() == 3u; }, 5s));
+    // a 17, b 30, c missing (50): still a. Had a's reading been lost with the old
+    // snapshot, a and c would read 50 and b would win.
+    BOOST_TEST(all_picks_are(a_name));
+    BOOST_TEST(b.stop_balancer("cpu_carry"));
+}
+
 BOOST_AUTO_TEST_CASE(poller_fetches_remote_readings_over_the_mesh) {
     const std::string a_name = "lc_a@127.0.0.1", b_name = "lc_b@127.0.0.1";
     const auto errors = [] {
