@@ -160,12 +160,12 @@ struct Case {
     std::size_t members = 0;
     std::shared_ptr<rpclb::SelectionAlgorithm> instance;
     rpclb::MemberSnapshot snapshot;
-    std::vector<rpclb::NodeReading*> readings;  // least_cpu: one per member
+    std::vector<std::shared_ptr<rpclb::NodeReading>> readings;  // least_cpu: one per member, held
     std::unique_ptr<Case> pick_only;            // counted algorithms: a second instance
 
     void refresh_readings() const {
         const std::int64_t now = steady_ms();
-        for (auto* reading : readings) reading->at_ms.store(now, std::memory_order_relaxed);
+        for (const auto& reading : readings) reading->at_ms.store(now, std::memory_order_relaxed);
     }
 };
 
@@ -540,9 +540,9 @@ int main(int argc, char** argv) {
             c.snapshot = make_members(members, 1);
             if (kind_of(algorithm) == Kind::cpu) {
                 for (std::size_t i = 0; i < members; ++i) {
-                    auto& reading = rpclb::AlgorithmState::instance().reading(c.snapshot.nodes[i]);
-                    reading.value.store(10.0 + 3.0 * static_cast<double>(i % 8));
-                    c.readings.push_back(&reading);
+                    auto reading = rpclb::AlgorithmState::instance().reading(c.snapshot.nodes[i]);
+                    reading->value.store(10.0 + 3.0 * static_cast<double>(i % 8));
+                    c.readings.push_back(std::move(reading));
                 }
                 c.refresh_readings();
             }

@@ -130,10 +130,72 @@ detail::BlockCursor& AlgorithmState::cursor(std::string_view balancer, std::stri
                         [](auto& storage) -> auto& { return storage.emplace_back(); });
 }
 
-NodeReading& AlgorithmState::reading(std::string_view node) {
+namespace {
+
+// The reading of `node` in `index`, made when absent or freed. Sweeps the entries of freed
+// readings when the map has doubled since the last sweep: amortised O(1) per insertion,
+// and the map never holds more than twice the readings alive (plus one).
+std::shared_ptr<NodeReading> reading_in(std::map<std::string, std::weak_ptr<NodeReading>, std::less<>>& index,
+                                        std::size_t& swept_size, std::string_view node) {
+    auto it = index.find(node);
+    if (it != index.end())
+        if (auto alive = it->second.lock()) return alive;
+    // Each reading on its own cache line: different nodes' readings are written by
+    // different pollers' completions and read by every pick.
+    struct alignas(64) Slot {
+        NodeReading reading;
+    };
+    auto slot = std::make_shared<Slot>();
+    std::shared_ptr<NodeReading> made(slot, &slot->reading);
+    if (it != index.end()) {
+        it->second = made;
+        return made;
+    }
+    if (index.size() >= 2 * swept_size) {
+        std::erase_if(index, [](const auto& entry) { return entry.second.expired(); });
+        swept_size = index.size();
+    }
+    index.emplace(std::string(node), made);
+    return made;
+}
+
+}  // namespace
+
+std::shared_ptr<NodeReading> AlgorithmState::reading(std::string_view node) {
     std::lock_guard lock(mutex_);
-    return find_or_make(readings_, reading_storage_, std::string(node),
-                        [](auto& storage) -> auto& { return storage.emplace_back().reading; });
+    return reading_in(readings_, readings_swept_size_, node);
+}
+
+std::shared_ptr<const detail::ReadingTable> AlgorithmState::attach_readings(const MemberSnapshot& members) noexcept {
+    try {
+        if (const auto* held = members.cache.readings.load(std::memory_order_acquire))
+            if ((*held)->readings.size() == members.nodes.size()) return *held;
+        auto table = std::make_shared<detail::ReadingTable>();
+        table->readings.reserve(members.nodes.size());
+        {
+            std::lock_guard lock(mutex_);
+            for (const auto& node : members.nodes)
+                table->readings.push_back(reading_in(readings_, readings_swept_size_, node));
+        }
+        auto held = std::make_unique<const std::shared_ptr<const detail::ReadingTable>>(table);
+        const std::shared_ptr<const detail::ReadingTable>* expected = nullptr;
+        if (members.cache.readings.compare_exchange_strong(expected, held.get(), std::memory_order_acq_rel)) {
+            held.release();  // the snapshot owns it now
+            return table;
+        }
+        // Another thread attached first: use its table, so every reader shares one.
+        if ((*expected)->readings.size() == members.nodes.size()) return *expected;
+        return table;
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+std::size_t AlgorithmState::reading_entries() {
+    std::lock_guard lock(mutex_);
+    std::erase_if(readings_, [](const auto& entry) { return entry.second.expired(); });
+    readings_swept_size_ = readings_.size();
+    return readings_.size();
 }
 
 namespace detail {

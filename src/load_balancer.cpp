@@ -2,6 +2,8 @@
 #include <rpclb/detail/log.hpp>
 #include <rpclb/load_balancer.hpp>
 
+#include "routing/balancer_host.hpp"
+
 #include <algorithm>
 #include <thread>
 
@@ -19,6 +21,7 @@ ErrorMessage algorithm_failure(std::string_view balancer, std::string message) {
 LoadBalancer::LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
                            std::shared_ptr<SelectionAlgorithm> algorithm, bool hosted)
     : cluster_(cluster),
+      host_(std::make_unique<detail::BalancerHost>(cluster, *this)),
       options_(std::move(options)),
       algorithm_(std::move(algorithm)),
       hosted_(hosted),
@@ -39,7 +42,7 @@ boost::json::object LoadBalancer::announcement() const {
 
 const std::vector<std::shared_ptr<Service>>& LoadBalancer::prepare() {
     if (prepared_) return services_;
-    const AlgorithmContext context{options_.name, cluster_.name(), &cluster_};
+    const AlgorithmContext context{options_.name, cluster_.name(), host_.get()};
     // The hook running, for the message: "init", "services()" or "local()".
     const char* hook = "init";
     auto failure = [&](const std::string& what) {

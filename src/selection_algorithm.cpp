@@ -1,5 +1,7 @@
 #include <rpclb/selection_algorithm.hpp>
 
+#include <rpclb/algorithm_state.hpp>
+
 #include <rpclb/detail/thread_rng.hpp>
 
 #include <boost/random/taus88.hpp>
@@ -24,12 +26,14 @@ namespace detail {
 SnapshotCache& SnapshotCache::operator=(const SnapshotCache&) noexcept {
     delete counts.exchange(nullptr, std::memory_order_acq_rel);
     delete sequence.exchange(nullptr, std::memory_order_acq_rel);
+    delete readings.exchange(nullptr, std::memory_order_acq_rel);
     return *this;
 }
 
 SnapshotCache::~SnapshotCache() {
     delete counts.load(std::memory_order_acquire);
     delete sequence.load(std::memory_order_acquire);
+    delete readings.load(std::memory_order_acquire);
 }
 
 const IndexSequence* SnapshotCache::adopt(IndexSequence* made) noexcept {

@@ -66,12 +66,35 @@ struct NodeReading {
     std::atomic<std::int64_t> at_ms{0};
 };
 
+namespace detail {
+
+/// The readings of one member list, index-aligned with it: readings[i] is nodes[i]'s.
+/// Built by AlgorithmState::attach_readings (in librpclb, so that a MemberSnapshot holding
+/// one may outlive the plugin that asked for it); immutable once built. Holding the table
+/// keeps its readings alive.
+struct ReadingTable {
+    std::vector<std::shared_ptr<NodeReading>> readings;
+};
+
+/// The readings `members` already holds in its cache, when they are for its nodes; else
+/// nullptr (then call AlgorithmState::attach_readings). No lock, no allocation.
+inline const ReadingTable* cached_readings(const MemberSnapshot& members) noexcept {
+    const auto* held = members.cache.readings.load(std::memory_order_acquire);
+    if (held && (*held)->readings.size() == members.nodes.size()) [[likely]]
+        return held->get();
+    return nullptr;
+}
+
+}  // namespace detail
+
 /// State that belongs to the process, not to one algorithm instance, so that counters and
 /// readings survive a restart of their balancer (as the seed's VM-wide caches do, §2
 /// "Shared facts"), and readings are shared by every balancer (§2.7 NodeCpuCache).
 ///
-/// The state is owned by librpclb (not by a plugin), lives until the process exits and is
-/// never freed, so references stay valid; there is no slot limit (seed §10.4).
+/// The state is owned by librpclb (not by a plugin) and lives until the process exits, so
+/// references stay valid; there is no slot limit (seed §10.4). What is kept per member
+/// name is freed once the name has left: in-flight counters through forget_in_flight,
+/// readings when the last snapshot (or other holder) of the name lets go of them.
 /// Look-ups take a mutex: do them off the pick path (at init or when membership changes)
 /// and keep the references.
 ///
@@ -118,8 +141,21 @@ public:
     /// thread's block survives the balancer's restart with it.
     detail::BlockCursor& cursor(std::string_view balancer, std::string_view key);
 
-    /// The reading slot of `node`, shared by every balancer; created empty on first use.
-    NodeReading& reading(std::string_view node);
+    /// The reading slot of `node`, shared by every balancer and poller of the process:
+    /// created empty on first use, and the same object for every caller as long as any of
+    /// them (a caller, or a snapshot's ReadingTable) holds it; freed with its last holder,
+    /// so a name nobody reads any more costs nothing (a later call starts empty). Takes
+    /// the mutex; throws std::bad_alloc.
+    std::shared_ptr<NodeReading> reading(std::string_view node);
+
+    /// The readings of `members.nodes`, index-aligned: the table its cache holds, or one
+    /// built now (reading() of each node) and stored in the cache if that is still empty.
+    /// The result holds the table for the caller; nullptr when memory ran out. Takes the
+    /// mutex when it builds.
+    std::shared_ptr<const detail::ReadingTable> attach_readings(const MemberSnapshot& members) noexcept;
+
+    /// How many node readings are alive now (for tests of reading()'s freeing).
+    std::size_t reading_entries();
 
 private:
     std::mutex mutex_;
@@ -128,25 +164,25 @@ private:
     struct alignas(64) CounterSlot {
         std::atomic<std::int64_t> value{0};
     };
-    struct alignas(64) ReadingSlot {
-        NodeReading reading;
-    };
 
     std::map<std::string, std::atomic<std::int64_t>*, std::less<>> counters_;
-    std::map<std::string, NodeReading*, std::less<>> readings_;
+    // Weak: a reading lives as long as its holders. Entries whose reading is gone are
+    // swept whenever the map has doubled since the last sweep.
+    std::map<std::string, std::weak_ptr<NodeReading>, std::less<>> readings_;
+    std::size_t readings_swept_size_ = 0;
     std::map<std::string, std::unique_ptr<detail::BalancerCounts>, std::less<>> balancer_counts_;
     std::map<std::string, detail::BlockCursor*, std::less<>> cursors_;
     std::deque<CounterSlot> counter_storage_;  // stable addresses
-    std::deque<ReadingSlot> reading_storage_;
     std::deque<detail::BlockCursor> cursor_storage_;
 };
 
 // Plugins compile in code that reads these (RPCLB_PLUGIN_ABI_VERSION covers them): a
 // change of their layout must come with a new ABI version, and this makes it fail to
 // compile until the version and these figures are changed together.
-static_assert(RPCLB_PLUGIN_ABI_VERSION == 3 && sizeof(detail::InFlight) == 64 &&
+static_assert(RPCLB_PLUGIN_ABI_VERSION == 4 && sizeof(detail::InFlight) == 64 &&
                   sizeof(detail::CountTable) == 64 && sizeof(NodeReading) == 16 &&
-                  sizeof(detail::SnapshotCache) == 2 * sizeof(void*) && sizeof(MemberSnapshot) == 48,
+                  sizeof(detail::ReadingTable) == 3 * sizeof(void*) &&
+                  sizeof(detail::SnapshotCache) == 3 * sizeof(void*) && sizeof(MemberSnapshot) == 56,
               "a layout plugins compile against changed: bump RPCLB_PLUGIN_ABI_VERSION and update this check");
 
 }  // namespace rpclb

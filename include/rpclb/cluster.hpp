@@ -155,6 +155,12 @@ struct ClusterStats {
     /// Requests and casts refused because their connection's send queue was full
     /// (ClusterOptions::max_send_queue_bytes).
     std::uint64_t overloaded = 0;
+    /// Entries in the table of known nodes (learnt from connections and gossip, clients
+    /// excluded): the nodes connected now plus those this node still redials (of two
+    /// nodes, the one whose name sorts first dials). A lost peer this node doesn't redial
+    /// is dropped at once, one it redials after 30 failed dials in a row, so the table
+    /// shrinks back as names come and go. A size, not a counter.
+    std::uint64_t known_nodes = 0;
 };
 
 /// One node of a cluster.

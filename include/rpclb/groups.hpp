@@ -64,6 +64,11 @@ public:
     /// Names of the groups the local node is in.
     std::vector<std::string> local_groups() const;
 
+    /// Groups with at least one member, any node's: the entries the table holds, since
+    /// the entry of a group whose last member leaves is freed at once (so names that
+    /// come and go cost nothing once gone). Takes the table's mutex.
+    std::size_t group_count() const;
+
     /// Registers `callback` for changes of `group`. Returns an id for demonitor().
     std::uint64_t monitor(const std::string& group, MonitorCallback callback);
 

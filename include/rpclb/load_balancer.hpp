@@ -177,6 +177,9 @@ private:
     void on_change(NodeChange change, const std::vector<std::string>& nodes);
 
     Cluster& cluster_;
+    // What the algorithm reaches of the node (AlgorithmContext::host); declared before
+    // the algorithm so that it outlives it.
+    std::unique_ptr<AlgorithmHost> host_;
     LoadBalancerOptions options_;
     std::shared_ptr<SelectionAlgorithm> algorithm_;
     bool hosted_;

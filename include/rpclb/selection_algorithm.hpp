@@ -23,10 +23,11 @@
 
 namespace rpclb {
 
-class Cluster;
+class AlgorithmHost;
 
 namespace detail {
 struct CountTable;
+struct ReadingTable;
 
 /// A sequence of member indices derived from one snapshot by one algorithm instance
 /// (weighted_round_robin's period). `owner` tells instances apart (AlgorithmState::
@@ -56,6 +57,10 @@ public:
 
     /// An index sequence (weighted_round_robin); nullptr until a pick sets it.
     std::atomic<const IndexSequence*> sequence{nullptr};
+
+    /// The load readings of the snapshot's members (least_cpu); nullptr until a pick or a
+    /// poller sets it (AlgorithmState::attach_readings).
+    std::atomic<const std::shared_ptr<const ReadingTable>*> readings{nullptr};
 
     /// Stores `made` (allocated with `new`) in `sequence` if that is still empty and
     /// returns it; otherwise deletes `made` and returns what `sequence` holds. Either way
@@ -88,7 +93,13 @@ struct PickOptions {
 struct AlgorithmContext {
     std::string balancer;    ///< balancer name, e.g. "workers"
     std::string local_node;  ///< this node's name, `short@host`
-    Cluster* cluster = nullptr;  ///< the owning cluster; outlives the algorithm
+    /// What the algorithm may use of the node: its group's members, calls to them, an
+    /// executor for timers, serving a function, telemetry (rpclb/algorithm_host.hpp).
+    /// Valid until the balancer is destroyed, which is after the algorithm's services have
+    /// stopped. Null when the algorithm runs outside a node (unit tests); an algorithm
+    /// that needs it throws std::invalid_argument from `init` or std::logic_error from a
+    /// service's start().
+    AlgorithmHost* host = nullptr;
 };
 
 /// Which way a membership change went.

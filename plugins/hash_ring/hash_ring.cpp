@@ -1,7 +1,7 @@
 #include "hash_ring.hpp"
 
 #include <boost/json/serialize.hpp>
-#include <rpclb/cluster.hpp>
+#include <rpclb/algorithm_host.hpp>
 #include <rpclb/detail/thread_rng.hpp>
 #include <rpclb/groups.hpp>
 
@@ -75,7 +75,7 @@ void HashRing::init(const AlgorithmContext& context, const boost::json::object& 
     reject_unknown_options(options, "hash_ring", {"weight"});
     weight_ = parse_weight(options);
     balancer_ = context.balancer;
-    cluster_ = context.cluster;
+    host_ = context.host;
 }
 
 // A keyed pick's hold on the kept entries: while it lives, an entry it got from `protect`
@@ -162,7 +162,7 @@ Result<std::vector<std::size_t>> HashRing::choose_nodes(const MemberSnapshot& me
 void HashRing::on_node_change(NodeChange change, std::span<const std::string> nodes) {
     try {
         std::shared_ptr<const MemberSnapshot> reported;
-        if (cluster_) reported = cluster_->groups().members(balancer_);
+        if (host_) reported = host_->members();
         std::lock_guard lock(mutex_);
         notified_ = true;
         if (reported) {

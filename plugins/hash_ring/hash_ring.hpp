@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace rpclb {
-class Cluster;
+class AlgorithmHost;
 }
 
 namespace rpclb::plugins {
@@ -39,8 +39,8 @@ namespace rpclb::plugins {
 /// seen before gets its ring back whatever the snapshot's version or list order.
 ///
 /// - Built off the hot path: `on_node_change` builds (or takes back) the ring of the new
-///   set and makes it current. The set is the balancer's group as the cluster reports it
-///   (`AlgorithmContext::cluster`, with its version); without a cluster, the set is
+///   set and makes it current. The set is the balancer's members as its host reports them
+///   (`AlgorithmContext::host`, with their version); without a host, the set is
 ///   tracked from the notifications, starting from the first snapshot a pick built a ring
 ///   for. A keyed pick that finds no ring for its snapshot (before any notification, a
 ///   snapshot the notifications haven't caught up with, a direct caller) builds it itself
@@ -144,7 +144,7 @@ private:
     void free_unread();
 
     std::string balancer_;
-    Cluster* cluster_ = nullptr;
+    AlgorithmHost* host_ = nullptr;
     std::uint32_t weight_ = default_weight;
 
     alignas(detail::per_thread_alignment) std::atomic<Entry*> current_{nullptr};

@@ -1,33 +1,21 @@
 #include "cpu_poller.hpp"
 
-#include <rpclb/cluster.hpp>
+#include <rpclb/algorithm_host.hpp>
 #include <rpclb/detail/log.hpp>
 #include <rpclb/plugin_pin.hpp>
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/json/serialize.hpp>
 
-#include <dlfcn.h>
-
-#include <cmath>
-#include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
 
 namespace rpclb::plugins {
-
-// What the polling thread and the callbacks of its remote calls share. Callbacks hold it
-// by shared_ptr, so one that completes after the poller is gone still finds it.
-struct CpuPoller::Shared {
-    std::mutex mutex;
-    std::condition_variable wake;
-    bool stopping = false;
-    std::uint64_t cycle = 0;     // which cycle `outstanding` counts for
-    std::size_t outstanding = 0; // replies the current cycle still waits for
-};
 
 namespace {
 
@@ -52,195 +40,294 @@ Reply parse_reply(const boost::json::value& v, double& cpu) {
     return cpu >= 0.0 && cpu <= 100.0 ? Reply::reading : Reply::malformed;
 }
 
+std::int64_t system_time_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
 }  // namespace
 
-CpuPoller::CpuPoller(std::string balancer, std::string local_node, Cluster* cluster,
-                     LeastCpuSettings settings)
-    : balancer_(std::move(balancer)),
-      local_node_(std::move(local_node)),
-      cluster_(cluster),
+// One run of the poller, from a start() to its stop(): the timer, the cycle in progress,
+// and what completions need. Completions hold it by shared_ptr; every step runs under
+// `mutex` and first checks `stopping`, which stop() sets under the same mutex, so once
+// stop() has returned no step touches the host or the poller again. Telemetry is emitted
+// after the mutex is released (the bus lives as long as the node, which outlives every
+// completion run by its executor), so a listener may stop the balancer.
+struct CpuPoller::Run : std::enable_shared_from_this<CpuPoller::Run> {
+    // Which step a timer wait leads to.
+    enum class Step { begin_cycle, finish_sample, end_cycle };
+
+    // Events a step leaves for its caller to emit once the mutex is released.
+    struct Outbox {
+        std::optional<Event> start;
+        std::optional<Event> end;
+        std::string reason;  // what end.reason views
+    };
+
+    Run(CpuPoller& owner, AlgorithmHost& host)
+        : owner(&owner),
+          host(&host),
+          bus(&host.telemetry()),
+          balancer(owner.context_.balancer),
+          local_node(owner.context_.local_node),
+          settings(owner.settings_),
+          local_reading(owner.local_reading_),
+          remote_errors(&owner.remote_errors_),
+          timer(host.executor()) {}
+
+    std::mutex mutex;
+    bool stopping = false;   // guarded; once true, `owner` and `host` are not touched
+    CpuPoller* owner;        // guarded by `stopping`
+    AlgorithmHost* host;     // guarded by `stopping`
+    TelemetryBus* bus;
+    const std::string balancer;
+    const std::string local_node;
+    const LeastCpuSettings settings;
+    const std::shared_ptr<NodeReading> local_reading;
+    std::atomic<std::int64_t>* remote_errors;  // process-wide, never freed
+
+    // The rest is guarded by `mutex`.
+    boost::asio::steady_timer timer;
+    std::uint64_t wait_id = 0;     // the timer wait that counts; older ones are ignored
+    std::uint64_t cycle = 0;       // which cycle `outstanding` counts for
+    std::size_t outstanding = 0;   // replies the current cycle still waits for
+    bool in_cycle = false;
+    std::chrono::steady_clock::time_point began;
+    std::optional<CpuTimes> previous;
+    double last_sample = LeastCpu::missing_cpu;
+    bool warned = false;
+
+    void emit(Outbox& out) const noexcept {
+        if (!bus->active()) return;
+        if (out.start) bus->emit(*out.start);
+        if (out.end) {
+            out.end->reason = out.reason;
+            bus->emit(*out.end);
+        }
+    }
+
+    // Arms the timer: `step` runs after `delay` unless the poller stops or a later arm()
+    // replaces this wait first.
+    void arm(std::chrono::milliseconds delay, Step step) {
+        const std::uint64_t id = ++wait_id;
+        timer.expires_after(delay);
+        timer.async_wait([self = shared_from_this(), id, step](const boost::system::error_code& ec) {
+            if (ec) return;  // cancelled: stop(), or a newer wait replaced this one
+            Outbox out;
+            {
+                std::lock_guard lock(self->mutex);
+                if (self->stopping || id != self->wait_id) return;
+                self->guarded(out, [&] { self->run_step(out, step); });
+            }
+            self->emit(out);
+        });
+    }
+
+    // Runs `work` (mutex held, not stopping): a std::exception ends the cycle as failed
+    // and the next one is scheduled; anything else ends the polling and is reported.
+    template <class Work>
+    void guarded(Outbox& out, Work&& work) noexcept {
+        try {
+            try {
+                work();
+            } catch (const std::exception& e) {
+                RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer
+                                               << ": poll cycle failed: " << e.what();
+                end_cycle(out, e.what());
+            }
+        } catch (const std::exception& e) {
+            stopping = true;  // no step can run without its timer or its bookkeeping
+            owner->fail(std::string("least_cpu poller: ") + e.what());
+        } catch (...) {
+            stopping = true;
+            owner->fail("least_cpu poller: unknown exception");
+        }
+    }
+
+    void run_step(Outbox& out, Step step) {
+        switch (step) {
+        case Step::begin_cycle: begin_cycle(out); break;
+        case Step::finish_sample: finish_sample(out); break;
+        case Step::end_cycle: end_cycle(out, ""); break;
+        }
+    }
+
+    // The seed's poll span (§5.3): start, then stop or exception.
+    void begin_cycle(Outbox& out) {
+        in_cycle = true;
+        began = std::chrono::steady_clock::now();
+        Event e{.name = EventName::least_cpu_poll_start};
+        e.load_balancer = balancer;
+        e.system_time_ns = system_time_ns();
+        out.start = e;
+        if (!settings.cpu_sampler_fixed && !previous) {
+            // The first sample has no previous one: take a baseline, and the sample after
+            // a short timer wait.
+            if (auto baseline = read_proc_stat()) {
+                previous = baseline;
+                arm(first_sample_window, Step::finish_sample);
+                return;
+            }
+        }
+        finish_sample(out);
+    }
+
+    void finish_sample(Outbox& out) {
+        store_local(settings.cpu_sampler_fixed ? *settings.cpu_sampler_fixed : sample_local());
+        fetch_remote(out);
+    }
+
+    double sample_local() {
+        const auto current = read_proc_stat();
+        if (!current) {
+            if (!warned)
+                RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer
+                                               << ": cannot read /proc/stat; reporting "
+                                               << LeastCpu::missing_cpu;
+            warned = true;
+            return LeastCpu::missing_cpu;
+        }
+        if (!previous) {  // the baseline read failed: this one is the baseline
+            previous = current;
+            return last_sample;
+        }
+        // No tick since the previous sample: keep that sample as the baseline and report
+        // the last value again.
+        if (auto percent = cpu_percent(*previous, *current)) {
+            previous = current;
+            last_sample = *percent;
+        }
+        return last_sample;
+    }
+
+    void store_local(double cpu) {
+        // Two separate atomics: a pick may pair the new value with the previous time for
+        // an instant, which only matters at the ttl boundary (see NodeReading).
+        local_reading->value.store(cpu);
+        local_reading->at_ms.store(settings.now_ms());
+    }
+
+    void fetch_remote(Outbox& out) {
+        const auto members = host->members();
+        // The readings this snapshot's picks read: the replies are stored there.
+        const auto table = AlgorithmState::instance().attach_readings(*members);
+        if (!table) throw std::bad_alloc();
+        // Held until the next cycle, across restarts: the snapshot that replaces this one
+        // finds the same readings, instead of starting empty once this one is freed.
+        owner->held_readings_ = table;
+        const std::uint64_t this_cycle = ++cycle;
+        outstanding = 0;
+        for (std::size_t i = 0; i < members->nodes.size(); ++i) {
+            const auto& node = members->nodes[i];
+            if (node == local_node) continue;
+            ++outstanding;
+            // Completions hold the Run and the reading they write; they run on the host's
+            // executor, after this step has released the mutex.
+            host->async_call(node, reading_module, reading_function, {}, remote_timeout,
+                             [self = shared_from_this(), this_cycle, reading = table->readings[i],
+                              node](CallResult result) { self->on_reply(this_cycle, *reading, node, result); });
+        }
+        if (outstanding == 0) return end_cycle(out, "");
+        // Every call ends by its deadline; the extra second only guards against a
+        // completion that never comes.
+        arm(remote_timeout + std::chrono::seconds(1), Step::end_cycle);
+    }
+
+    void end_cycle(Outbox& out, std::string_view failure) {
+        if (in_cycle) {
+            in_cycle = false;
+            Event e{.name = failure.empty() ? EventName::least_cpu_poll_stop : EventName::least_cpu_poll_exception};
+            e.load_balancer = balancer;
+            e.duration = std::chrono::steady_clock::now() - began;
+            e.kind = failure.empty() ? "" : "error";
+            out.end = e;
+            out.reason = failure;
+        }
+        ++cycle;  // replies still to come belong to a finished cycle
+        outstanding = 0;
+        arm(settings.poll_interval, Step::begin_cycle);
+    }
+
+    void on_reply(std::uint64_t of_cycle, NodeReading& reading, const std::string& node, const CallResult& result) {
+        double cpu = 0.0;
+        const Reply reply = result ? parse_reply(*result, cpu) : Reply::malformed;
+        Outbox out;
+        {
+            std::lock_guard lock(mutex);
+            if (stopping) return;
+            if (reply == Reply::reading) {
+                reading.value.store(cpu);
+                reading.at_ms.store(settings.now_ms());
+            }
+            if (of_cycle == cycle && outstanding > 0 && --outstanding == 0)
+                guarded(out, [&] { end_cycle(out, ""); });
+        }
+        emit(out);
+        if (reply != Reply::malformed) return;
+        remote_errors->fetch_add(1);
+        if (bus->active()) {
+            Event e{.name = EventName::least_cpu_poll_remote_error};
+            e.load_balancer = balancer;
+            e.node = node;
+            e.kind = result ? "error" : "exit";  // a bad reply, or no reply at all
+            e.reason = result ? std::string_view("malformed reading") : std::string_view(result.error().message);
+            bus->emit(e);
+        }
+        if (result)
+            RPCLB_LOG("balancer", debug) << "least_cpu poller of " << balancer << ": malformed cpu reading from "
+                                         << node << ": " << boost::json::serialize(*result);
+        else
+            RPCLB_LOG("balancer", debug) << "least_cpu poller of " << balancer << ": cpu reading of " << node
+                                         << " failed: " << to_string(result.error().code) << " "
+                                         << result.error().message;
+    }
+};
+
+CpuPoller::CpuPoller(AlgorithmContext context, LeastCpuSettings settings)
+    : context_(std::move(context)),
       settings_(settings),
-      local_reading_(AlgorithmState::instance().reading(local_node_)),
-      remote_errors_(AlgorithmState::instance().counter(balancer_, "least_cpu.remote_errors")) {}
+      local_reading_(AlgorithmState::instance().reading(context_.local_node)),
+      remote_errors_(AlgorithmState::instance().counter(context_.balancer, "least_cpu.remote_errors")) {}
 
 CpuPoller::~CpuPoller() { stop(); }
 
-std::string CpuPoller::name() const { return balancer_ + "_cpu_poller"; }
+std::string CpuPoller::name() const { return context_.balancer + "_cpu_poller"; }
 
 void CpuPoller::start() {
-    if (cluster_ == nullptr)
-        throw std::logic_error("least_cpu poller of " + balancer_ + " needs a cluster");
-    if (thread_.joinable()) return;
+    if (context_.host == nullptr)
+        throw std::logic_error("least_cpu poller of " + context_.balancer + " needs a host");
+    if (run_) return;
     if (!pin_this_plugin())
         RPCLB_LOG("balancer", warning) << "least_cpu: could not pin the plugin in memory";
-    // Process-wide slot, not this poller: any LeastCpu balancer of the node serves the
-    // latest reading, whichever poller wrote it.
-    NodeReading* local = &local_reading_;
-    cluster_->register_function(reading_module, reading_function,
-                                [local](const boost::json::array&) -> CallResult {
-                                    if (local->at_ms.load() == 0) return boost::json::value(nullptr);
-                                    return boost::json::object{{"cpu", local->value.load()}};
-                                });
-    shared_ = std::make_shared<Shared>();
-    thread_ = std::thread([this] { run(); });
+    // Process-wide reading, not this poller's: any LeastCpu balancer of the node serves
+    // the latest reading, whichever poller wrote it. The served function holds it.
+    context_.host->serve(reading_module, reading_function,
+                         [local = local_reading_](const boost::json::array&) -> CallResult {
+                             if (local->at_ms.load() == 0) return boost::json::value(nullptr);
+                             return boost::json::object{{"cpu", local->value.load()}};
+                         });
+    auto run = std::make_shared<Run>(*this, *context_.host);
+    std::chrono::milliseconds delay{0};
+    if (settings_.poll_startup_jitter.count() > 0) {
+        std::mt19937_64 rng(settings_.seed ? *settings_.seed : std::random_device{}());
+        delay = std::chrono::milliseconds(
+            std::uniform_int_distribution<std::int64_t>(0, settings_.poll_startup_jitter.count())(rng));
+    }
+    {
+        std::lock_guard lock(run->mutex);
+        run->arm(delay, Run::Step::begin_cycle);
+    }
+    run_ = std::move(run);
 }
 
 void CpuPoller::stop() noexcept {
-    if (!thread_.joinable()) return;
+    if (!run_) return;
     {
-        std::lock_guard lock(shared_->mutex);
-        shared_->stopping = true;
+        std::lock_guard lock(run_->mutex);
+        run_->stopping = true;
+        run_->timer.cancel();
     }
-    shared_->wake.notify_all();
-    if (thread_.get_id() == std::this_thread::get_id()) {
-        thread_.detach();  // cannot happen through rpclb; never join oneself
-        return;
-    }
-    thread_.join();
-}
-
-bool CpuPoller::sleep_for(std::chrono::milliseconds duration) {
-    std::unique_lock lock(shared_->mutex);
-    return !shared_->wake.wait_for(lock, duration, [&] { return shared_->stopping; });
-}
-
-void CpuPoller::run() noexcept {
-    // What escapes a cycle (anything but a std::exception, or a failure outside the
-    // cycles) ends the thread as a failure: the balancer's supervisor restarts the poller
-    // with its balancer, instead of std::terminate taking the node down.
-    run_reporting_failure([this] {
-        std::chrono::milliseconds delay{0};
-        if (settings_.poll_startup_jitter.count() > 0) {
-            std::mt19937_64 rng(settings_.seed ? *settings_.seed : std::random_device{}());
-            delay = std::chrono::milliseconds(std::uniform_int_distribution<std::int64_t>(
-                0, settings_.poll_startup_jitter.count())(rng));
-        }
-        if (!sleep_for(delay)) return;
-        do {
-            // The seed's poll span (§5.3): start, then stop or exception.
-            auto& bus = cluster_->telemetry();
-            Event e{.name = EventName::least_cpu_poll_start};
-            e.load_balancer = balancer_;
-            e.system_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count();
-            const auto began = std::chrono::steady_clock::now();
-            if (bus.active()) bus.emit(e);
-            std::string failure;
-            try {
-                poll_once();
-            } catch (const std::exception& ex) {
-                failure = ex.what();
-                RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer_
-                                               << ": poll cycle failed: " << failure;
-            }
-            if (bus.active()) {
-                e.name = failure.empty() ? EventName::least_cpu_poll_stop : EventName::least_cpu_poll_exception;
-                e.duration = std::chrono::steady_clock::now() - began;
-                e.kind = failure.empty() ? "" : "error";
-                e.reason = failure;
-                bus.emit(e);
-            }
-        } while (sleep_for(settings_.poll_interval));
-    });
-}
-
-void CpuPoller::poll_once() {
-    const auto cpu = settings_.cpu_sampler_fixed ? settings_.cpu_sampler_fixed : sample_local();
-    if (!cpu) return;  // stopping during the first sample's window
-    // Two separate atomics: a pick may pair the new value with the previous time for an
-    // instant, which only matters at the ttl boundary (see NodeReading).
-    local_reading_.value.store(*cpu);
-    local_reading_.at_ms.store(settings_.now_ms());
-    fetch_remote();
-}
-
-std::optional<double> CpuPoller::sample_local() {
-    auto current = read_proc_stat();
-    if (current && !previous_) {
-        previous_ = current;
-        if (!sleep_for(first_sample_window)) return std::nullopt;
-        current = read_proc_stat();
-    }
-    if (!current) {
-        if (!warned_)
-            RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer_
-                                           << ": cannot read /proc/stat; reporting "
-                                           << LeastCpu::missing_cpu;
-        warned_ = true;
-        return LeastCpu::missing_cpu;
-    }
-    // No tick since the previous sample: keep that sample as the baseline and report the
-    // last value again.
-    if (auto percent = cpu_percent(*previous_, *current)) {
-        previous_ = current;
-        last_sample_ = *percent;
-    }
-    return last_sample_;
-}
-
-void CpuPoller::fetch_remote() {
-    const auto members = cluster_->groups().members(balancer_);
-    std::vector<std::string> remote;
-    for (const auto& node : members->nodes)
-        if (node != local_node_) remote.push_back(node);
-    if (remote.empty()) return;
-
-    std::uint64_t cycle = 0;
-    {
-        std::lock_guard lock(shared_->mutex);
-        if (shared_->stopping) return;
-        cycle = ++shared_->cycle;
-        shared_->outstanding = remote.size();
-    }
-    for (auto& node : remote) {
-        NodeReading* slot = &AlgorithmState::instance().reading(node);
-        CallOptions options;
-        options.timeout = remote_timeout;
-        // Only values and process-wide objects: the callback may run after this poller
-        // is gone (its code stays mapped, see pin_this_plugin).
-        cluster_->async_call(
-            node, reading_module, reading_function, {}, std::move(options),
-            [shared = shared_, cycle, slot, node, balancer = balancer_, errors = &remote_errors_,
-             settings = settings_, bus = &cluster_->telemetry()](CallResult result) {
-                double cpu = 0.0;
-                const Reply reply = result ? parse_reply(*result, cpu) : Reply::malformed;
-                {
-                    std::lock_guard lock(shared->mutex);
-                    if (shared->stopping) return;
-                    if (reply == Reply::reading) {
-                        slot->value.store(cpu);
-                        slot->at_ms.store(settings.now_ms());
-                    }
-                    if (shared->cycle == cycle && shared->outstanding > 0 && --shared->outstanding == 0)
-                        shared->wake.notify_all();
-                }
-                if (reply != Reply::malformed) return;
-                errors->fetch_add(1);
-                if (bus->active()) {
-                    Event e{.name = EventName::least_cpu_poll_remote_error};
-                    e.load_balancer = balancer;
-                    e.node = node;
-                    e.kind = result ? "error" : "exit";  // a bad reply, or no reply at all
-                    e.reason = result ? std::string_view("malformed reading") : std::string_view(result.error().message);
-                    bus->emit(e);
-                }
-                if (result)
-                    RPCLB_LOG("balancer", debug) << "least_cpu poller of " << balancer
-                                                 << ": malformed cpu reading from " << node << ": "
-                                                 << boost::json::serialize(*result);
-                else
-                    RPCLB_LOG("balancer", debug) << "least_cpu poller of " << balancer << ": cpu reading of "
-                                                 << node << " failed: " << to_string(result.error().code)
-                                                 << " " << result.error().message;
-            });
-    }
-    // Every call ends by its deadline; the extra second only guards against a callback
-    // that never comes.
-    std::unique_lock lock(shared_->mutex);
-    shared_->wake.wait_for(lock, remote_timeout + std::chrono::seconds(1), [&] {
-        return shared_->stopping || shared_->outstanding == 0;
-    });
+    run_.reset();
 }
 
 }  // namespace rpclb::plugins

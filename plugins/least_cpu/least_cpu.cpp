@@ -115,30 +115,7 @@ void LeastCpu::init(const AlgorithmContext& context, const boost::json::object& 
 }
 
 std::vector<std::shared_ptr<Service>> LeastCpu::services() {
-    return {std::make_shared<CpuPoller>(context_.balancer, context_.local_node, context_.cluster,
-                                        settings_)};
-}
-
-const LeastCpu::Slots* LeastCpu::slots_for(const MemberSnapshot& members) {
-    std::lock_guard lock(rebuild_mutex_);
-    // A thread still holding an older snapshot finds its slots again instead of building
-    // a copy; the newest are at the back.
-    for (auto it = built_.rbegin(); it != built_.rend(); ++it) {
-        const Slots* s = it->get();
-        if (s->version == members.version && s->readings.size() == members.nodes.size()) {
-            slots_.store(s, std::memory_order_release);
-            return s;
-        }
-    }
-    auto slots = std::make_unique<Slots>();
-    slots->version = members.version;
-    slots->readings.reserve(members.nodes.size());
-    auto& state = AlgorithmState::instance();
-    for (const auto& node : members.nodes) slots->readings.push_back(&state.reading(node));
-    const Slots* published = slots.get();
-    built_.push_back(std::move(slots));
-    slots_.store(published, std::memory_order_release);
-    return published;
+    return {std::make_shared<CpuPoller>(context_, settings_)};
 }
 
 std::uint32_t LeastCpu::draw() noexcept {
@@ -157,10 +134,15 @@ Result<std::size_t> LeastCpu::choose_from_nodes(const MemberSnapshot& members,
     if (size == 0) return empty_members_error(context_.balancer);
     if (size == 1) return std::size_t{0};
 
-    const Slots* slots = slots_.load(std::memory_order_acquire);
-    if (slots == nullptr || slots->version != members.version || slots->readings.size() != size)
-        slots = slots_for(members);
-    const auto& readings = slots->readings;
+    // The snapshot's readings: built by the first pick (or poll) on it, freed with it.
+    std::shared_ptr<const detail::ReadingTable> built;
+    const detail::ReadingTable* table = detail::cached_readings(members);
+    if (table == nullptr) [[unlikely]] {
+        built = AlgorithmState::instance().attach_readings(members);
+        if (!built) return detail::table_build_error(context_.balancer);
+        table = built.get();
+    }
+    const auto& readings = table->readings;
 
     const std::int64_t now = settings_.now_ms();
     const std::int64_t ttl = settings_.cpu_cache_ttl.count();

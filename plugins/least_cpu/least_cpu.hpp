@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,7 +57,7 @@ struct LeastCpuSettings {
 /// §2.7, with §10.9).
 ///
 /// A pick reads, for each member, its NodeReading from AlgorithmState (keyed by node,
-/// shared by every balancer of the process and kept across balancer restarts). A reading
+/// shared by every balancer of the process, kept while a snapshot or poller holds it). A reading
 /// that is missing (never written) or stale (older than `cpu_cache_ttl`; exactly ttl old
 /// is still fresh) counts as 50.0. With `min` the lowest value, the candidates are the
 /// members whose value is at most `min + cpu_threshold`; the pick is a uniformly random
@@ -67,8 +66,9 @@ struct LeastCpuSettings {
 /// 50.0, so the algorithm behaves like Random (up to `poll_startup_jitter` after start).
 ///
 /// The readings come from the service returned by services(): one CpuPoller per balancer
-/// (see cpu_poller.hpp) that samples the local CPU from /proc/stat and fetches each
-/// remote member's latest reading over the mesh.
+/// (see cpu_poller.hpp), run on timers of the balancer's AlgorithmHost executor, that
+/// samples the local CPU from /proc/stat and fetches each remote member's latest reading
+/// with the host's asynchronous calls.
 ///
 /// Differences from the seed, on purpose: CPU comes from /proc/stat deltas, not
 /// `:cpu_sup`; remote readings travel over the mesh as the registered function
@@ -78,14 +78,18 @@ struct LeastCpuSettings {
 /// no `on_node_change` (readings are node-scoped and age out through the ttl), as in the
 /// seed's newest version. `choose_nodes` is the default random sample.
 ///
-/// Cost: the reading slots of a member list are looked up once per membership version
-/// (`MemberSnapshot::version`, which must change whenever the set does) and published
-/// through an atomic pointer; a pick then reads two atomics per member, a coarse clock
-/// and one random number: about 50 ns of CPU at 8 members on the development VM (Random:
-/// 11 ns), the same per thread with two threads. No lock, no allocation; members past the
-/// first 64 are read twice.
-/// Every slot vector built stays alive until the algorithm is destroyed (a few bytes per
-/// member per membership change), so a pick never reads freed memory.
+/// Cost: the readings of a member list are looked up once per snapshot (the first pick,
+/// or the poller's first cycle, on it attaches them to its cache:
+/// AlgorithmState::attach_readings); a pick then reads two atomics per member, a coarse
+/// clock and one random number: about 50 ns of CPU at 8 members on the development VM
+/// (Random: 11 ns), the same per thread with two threads. No lock, no allocation once the
+/// snapshot holds its readings; members past the first 64 are read twice.
+///
+/// Memory: the algorithm keeps nothing per member name. A snapshot holds its members'
+/// readings and frees them with itself; a reading lives while any snapshot (of any
+/// balancer) or poller holds it, so a name that has left every group costs nothing once
+/// its last snapshot is gone (a name that comes back starts without a reading, 50.0,
+/// until the next poll).
 ///
 /// Thread safety: distinct objects safe; shared objects safe for concurrent picks once
 /// `init` has returned.
@@ -103,25 +107,15 @@ public:
     Result<std::size_t> choose_from_nodes(const MemberSnapshot& members,
                                           const PickOptions& options) override;
 
-    /// One CpuPoller named "<balancer>_cpu_poller". Its start() throws when the algorithm
-    /// was initialised without a cluster.
+    /// One CpuPoller named "<balancer>_cpu_poller". Its start() throws std::logic_error
+    /// when the algorithm was initialised without a host (AlgorithmContext::host).
     std::vector<std::shared_ptr<Service>> services() override;
 
 private:
-    // The reading slots of one member list, in the order of its nodes.
-    struct Slots {
-        std::uint64_t version = 0;
-        std::vector<NodeReading*> readings;
-    };
-
-    const Slots* slots_for(const MemberSnapshot& members);
     std::uint32_t draw() noexcept;
 
     AlgorithmContext context_;
     LeastCpuSettings settings_;
-    std::atomic<const Slots*> slots_{nullptr};
-    std::mutex rebuild_mutex_;
-    std::vector<std::unique_ptr<const Slots>> built_;  // guarded by rebuild_mutex_
     // Only with the `seed` option: a splitmix64 counter shared by the instance's threads.
     alignas(64) std::atomic<std::uint64_t> seeded_state_{0};
 };

@@ -66,6 +66,11 @@ std::vector<std::string> Groups::local_groups() const {
     return names;
 }
 
+std::size_t Groups::group_count() const {
+    std::lock_guard lock(mutex_);
+    return groups_.size();
+}
+
 std::uint64_t Groups::monitor(const std::string& group, MonitorCallback callback) {
     std::lock_guard lock(monitor_mutex_);
     const auto id = next_monitor_++;

@@ -363,6 +363,7 @@ ClusterStats Mesh::stats() const noexcept {
     stats.frames_sent = settings_.counters->frames_sent.load(std::memory_order_relaxed);
     stats.messages_sent = settings_.counters->messages_sent.load(std::memory_order_relaxed);
     stats.overloaded = settings_.counters->overloaded.load(std::memory_order_relaxed);
+    stats.known_nodes = known_count();
     return stats;
 }
 

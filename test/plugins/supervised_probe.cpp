@@ -8,7 +8,7 @@
 //    (from a worker thread, like a failing service's own work);
 //  - refuses to start when the algorithm option "refuse_start" is true.
 #include <rpclb/algorithm_state.hpp>
-#include <rpclb/cluster.hpp>
+#include <rpclb/algorithm_host.hpp>
 #include <rpclb/plugin_pin.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
@@ -20,14 +20,17 @@
 
 namespace {
 
-// The probe registers a function on the cluster, which keeps it (and the code of its
-// std::function) after every algorithm is gone: this library stays mapped for good
+// The probe serves a function through its host, and the node keeps it (and the code of
+// its std::function) after every algorithm is gone: this library stays mapped for good
 // (rpclb::pin_this_plugin), as the least_cpu poller's does.
 
 class Probe final : public rpclb::Service, public std::enable_shared_from_this<Probe> {
 public:
-    Probe(std::string balancer, rpclb::Cluster* cluster, bool refuse_start)
-        : balancer_(std::move(balancer)), cluster_(cluster), refuse_start_(refuse_start) {}
+    Probe(rpclb::AlgorithmContext context, bool refuse_start)
+        : balancer_(std::move(context.balancer)),
+          node_(std::move(context.local_node)),
+          host_(context.host),
+          refuse_start_(refuse_start) {}
 
     std::string name() const override { return balancer_ + "_probe"; }
 
@@ -35,21 +38,20 @@ public:
         count("starts", "started_as_member");
         if (refuse_start_) throw std::runtime_error("probe of " + balancer_ + " refuses to start");
         rpclb::pin_this_plugin();
-        cluster_->register_function(balancer_, "probe_fail",
-                                    [weak = weak_from_this()](const boost::json::array&) -> rpclb::CallResult {
-                                        auto self = weak.lock();
-                                        if (!self) return false;
-                                        self->report_failure("told to fail");
-                                        return true;
-                                    });
+        host_->serve(balancer_, "probe_fail", [weak = weak_from_this()](const boost::json::array&) -> rpclb::CallResult {
+            auto self = weak.lock();
+            if (!self) return false;
+            self->report_failure("told to fail");
+            return true;
+        });
     }
 
     void stop() noexcept override { count("stops", "stopped_as_member"); }
 
 private:
     bool member() const {
-        const auto members = cluster_->groups().members(balancer_);
-        return std::find(members->nodes.begin(), members->nodes.end(), cluster_->name()) != members->nodes.end();
+        const auto members = host_->members();
+        return std::find(members->nodes.begin(), members->nodes.end(), node_) != members->nodes.end();
     }
 
     // Counts `total`, and `as_member` first when this node is a member, so a reader who
@@ -57,13 +59,14 @@ private:
     // routing-only balancer of another in-process node runs a probe of its own.
     void count(const std::string& total, const std::string& as_member) {
         auto& state = rpclb::AlgorithmState::instance();
-        const auto prefix = "probe." + cluster_->name() + ".";
+        const auto prefix = "probe." + node_ + ".";
         if (member()) state.counter(balancer_, prefix + as_member).fetch_add(1);
         state.counter(balancer_, prefix + total).fetch_add(1);
     }
 
     std::string balancer_;
-    rpclb::Cluster* cluster_;
+    std::string node_;
+    rpclb::AlgorithmHost* host_;
     bool refuse_start_;
 };
 
@@ -72,7 +75,7 @@ public:
     void init(const rpclb::AlgorithmContext& context, const boost::json::object& options) override {
         context_ = context;
         if (const auto* refuse = options.if_contains("refuse_start")) refuse_start_ = refuse->as_bool();
-        if (!context_.cluster) throw std::invalid_argument("supervised_probe needs a cluster");
+        if (!context_.host) throw std::invalid_argument("supervised_probe needs a host");
     }
 
     rpclb::Result<std::size_t> choose_from_nodes(const rpclb::MemberSnapshot& members,
@@ -82,7 +85,7 @@ public:
     }
 
     std::vector<std::shared_ptr<rpclb::Service>> services() override {
-        return {std::make_shared<Probe>(context_.balancer, context_.cluster, refuse_start_)};
+        return {std::make_shared<Probe>(context_, refuse_start_)};
     }
 
 private:

@@ -528,24 +528,29 @@ BOOST_AUTO_TEST_CASE(notifications_alone_track_member_set) {
     BOOST_TEST(rings_built(*algorithm) == 2u);
 }
 
-// In a cluster the notification reads the balancer's whole group (with its version), not
-// just the nodes it names: here it names none, and the pick still finds its ring ready.
+// In a cluster the notification reads the balancer's whole group through its host (with
+// its version), not just the nodes it names: a notification naming none still finds the
+// ring of the group current, and the pick finds it ready.
 BOOST_AUTO_TEST_CASE(notification_in_cluster_builds_ring_of_whole_group) {
     rpclb::ClusterOptions options;
     options.name = "ring_group@127.0.0.1";
     options.listen = "127.0.0.1:0";
     options.cookie = "hash-ring-cookie";
     rpclb::Cluster cluster(options);
-    cluster.groups().join("workers");
-    rpclb::PluginRegistry registry;
-    auto algorithm = registry.create("hash_ring").value();
-    algorithm->init({"workers", options.name, &cluster}, {});
-    algorithm->on_node_change(rpclb::NodeChange::joined, std::span<const std::string>());
-    BOOST_TEST_REQUIRE(rings_built(*algorithm) == 1u);
+    cluster.start();
+    auto balancer = cluster.start_balancer({.name = "workers", .algorithm = "hash_ring"});
+    auto& algorithm = balancer->algorithm();
+    // A member the mesh would report: the notification names only it, the ring holds both.
+    cluster.groups().apply_join("other@127.0.0.1", "workers", balancer->announcement());
     const auto group = cluster.groups().members("workers");
-    BOOST_TEST_REQUIRE(group->nodes == std::vector<std::string>{options.name});
-    BOOST_TEST(owner(*algorithm, *group, "user:1") == options.name);
-    BOOST_TEST(rings_built(*algorithm) == 1u);
+    BOOST_TEST_REQUIRE(group->nodes == (std::vector<std::string>{"other@127.0.0.1", options.name}));
+    const auto built = rings_built(algorithm);
+    algorithm.on_node_change(rpclb::NodeChange::joined, std::span<const std::string>());
+    BOOST_TEST(rings_built(algorithm) == built);
+    const auto owners = expected_owners(*group, 64);
+    for (int i = 0; i < 64; ++i) BOOST_TEST_REQUIRE(owner(algorithm, *group, key(i)) == owners[i]);
+    BOOST_TEST(rings_built(algorithm) == built);
+    cluster.groups().apply_leave("other@127.0.0.1", "workers");
 }
 
 // Keyed picks on several threads, holding the snapshot before or after a change, while

@@ -20,8 +20,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -57,19 +59,26 @@ std::shared_ptr<rpclb::SelectionAlgorithm> load(boost::json::object options = {}
 }
 
 // Readings are process-wide, so every test uses node names of its own.
+// A reading lives while something holds it (a snapshot, a poller): the tests hold those
+// they write or read, for the whole run, as a group's snapshot would.
+std::shared_ptr<rpclb::NodeReading> held_reading(const std::string& node) {
+    static std::mutex mutex;
+    static std::map<std::string, std::shared_ptr<rpclb::NodeReading>> held;
+    std::lock_guard lock(mutex);
+    auto& reading = held[node];
+    if (!reading) reading = rpclb::AlgorithmState::instance().reading(node);
+    return reading;
+}
+
 void set_reading(const std::string& node, double cpu, std::int64_t at = now_ms) {
-    auto& reading = rpclb::AlgorithmState::instance().reading(node);
-    reading.value.store(cpu);
-    reading.at_ms.store(at);
+    const auto reading = held_reading(node);
+    reading->value.store(cpu);
+    reading->at_ms.store(at);
 }
 
-double reading_of(const std::string& node) {
-    return rpclb::AlgorithmState::instance().reading(node).value.load();
-}
+double reading_of(const std::string& node) { return held_reading(node)->value.load(); }
 
-std::int64_t reading_time_of(const std::string& node) {
-    return rpclb::AlgorithmState::instance().reading(node).at_ms.load();
-}
+std::int64_t reading_time_of(const std::string& node) { return held_reading(node)->at_ms.load(); }
 
 // How often each node is picked in `picks` picks.
 std::map<std::string, int> tally(rpclb::SelectionAlgorithm& algorithm,
@@ -98,6 +107,12 @@ std::string address(const rpclb::Cluster& c) {
 std::int64_t ms_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
         .count();
+}
+
+// Threads of this process now.
+std::size_t thread_count() {
+    return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                                                  std::filesystem::directory_iterator()));
 }
 
 bool is_mapped(const std::string& file) {
@@ -374,7 +389,7 @@ BOOST_AUTO_TEST_CASE(services_is_one_poller_named_after_balancer) {
     const auto services = algorithm->services();
     BOOST_TEST_REQUIRE(services.size() == 1u);
     BOOST_TEST(services[0]->name() == "workers_cpu_poller");
-    // Without a cluster there is nothing to poll with.
+    // Without a host there is nothing to poll with.
     BOOST_CHECK_THROW(services[0]->start(), std::logic_error);
     services[0]->stop();
 }
@@ -460,6 +475,97 @@ BOOST_AUTO_TEST_CASE(poller_waits_for_startup_jitter_and_stops_during_it) {
     const auto stopping = std::chrono::steady_clock::now();
     BOOST_TEST(cluster.stop_balancer("cpu_jitter"));
     BOOST_TEST(ms_since(stopping) < 500);
+}
+
+BOOST_AUTO_TEST_CASE(pollers_run_on_timers_without_threads_of_their_own) {
+    // Every poller cycles (its poll span ends), and a least_cpu balancer costs no more
+    // threads than a random one: the pollers are timers on the host's executor.
+    const std::string me = "lc_timers@127.0.0.1";
+    rpclb::Cluster cluster(cluster_options(me));
+    cluster.start();
+    std::mutex mutex;
+    std::map<std::string, int> cycles;  // by balancer
+    rpclb::TelemetryBus::ScopedConnection listening(cluster.telemetry().connect([&](const rpclb::Event& e) {
+        if (e.name != rpclb::EventName::least_cpu_poll_stop) return;
+        std::lock_guard lock(mutex);
+        ++cycles[std::string(e.load_balancer)];
+    }));
+    const auto cycled = [&](const std::string& balancer) {
+        std::lock_guard lock(mutex);
+        return cycles[balancer] >= 3;
+    };
+    const auto start = [&](int i) {
+        const auto name = "cpu_timers_" + std::to_string(i);
+        cluster.start_balancer(least_cpu_balancer(
+            name, {{"poll_startup_jitter", 0}, {"poll_interval", 20}, {"cpu_sampler_fixed", 11}}));
+        return name;
+    };
+    const auto first = start(0);
+    BOOST_TEST_REQUIRE(eventually([&] { return cycled(first); }, 3s));
+    // Each balancer's supervision subtree has a thread of its own, whatever its
+    // algorithm: balancers of an algorithm without services give the baseline.
+    const auto at_first = thread_count();
+    for (int i = 1; i <= 8; ++i)
+        cluster.start_balancer(rpclb::test::balancer_options("plain_" + std::to_string(i), "random", {},
+                                                             std::chrono::seconds(1)));
+    const auto per_plain_balancer = thread_count() - at_first;
+    const auto before = thread_count();
+    std::vector<std::string> names;
+    for (int i = 1; i <= 8; ++i) names.push_back(start(i));
+    for (const auto& name : names) BOOST_TEST(eventually([&] { return cycled(name); }, 3s), name);
+    BOOST_TEST(thread_count() - before == per_plain_balancer);
+    // Stopping cancels the timers at once.
+    const auto stopping = std::chrono::steady_clock::now();
+    for (const auto& name : names) BOOST_TEST(cluster.stop_balancer(name));
+    BOOST_TEST(ms_since(stopping) < 1000);
+    std::map<std::string, int> after;
+    {
+        std::lock_guard lock(mutex);
+        after = cycles;
+    }
+    BOOST_TEST(consistently([&] {
+        std::lock_guard lock(mutex);
+        for (const auto& name : names)
+            if (cycles[name] != after[name]) return false;
+        return true;
+    }, 200ms));
+}
+
+BOOST_AUTO_TEST_CASE(readings_carry_over_a_membership_change) {
+    // A snapshot frees its readings with itself; the poller holds those it polled last,
+    // so the snapshot after a change still finds them. Here only b runs a poller (one
+    // cycle, then a minute's pause), so nothing else in the process holds a's reading.
+    const std::string a_name = "carry_a@127.0.0.1", b_name = "carry_b@127.0.0.1", c_name = "carry_c@127.0.0.1";
+    const boost::json::object announced{{"algorithm", "least_cpu"}, {"algorithm_opts", boost::json::object{}}};
+    rpclb::Cluster a(cluster_options(a_name));
+    a.start();
+    a.register_function("rpclb", "cpu_reading",
+                        [](const boost::json::array&) -> rpclb::CallResult { return boost::json::object{{"cpu", 17}}; });
+    a.groups().join("cpu_carry", announced);
+    auto ob = cluster_options(b_name);
+    ob.seeds = {address(a)};
+    rpclb::Cluster b(ob);
+    b.start();
+    BOOST_TEST_REQUIRE(eventually([&] { return b.groups().members("cpu_carry")->nodes.size() == 1u; }, 5s));
+    b.start_balancer(least_cpu_balancer(
+        "cpu_carry", {{"poll_startup_jitter", 0}, {"poll_interval", 60'000}, {"cpu_sampler_fixed", 30}}));
+    const auto all_picks_are = [&](const std::string& node) {
+        for (int i = 0; i < 50; ++i)
+            if (b.select_node("cpu_carry").value() != node) return false;
+        return true;
+    };
+    // Before b's poll a reads as missing (50) and b's own 30 wins; after it, a's 17.
+    BOOST_TEST_REQUIRE(eventually([&] { return all_picks_are(a_name); }, 5s));
+    auto oc = cluster_options(c_name);
+    oc.seeds = {address(a)};
+    rpclb::Cluster c(oc);
+    c.start();
+    c.groups().join("cpu_carry", announced);
+    BOOST_TEST_REQUIRE(eventually([&] { return b.groups().members("cpu_carry")->nodes.size() == 3u; }, 5s));
+    // a 17, b 30, c missing (50): still a. Had a's reading been lost with the old
+    // snapshot, a and c would read 50 and b would win.
+    BOOST_TEST(all_picks_are(a_name));
+    BOOST_TEST(b.stop_balancer("cpu_carry"));
 }
 
 BOOST_AUTO_TEST_CASE(poller_fetches_remote_readings_over_the_mesh) {

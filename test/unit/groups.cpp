@@ -4,6 +4,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <malloc.h>
+
 #include <deque>
 #include <string>
 #include <vector>
@@ -139,6 +141,38 @@ BOOST_AUTO_TEST_CASE(frames_about_the_local_node_are_ignored) {
     g.join("w");
     g.remove_node("a@h");
     BOOST_TEST(g.members("w")->nodes == std::vector<std::string>{"a@h"});
+}
+
+BOOST_AUTO_TEST_CASE(churned_node_and_group_names_leave_no_entries_behind) {
+    // Thousands of distinct nodes come, join a group of their own and a shared one, and
+    // go (half by leaving, half by being lost): the table holds the same entries after as
+    // before, and the heap keeps nothing per name.
+    Groups g{"a@h"};
+    g.join("kept");
+    const auto groups_before = g.group_count();
+    constexpr int churned = 4000;
+    std::size_t halfway = 0;
+    for (int i = 0; i < churned; ++i) {
+        if (i == churned / 2) halfway = mallinfo2().uordblks;
+        const auto node = "churned" + std::to_string(i) + "@h";
+        const auto own = "own" + std::to_string(i);
+        g.apply_join(node, own, {{"algorithm", "random"}});
+        g.apply_join(node, "kept", {});
+        BOOST_TEST_REQUIRE(g.group_count() == groups_before + 1);
+        BOOST_TEST_REQUIRE(g.members("kept")->nodes.size() == 2u);
+        if (i % 2 == 0) {
+            g.apply_leave(node, own);
+            g.apply_leave(node, "kept");
+        } else {
+            g.remove_node(node);
+        }
+    }
+    BOOST_TEST(g.group_count() == groups_before);
+    BOOST_TEST(nodes(g, "kept") == std::vector<std::string>{"a@h"});
+    const double per_name = (static_cast<double>(mallinfo2().uordblks) - static_cast<double>(halfway)) /
+                            (churned - churned / 2);
+    BOOST_TEST_MESSAGE(per_name << " heap bytes kept per churned name");
+    BOOST_TEST(per_name < 16.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

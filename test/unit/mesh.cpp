@@ -10,6 +10,9 @@
 #include "support/wait.hpp"
 
 #include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -131,6 +134,40 @@ BOOST_AUTO_TEST_CASE(silent_dial_target_is_dropped_after_handshake_timeout) {
     s.read_some(boost::asio::buffer(&byte, 1), ec);  // HTTP upgrade bytes arrive first
     while (!ec) s.read_some(boost::asio::buffer(&byte, 1), ec);  // then the node closes
     BOOST_TEST((std::chrono::steady_clock::now() - start < 2s));
+}
+
+BOOST_AUTO_TEST_CASE(churned_node_names_leave_the_tables_as_they_go) {
+    // Batches of nodes with names never used again connect to a long-lived node, join a
+    // group of their own, and stop. The long-lived node's tables of known nodes and of
+    // groups must shrink back each time: at once for the nodes that dial it (names sorting
+    // before its own), after its redials fail for those it dials (names sorting after).
+    auto om = options("m@127.0.0.1");
+    om.reconnect_interval = 20ms;  // its 30 redials of a gone node take well under a second
+    rpclb::Cluster m(om);
+    m.start();
+    constexpr int batches = 4, per_batch = 6;
+    int made = 0;
+    for (int batch = 0; batch < batches; ++batch) {
+        std::vector<std::unique_ptr<rpclb::Cluster>> nodes;
+        for (int i = 0; i < per_batch; ++i, ++made) {
+            // Alternately before and after "m": the churned node dials m, or m dials it.
+            auto o = options((i % 2 ? "z" : "a") + std::to_string(made) + "@127.0.0.1");
+            o.seeds = {address(m)};
+            auto& node = *nodes.emplace_back(std::make_unique<rpclb::Cluster>(o));
+            node.start();
+            node.groups().join("own" + std::to_string(made));
+        }
+        BOOST_REQUIRE(eventually([&] {
+            return m.connected_nodes().size() == static_cast<std::size_t>(per_batch) &&
+                   m.groups().group_count() == static_cast<std::size_t>(per_batch);
+        }, 10s));
+        BOOST_TEST(m.stats().known_nodes == static_cast<std::uint64_t>(per_batch));
+        nodes.clear();  // each stops: leaves its group, says bye, closes
+        BOOST_TEST(eventually([&] { return m.stats().known_nodes == 0u && m.groups().group_count() == 0u; }, 10s),
+                   "batch " << batch << ": " << m.stats().known_nodes << " known nodes, "
+                            << m.groups().group_count() << " groups left");
+    }
+    BOOST_TEST(m.connected_nodes().empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
