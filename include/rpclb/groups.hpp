@@ -64,6 +64,9 @@ public:
     /// Names of the groups the local node is in.
     std::vector<std::string> local_groups() const;
 
+    /// Names of every group with at least one member, as this node knows them, ascending.
+    std::vector<std::string> group_names() const;
+
     /// Registers `callback` for changes of `group`. Returns an id for demonitor().
     std::uint64_t monitor(const std::string& group, MonitorCallback callback);
 
