@@ -191,8 +191,10 @@ std::string prometheus_families(const NodeView& v) {
             cumulative += c.buckets[i];
             std::string le = "+Inf";
             if (i < bounds.size()) {
-                le.clear();
-                Exposition::number(le, bounds[i] / 1000.0);
+                // Plain decimals ("0.0001", not "1e-04"), as Prometheus clients write bounds.
+                char buffer[32];
+                le.assign(buffer, std::to_chars(buffer, buffer + sizeof buffer, bounds[i] / 1000.0,
+                                                std::chars_format::fixed).ptr);
             }
             x.sample("rpclb_balancer_call_duration_seconds_bucket", {{"load_balancer", lb}}, cumulative, le);
         }
