@@ -62,10 +62,11 @@ public:
         } else if (auto auth = request.find(http::field::authorization); auth != request.end()) {
             constexpr std::string_view bearer = "Bearer ";
             const std::string_view value(auth->value().data(), auth->value().size());
+            // A wrong header is counted with the first request it makes fail.
             if (value.substr(0, bearer.size()) == bearer && token_matches(admin_.options.token, value.substr(bearer.size())))
                 authenticated_ = true;
             else
-                ++admin_.wrong_tokens;
+                wrong_header_ = true;
         }
         ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
         // Messages over max_request_size are read in pieces and discarded (then answered
@@ -158,6 +159,8 @@ private:
             why = "wrong token";
         } else if (authenticated_) {
             return true;
+        } else if (wrong_header_) {
+            why = "wrong token (Authorization header)";
         } else {
             why = "this request needs a token (field \"token\", an \"auth\" request, or an Authorization: Bearer header)";
         }
@@ -274,6 +277,7 @@ private:
     beast::flat_buffer buffer_;
     bool oversized_ = false;
     bool authenticated_ = false;
+    bool wrong_header_ = false;
     std::deque<std::string> out_;
     bool writing_ = false;
     std::map<std::uint64_t, std::shared_ptr<Subscription>> subscriptions_;
