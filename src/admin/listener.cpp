@@ -188,10 +188,9 @@ private:
         sub->capacity = admin_.options.subscriber_queue;
         sub->dropped_total = admin_.events_dropped;
         std::weak_ptr<WebSocketSession> weak = shared_from_this();
-        auto executor = ws_.get_executor();
         // The listener owns the subscription's state: Signals2 may still run it once after
         // the disconnect.
-        sub->connection = admin_.cluster.telemetry().connect([raw = sub, weak, executor](const Event& e) {
+        sub->connection = admin_.cluster.telemetry().connect([raw = sub, weak](const Event& e) {
             if (!raw->filter.accepts(e)) return;
             auto text = json::serialize(json::object{{"sub", raw->id}, {"event", event_to_json(e)}});
             {
@@ -205,9 +204,8 @@ private:
                 if (raw->woken) return;
                 raw->woken = true;
             }
-            asio::post(executor, [weak] {
-                if (auto self = weak.lock()) self->wake();
-            });
+            if (auto self = weak.lock())
+                asio::post(self->ws_.get_executor(), [self] { self->wake(); });
         });
         subscriptions_.emplace(sub->id, sub);
         return answer(r.id, json::object{{"subscription", sub->id}});
