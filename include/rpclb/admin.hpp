@@ -80,8 +80,9 @@ public:
     AdminServer(const AdminServer&) = delete;
     AdminServer& operator=(const AdminServer&) = delete;
 
-    /// Binds the listener and starts serving. Throws std::system_error when the address
-    /// can't be bound; std::logic_error when called twice.
+    /// Binds the listener and starts serving. Throws boost::system::system_error (a
+    /// std::runtime_error) when the address can't be bound; std::logic_error when called
+    /// twice.
     void start();
 
     /// Closes the listener and every admin connection, waits for running commands (a

@@ -7,6 +7,7 @@
 #include "support/admin.hpp"
 
 #include <atomic>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -303,6 +304,18 @@ BOOST_FIXTURE_TEST_CASE(non_loopback_admin_without_token_is_refused_at_start, Ha
     BOOST_TEST_REQUIRE(status.has_value());
     BOOST_TEST(describe_status(*status) == "exited 2");
     BOOST_TEST(p.stderr_text().find("not a loopback address") != std::string::npos, p.stderr_text());
+}
+
+BOOST_FIXTURE_TEST_CASE(config_file_admin_section_on_loopback_needs_no_token, Harness) {
+    const auto config = dir() / "node.json";
+    std::ofstream(config) << R"({"admin": {"listen": "127.0.0.1:0", "max_subscribers": 1}})";
+    auto n = start_node({.name = "n", .extra_args = {"--config", config.string()}});
+    const auto r = run_admin(dir(), {"--admin", admin_address(*n), "--json", "stats"});
+    BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
+    BOOST_TEST(r.json().at("node").as_string() == n->name());
+    AdminSocket ws(admin_address(*n));
+    BOOST_TEST(ws.ask(R"({"id":1,"cmd":"subscribe"})").contains("result"));
+    BOOST_TEST(error_code_of(ws.ask(R"({"id":2,"cmd":"subscribe"})")) == "too_many_subscribers");
 }
 
 BOOST_FIXTURE_TEST_CASE(command_line_errors_exit_2, Harness) {
