@@ -203,6 +203,12 @@ struct Balancers {
     }
 };
 
+// "admin": the admin listener's object (AdminOptions).
+struct Admin {
+    Problem read(const json::value& v, const std::string& path, AdminOptions& out) const;
+    json::value write(const AdminOptions& options) const;
+};
+
 // ---- the keys, listed once --------------------------------------------------------------------
 //
 // visit(key, member, codec) for every key of an object, in the order error messages list
@@ -248,6 +254,16 @@ void node_fields(Config& c, Visit&& visit) {
     cluster_fields(c.cluster, visit);
     visit("log_level", c.log_level, Text{});
     visit("balancers", c.balancers, Balancers{});
+    visit("admin", c.admin, Admin{});
+}
+
+template <class Options, class Visit>
+void admin_fields(Options& o, Visit&& visit) {
+    visit("listen", o.listen, Text{});
+    visit("token", o.token, Text{});
+    visit("max_subscribers", o.max_subscribers, Count{});
+    visit("subscriber_queue", o.subscriber_queue, Count{});
+    visit("forward_timeout_ms", o.forward_timeout, Milliseconds{});
 }
 
 // ---- objects: known keys, unknown keys --------------------------------------------------------
@@ -285,6 +301,7 @@ json::object write_object(const T& in, Table table) {
 constexpr auto cluster_table = [](auto& o, auto&& visit) { cluster_fields(o, visit); };
 constexpr auto balancer_table = [](auto& o, auto&& visit) { balancer_fields(o, visit); };
 constexpr auto node_table = [](auto& c, auto&& visit) { node_fields(c, visit); };
+constexpr auto admin_table = [](auto& o, auto&& visit) { admin_fields(o, visit); };
 
 Problem must_be_object(const json::value& v, const std::string& path) {
     if (v.is_object()) return std::nullopt;
@@ -315,6 +332,11 @@ Problem check_node(const NodeConfig& c, detail::Identity identity) {
                 return field_error(path + ".name", "duplicate balancer name \"" + c.balancers[i].name +
                                                        "\" (also " + element_path("balancers", j) + ")");
     }
+    if (c.admin.max_subscribers < 1 || c.admin.max_subscribers > 1024)
+        return field_error("admin.max_subscribers", "must be in 1..1024, got " + std::to_string(c.admin.max_subscribers));
+    if (c.admin.subscriber_queue < 1 || c.admin.subscriber_queue > 1000000)
+        return field_error("admin.subscriber_queue",
+                           "must be in 1..1000000, got " + std::to_string(c.admin.subscriber_queue));
     return std::nullopt;
 }
 
@@ -340,6 +362,16 @@ Problem Balancers::read(const json::value& v, const std::string& path, std::vect
     out = std::move(list);
     return std::nullopt;
 }
+
+Problem Admin::read(const json::value& v, const std::string& path, AdminOptions& out) const {
+    if (auto e = must_be_object(v, path)) return e;
+    AdminOptions options = out;
+    if (auto e = read_object(v.get_object(), path, options, admin_table)) return e;
+    out = std::move(options);
+    return std::nullopt;
+}
+
+json::value Admin::write(const AdminOptions& options) const { return write_object(options, admin_table); }
 
 // ---- files ---------------------------------------------------------------------------------
 
@@ -432,7 +464,10 @@ json::object to_json(const LoadBalancerOptions& o) { return write_object(o, bala
 
 json::object to_json(const NodeConfig& c, Secrets secrets) {
     auto j = write_object(c, node_table);
-    if (secrets == Secrets::omit) j.erase(secret_key);
+    if (secrets == Secrets::omit) {
+        j.erase(secret_key);
+        j.at("admin").as_object().erase("token");
+    }
     return j;
 }
 

@@ -2,6 +2,7 @@
 // (rpclb-node --config FILE), to and from Boost.JSON values.
 #pragma once
 
+#include <rpclb/admin.hpp>
 #include <rpclb/cluster.hpp>
 #include <rpclb/error.hpp>
 #include <rpclb/load_balancer.hpp>
@@ -26,12 +27,14 @@ struct NodeConfig {
     std::string log_level = "info";
     /// Balancers started on this node, in order. Names are unique. Default none.
     std::vector<LoadBalancerOptions> balancers;
+    /// The admin listener (rpclb-node --admin); off while `admin.listen` is empty.
+    AdminOptions admin;
 };
 
 /// Whether to_json writes the cookie.
 enum class Secrets {
     include,  ///< write `"cookie"`: the output converts back to the same options
-    omit,     ///< leave `"cookie"` out: for showing a configuration (the admin console)
+    omit,     ///< leave `"cookie"` and `"admin.token"` out: for showing a configuration (the admin console)
 };
 
 // ---- from JSON -----------------------------------------------------------------------------
@@ -47,7 +50,9 @@ enum class Secrets {
 //    "log_level": "info",                                   (NodeConfig only)
 //    "balancers": [{"name": "workers", "algorithm": "weighted_round_robin",
 //                   "algorithm_opts": {...}, "node_match_list": "all" | ["web", "/^w[0-9]+@/"],
-//                   "drain_timeout_ms": 15000}]}             (NodeConfig only)
+//                   "drain_timeout_ms": 15000}],             (NodeConfig only)
+//    "admin": {"listen": "127.0.0.1:9090", "token": "...", "max_subscribers": 16,
+//              "subscriber_queue": 1024, "forward_timeout_ms": 30000}}  (NodeConfig only)
 //
 // Common rules of every function below:
 // - A key that is absent keeps the value of `defaults` (the struct's own defaults unless

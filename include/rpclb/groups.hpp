@@ -68,6 +68,8 @@ public:
     /// the entry of a group whose last member leaves is freed at once (so names that
     /// come and go cost nothing once gone). Takes the table's mutex.
     std::size_t group_count() const;
+    /// Names of every group with at least one member, as this node knows them, ascending.
+    std::vector<std::string> group_names() const;
 
     /// Registers `callback` for changes of `group`. Returns an id for demonitor().
     std::uint64_t monitor(const std::string& group, MonitorCallback callback);

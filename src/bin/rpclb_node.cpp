@@ -1,4 +1,5 @@
 // rpclb-node: one cluster node with the demo functions, run from flags and a JSON config file.
+#include <rpclb/admin.hpp>
 #include <rpclb/cluster.hpp>
 #include <rpclb/config.hpp>
 #include <rpclb/log.hpp>
@@ -12,6 +13,7 @@
 #include <iostream>
 #include <optional>
 #include <thread>
+#include <signal.h>
 #include <unistd.h>
 
 namespace po = boost::program_options;
@@ -71,6 +73,8 @@ bool apply_flags(const po::variables_map& vm, bool given, rpclb::NodeConfig& con
     if (has("workers")) o.worker_threads = vm["workers"].as<std::size_t>();
     if (has("idle-timeout")) o.idle_timeout = std::chrono::milliseconds(vm["idle-timeout"].as<long>());
     if (has("log-level")) config.log_level = vm["log-level"].as<std::string>();
+    if (has("admin")) config.admin.listen = vm["admin"].as<std::string>();
+    if (has("admin-token")) config.admin.token = vm["admin-token"].as<std::string>();
     if (has("balancer")) {
         for (const auto& spec : vm["balancer"].as<std::vector<std::string>>()) {
             auto lb = balancer_flag(spec);
@@ -96,6 +100,7 @@ std::optional<rpclb::NodeConfig> node_config(const po::variables_map& vm) {
     rpclb::NodeConfig config;
     config.cluster.name = "node" + std::to_string(::getpid()) + "@127.0.0.1";
     if (const char* env = std::getenv("RPCLB_COOKIE")) config.cluster.cookie = env;
+    if (const char* env = std::getenv("RPCLB_ADMIN_TOKEN")) config.admin.token = env;
     if (!apply_flags(vm, false, config)) return std::nullopt;
     if (vm.count("config")) {
         auto file = rpclb::load_node_config(vm["config"].as<std::string>(), config);
@@ -133,7 +138,9 @@ int main(int argc, char** argv) {
         ("balancer", po::value<std::vector<std::string>>()->composing(), "start balancer NAME=ALGORITHM (repeatable; replaces a file's balancer of that name)")
         ("workers", po::value<std::size_t>()->default_value(4), "handler threads")
         ("idle-timeout", po::value<long>()->default_value(3000), "keep-alive idle timeout, ms")
-        ("log-level", po::value<std::string>()->default_value("info"), "trace|debug|info|warning|error|fatal");
+        ("log-level", po::value<std::string>()->default_value("info"), "trace|debug|info|warning|error|fatal")
+        ("admin", po::value<std::string>(), "serve the admin console on HOST:PORT (/metrics, /healthz, /readyz, WebSocket /admin)")
+        ("admin-token", po::value<std::string>(), "admin token (default: $RPCLB_ADMIN_TOKEN); required unless --admin is a loopback address");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -158,8 +165,23 @@ int main(int argc, char** argv) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
     std::unique_ptr<rpclb::Cluster> cluster;
+    std::unique_ptr<rpclb::AdminServer> admin;  // declared after the cluster: destroyed first
     try {
         cluster = std::make_unique<rpclb::Cluster>(config->cluster);
+    } catch (const std::exception& e) {
+        std::cerr << "rpclb-node: " << e.what() << "\n";
+        return 1;
+    }
+    if (!config->admin.listen.empty()) {
+        try {
+            // The admin `stop` command stops the node the way SIGTERM does.
+            admin = std::make_unique<rpclb::AdminServer>(*cluster, config->admin, [] { ::kill(::getpid(), SIGTERM); });
+        } catch (const std::invalid_argument& e) {
+            std::cerr << "rpclb-node: " << e.what() << "\n";
+            return 2;
+        }
+    }
+    try {
         register_demo_functions(*cluster);
         cluster->start();
     } catch (const std::exception& e) {
@@ -175,6 +197,18 @@ int main(int argc, char** argv) {
                       << "\": " << e.what() << std::endl;
         }
     }
+    if (admin) {
+        try {
+            admin->start();
+        } catch (const std::exception& e) {
+            std::cerr << "rpclb-node: cannot start the admin listener on " << config->admin.listen << ": " << e.what()
+                      << "\n";
+            return 1;
+        }
+        admin->set_ready(true);
+        const auto a = admin->endpoint();
+        std::cout << "admin on " << a->address().to_string() << ":" << a->port() << std::endl;
+    }
     // Printed once the balancers are started, so that a script waiting for this line can
     // route through them at once.
     const auto endpoint = cluster->listen_endpoint();
@@ -184,6 +218,7 @@ int main(int argc, char** argv) {
     sigwait(&stop_signals, &signal);
     std::cerr << "rpclb-node: " << config->cluster.name << " got " << (signal == SIGTERM ? "SIGTERM" : "SIGINT")
               << ", leaving and draining" << std::endl;
+    if (admin) admin->set_stopping();
     // Stop in another thread so that a handler that never returns cannot hold the process
     // past the drain: after stop_timeout plus a grace period, or on a second signal, exit 1.
     std::atomic<bool> stopped{false};
@@ -205,5 +240,6 @@ int main(int argc, char** argv) {
         }
     }
     stopper.join();
+    if (admin) admin->stop();
     return 0;
 }

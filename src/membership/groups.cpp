@@ -71,6 +71,14 @@ std::size_t Groups::group_count() const {
     return groups_.size();
 }
 
+std::vector<std::string> Groups::group_names() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> names;
+    for (const auto& [name, group] : groups_)
+        if (!group.members.empty()) names.push_back(name);
+    return names;
+}
+
 std::uint64_t Groups::monitor(const std::string& group, MonitorCallback callback) {
     std::lock_guard lock(monitor_mutex_);
     const auto id = next_monitor_++;

@@ -1,0 +1,427 @@
+// rpclb-admin: the command-line client of the admin console (doc/how-to/operate-a-cluster.md).
+// Talks the admin protocol (doc/reference/admin-protocol.md) over WebSocket to one node's
+// --admin listener; that node forwards requests naming other nodes over the mesh.
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/json.hpp>
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace po = boost::program_options;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+namespace json = boost::json;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr int exit_ok = 0;
+constexpr int exit_error = 1;
+constexpr int exit_usage = 2;
+
+const char* const usage_text = R"(usage: rpclb-admin --admin HOST:PORT [--token T] [--json] COMMAND [ARGS]
+
+commands:
+  nodes                                 the cluster's nodes
+  balancers [--node NODE]               balancers of every node (or of NODE)
+  groups                                groups and their members
+  stats [NODE]                          a node's counters
+  metrics [NODE]                        a node's Prometheus text
+  watch [PATTERN...] [--count N]        stream telemetry events (patterns like rpc.* or drain.*)
+  drain NODE | undrain NODE | stop NODE
+  balancer start NAME ALGORITHM [--options JSON] [--node NODE]
+  balancer stop NAME [--node NODE]      on every node hosting NAME unless --node
+  log-level LEVEL [NODE]
+
+The token also comes from $RPCLB_ADMIN_TOKEN. Exit status: 0 success, 1 an error answer
+or no connection, 2 a bad command line.
+)";
+
+struct Usage {
+    std::string message;
+};
+
+// An error answer, or a failure to talk to the node.
+struct Failure {
+    std::string message;
+};
+
+// One WebSocket connection to an admin listener, used request by request. It connects on
+// the first request, so that a bad command line is reported as such whatever the network.
+class Client {
+public:
+    Client(std::string address, std::string token) : address_(std::move(address)), token_(std::move(token)), ws_(io_) {
+        const auto colon = address_.rfind(':');
+        if (colon == std::string::npos || colon == 0) throw Usage{"--admin must be HOST:PORT, got \"" + address_ + "\""};
+    }
+
+    // Sends `request` with a fresh id and returns its `result`; an error answer throws.
+    json::value call(json::object request) {
+        const auto id = next_id_++;
+        request["id"] = id;
+        send(request);
+        for (;;) {
+            auto message = receive();
+            const auto* got = message.if_contains("id");
+            if (!got || !got->is_int64() || got->as_int64() != id) continue;  // an event, or another answer
+            if (const auto* error = message.if_contains("error")) {
+                const auto& e = error->as_object();
+                throw Failure{json::value_to<std::string>(e.at("code")) + ": " +
+                              json::value_to<std::string>(e.at("message"))};
+            }
+            return message.at("result");
+        }
+    }
+
+    void send(const json::object& request) {
+        connect();
+        ws_.write(asio::buffer(json::serialize(request)));
+    }
+
+    json::object receive() {
+        connect();
+        beast::flat_buffer buffer;
+        beast::error_code ec;
+        ws_.read(buffer, ec);
+        if (ec) throw Failure{"the connection to the admin listener closed: " + ec.message()};
+        auto value = json::parse(beast::buffers_to_string(buffer.data()), ec);
+        if (ec || !value.is_object()) throw Failure{"the admin listener sent something that is not a JSON object"};
+        return std::move(value.as_object());
+    }
+
+private:
+    void connect() {
+        if (connected_) return;
+        const auto& address = address_;
+        const auto& token = token_;
+        const auto colon = address.rfind(':');
+        auto host = address.substr(0, colon);
+        if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+        tcp::resolver resolver(io_);
+        beast::error_code ec;
+        const auto endpoints = resolver.resolve(host, address.substr(colon + 1), ec);
+        if (ec) throw Failure{"cannot resolve " + address + ": " + ec.message()};
+        asio::connect(ws_.next_layer(), endpoints, ec);
+        if (ec) throw Failure{"cannot connect to " + address + ": " + ec.message()};
+        if (!token.empty())
+            ws_.set_option(websocket::stream_base::decorator([token](websocket::request_type& request) {
+                request.set(beast::http::field::authorization, "Bearer " + token);
+            }));
+        ws_.handshake(address, "/admin", ec);
+        if (ec) throw Failure{"WebSocket handshake with " + address + "/admin failed: " + ec.message()};
+        ws_.text(true);
+        connected_ = true;
+    }
+
+    std::string address_;
+    std::string token_;
+    bool connected_ = false;
+    asio::io_context io_;
+    websocket::stream<tcp::socket> ws_;
+    std::int64_t next_id_ = 1;
+};
+
+// ---- output ------------------------------------------------------------------------------
+
+std::string text(const json::value& v) {
+    if (v.is_string()) return std::string(v.as_string());
+    if (v.is_null()) return "-";
+    if (v.is_double()) {
+        std::ostringstream out;
+        out << std::fixed << std::setprecision(v.as_double() < 10 ? 2 : 1) << v.as_double();
+        return out.str();
+    }
+    if (v.is_array()) {
+        std::string s;
+        for (const auto& e : v.as_array()) s += (s.empty() ? "" : ",") + text(e);
+        return s.empty() ? "-" : s;
+    }
+    return json::serialize(v);
+}
+
+std::string field(const json::object& o, std::string_view key) {
+    const auto* v = o.if_contains(key);
+    return v ? text(*v) : "-";
+}
+
+void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+    std::vector<std::size_t> width(header.size());
+    for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+    for (const auto& row : rows)
+        for (std::size_t i = 0; i < row.size() && i < width.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    const auto line = [&](const std::vector<std::string>& cells) {
+        for (std::size_t i = 0; i < cells.size(); ++i)
+            std::cout << (i ? "  " : "") << std::left << std::setw(i + 1 < cells.size() ? int(width[i]) : 0)
+                      << cells[i];
+        std::cout << '\n';
+    };
+    line(header);
+    for (const auto& row : rows) line(row);
+}
+
+// ---- commands ----------------------------------------------------------------------------
+
+struct Context {
+    Client& client;
+    bool as_json;
+    std::optional<std::string> node;  // --node
+};
+
+json::object request(std::string_view cmd, std::optional<std::string> node = std::nullopt) {
+    json::object r{{"cmd", cmd}};
+    if (node) r["node"] = *node;
+    return r;
+}
+
+std::vector<std::string> node_names(Client& client) {
+    std::vector<std::string> names;
+    const auto result = client.call(request("nodes"));
+    for (const auto& n : result.at("nodes").as_array()) {
+        const auto& o = n.as_object();
+        if (!o.contains("error")) names.emplace_back(o.at("name").as_string());
+    }
+    return names;
+}
+
+void show_nodes(Context& c) {
+    const auto result = c.client.call(request("nodes"));
+    if (c.as_json) return void(std::cout << json::serialize(result) << '\n');
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& n : result.at("nodes").as_array()) {
+        const auto& o = n.as_object();
+        const bool self = o.at("self").as_bool();
+        rows.push_back({field(o, "name") + (self ? " *" : ""), field(o, "listen"), field(o, "admin"),
+                        o.contains("error") ? "?" : (o.at("ready").as_bool() ? "ready" : "not ready"),
+                        o.contains("drained") && o.at("drained").as_bool() ? "drained" : "-",
+                        self ? "-" : field(o, "rtt_ms"), field(o, "incarnation"),
+                        o.contains("error") ? field(o, "error") : ""});
+    }
+    print_table({"NODE", "LISTEN", "ADMIN", "STATE", "DRAINED", "RTT_MS", "INCARNATION", ""}, rows);
+}
+
+void show_balancers(Context& c) {
+    const auto nodes = c.node ? std::vector<std::string>{*c.node} : node_names(c.client);
+    json::array all;
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& node : nodes) {
+        auto result = c.client.call(request("balancers", node));
+        for (const auto& b : result.at("balancers").as_array()) {
+            const auto& o = b.as_object();
+            std::uint64_t errors = 0;
+            for (const auto& [status, n] : o.at("calls_by_status").as_object())
+                if (status != "ok") errors += n.to_number<std::uint64_t>();
+            rows.push_back({node, field(o, "name"), field(o, "algorithm"), field(o, "members"),
+                            o.at("joined").as_bool() ? "yes" : "no", field(o, "in_flight"), field(o, "calls"),
+                            std::to_string(errors), field(o, "p50_ms"), field(o, "p99_ms")});
+        }
+        for (const auto& parked : result.at("drained").as_array())
+            rows.push_back({node, text(parked), "-", "-", "drained", "-", "-", "-", "-", "-"});
+        all.push_back(std::move(result));
+    }
+    if (c.as_json) return void(std::cout << json::serialize(all) << '\n');
+    print_table({"NODE", "BALANCER", "ALGORITHM", "MEMBERS", "JOINED", "IN_FLIGHT", "CALLS", "ERRORS", "P50_MS",
+                 "P99_MS"},
+                rows);
+}
+
+void show_groups(Context& c) {
+    const auto result = c.client.call(request("groups", c.node));
+    if (c.as_json) return void(std::cout << json::serialize(result) << '\n');
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& g : result.at("groups").as_array())
+        rows.push_back({field(g.as_object(), "group"), field(g.as_object(), "members")});
+    print_table({"GROUP", "MEMBERS"}, rows);
+}
+
+void show_stats(Context& c) {
+    auto result = c.client.call(request("stats", c.node));
+    if (c.as_json) return void(std::cout << json::serialize(result) << '\n');
+    auto& o = result.as_object();
+    for (const auto* key : {"node", "incarnation", "uptime_s", "ready", "drained", "connections"})
+        std::cout << std::left << std::setw(28) << key << field(o, key) << '\n';
+    for (const auto* section : {"health", "admin"})
+        for (const auto& [k, v] : o.at(section).as_object())
+            std::cout << std::left << std::setw(28) << (std::string(section) + "." + std::string(k)) << text(v) << '\n';
+}
+
+// A one-line event: `event key=value ...`.
+std::string describe_event(const json::object& e) {
+    std::string line = field(e, "event");
+    for (const auto& [k, v] : e)
+        if (k != "event") line += " " + std::string(k) + "=" + text(v);
+    return line;
+}
+
+int watch(Context& c, const std::vector<std::string>& patterns, std::optional<std::uint64_t> count) {
+    json::object filter;
+    if (!patterns.empty()) filter["events"] = json::value_from(patterns);
+    auto r = request("subscribe", c.node);
+    r["filter"] = std::move(filter);
+    const auto sub = c.client.call(std::move(r)).at("subscription");
+    if (!c.as_json) std::cerr << "watching (subscription " << text(sub) << "); Ctrl-C to stop\n";
+    std::uint64_t seen = 0;
+    while (!count || seen < *count) {
+        const auto message = c.client.receive();
+        if (!message.contains("sub")) continue;
+        if (c.as_json) {
+            std::cout << json::serialize(message) << std::endl;
+        } else if (const auto* e = message.if_contains("event")) {
+            std::cout << describe_event(e->as_object()) << std::endl;
+        } else if (const auto* d = message.if_contains("dropped")) {
+            std::cout << "(" << text(*d) << " events dropped so far: reading too slowly)" << std::endl;
+            continue;
+        }
+        ++seen;
+    }
+    return exit_ok;
+}
+
+void print_result(Context& c, const json::value& result) {
+    if (c.as_json) return void(std::cout << json::serialize(result) << '\n');
+    for (const auto& [k, v] : result.as_object()) std::cout << k << ": " << text(v) << '\n';
+}
+
+int run(Context& c, const std::vector<std::string>& args, const po::variables_map& vm) {
+    const auto& cmd = args[0];
+    const auto arity = [&](std::size_t min, std::size_t max) {
+        if (args.size() - 1 < min || args.size() - 1 > max) throw Usage{"wrong number of arguments for " + cmd};
+    };
+    const auto optional_node = [&](std::size_t at) -> std::optional<std::string> {
+        if (args.size() > at) return args[at];
+        return c.node;
+    };
+    if (cmd == "nodes") return arity(0, 0), show_nodes(c), exit_ok;
+    if (cmd == "balancers") return arity(0, 0), show_balancers(c), exit_ok;
+    if (cmd == "groups") return arity(0, 0), show_groups(c), exit_ok;
+    if (cmd == "stats") {
+        arity(0, 1);
+        c.node = optional_node(1);
+        return show_stats(c), exit_ok;
+    }
+    if (cmd == "metrics") {
+        arity(0, 1);
+        const auto result = c.client.call(request("metrics", optional_node(1)));
+        std::cout << (c.as_json ? json::serialize(result) + "\n" : text(result.at("text")));
+        return exit_ok;
+    }
+    if (cmd == "watch") {
+        std::optional<std::uint64_t> count;
+        if (vm.count("count")) count = vm["count"].as<std::uint64_t>();
+        return watch(c, {args.begin() + 1, args.end()}, count);
+    }
+    if (cmd == "drain" || cmd == "undrain" || cmd == "stop") {
+        arity(1, 1);
+        return print_result(c, c.client.call(request(cmd, args[1]))), exit_ok;
+    }
+    if (cmd == "log-level") {
+        arity(1, 2);
+        auto r = request("log_level", optional_node(2));
+        r["level"] = args[1];
+        return print_result(c, c.client.call(std::move(r))), exit_ok;
+    }
+    if (cmd == "balancer") {
+        if (args.size() < 2) throw Usage{"balancer needs start or stop"};
+        if (args[1] == "start") {
+            arity(3, 3);
+            auto r = request("balancer_start", c.node);
+            r["name"] = args[2];
+            r["algorithm"] = args[3];
+            if (vm.count("options")) {
+                boost::system::error_code ec;
+                auto options = json::parse(vm["options"].as<std::string>(), ec);
+                if (ec || !options.is_object()) throw Usage{"--options must be a JSON object"};
+                r["algorithm_opts"] = std::move(options);
+            }
+            return print_result(c, c.client.call(std::move(r))), exit_ok;
+        }
+        if (args[1] == "stop") {
+            arity(2, 2);
+            std::vector<std::string> targets;
+            if (c.node) {
+                targets.push_back(*c.node);
+            } else {
+                for (const auto& node : node_names(c.client)) {
+                    const auto hosted = c.client.call(request("balancers", node));
+                    for (const auto& b : hosted.at("balancers").as_array())
+                        if (b.at("name").as_string() == args[2]) targets.push_back(node);
+                }
+                if (targets.empty()) throw Failure{"not_found: no node hosts balancer \"" + args[2] + "\""};
+            }
+            for (const auto& node : targets) {
+                auto r = request("balancer_stop", node);
+                r["name"] = args[2];
+                print_result(c, c.client.call(std::move(r)));
+            }
+            return exit_ok;
+        }
+        throw Usage{"balancer needs start or stop, got \"" + args[1] + "\""};
+    }
+    throw Usage{"unknown command \"" + cmd + "\""};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    po::options_description options("options");
+    options.add_options()
+        ("help,h", "show this help")
+        ("admin", po::value<std::string>(), "HOST:PORT of a node's admin listener (rpclb-node --admin)")
+        ("token", po::value<std::string>(), "admin token (default: $RPCLB_ADMIN_TOKEN)")
+        ("json", "print the answers as JSON")
+        ("node", po::value<std::string>(), "the node a balancer command acts on")
+        ("options", po::value<std::string>(), "balancer start: the algorithm's options, a JSON object")
+        ("count", po::value<std::uint64_t>(), "watch: exit after this many events");
+    po::options_description hidden;
+    hidden.add_options()("args", po::value<std::vector<std::string>>());
+    po::options_description all;
+    all.add(options).add(hidden);
+    po::positional_options_description positional;
+    positional.add("args", -1);
+    po::variables_map vm;
+    try {
+        po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+        po::notify(vm);
+    } catch (const std::exception& e) {
+        std::cerr << "rpclb-admin: " << e.what() << "\n" << usage_text;
+        return exit_usage;
+    }
+    if (vm.count("help")) {
+        std::cout << usage_text << "\n" << options;
+        return exit_ok;
+    }
+    const auto args = vm.count("args") ? vm["args"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    if (!vm.count("admin") || args.empty()) {
+        std::cerr << "rpclb-admin: " << (args.empty() ? "no command" : "--admin HOST:PORT is required") << "\n"
+                  << usage_text;
+        return exit_usage;
+    }
+    std::string token;
+    if (const char* env = std::getenv("RPCLB_ADMIN_TOKEN")) token = env;
+    if (vm.count("token")) token = vm["token"].as<std::string>();
+    try {
+        Client client(vm["admin"].as<std::string>(), token);
+        Context context{client, vm.count("json") > 0, std::nullopt};
+        if (vm.count("node")) context.node = vm["node"].as<std::string>();
+        return run(context, args, vm);
+    } catch (const Usage& u) {
+        std::cerr << "rpclb-admin: " << u.message << "\n" << usage_text;
+        return exit_usage;
+    } catch (const Failure& f) {
+        std::cerr << "rpclb-admin: " << f.message << "\n";
+        return exit_error;
+    } catch (const std::exception& e) {
+        std::cerr << "rpclb-admin: " << e.what() << "\n";
+        return exit_error;
+    }
+}
