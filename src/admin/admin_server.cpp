@@ -2,6 +2,7 @@
 #include "admin/admin_impl.hpp"
 
 #include <rpclb/config.hpp>
+#include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
 
 #include <boost/asio/use_future.hpp>
@@ -20,20 +21,11 @@ using admin::Error;
 namespace {
 
 tcp::endpoint parse_admin_address(const std::string& text) {
-    const auto colon = text.rfind(':');
-    if (colon == std::string::npos || colon == 0)
-        throw std::invalid_argument("admin address \"" + text + "\" is not HOST:PORT");
-    auto host = text.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    if (host == "localhost") host = "127.0.0.1";
-    boost::system::error_code ec;
-    const auto ip = boost::asio::ip::make_address(host, ec);
-    if (ec) throw std::invalid_argument("admin address \"" + text + "\": \"" + host + "\" is not an IP address");
-    const auto port = text.substr(colon + 1);
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(port) > 65535)
-        throw std::invalid_argument("admin address \"" + text + "\": port must be 0..65535");
-    return {ip, static_cast<unsigned short>(std::stoul(port))};
+    try {
+        return detail::parse_listen_address(text);  // the rules of a node's listen address
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("admin address ") + e.what());
+    }
 }
 
 [[noreturn]] void fail(std::string_view code, std::string message) {
