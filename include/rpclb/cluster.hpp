@@ -134,6 +134,9 @@ struct ClusterStats {
     std::uint64_t auth_failures = 0;    ///< handshakes that failed the cookie check
     std::uint64_t peers_lost = 0;       ///< established peers that went away
     std::uint64_t slow_inline_runs = 0; ///< inline handler runs over their slow_threshold
+    /// Nodes that refused this node's cookie when it dialled them. Each refusal is final:
+    /// that address is not dialled again (a refusal also counts in auth_failures).
+    std::uint64_t cookie_refusals = 0;
 };
 
 /// One node of a cluster.
