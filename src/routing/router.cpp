@@ -230,9 +230,12 @@ private:
         Event e = span_event(threw_ ? EventName::rpc_exception : EventName::rpc_stop);
         e.duration = std::chrono::steady_clock::now() - span_start_;
         e.status = result ? std::string_view("ok") : to_string(result.error().code);
+        // result.error() returns a copy, and Event fields are views: keep it until emit().
+        std::optional<ErrorMessage> error;
         if (threw_) {
             e.kind = "error";
-            e.reason = result.error().message;
+            error = result.error();
+            e.reason = error->message;
         }
         router_->bus().emit(e);
     }
