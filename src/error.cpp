@@ -30,6 +30,7 @@ public:
             case Failure::too_large: return "too large";
             case Failure::would_deadlock: return "blocking call from a network thread would deadlock; use async_call";
             case Failure::overloaded: return "overloaded";
+            case Failure::cookie_refused: return "cookie refused";
         }
         return "unknown rpclb failure " + std::to_string(value);
     }
@@ -61,6 +62,14 @@ ErrorMessage call_failure(Failure failure, std::string_view node, std::string_vi
     auto e = call_error(code_of(failure), failure_category().message(static_cast<int>(failure)), node, module,
                         function);
     e.reason = failure;
+    return e;
+}
+
+ErrorMessage cookie_refused_error(std::string_view refused_by, std::string_view node, std::string_view module,
+                                  std::string_view function) {
+    auto e = call_failure(Failure::cookie_refused, node, module, function);
+    e.message = "cookie refused by " + std::string(refused_by) + " (the cookies differ)";
+    e.details["refused_by"] = refused_by;
     return e;
 }
 

@@ -27,6 +27,15 @@ std::optional<OptionProblem> duration(const char* field, std::chrono::millisecon
                               std::to_string(value.count()));
 }
 
+// Names travel in JSON frames, which the peer's decoder refuses unless they are UTF-8, and
+// in the handshake's newline-separated HMAC input.
+std::optional<OptionProblem> printable_text(const char* field, std::string_view text) {
+    for (const unsigned char ch : text)
+        if (ch < 0x20 || ch == 0x7f) return problem(field, "must not contain control characters");
+    if (!valid_utf8(text)) return problem(field, "must be valid UTF-8");
+    return std::nullopt;
+}
+
 }  // namespace
 
 boost::asio::ip::tcp::endpoint parse_listen_address(const std::string& address) {
@@ -49,6 +58,38 @@ boost::asio::ip::tcp::endpoint parse_listen_address(const std::string& address) 
     return {ip, static_cast<unsigned short>(std::stoul(port_text))};
 }
 
+bool valid_utf8(std::string_view text) noexcept {
+    const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+    const auto* const end = p + text.size();
+    while (p < end) {
+        const unsigned char c = *p;
+        std::size_t extra = 0;
+        unsigned char lo = 0x80, hi = 0xbf;  // the range of the byte after the lead
+        if (c < 0x80) {
+            ++p;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            extra = 1;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            extra = 2;
+            if (c == 0xe0) lo = 0xa0;  // no overlong forms
+            if (c == 0xed) hi = 0x9f;  // no surrogates
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            extra = 3;
+            if (c == 0xf0) lo = 0x90;  // no overlong forms
+            if (c == 0xf4) hi = 0x8f;  // nothing above U+10FFFF
+        } else {
+            return false;
+        }
+        if (static_cast<std::size_t>(end - p) <= extra) return false;
+        if (p[1] < lo || p[1] > hi) return false;
+        for (std::size_t i = 2; i <= extra; ++i)
+            if (p[i] < 0x80 || p[i] > 0xbf) return false;
+        p += extra + 1;
+    }
+    return true;
+}
+
 std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
     const bool required = identity == Identity::required;
     if (required || !o.name.empty()) {
@@ -56,6 +97,7 @@ std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
         if (at == std::string::npos || at == 0 || at + 1 == o.name.size() ||
             o.name.find('@', at + 1) != std::string::npos)
             return problem("name", "must be short@host (one '@', both parts non-empty), got " + quoted(o.name));
+        if (auto p = printable_text("name", o.name)) return p;
     }
     if (required && o.cookie.empty()) return problem("cookie", "must not be empty");
     if (auto p = in_range<std::size_t>("network_threads", o.network_threads, 1, 64)) return p;
@@ -83,8 +125,7 @@ std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
 
 std::optional<OptionProblem> check(const LoadBalancerOptions& o) {
     if (o.name.empty()) return problem("name", "must not be empty");
-    for (const unsigned char ch : o.name)
-        if (ch < 0x20 || ch == 0x7f) return problem("name", "must not contain control characters");
+    if (auto p = printable_text("name", o.name)) return p;
     if (o.algorithm.empty()) return problem("algorithm", "must not be empty");
     return duration("drain_timeout_ms", o.drain_timeout, true);
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <exception>
 #include <stdexcept>
 #include <type_traits>
@@ -252,6 +253,38 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
     return DecodeError{kind, std::move(message), std::nullopt};
 }
 
+// Boost.JSON 1.81 parses a number too large for a double as infinity instead of failing,
+// and encode() would then write `Infinity`, which no JSON parser reads (an echoed argument
+// would make an unreadable response). Such a number needs an exponent or more than 308
+// digits, so the parsed document is only walked when the text has either.
+bool may_overflow_a_double(std::string_view text) noexcept {
+    std::size_t digits = 0;
+    for (const char c : text) {
+        if (c >= '0' && c <= '9') {
+            if (++digits > 308) return true;
+        } else {
+            if ((c == 'e' || c == 'E') && digits > 0) return true;
+            digits = 0;
+        }
+    }
+    return false;
+}
+
+bool all_finite(const json::value& v) noexcept {
+    switch (v.kind()) {
+    case json::kind::double_: return std::isfinite(v.get_double());
+    case json::kind::array:
+        for (const auto& e : v.get_array())
+            if (!all_finite(e)) return false;
+        return true;
+    case json::kind::object:
+        for (const auto& m : v.get_object())
+            if (!all_finite(m.value())) return false;
+        return true;
+    default: return true;
+    }
+}
+
 Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
     if (text.size() > max_size)
         return DecodeError{DecodeErrorKind::too_large,
@@ -262,6 +295,8 @@ Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
     boost::system::error_code ec;
     json::value doc = json::parse(text, ec);
     if (ec) return decode_error(DecodeErrorKind::bad_json, "invalid JSON: " + ec.message());
+    if (may_overflow_a_double(text) && !all_finite(doc))
+        return decode_error(DecodeErrorKind::bad_json, "invalid JSON: a number is too large for a double");
     auto* obj = doc.if_object();
     if (!obj)
         return decode_error(DecodeErrorKind::bad_json,

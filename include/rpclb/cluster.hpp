@@ -161,6 +161,9 @@ struct ClusterStats {
     /// is dropped at once, one it redials after 30 failed dials in a row, so the table
     /// shrinks back as names come and go. A size, not a counter.
     std::uint64_t known_nodes = 0;
+    /// Nodes that refused this node's cookie when it dialled them. Each refusal is final:
+    /// that address is not dialled again (a refusal also counts in auth_failures).
+    std::uint64_t cookie_refusals = 0;
 };
 
 /// One node of a cluster.

@@ -51,6 +51,10 @@ enum class Failure : int {
     too_large = 8,         ///< request over max_message_size
     would_deadlock = 9,    ///< a blocking call from a network thread
     overloaded = 10,       ///< the connection's send queue is full (ClusterOptions::max_send_queue_bytes)
+    /// A node refused this node's cookie (the cookies differ): this node stops dialling
+    /// it, and a call that could only reach the cluster through it fails at once.
+    /// Code `service_unavailable`; the message names the refusing node.
+    cookie_refused = 11,
 };
 
 /// The category of Failure values; name() is "rpclb.failure".
@@ -92,10 +96,18 @@ ErrorMessage call_error(ErrorCode code, std::string message, std::string_view no
 /// The ErrorMessage of a Failure raised by rpclb for a call, with its standard code and
 /// message: no_connection → service_unavailable "noconnection"; timeout →
 /// request_timeout "timeout"; node_stopping → service_unavailable "node stopping";
-/// cancelled → request_timeout "cancelled"; other reasons → their code and name. Details
+/// cancelled → request_timeout "cancelled"; cookie_refused → service_unavailable "cookie
+/// refused" (cookie_refused_error() adds who refused); other reasons → their code and name. Details
 /// name `node`, `module` and `function`.
 ErrorMessage call_failure(Failure failure, std::string_view node, std::string_view module,
                           std::string_view function);
+
+/// The error of a call that failed because `refused_by` (a node name) refused this node's
+/// cookie: `service_unavailable`, Failure::cookie_refused, message "cookie refused by
+/// <refused_by> (the cookies differ)", details `node`, `module`, `function` and
+/// `refused_by`.
+ErrorMessage cookie_refused_error(std::string_view refused_by, std::string_view node, std::string_view module,
+                                  std::string_view function);
 
 /// The `details` key that marks a `draining` reply; reserved (removed from a handler's
 /// own errors).

@@ -22,13 +22,15 @@ using namespace std::chrono;
 namespace {
 
 // Waits until the client has met the cluster: connected to something and, for a
-// balancer, seen members; then until the set of connected nodes stops growing.
+// balancer, seen members; then until the set of connected nodes stops growing. Gives up
+// at once when every seed refused the cookie (each refuses once: it is not redialled).
 bool wait_for_cluster(rpclb::Cluster& cluster, const std::string& balancer, milliseconds limit) {
     const auto deadline = steady_clock::now() + limit;
     std::size_t last = 0;
     auto stable_since = steady_clock::now();
     while (steady_clock::now() < deadline) {
         const auto nodes = cluster.connected_nodes().size();
+        if (nodes == 0 && cluster.stats().cookie_refusals >= cluster.options().seeds.size()) return false;
         const bool members = balancer.empty() || cluster.get_members(balancer).has_value();
         if (nodes != last) {
             last = nodes;
@@ -177,6 +179,9 @@ int main(int argc, char** argv) {
         rpclb::log::init(log_level);
         if (module.empty() || function.empty()) throw std::invalid_argument("MODULE and FUNCTION are required");
         if (seeds.empty()) throw std::invalid_argument("at least one --seed is required");
+        if (cookie.empty())
+            if (const char* env = std::getenv("RPCLB_COOKIE")) cookie = env;
+        if (cookie.empty()) throw std::invalid_argument("give --cookie or set RPCLB_COOKIE");
         if (balancer.empty() && node.empty()) throw std::invalid_argument("give --balancer or --node");
         if (count < 1 || count > 100'000'000) throw std::invalid_argument("--count must be in 1..100000000");
         if (concurrency < 1 || concurrency > max_concurrency)
@@ -198,8 +203,6 @@ int main(int argc, char** argv) {
         std::cerr << "rpclb-call: " << e.what() << "\n" << desc;
         return 2;
     }
-    if (cookie.empty())
-        if (const char* env = std::getenv("RPCLB_COOKIE")) cookie = env;
     if (name.empty()) name = "client" + std::to_string(::getpid()) + "@127.0.0.1";
 
     rpclb::ClusterOptions options;
@@ -218,8 +221,12 @@ int main(int argc, char** argv) {
             lb.algorithm = algorithm;
             cluster.start_balancer(lb);  // a client never joins: it only routes
         }
-        if (!wait_for_cluster(cluster, balancer, milliseconds(wait_ms)))
-            std::cerr << "rpclb-call: no node answered within " << wait_ms << " ms" << std::endl;
+        if (!wait_for_cluster(cluster, balancer, milliseconds(wait_ms))) {
+            if (cluster.stats().cookie_refusals > 0)
+                std::cerr << "rpclb-call: the cluster refused the cookie" << std::endl;
+            else
+                std::cerr << "rpclb-call: no node answered within " << wait_ms << " ms" << std::endl;
+        }
 
         CallLoop::Spec spec{node, module, function, args, {}};
         spec.options.timeout = milliseconds(timeout_ms);

@@ -70,7 +70,7 @@ bool apply_flags(const po::variables_map& vm, bool given, rpclb::NodeConfig& con
         const auto& dirs = vm["plugins"].as<std::vector<std::string>>();
         o.plugin_path.assign(dirs.begin(), dirs.end());
     }
-    if (has("workers")) o.worker_threads = vm["workers"].as<std::size_t>();
+    if (has("workers")) o.worker_threads = static_cast<std::size_t>(vm["workers"].as<long>());
     if (has("idle-timeout")) o.idle_timeout = std::chrono::milliseconds(vm["idle-timeout"].as<long>());
     if (has("log-level")) config.log_level = vm["log-level"].as<std::string>();
     if (has("admin")) config.admin.listen = vm["admin"].as<std::string>();
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
         ("cookie", po::value<std::string>(), "shared cluster secret (default: $RPCLB_COOKIE)")
         ("plugins", po::value<std::vector<std::string>>()->composing(), "plugin directory searched first (repeatable)")
         ("balancer", po::value<std::vector<std::string>>()->composing(), "start balancer NAME=ALGORITHM (repeatable; replaces a file's balancer of that name)")
-        ("workers", po::value<std::size_t>()->default_value(4), "handler threads")
+        ("workers", po::value<long>()->default_value(4), "handler threads, 1..1024")
         ("idle-timeout", po::value<long>()->default_value(3000), "keep-alive idle timeout, ms")
         ("log-level", po::value<std::string>()->default_value("info"), "trace|debug|info|warning|error|fatal")
         ("admin", po::value<std::string>(), "serve the admin console on HOST:PORT (/metrics, /healthz, /readyz, WebSocket /admin)")
@@ -145,6 +145,11 @@ int main(int argc, char** argv) {
     try {
         po::store(po::parse_command_line(argc, argv, desc), vm);
         po::notify(vm);
+        // Read as signed, so that -1 is reported as given rather than as 2^64 - 1; 0 and
+        // values over 1024 are refused by validate() with the config field name.
+        if (const auto workers = vm["workers"].as<long>(); workers < 0)
+            throw std::invalid_argument("the argument ('" + std::to_string(workers) +
+                                        "') for option '--workers' is invalid: must be in 1..1024");
     } catch (const std::exception& e) {
         std::cerr << "rpclb-node: " << e.what() << "\n" << desc;
         return 2;

@@ -58,6 +58,11 @@ Cluster::Impl::Impl(Cluster& owner, ClusterOptions opts)
 void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
     self->mesh.set_self(std::shared_ptr<detail::Mesh>(self, &self->mesh));
     self->router.set_self(std::shared_ptr<detail::Router>(self, &self->router));
+    // A cookie refusal may leave calls waiting for a route with nothing to wait for.
+    self->mesh.set_on_cookie_refused([router = std::weak_ptr<detail::Router>(
+                                          std::shared_ptr<detail::Router>(self, &self->router))] {
+        if (auto r = router.lock()) r->wake();
+    });
 }
 
 void Cluster::Impl::start() {

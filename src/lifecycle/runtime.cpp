@@ -17,6 +17,12 @@ void Runtime::stop() {
     network_.stop();
     for (auto& t : threads_) t.join();
     threads_.clear();
+    // Handlers that were queued when the loop stopped (the cancellations the node's stop
+    // posted, completions of the operations those cancel) hold shared_ptrs to the node:
+    // left in the queue they would keep it alive forever (a cycle through its own
+    // io_context). Run them here, where no network thread runs any more.
+    network_.restart();
+    network_.poll();
     workers_.join();
 }
 

@@ -9,11 +9,24 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 
+#include <algorithm>
+
 namespace rpclb::detail {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 namespace {
+
+// Why `seed` cannot be dialled as HOST:PORT, or nullopt when it can be tried.
+std::optional<std::string> seed_problem(const std::string& seed) {
+    const auto colon = seed.rfind(':');
+    if (colon == std::string::npos || colon == 0) return "is not HOST:PORT";
+    const auto port = seed.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(port) < 1 || std::stoul(port) > 65535)
+        return "has no port in 1..65535";
+    return std::nullopt;
+}
 
 // The node that dials when two nodes learn of each other: the smaller name. Both ends
 // compute the same answer, so a pair normally gets exactly one connection.
@@ -53,7 +66,14 @@ void Mesh::start() {
         if (auto self = weak.lock()) self->broadcast(frame);
     });
     if (acceptor_) do_accept();
-    for (const auto& seed : options_.seeds) dial(seed);
+    for (const auto& seed : options_.seeds) {
+        if (auto problem = seed_problem(seed)) {
+            RPCLB_LOG("mesh", warning) << "seed \"" << seed << "\" " << *problem << "; it is never dialled";
+            std::lock_guard lock(mutex_);
+            bad_seeds_.insert(seed);
+        }
+        dial(seed);
+    }
     asio::post(ioc_, [self = self_.lock()] { self->schedule_reconnect(); });
 }
 
@@ -82,7 +102,9 @@ void Mesh::dial(const std::string& address) {
     std::shared_ptr<Connection> c;
     {
         std::lock_guard lock(mutex_);
-        if (dialing_.contains(address) || self_targets_.contains(address)) return;
+        if (dialing_.contains(address) || self_targets_.contains(address) || refused_.contains(address) ||
+            bad_seeds_.contains(address))
+            return;
         dialing_.insert(address);
         c = std::make_shared<Connection>(asio::make_strand(ioc_), address, *this, settings_);
         connecting_.insert(c);
@@ -275,6 +297,18 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
         if (lost && !dials(c->peer().node)) known_.erase(c->peer().node);
     }
     changed_.notify_all();
+    if (!established && reason.starts_with("resolve ")) {
+        bool first = false;
+        {
+            std::lock_guard lock(mutex_);
+            const bool seed =
+                std::find(options_.seeds.begin(), options_.seeds.end(), c->target()) != options_.seeds.end();
+            first = seed && warned_seeds_.insert(c->target()).second;
+        }
+        if (first && !stopping_)
+            RPCLB_LOG("mesh", warning) << "seed \"" << c->target() << "\": cannot " << reason
+                                       << "; still retrying every " << options_.reconnect_interval.count() << " ms";
+    }
     if (!lost) {
         if (!established && !stopping_)
             RPCLB_LOG("mesh", debug) << "connection " << (c->target().empty() ? "from a peer" : "to " + c->target())
@@ -298,6 +332,41 @@ void Mesh::on_handshake_failed(const std::shared_ptr<Connection>& c, const std::
     RPCLB_LOG("mesh", warning) << "handshake with "
                                << (c->target().empty() ? std::string("an incoming peer") : c->target())
                                << " failed: " << reason;
+}
+
+void Mesh::on_cookie_refused(const std::shared_ptr<Connection>& c) {
+    ++auth_failures_;
+    ++cookie_refusals_;
+    const auto& node = c->peer().node;
+    {
+        std::lock_guard lock(mutex_);
+        refused_.emplace(c->target(), node);
+        // Forget it, or the redial loop would come back to it under its gossiped address.
+        for (auto it = known_.begin(); it != known_.end();)
+            it = it->first == node || it->second.info.listen == c->target() ? known_.erase(it) : std::next(it);
+    }
+    RPCLB_LOG("mesh", error) << "wrong cookie: " << node << " at " << c->target()
+                             << " refused this node's cookie; not dialling it again (give every node the same cookie)";
+    // Calls waiting for a route have nothing left to wait for once nothing is reachable.
+    if (on_cookie_refused_ && shut_out()) on_cookie_refused_();
+}
+
+std::optional<std::string> Mesh::refused_by(std::string_view node) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& [address, name] : refused_)
+        if (address == node || name == node) return name;
+    return std::nullopt;
+}
+
+std::optional<std::string> Mesh::shut_out() const {
+    std::lock_guard lock(mutex_);
+    if (refused_.empty() || !peers_.empty()) return std::nullopt;
+    for (const auto& seed : options_.seeds)
+        if (!refused_.contains(seed) && !self_targets_.contains(seed) && !bad_seeds_.contains(seed))
+            return std::nullopt;
+    for (const auto& [name, k] : known_)
+        if (dials(name)) return std::nullopt;
+    return refused_.begin()->second;
 }
 
 void Mesh::broadcast(const std::string& frame) {
@@ -364,6 +433,7 @@ ClusterStats Mesh::stats() const noexcept {
     stats.messages_sent = settings_.counters->messages_sent.load(std::memory_order_relaxed);
     stats.overloaded = settings_.counters->overloaded.load(std::memory_order_relaxed);
     stats.known_nodes = known_count();
+    stats.cookie_refusals = cookie_refusals_.load();
     return stats;
 }
 

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,6 +83,19 @@ public:
     void on_closed(const std::shared_ptr<Connection>& c, const std::string& reason, bool established) override;
     void on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) override;
     void on_handshake_failed(const std::shared_ptr<Connection>& c, const std::string& reason) override;
+    void on_cookie_refused(const std::shared_ptr<Connection>& c) override;
+
+    /// Runs (on a network thread) when a node refuses this node's cookie and leaves it
+    /// shut out (see shut_out()), so that calls waiting for a route fail at once
+    /// (Router::wake). Set before start().
+    void set_on_cookie_refused(std::function<void()> f) { on_cookie_refused_ = std::move(f); }
+    /// The name of the node that refused this node's cookie when `node` (a node name or
+    /// a dialled HOST:PORT) did; nullopt when it did not.
+    std::optional<std::string> refused_by(std::string_view node) const;
+    /// When this node is shut out of the cluster by cookie refusals (no peer connected,
+    /// and every seed and every known node refused the cookie), the name of a node that
+    /// refused it; otherwise nullopt.
+    std::optional<std::string> shut_out() const;
 
 private:
     void do_accept();
@@ -108,6 +122,12 @@ private:
     std::set<std::shared_ptr<Connection>> connecting_;                       // handshaking
     std::set<std::string> dialing_;       // targets being dialled
     std::set<std::string> self_targets_;  // seeds that turned out to be this node
+    // Dialled addresses whose node refused our cookie, with that node's name: never
+    // dialled again (the refusal is explicit, see cookie_refused_close_reason).
+    std::map<std::string, std::string, std::less<>> refused_;
+    std::function<void()> on_cookie_refused_;
+    std::set<std::string> bad_seeds_;     // seeds that are not HOST:PORT: warned once, never dialled
+    std::set<std::string> warned_seeds_;  // seeds whose host did not resolve: warned once
     // Nodes learnt from connections and gossip, redialled while not connected (by the
     // node that dials) until they fail max_redials times in a row.
     struct KnownNode {
@@ -120,6 +140,7 @@ private:
     std::atomic<std::uint64_t> bad_frames_{0};
     std::atomic<std::uint64_t> auth_failures_{0};
     std::atomic<std::uint64_t> peers_lost_{0};
+    std::atomic<std::uint64_t> cookie_refusals_{0};
     std::atomic<bool> stopping_{false};
 };
 

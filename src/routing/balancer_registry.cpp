@@ -30,10 +30,14 @@ boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> Balancer
     auto algorithm = plugins_.create(name);
     if (bus_.active()) {
         const auto file = plugins_.find(name);
+        // Event fields are views: what they show must outlive emit(), and neither a
+        // temporary path nor the copy result::error() returns does.
+        const auto path = file ? file->string() : std::string();
+        const auto reason = algorithm ? std::string() : algorithm.error().message;
         Event e{.name = algorithm ? EventName::plugin_loaded : EventName::plugin_rejected};
         e.algorithm = name;
-        e.path = file ? file->string() : std::string();
-        if (!algorithm) e.reason = algorithm.error().message;
+        e.path = path;
+        if (!algorithm) e.reason = reason;
         bus_.emit(e);
     }
     return algorithm;

@@ -161,7 +161,7 @@ private:
     void send_call(std::string target, boost::json::array args, const std::string& lb,
                    std::function<void(CallResult)> done) {
         auto c = router_->mesh().connection_to(target);
-        if (!c) return done(call_failure(Failure::no_connection, target, spec_.module, spec_.function));
+        if (!c) return done(unreachable(target));
         c->request(wire::Request{0, spec_.module, spec_.function, std::move(args), lb}, spec_.options.timeout,
                    std::move(done));
     }
@@ -170,8 +170,16 @@ private:
     // it (a cast has no reply to refuse with).
     Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
         auto c = router_->mesh().connection_to(target);
-        if (!c) return call_failure(Failure::no_connection, target, spec_.module, spec_.function);
+        if (!c) return unreachable(target);
         return c->cast(wire::Cast{spec_.module, spec_.function, std::move(args), lb});
+    }
+
+    // The error of a call to `target`, which is not connected: cookie_refused when that
+    // node refused this node's cookie, no_connection otherwise.
+    ErrorMessage unreachable(const std::string& target) const {
+        if (auto refused_by = router_->mesh().refused_by(target))
+            return cookie_refused_error(*refused_by, target, spec_.module, spec_.function);
+        return call_failure(Failure::no_connection, target, spec_.module, spec_.function);
     }
 
     // The short-circuits of seed §4.4: no selection, no retry, no drainer.
@@ -182,6 +190,9 @@ private:
     // Nothing to send to (seed §4.1): wait `retry_sleep` on a timer and try again, or
     // give up with `final_error`.
     void no_route(ErrorMessage final_error) {
+        // Waiting is pointless when every node this one could reach refused its cookie.
+        if (auto refused_by = router_->mesh().shut_out())
+            return finish(cookie_refused_error(*refused_by, router_->options().name, spec_.module, spec_.function));
         if (router_->stopping() || !retry_.consume()) return finish(std::move(final_error));
         router_->after(retry_.sleep, [self = shared_from_this()](bool fired) {
             if (fired) return self->attempt(false);
@@ -219,9 +230,12 @@ private:
         Event e = span_event(threw_ ? EventName::rpc_exception : EventName::rpc_stop);
         e.duration = std::chrono::steady_clock::now() - span_start_;
         e.status = result ? std::string_view("ok") : to_string(result.error().code);
+        // result.error() returns a copy, and Event fields are views: keep it until emit().
+        std::optional<ErrorMessage> error;
         if (threw_) {
             e.kind = "error";
-            e.reason = result.error().message;
+            error = result.error();
+            e.reason = error->message;
         }
         router_->bus().emit(e);
     }
@@ -279,9 +293,19 @@ void Router::after(std::chrono::milliseconds delay, std::function<void(bool fire
         auto timer = std::make_shared<asio::steady_timer>(self->retry_strand_, delay);
         self->retry_timers_.insert(timer);
         timer->async_wait([self, timer, then = std::move(then)](boost::system::error_code ec) {
+            const bool woken = self->woken_.erase(timer.get()) > 0;
             self->retry_timers_.erase(timer);
-            then(!ec && !self->stopping_.load());
+            then((!ec || woken) && !self->stopping_.load());
         });
+    });
+}
+
+void Router::wake() {
+    asio::dispatch(retry_strand_, [self = self_.lock()] {
+        for (const auto& t : self->retry_timers_) {
+            self->woken_.insert(t.get());
+            t->cancel();
+        }
     });
 }
 

@@ -67,6 +67,9 @@ public:
     /// The node is stopping: every wait of after() ends with `then(false)`, and no call
     /// waits for a route again.
     void stop();
+    /// Ends every wait of after() now, with `then(true)`, as if its delay had passed: a
+    /// call waiting for a route looks again (Mesh::set_on_cookie_refused).
+    void wake();
     bool stopping() const noexcept { return stopping_.load(); }
 
     const ClusterOptions& options() const noexcept { return options_; }
@@ -85,6 +88,7 @@ private:
     // No-route retry timers, all on one strand so that arming and cancelling never race.
     boost::asio::strand<boost::asio::io_context::executor_type> retry_strand_;
     std::set<std::shared_ptr<boost::asio::steady_timer>> retry_timers_;
+    std::set<const boost::asio::steady_timer*> woken_;  // cancelled by wake(), not by stop()
     std::atomic<bool> stopping_{false};
 };
 

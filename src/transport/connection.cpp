@@ -116,6 +116,11 @@ void Connection::do_read() {
     ws_.async_read(buffer_, [self](beast::error_code ec, std::size_t bytes) {
         if (ec) {
             const bool normal = ec == ws::error::closed;
+            if (normal && !self->established_ && self->handshake_.awaiting_ready() &&
+                self->ws_.reason().code == ws::close_code::policy_error &&
+                std::string_view(self->ws_.reason().reason.data(), self->ws_.reason().reason.size()) ==
+                    cookie_refused_close_reason)
+                self->cookie_refused_ = true;
             return self->fail(normal ? std::string("closed by peer") : ec.message());
         }
         self->on_read(bytes);
@@ -179,6 +184,7 @@ void Connection::handle_step(Handshake::Step step) {
     for (auto& frame : step.send) send(wire::encode(frame));
     if (step.error) {
         owner_.on_handshake_failed(shared_from_this(), *step.error);
+        if (step.wrong_cookie && role() == Role::acceptor) return refuse_cookie(*step.error);
         return fail(*step.error);
     }
     if (step.done) {
@@ -358,9 +364,18 @@ void Connection::start_close() {
     close_started_ = true;
     // Say goodbye politely; fail() then runs with the reason. A peer that never answers
     // the close frame is ended by the idle timeout.
-    ws_.async_close(ws::close_code::normal, [self = shared_from_this()](beast::error_code) {
-        self->fail(*self->close_reason_);
-    });
+    ws::close_reason why(ws::close_code::normal);
+    if (refusing_cookie_) why = ws::close_reason(ws::close_code::policy_error, cookie_refused_close_reason);
+    ws_.async_close(why, [self = shared_from_this()](beast::error_code) { self->fail(*self->close_reason_); });
+}
+
+void Connection::refuse_cookie(const std::string& reason) {
+    // Nothing else is sent: the close frame (after what is queued) tells the dialer why,
+    // so it stops dialling. handshake_timer_ still ends a dialer that never answers it.
+    if (closed_ || close_reason_) return;
+    close_reason_ = reason;
+    refusing_cookie_ = true;
+    write_next();
 }
 
 void Connection::fail(const std::string& reason) {
@@ -373,7 +388,9 @@ void Connection::fail(const std::string& reason) {
     ws_.next_layer().close(ignored);
     release(queue_.fail());  // a write in progress keeps its frames until it completes
     fail_pending(reason);
-    if (!established_ && handshake_.awaiting_ready())
+    if (cookie_refused_)
+        owner_.on_cookie_refused(shared_from_this());
+    else if (!established_ && handshake_.awaiting_ready())
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
                                                            " closed the connection after our proof "
                                                            "(its cookie differs, or it went away)");

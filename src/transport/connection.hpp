@@ -48,6 +48,10 @@ public:
     /// The handshake failed (wrong cookie, version, protocol).
     virtual void on_handshake_failed(const std::shared_ptr<Connection>& connection,
                                      const std::string& reason) = 0;
+    /// This side dialled, sent its proof, and the acceptor refused it explicitly (its
+    /// close carried cookie_refused_close_reason): the cookies differ. Runs instead of
+    /// on_handshake_failed, just before on_closed.
+    virtual void on_cookie_refused(const std::shared_ptr<Connection>& connection) = 0;
 };
 
 /// What the connections of a node have written, summed (relaxed counters; any thread).
@@ -56,6 +60,11 @@ struct WireCounters {
     std::atomic<std::uint64_t> messages_sent{0};  ///< WebSocket messages written
     std::atomic<std::uint64_t> overloaded{0};     ///< requests and casts refused: send queue full
 };
+
+/// The reason text of the WebSocket close (code 1008, policy violation) by which an
+/// acceptor tells a dialer that its cookie proof failed. It carries nothing about the
+/// cookie; a dialer that gets it stops dialling that address.
+inline constexpr std::string_view cookie_refused_close_reason = "rpclb: cookie refused";
 
 /// Settings shared by every connection of a node.
 struct ConnectionSettings {
@@ -171,6 +180,8 @@ private:
     const std::vector<boost::asio::const_buffer>& batch_buffers(std::size_t count);
     void on_written(boost::system::error_code ec);
     void start_close();
+    /// Acceptor: the dialer's proof failed; close with cookie_refused_close_reason.
+    void refuse_cookie(const std::string& reason);
     void fail(const std::string& reason);
     void fail_pending(const std::string& reason);
     /// Removes request `id` from the pending calls; nullopt when it is not pending.
@@ -191,6 +202,8 @@ private:
     bool open_ = false;  // WebSocket handshake done: writes may start
     std::optional<std::string> close_reason_;  // close() was called: close once the queue is empty
     bool close_started_ = false;
+    bool refusing_cookie_ = false;  // acceptor: the close says cookie_refused_close_reason
+    bool cookie_refused_ = false;   // dialer: the acceptor's close said it
     boost::asio::steady_timer handshake_timer_;
     std::unordered_map<std::uint64_t, Pending> pending_;
     std::set<Deadline> deadlines_;

@@ -169,16 +169,18 @@ Handshake::Step Handshake::on_ready(const wire::Ready& ready) {
     const auto expected = acceptor_proof(cookie_, local_nonce_, peer_nonce_, peer_.node, local_.node);
     if (!constant_time_equal(ready.proof, expected)) return wrong_cookie();
     state_ = State::done;
-    return Step{{}, true, std::nullopt};
+    return Step{{}, true, std::nullopt, false};
 }
 
 Handshake::Step Handshake::wrong_cookie() {
-    return fail("wrong cookie: " + peer_.node + " failed the cookie check");
+    auto step = fail("wrong cookie: " + peer_.node + " failed the cookie check");
+    step.wrong_cookie = true;
+    return step;
 }
 
 Handshake::Step Handshake::fail(std::string message) {
     state_ = State::failed;
-    return Step{{}, false, std::move(message)};
+    return Step{{}, false, std::move(message), false};
 }
 
 }  // namespace rpclb::detail

@@ -124,7 +124,9 @@ BOOST_FIXTURE_TEST_CASE(unknown_balancer_is_service_unavailable, ThreeMembers) {
     BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
     BOOST_TEST(result.error().code == ErrorCode::service_unavailable, describe(result));
     BOOST_TEST(result.error().message == "no members registered");
-    const auto* lb = result.error().details.if_contains("load_balancer");
+    // error() returns a copy: keep it while a pointer into it is used.
+    const auto error = result.error();
+    const auto* lb = error.details.if_contains("load_balancer");
     BOOST_TEST_REQUIRE(lb != nullptr, describe(result));
     BOOST_TEST(lb->as_string() == "nope");
 

@@ -9,6 +9,7 @@
 #include <boost/json/value_from.hpp>
 
 #include <fstream>
+#include <thread>
 #include <map>
 
 using namespace rpclb::test;
@@ -159,6 +160,37 @@ BOOST_AUTO_TEST_CASE(bad_flag_value_over_a_good_file_exits_2_naming_the_field) {
     BOOST_TEST_REQUIRE(status.has_value(), "rpclb-node still runs with --workers 0");
     BOOST_TEST(WEXITSTATUS(*status) == 2, describe_status(*status));
     BOOST_TEST(p->stderr_text() == "rpclb-node: config field \"worker_threads\": must be in 1..1024, got 0\n");
+}
+
+BOOST_AUTO_TEST_CASE(negative_workers_flag_is_reported_as_given) {
+    auto p = spawn("a", weighted_node_file("a", {}), {"--workers", "-1"});
+    const auto status = p->wait_exit(Process::Clock::now() + 10s);
+    BOOST_TEST_REQUIRE(status.has_value(), "rpclb-node still runs with --workers -1");
+    BOOST_TEST(WEXITSTATUS(*status) == 2, describe_status(*status));
+    const auto err = p->stderr_text();
+    BOOST_TEST(err.find("rpclb-node: the argument ('-1') for option '--workers' is invalid: must be in 1..1024\n") ==
+                   0u,
+               err);
+    BOOST_TEST(err.find("18446744073709551615") == std::string::npos, err);
+}
+
+// A seed that is not HOST:PORT is never dialled and is warned about once, however often
+// the node redials its seeds; the node itself runs on.
+BOOST_AUTO_TEST_CASE(bad_seed_is_warned_once) {
+    auto [p, address] = start("a", weighted_node_file("a", {}),
+                              {"--seed", "nonsense", "--seed", "127.0.0.1:99999", "--log-level", "warning"});
+    // Seeds are redialled every second (reconnect_interval).
+    std::this_thread::sleep_for(2500ms);
+    const auto err = p->stderr_text();
+    const auto count = [&](const std::string& what) {
+        std::size_t n = 0;
+        for (auto at = err.find(what); at != std::string::npos; at = err.find(what, at + 1)) ++n;
+        return n;
+    };
+    BOOST_TEST(count("seed \"nonsense\" is not HOST:PORT; it is never dialled") == 1u, err);
+    BOOST_TEST(count("seed \"127.0.0.1:99999\" has no port in 1..65535; it is never dialled") == 1u, err);
+    BOOST_TEST(count(" warning [mesh] seed \"nonsense\"") == 1u, err);
+    BOOST_TEST(p->running());
 }
 
 BOOST_AUTO_TEST_CASE(missing_config_file_exits_2_naming_it) {

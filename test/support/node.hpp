@@ -111,6 +111,8 @@ struct NodeSpec {
     std::string log_level = "info";
     /// Any further flags (e.g. {"--idle-timeout", "1000"}).
     std::vector<std::string> extra_args;
+    /// --listen value (e.g. a PortReservation's address).
+    std::string listen = "127.0.0.1:0";
 };
 
 /// One running rpclb-node whose listener is known.
@@ -120,7 +122,7 @@ public:
     /// `listening on` line. Throws std::runtime_error, with the node's log, if it doesn't
     /// come.
     Node(const std::filesystem::path& log_path, NodeSpec spec) : spec_(std::move(spec)) {
-        std::vector<std::string> args{"--name", spec_.name, "--listen", "127.0.0.1:0",
+        std::vector<std::string> args{"--name", spec_.name, "--listen", spec_.listen,
                                       "--plugins", plugin_dir().string(), "--log-level", spec_.log_level};
         for (const auto& s : spec_.seeds) args.insert(args.end(), {"--seed", s});
         for (const auto& b : spec_.balancers) args.insert(args.end(), {"--balancer", b});

@@ -441,4 +441,47 @@ BOOST_AUTO_TEST_CASE(bad_field_in_a_file_names_file_and_field) {
     BOOST_TEST(c.error().details.at("file").as_string() == file.string());
 }
 
+// Found by fuzz/handshake.cpp: a node name that is not UTF-8 went into every Hello the node
+// sent, and each peer's decoder refused those frames as bad JSON, so the node could never
+// join. The options check refuses such names (and control characters) up front now.
+BOOST_AUTO_TEST_CASE(names_that_a_frame_cannot_carry_are_refused) {
+    for (const std::string name : {std::string("@127.0.0.1\xae" "0.1"), std::string("a@127.0.0.1\xae"),
+                                   std::string("a\n@h"), std::string("a@h\x7f")}) {
+        BOOST_TEST_CONTEXT(name) {
+            rpclb::ClusterOptions o;
+            o.name = name;
+            o.cookie = "secret";
+            const auto problem = rpclb::detail::check(o);
+            BOOST_TEST_REQUIRE(problem.has_value());
+            BOOST_TEST(problem->field == "name");
+            BOOST_CHECK_THROW(rpclb::Cluster{o}, std::invalid_argument);
+            rpclb::LoadBalancerOptions lb;
+            lb.name = name;
+            const auto lb_problem = rpclb::detail::check(lb);
+            BOOST_TEST_REQUIRE(lb_problem.has_value());
+            BOOST_TEST(lb_problem->field == "name");
+        }
+    }
+    rpclb::ClusterOptions ok;
+    ok.name = "n\xc3\xb6" "de@h\xe2\x82\xac";  // "nöde@h€": UTF-8 is fine
+    ok.cookie = "secret";
+    BOOST_TEST(!rpclb::detail::check(ok).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(valid_utf8_follows_rfc_3629) {
+    using rpclb::detail::valid_utf8;
+    BOOST_TEST(valid_utf8(""));
+    BOOST_TEST(valid_utf8("plain ascii"));
+    BOOST_TEST(valid_utf8("\xc3\xb6\xe2\x82\xac\xf0\x9f\x98\x80"));  // ö € 😀
+    BOOST_TEST(valid_utf8("\xf4\x8f\xbf\xbf"));                    // U+10FFFF
+    BOOST_TEST(!valid_utf8("\xae"));                               // lone continuation byte
+    BOOST_TEST(!valid_utf8("\xc3"));                               // truncated
+    BOOST_TEST(!valid_utf8("\xe2\x82"));                           // truncated
+    BOOST_TEST(!valid_utf8("\xc0\xaf"));                           // overlong '/'
+    BOOST_TEST(!valid_utf8("\xe0\x80\xaf"));                       // overlong
+    BOOST_TEST(!valid_utf8("\xed\xa0\x80"));                       // surrogate U+D800
+    BOOST_TEST(!valid_utf8("\xf4\x90\x80\x80"));                   // above U+10FFFF
+    BOOST_TEST(!valid_utf8("\xff"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -200,6 +200,8 @@ BOOST_AUTO_TEST_CASE(acceptor_sends_nothing_to_a_dialer_that_failed) {
     step = acceptor.on_frame(proto::Auth{documented_dialer_proof("wrong-cookie", na, nonce_d)});
     BOOST_TEST(step.error.value_or("<no error>") ==
                "wrong cookie: " + dialer_info.node + " failed the cookie check");
+    // Marked as a cookie mismatch, which the connection tells the dialer in its close.
+    BOOST_TEST(step.wrong_cookie);
     BOOST_TEST(!step.done);
     BOOST_TEST(step.send.empty());
     // Nor does it answer anything afterwards, even the right proof.
@@ -335,6 +337,7 @@ BOOST_AUTO_TEST_CASE(version_mismatch_fails) {
     hello.version = 2;
     auto step = acceptor.on_frame(hello);
     BOOST_TEST(step.error.value_or("<no error>") == "protocol version 2, expected 1");
+    BOOST_TEST(!step.wrong_cookie);  // only a failed proof is a cookie mismatch
     BOOST_TEST(step.send.empty());
 
     Handshake dialer(Role::dialer, dialer_info, "cookie");

@@ -6,7 +6,9 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
+#include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -372,6 +374,54 @@ BOOST_AUTO_TEST_CASE(result_value_throws_runtime_error_with_message) {
     BOOST_CHECK_EXCEPTION(r.value(), std::runtime_error, [](const std::runtime_error& e) {
         return std::string(e.what()).find("nope") != std::string::npos;
     });
+}
+
+// Found by fuzz/wire.cpp: Boost.JSON 1.81 does not round every long decimal to the nearest
+// double, so a number with more digits than a double holds can come back one unit in the
+// last place away after decode, encode, decode. The frame still decodes, and the value
+// stays within a rounding step; exactness is not promised beyond a double's precision.
+BOOST_AUTO_TEST_CASE(long_decimal_numbers_survive_a_round_trip_within_a_rounding_step) {
+    const std::string text = R"({"t":"res","id":7,"ok":[2,33300000000000000000000003]})";
+    auto first = proto::decode(text);
+    BOOST_TEST_REQUIRE(first.has_value(), first.error().message);
+    const auto encoded = proto::encode(*first);
+    auto second = proto::decode(encoded);
+    BOOST_TEST_REQUIRE(second.has_value(), encoded);
+    const auto& a = std::get<proto::Response>(*first).result;
+    const auto& b = std::get<proto::Response>(*second).result;
+    BOOST_TEST_REQUIRE((a.has_value() && b.has_value()));
+    const double x = a->as_array().at(1).to_number<double>();
+    const double y = b->as_array().at(1).to_number<double>();
+    BOOST_TEST(std::abs(x - 3.33e25) <= 1e-15 * 3.33e25);
+    BOOST_TEST(std::abs(x - y) <= 1e-15 * x);
+    BOOST_TEST(a->as_array().at(0) == b->as_array().at(0));
+}
+
+// Found by fuzz/wire.cpp: Boost.JSON 1.81 reads a number too large for a double as
+// infinity, which encode() then wrote as `Infinity`, text no peer can decode (a handler
+// echoing such an argument made its answer unreadable). The decoder refuses it now; the
+// answer to such a request is bad_request, like any malformed request.
+BOOST_AUTO_TEST_CASE(numbers_too_large_for_a_double_are_refused) {
+    for (const auto& number :
+         std::vector<std::string>{"1e999", "-1e400", "200000000357144652139e102277", std::string(400, '9')}) {
+        BOOST_TEST_CONTEXT(number) {
+            const auto text = R"({"t":"req","id":5,"m":"demo","f":"echo","a":[)" + number + "]}";
+            const auto r = proto::decode(text);
+            BOOST_TEST_REQUIRE(!r.has_value());
+            BOOST_TEST((r.error().kind == proto::DecodeErrorKind::bad_json));
+            BOOST_TEST(r.error().message == "invalid JSON: a number is too large for a double");
+            BOOST_TEST((proto::peek_frame_id(text, "req") == std::optional<std::uint64_t>(5)));
+        }
+    }
+    // The largest doubles, exponents and long digit runs that fit are fine.
+    for (const auto& number :
+         std::vector<std::string>{"1.7976931348623157e308", "-1e308", "1e-400", "0.5E3", std::string(300, '7')}) {
+        BOOST_TEST_CONTEXT(number) {
+            const auto r = proto::decode(R"({"t":"res","id":1,"ok":{"x":[)" + number + "]}}");
+            BOOST_TEST_REQUIRE(r.has_value(), r.error().message);
+            BOOST_TEST_REQUIRE(proto::decode(proto::encode(*r)).has_value());
+        }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

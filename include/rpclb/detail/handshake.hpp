@@ -60,6 +60,10 @@ public:
         std::vector<wire::Frame> send;
         bool done = false;
         std::optional<std::string> error;
+        /// With `error`: the peer's proof did not verify (the cookies differ). An
+        /// acceptor tells the dialer so in its WebSocket close (Connection), and the
+        /// dialer then stops dialling it.
+        bool wrong_cookie = false;
     };
 
     /// `batch`: this side reads batched messages and says so in its Hello

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace rpclb::detail {
 
@@ -39,7 +40,7 @@ enum class Identity { required, optional };
 ///
 /// | field | valid |
 /// |---|---|
-/// | name | `short@host`: exactly one '@', both parts non-empty |
+/// | name | `short@host`: exactly one '@', both parts non-empty; UTF-8 without control characters |
 /// | cookie | non-empty |
 /// | network_threads | 1..64 |
 /// | worker_threads | 1..1024 |
@@ -60,10 +61,15 @@ std::optional<OptionProblem> check(const ClusterOptions& options, Identity ident
 /// got \"x\"").
 boost::asio::ip::tcp::endpoint parse_listen_address(const std::string& address);
 
-/// The first problem of `options`, or nullopt: name non-empty without control characters,
+/// The first problem of `options`, or nullopt: name non-empty, UTF-8 without control characters,
 /// algorithm non-empty, drain_timeout in 0..max_option_duration. Whether the algorithm's
 /// plugin exists and accepts `algorithm_opts` is only known when the balancer starts.
 /// Thread safety: pure function.
 std::optional<OptionProblem> check(const LoadBalancerOptions& options);
+
+/// True when `text` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
+/// nothing above U+10FFFF), as the JSON decoder of a frame requires of every string.
+/// Thread safety: pure function.
+bool valid_utf8(std::string_view text) noexcept;
 
 }  // namespace rpclb::detail
