@@ -1,4 +1,4 @@
-// libFuzzer target for the config-file parser (src/config.cpp): the input is a config
+// libFuzzer target for the config-file parser (src/lifecycle/config.cpp): the input is a config
 // file's text, read through load_node_config() as rpclb-node reads --config. It either
 // loads or is refused with a message, never crashes; a configuration that loads and
 // validates converts to JSON and back unchanged.

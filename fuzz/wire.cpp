@@ -1,4 +1,4 @@
-// libFuzzer target for the frame codec (src/wire.cpp): any text either decodes or is
+// libFuzzer target for the frame codec (src/transport/wire.cpp): any text either decodes or is
 // refused with a DecodeError, never crashes; a frame that decodes encodes to text that
 // decodes to the same frame (compared through a second encoding, as JSON values).
 //

@@ -1,5 +1,5 @@
-// Reading fields of Boost.JSON documents, shared by the wire codec (src/wire.cpp) and the
-// configuration loader (src/config.cpp): exact conversions of one value, the names of JSON
+// Reading fields of Boost.JSON documents, shared by the wire codec (src/transport/wire.cpp) and the
+// configuration loader (src/lifecycle/config.cpp): exact conversions of one value, the names of JSON
 // kinds used in error messages, and the paths ("balancers[0].name") that name a field.
 //
 // Private to librpclb (not installed).
