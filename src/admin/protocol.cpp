@@ -1,5 +1,7 @@
 #include "admin/protocol.hpp"
 
+#include <cmath>
+
 #include "json_fields.hpp"
 
 #include <boost/json/parse.hpp>
@@ -106,7 +108,11 @@ std::optional<Error> parse_request(std::string_view text, Request& out) {
     if (ec) return bad("the request is not JSON: " + ec.message());
     auto* obj = doc.if_object();
     if (!obj) return bad("the request must be a JSON object, got " + std::string(fields::describe(doc)));
-    if (const auto* id = obj->if_contains("id"); id && (id->is_number() || id->is_string())) out.id = *id;
+    // A number too large for a double parses as infinity, which the answer could not echo
+    // as JSON: such an id is refused (it is echoed as null in the error).
+    const auto finite = [](const boost::json::value& v) { return !v.is_double() || std::isfinite(v.get_double()); };
+    if (const auto* id = obj->if_contains("id"); id && (id->is_number() || id->is_string()) && finite(*id)) out.id = *id;
+    else if (id && id->is_double()) return bad("field \"id\" must be a finite number");
     else if (id) return bad("field \"id\" must be a number or a string, got " + std::string(fields::describe(*id)));
     else return bad("field \"id\" is missing");
     if (const auto* token = obj->if_contains("token")) {

@@ -9,6 +9,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
@@ -59,9 +60,12 @@ struct Failure {
 
 // One WebSocket connection to an admin listener, used request by request. It connects on
 // the first request, so that a bad command line is reported as such whatever the network.
+// Every step (connect, handshake, write, waiting for an answer) is bounded by `timeout`,
+// so a frozen node cannot hang a script; only watch's wait for the next event is not.
 class Client {
 public:
-    Client(std::string address, std::string token) : address_(std::move(address)), token_(std::move(token)), ws_(io_) {
+    Client(std::string address, std::string token, std::chrono::milliseconds timeout)
+        : address_(std::move(address)), token_(std::move(token)), timeout_(timeout), ws_(io_) {
         const auto colon = address_.rfind(':');
         if (colon == std::string::npos || colon == 0) throw Usage{"--admin must be HOST:PORT, got \"" + address_ + "\""};
     }
@@ -72,7 +76,7 @@ public:
         request["id"] = id;
         send(request);
         for (;;) {
-            auto message = receive();
+            auto message = receive(true);
             const auto* got = message.if_contains("id");
             if (!got || !got->is_int64() || got->as_int64() != id) continue;  // an event, or another answer
             if (const auto* error = message.if_contains("error")) {
@@ -86,14 +90,16 @@ public:
 
     void send(const json::object& request) {
         connect();
-        ws_.write(asio::buffer(json::serialize(request)));
+        const auto text = json::serialize(request);
+        const auto ec = bounded("sending a request", true, [&](auto done) { ws_.async_write(asio::buffer(text), done); });
+        if (ec) throw Failure{"cannot send to the admin listener: " + ec.message()};
     }
 
-    json::object receive() {
+    // The next message; `bounded`: fail after the timeout (an answer), else wait (an event).
+    json::object receive(bool bounded_wait = false) {
         connect();
         beast::flat_buffer buffer;
-        beast::error_code ec;
-        ws_.read(buffer, ec);
+        auto ec = bounded("waiting for an answer", bounded_wait, [&](auto done) { ws_.async_read(buffer, done); });
         if (ec) throw Failure{"the connection to the admin listener closed: " + ec.message()};
         auto value = json::parse(beast::buffers_to_string(buffer.data()), ec);
         if (ec || !value.is_object()) throw Failure{"the admin listener sent something that is not a JSON object"};
@@ -112,20 +118,50 @@ private:
         beast::error_code ec;
         const auto endpoints = resolver.resolve(host, address.substr(colon + 1), ec);
         if (ec) throw Failure{"cannot resolve " + address + ": " + ec.message()};
-        asio::connect(ws_.next_layer(), endpoints, ec);
+        ec = bounded("connecting", true, [&](auto done) {
+            asio::async_connect(ws_.next_layer(), endpoints,
+                                [done](beast::error_code e, const tcp::endpoint&) mutable { done(e, 0); });
+        });
         if (ec) throw Failure{"cannot connect to " + address + ": " + ec.message()};
         if (!token.empty())
             ws_.set_option(websocket::stream_base::decorator([token](websocket::request_type& request) {
                 request.set(beast::http::field::authorization, "Bearer " + token);
             }));
-        ws_.handshake(address, "/admin", ec);
+        ec = bounded("the WebSocket handshake", true, [&](auto done) {
+            ws_.async_handshake(address, "/admin", [done](beast::error_code e) mutable { done(e, 0); });
+        });
         if (ec) throw Failure{"WebSocket handshake with " + address + "/admin failed: " + ec.message()};
         ws_.text(true);
         connected_ = true;
     }
 
+    // Starts one asynchronous step with start(done) and runs it to its end, or, when
+    // `with_timeout`, at most timeout_: then the connection is closed and Failure thrown.
+    template <class Start>
+    beast::error_code bounded(const char* what, bool with_timeout, Start start) {
+        beast::error_code result;
+        bool finished = false;
+        start([&result, &finished](beast::error_code ec, std::size_t) {
+            result = ec;
+            finished = true;
+        });
+        io_.restart();
+        if (with_timeout)
+            io_.run_for(timeout_);
+        else
+            io_.run();
+        if (finished) return result;
+        beast::error_code ignored;
+        ws_.next_layer().close(ignored);  // the step ends with operation_aborted
+        io_.restart();
+        io_.run();
+        throw Failure{"no answer from " + address_ + " within " + std::to_string(timeout_.count()) + " ms (" + what +
+                      "); is the node frozen or overloaded?"};
+    }
+
     std::string address_;
     std::string token_;
+    std::chrono::milliseconds timeout_;
     bool connected_ = false;
     asio::io_context io_;
     websocket::stream<tcp::socket> ws_;
@@ -381,7 +417,9 @@ int main(int argc, char** argv) {
         ("json", "print the answers as JSON")
         ("node", po::value<std::string>(), "the node a balancer command acts on")
         ("options", po::value<std::string>(), "balancer start: the algorithm's options, a JSON object")
-        ("count", po::value<std::uint64_t>(), "watch: exit after this many events");
+        ("count", po::value<std::uint64_t>(), "watch: exit after this many events")
+        ("timeout", po::value<std::uint32_t>()->default_value(10000),
+         "longest wait in ms for the connection and each answer (watch waits for events without limit)");
     po::options_description hidden;
     hidden.add_options()("args", po::value<std::vector<std::string>>());
     po::options_description all;
@@ -410,7 +448,9 @@ int main(int argc, char** argv) {
     if (const char* env = std::getenv("RPCLB_ADMIN_TOKEN")) token = env;
     if (vm.count("token")) token = vm["token"].as<std::string>();
     try {
-        Client client(vm["admin"].as<std::string>(), token);
+        const auto timeout = vm["timeout"].as<std::uint32_t>();
+        if (timeout == 0) throw Usage{"--timeout must be at least 1 (ms)"};
+        Client client(vm["admin"].as<std::string>(), token, std::chrono::milliseconds(timeout));
         Context context{client, vm.count("json") > 0, std::nullopt};
         if (vm.count("node")) context.node = vm["node"].as<std::string>();
         return run(context, args, vm);

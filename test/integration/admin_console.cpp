@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE admin_console
 #include <boost/test/unit_test.hpp>
 
+#include <csignal>
+
 #include "support/admin.hpp"
 
 #include <atomic>
@@ -333,6 +335,19 @@ BOOST_FIXTURE_TEST_CASE(command_line_errors_exit_2, Harness) {
     const auto r = run_admin(dir(), {"--admin", "127.0.0.1:1", "nodes"});
     BOOST_TEST(r.status == 1, slurp(r));
     BOOST_TEST(r.err.find("cannot connect") != std::string::npos, r.err);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_frozen_node_makes_rpclb_admin_fail_after_its_timeout, Harness) {
+    auto n = start_node({.name = "n", .extra_args = {"--admin", "127.0.0.1:0"}});
+    BOOST_TEST_REQUIRE(n->process().signal(SIGSTOP));  // the kernel still accepts the connection
+    const auto began = std::chrono::steady_clock::now();
+    const auto r = run_admin(dir(), {"--admin", admin_address(*n), "--timeout", "1000", "nodes"});
+    const auto took = std::chrono::steady_clock::now() - began;
+    n->process().signal(SIGCONT);
+    BOOST_TEST(r.status == 1, slurp(r));
+    BOOST_TEST(r.err.find("no answer from") != std::string::npos, r.err);
+    BOOST_TEST((took < 8s));
+    BOOST_TEST(run_admin(dir(), {"--admin", admin_address(*n), "nodes"}).status == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -69,6 +69,8 @@ BOOST_AUTO_TEST_CASE(malformed_requests_get_bad_request) {
     BOOST_TEST(expect_error("[1,2]").message.find("JSON object") != std::string::npos);
     BOOST_TEST(expect_error(R"({"cmd":"nodes"})").message.find("\"id\" is missing") != std::string::npos);
     BOOST_TEST(expect_error(R"({"id":[1],"cmd":"nodes"})").message.find("\"id\" must be") != std::string::npos);
+    // 1e400 parses as infinity, which an answer could not echo as JSON.
+    BOOST_TEST(expect_error(R"({"id":1e400,"cmd":"nodes"})").message.find("finite") != std::string::npos);
     BOOST_TEST(expect_error(R"({"id":1})").message.find("\"cmd\" is missing") != std::string::npos);
     BOOST_TEST(expect_error(R"({"id":1,"cmd":5})").message.find("\"cmd\" must be a string") != std::string::npos);
     BOOST_TEST(expect_error(R"({"id":1,"cmd":"nodes","node":5})").message.find("\"node\"") != std::string::npos);
