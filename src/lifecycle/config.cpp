@@ -337,6 +337,16 @@ Problem check_node(const NodeConfig& c, detail::Identity identity) {
     if (c.admin.subscriber_queue < 1 || c.admin.subscriber_queue > 1000000)
         return field_error("admin.subscriber_queue",
                            "must be in 1..1000000, got " + std::to_string(c.admin.subscriber_queue));
+    if (c.admin.forward_timeout <= std::chrono::milliseconds::zero())
+        return field_error("admin.forward_timeout_ms", "must be at least 1 (milliseconds), got " +
+                                                           std::to_string(c.admin.forward_timeout.count()));
+    if (!c.admin.listen.empty()) {
+        try {
+            detail::parse_listen_address(c.admin.listen);  // the rules of the node's own listen
+        } catch (const std::invalid_argument& e) {
+            return field_error("admin.listen", e.what());
+        }
+    }
     return std::nullopt;
 }
 
