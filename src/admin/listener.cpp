@@ -3,6 +3,8 @@
 // commands run on its command pool and post their answers back.
 #include "admin/admin_impl.hpp"
 
+#include <system_error>
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
@@ -373,8 +375,11 @@ private:
 void State::listen() {
     acceptor.open(configured.protocol());
     acceptor.set_option(tcp::acceptor::reuse_address(true));
-    acceptor.bind(configured);
-    acceptor.listen();
+    boost::system::error_code ec;
+    acceptor.bind(configured, ec);
+    if (!ec) acceptor.listen(boost::asio::socket_base::max_listen_connections, ec);
+    // A plain "Address already in use", not Boost's source location.
+    if (ec) throw std::system_error(ec);  // the caller names the address
     bound = acceptor.local_endpoint();
     accept();
     io_thread = std::thread([this] {
