@@ -230,16 +230,6 @@ void rpclb_round_trip(rpclb::Cluster& cluster, const char* function) {
     if (!result) die("rpclb call failed: " + json::serialize(result.error().to_json()));
 }
 
-void wait_connected(rpclb::Cluster& cluster) {
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    for (;;) {
-        const auto nodes = cluster.connected_nodes();
-        if (std::find(nodes.begin(), nodes.end(), server_node) != nodes.end()) return;
-        if (Clock::now() > deadline) die("client did not connect to the rpclb server within 10 s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-}
-
 struct Summary {
     double median_us, p99_us, p90_us, p999_us, min_us, mean_us, max_us;
 };
@@ -294,7 +284,7 @@ int run_client(const Options& o) {
     options.seeds = {"127.0.0.1:" + std::to_string(rpclb_server.port())};
     rpclb::Cluster cluster(std::move(options));
     cluster.start();
-    wait_connected(cluster);
+    bench::wait_connected(cluster, server_node);
 
     // The echo must come back as sent, or the figures mean nothing.
     raw.round_trip();

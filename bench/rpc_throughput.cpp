@@ -256,16 +256,6 @@ private:
     Clock::time_point start_, deadline_, last_;
 };
 
-void wait_connected(rpclb::Cluster& cluster) {
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    for (;;) {
-        const auto nodes = cluster.connected_nodes();
-        if (std::find(nodes.begin(), nodes.end(), server_node) != nodes.end()) return;
-        if (Clock::now() > deadline) die("client did not connect to the rpclb server within 10 s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-}
-
 // ---- rpclb-call against rpclb-node -------------------------------------------------------
 
 struct Options {
@@ -367,7 +357,7 @@ int run_client(const Options& o) {
     options.seeds = {"127.0.0.1:" + std::to_string(rpclb_server.port())};
     rpclb::Cluster cluster(std::move(options));
     cluster.start();
-    wait_connected(cluster);
+    bench::wait_connected(cluster, server_node);
     RpclbPipeline rpc(cluster);
 
     const std::chrono::milliseconds duration(o.duration_ms);

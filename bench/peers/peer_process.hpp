@@ -1,10 +1,13 @@
-// What the C++ peer benchmarks share: CPU pinning, a server child process that is always
-// reaped, nearest-rank percentiles and a throughput window.
+// What the C++ peer benchmarks share beyond bench/support/harness.hpp: their options, a
+// server child process that is always reaped, nearest-rank percentiles and a throughput
+// window.
 //
 // A server child is this same binary run again with a server flag. It binds 127.0.0.1 port
 // 0, prints "PORT <n>" on stdout and serves until its stdin reaches end of file, which
 // happens when the parent closes the pipe or dies (PR_SET_PDEATHSIG covers SIGKILL too).
 #pragma once
+
+#include "../support/harness.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -32,28 +35,11 @@ namespace peer_bench {
 
 using Clock = std::chrono::steady_clock;
 
-[[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error(what); }
-
-/// Binds the calling thread, and every thread it starts afterwards, to `cpu`.
-inline void pin_to(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (::sched_setaffinity(0, sizeof set, &set) != 0)
-        fail("sched_setaffinity(cpu " + std::to_string(cpu) + "): " + std::strerror(errno));
-}
-
-/// The 1-minute load average as text ("-1.00" when /proc/loadavg can't be read).
-inline std::string load_average() {
-    double one = -1;
-    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-        if (std::fscanf(f, "%lf", &one) != 1) one = -1;
-        std::fclose(f);
-    }
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f", one);
-    return text;
-}
+// Pinning, the load average, the port announcement and fail() are the harness's, shared
+// with rpclb's own benches.
+using bench::load_average;
+using bench::pin_to;
+[[noreturn]] inline void fail(const std::string& what) { bench::die(what); }
 
 /// Options every peer binary takes: --pin/--no-pin, --cpu N, --count N, --warmup N,
 /// --seconds S, --inflight N, and the internal server flag.
@@ -110,13 +96,8 @@ inline bool parse_options(int argc, char** argv, const std::vector<std::string>&
 
 /// Server side: print the port for the parent, then block until the parent goes away.
 inline void announce_port_and_wait(unsigned port) {
-    std::printf("PORT %u\n", port);
-    std::fflush(stdout);
-    char buf[64];
-    for (;;) {
-        const auto n = ::read(STDIN_FILENO, buf, sizeof buf);
-        if (n == 0 || (n < 0 && errno != EINTR)) return;
-    }
+    bench::announce_port(static_cast<unsigned short>(port));
+    bench::wait_for_stdin_eof();
 }
 
 namespace detail {

@@ -109,6 +109,20 @@ inline void announce_port(unsigned short port) {
     std::fflush(stdout);
 }
 
+/// Polls until `cluster` (an rpclb::Cluster: a template so that the peer benches can
+/// include this header without rpclb) is connected to `node`; dies after 10 s.
+template <class Cluster>
+void wait_connected(Cluster& cluster, const std::string& node) {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    for (;;) {
+        const auto nodes = cluster.connected_nodes();
+        for (const auto& n : nodes)
+            if (n == node) return;
+        if (Clock::now() > deadline) die("client did not connect to " + node + " within 10 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
 /// The floor: a blocking Asio echo of messages framed by a 4-byte big-endian length.
 /// Reads as much as the socket holds into one buffer and sends each whole message back
 /// with one write system call, so that it serves a ping-pong client and a client with
