@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "support/admin.hpp"
+#include "support/load.hpp"
 
 #include <atomic>
 #include <fstream>
@@ -41,47 +42,6 @@ struct Cluster3 : Harness {
 
     std::unique_ptr<Node> a, b, c;
     std::unique_ptr<rpclb::Cluster> client;
-};
-
-// Calls through `w` from several threads until finished; counts per serving node and keeps
-// every error.
-class Load {
-public:
-    explicit Load(rpclb::Cluster& client) {
-        for (int i = 0; i < 8; ++i)
-            threads_.emplace_back([this, &client] {
-                rpclb::CallOptions options;
-                options.load_balancer = "w";
-                options.timeout = 10s;
-                while (!stop_) {
-                    auto r = client.call("demo", "sleep", {2}, options);
-                    std::lock_guard lock(mutex_);
-                    if (r) ++served_[std::string(r->as_string())];
-                    else errors_.push_back(r.error().message);
-                }
-            });
-    }
-    ~Load() { finish(); }
-    void finish() {
-        stop_ = true;
-        for (auto& t : threads_)
-            if (t.joinable()) t.join();
-    }
-    std::size_t served_by(const std::string& node) {
-        std::lock_guard lock(mutex_);
-        return served_[node];
-    }
-    std::vector<std::string> errors() {
-        std::lock_guard lock(mutex_);
-        return errors_;
-    }
-
-private:
-    std::atomic<bool> stop_{false};
-    std::mutex mutex_;
-    std::map<std::string, std::size_t> served_;
-    std::vector<std::string> errors_;
-    std::vector<std::thread> threads_;
 };
 
 std::string slurp(const ToolRun& r) { return "exit " + std::to_string(r.status) + "\nstdout:\n" + r.out + "stderr:\n" + r.err; }
@@ -175,7 +135,9 @@ BOOST_FIXTURE_TEST_CASE(drain_with_calls_running_loses_no_call, Cluster3) {
         [&] { return http_get(admin_address(*b), "/metrics").body.find("rpclb_admin_subscribers 1\n") != std::string::npos; },
         5s));
 
-    Load load(*client);
+    CallLoad load(*client, "w", 8, [](rpclb::Cluster& c, int, const rpclb::CallOptions& o) {
+        return c.call("demo", "sleep", {2}, o);
+    });
     BOOST_TEST_REQUIRE(eventually([&] { return load.served_by(b->name()) > 20; }, 10s));
 
     auto r = admin({"drain", b->name()});

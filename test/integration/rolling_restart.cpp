@@ -5,6 +5,7 @@
 #define BOOST_TEST_MODULE rolling_restart
 #include <boost/test/unit_test.hpp>
 
+#include "support/load.hpp"
 #include "support/node.hpp"
 
 #include <atomic>
@@ -19,64 +20,6 @@ using namespace rpclb::test;
 namespace {
 
 constexpr int load_threads = 16;
-
-// Calls `workers` in a loop from several threads until stopped; remembers every error.
-class Load {
-public:
-    explicit Load(rpclb::Cluster& client) {
-        for (int i = 0; i < load_threads; ++i)
-            threads_.emplace_back([this, &client, i] {
-                rpclb::CallOptions options;
-                options.load_balancer = "workers";
-                options.timeout = 10s;
-                while (!stop_) {
-                    // Many short calls at once, so that SIGTERM finds calls in flight and on the wire.
-                    // Even threads: instant calls, many on the wire at SIGTERM; odd threads:
-                    // 3 ms calls, running on the node when SIGTERM comes.
-                    auto r = i % 2 == 0 ? client.call("demo", "node", {}, options)
-                                        : client.call("demo", "sleep", {3}, options);
-                    std::lock_guard lock(mutex_);
-                    if (r) {
-                        ++served_[std::string(r->as_string())];
-                    } else {
-                        errors_.push_back(r.error().message + " " + boost::json::serialize(r.error().details));
-                    }
-                }
-            });
-    }
-
-    ~Load() { finish(); }
-
-    void finish() {
-        stop_ = true;
-        for (auto& t : threads_)
-            if (t.joinable()) t.join();
-    }
-
-    std::size_t served_by(const std::string& node) {
-        std::lock_guard lock(mutex_);
-        return served_[node];
-    }
-
-    std::size_t total() {
-        std::lock_guard lock(mutex_);
-        std::size_t n = errors_.size();
-        for (const auto& [node, count] : served_) n += count;
-        return n;
-    }
-
-    std::vector<std::string> errors() {
-        std::lock_guard lock(mutex_);
-        return errors_;
-    }
-
-private:
-    std::atomic<bool> stop_{false};
-    std::mutex mutex_;
-    std::map<std::string, std::size_t> served_;
-    std::vector<std::string> errors_;
-    std::vector<std::thread> threads_;
-};
 
 bool is_member(rpclb::Cluster& client, const std::string& node) {
     auto members = client.get_members("workers");
@@ -96,7 +39,11 @@ BOOST_AUTO_TEST_CASE(restarting_every_node_in_turn_under_load_loses_no_call) {
     auto client = start_client({nodes["a"]->address(), nodes["b"]->address(), nodes["c"]->address()});
     BOOST_REQUIRE(wait_for_members(*client, "workers", {"a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1"}, 10s));
 
-    Load load(*client);
+    // Even threads: instant calls, many on the wire at SIGTERM; odd threads: 3 ms calls,
+    // running on the node when SIGTERM comes.
+    CallLoad load(*client, "workers", load_threads, [](rpclb::Cluster& c, int i, const rpclb::CallOptions& o) {
+        return i % 2 == 0 ? c.call("demo", "node", {}, o) : c.call("demo", "sleep", {3}, o);
+    });
     for (const auto& name : names) {
         const auto full = name + "@127.0.0.1";
         // Let calls flow to the node before it goes.
