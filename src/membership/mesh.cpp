@@ -217,14 +217,18 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
 
 void Mesh::on_nodes(const wire::Nodes& nodes) {
     for (const auto& node : nodes.nodes) {
-        if (node.node == options_.name || node.client || node.listen.empty()) continue;
+        // Only the nodes this one dials are remembered from gossip. The others dial this
+        // node themselves, and an entry for one of them made from stale gossip (a peer
+        // still listing a node that has already gone) would have no connection and no
+        // redial to remove it.
+        if (node.node == options_.name || node.client || node.listen.empty() || !dials(node.node)) continue;
         {
             std::lock_guard lock(mutex_);
             auto& k = known_[node.node];
             if (k.info.incarnation != node.incarnation) k = KnownNode{node, 0};
             if (peers_.contains(node.node)) continue;
         }
-        if (dials(node.node)) dial(node.listen);
+        dial(node.listen);
     }
 }
 
