@@ -1,7 +1,8 @@
-// The admin port: one Beast listener serving HTTP (/metrics, /healthz, /readyz) and the
-// admin protocol on WebSocket /admin. Every handler runs on the admin's one I/O thread;
+// The admin port: one Beast listener serving HTTP (/metrics, /healthz, /readyz, the
+// console page at / and its files) and the admin protocol on WebSocket /admin. Every handler runs on the admin's one I/O thread;
 // commands run on its command pool and post their answers back.
 #include "admin/admin_impl.hpp"
+#include "admin/page.hpp"
 
 #include <system_error>
 
@@ -334,7 +335,9 @@ private:
         if (target == "/metrics")
             return respond(http::status::ok, admin_.metrics_text(), keep_alive,
                            "text/plain; version=0.0.4; charset=utf-8");
-        return respond(http::status::not_found, "not found; try /metrics, /healthz, /readyz or WebSocket /admin\n",
+        if (const auto* asset = find_page_asset(target))
+            return respond(http::status::ok, std::string(asset->body), keep_alive, asset->content_type);
+        return respond(http::status::not_found, "not found; try /, /metrics, /healthz, /readyz or WebSocket /admin\n",
                        keep_alive);
     }
 
@@ -344,11 +347,18 @@ private:
     }
 
     void respond(http::status status, std::string body, bool keep_alive,
-                 const char* content_type = "text/plain; charset=utf-8") {
+                 std::string_view content_type = "text/plain; charset=utf-8") {
         auto response = std::make_shared<http::response<http::string_body>>(status, 11);
         response->set(http::field::server, "rpclb-admin");
         response->set(http::field::content_type, content_type);
         response->set(http::field::cache_control, "no-store");
+        response->set("X-Content-Type-Options", "nosniff");
+        // The console page loads only its own files and talks only to this port; no other
+        // site may frame it (its buttons drain and stop nodes).
+        if (content_type.starts_with("text/html"))
+            response->set("Content-Security-Policy",
+                          "default-src 'self'; img-src 'self' data:; "
+                          "frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
         response->keep_alive(keep_alive);
         response->body() = std::move(body);
         response->prepare_payload();
