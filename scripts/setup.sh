@@ -10,6 +10,14 @@ build="${RPCLB_BUILD_DIR:-$root/build}"
 packages=(g++ cmake ninja-build pkg-config
           libboost1.81-all-dev libboost1.81-tools-dev libboost-json1.81-dev libboost-url1.81-dev
           libssl-dev libxxhash-dev libbenchmark-dev)
+# The browser test of the admin console page (test/browser/) drives Debian's chromium with
+# Node.js. RPCLB_SETUP_BROWSER=0 leaves it out. npm only when no npm command exists: a
+# Node.js from another source bundles its own, and Debian's npm would conflict with it.
+browser="${RPCLB_SETUP_BROWSER:-1}"
+if [ "$browser" = 1 ]; then
+  packages+=(chromium nodejs)
+  command -v npm >/dev/null || packages+=(npm)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,6 +28,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${missing[@]}"
+fi
+
+# The test's own node_modules, exactly as its lock file says (npm ci), redone only when the
+# lock file changed since the last run.
+if [ "$browser" = 1 ]; then
+  lock_sum=$(sha256sum "$root/test/browser/package-lock.json" | cut -d' ' -f1)
+  stamp="$root/test/browser/node_modules/.rpclb-lock-sha256"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$lock_sum" ]; then
+    echo "setup: npm ci in test/browser"
+    (cd "$root/test/browser" && npm ci --no-audit --no-fund)
+    echo "$lock_sum" >"$stamp"
+  fi
 fi
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
