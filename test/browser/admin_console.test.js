@@ -2,8 +2,8 @@
 // listener, a token and balancer `w`, opens the page of node a in Debian's chromium (driven
 // by puppeteer-core) with #token=..., and checks that it shows the three nodes and w's
 // members, that Drain on node b (confirmed in the page's dialog) takes b out of w's members,
-// that Undrain puts it back, and that the change-algorithm dialog reaches the node and shows
-// its answer. Saves screenshots to $RPCLB_BROWSER_OUT.
+// that Undrain puts it back, that the change-algorithm dialog reaches the node and shows its
+// answer, and that Stop ends node c. Saves screenshots to $RPCLB_BROWSER_OUT.
 //
 // Environment (test/CMakeLists.txt sets it): RPCLB_BIN_DIR (rpclb-node), RPCLB_PLUGIN_PATH,
 // RPCLB_BROWSER_OUT (screenshots and node logs), RPCLB_CHROMIUM (default /usr/bin/chromium).
@@ -114,6 +114,14 @@ async function checkAssets(admin) {
     fail("GET / has no Content-Security-Policy with frame-ancestors 'none'");
 }
 
+// What the test is doing now, for the failure message and the progress log.
+let current = "starting the cluster";
+const t0 = Date.now();
+function step(what) {
+  current = what;
+  console.log(`${((Date.now() - t0) / 1000).toFixed(1).padStart(5)} s  ${what}`);
+}
+
 // The texts of a selector's elements.
 const texts = (page, selector) => page.$$eval(selector, (es) => es.map((e) => e.textContent.trim()));
 
@@ -140,9 +148,11 @@ async function run(puppeteer) {
     page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
     page.setDefaultTimeout(WAIT_MS);
 
+    step("opening the page with #token=...");
     await page.goto(`http://${a.admin}/#token=${token}`, { waitUntil: "load" });
 
     // The three nodes, ready, each with its listen address; the token gone from the URL.
+    step("waiting for the three nodes, ready");
     await page.waitForFunction((names) => {
       const rows = [...document.querySelectorAll("#nodes tbody tr")];
       return names.every((n) => rows.some((r) => r.dataset.node === n && r.querySelector(".state").textContent === "ready"));
@@ -155,28 +165,34 @@ async function run(puppeteer) {
 
     // Balancer w with its three members and a chart.
     const members = '[data-balancer="w"] .members li';
+    step("waiting for w and its three members");
     await page.waitForFunction((sel, n) => document.querySelectorAll(sel).length === n, {}, members, 3);
     const seen = (await texts(page, members)).sort();
     if (JSON.stringify(seen) !== JSON.stringify(all)) fail(`w's members are ${seen}, expected ${all}`);
+    step("waiting for w's chart and the event subscription");
     await page.waitForSelector('[data-balancer="w"] .chart canvas');
     await page.waitForFunction(() => /Subscribed to/.test(document.querySelector("#events-state").textContent));
 
     // Drain b: the dialog asks first; Cancel changes nothing, Drain takes b out of w.
     const drainB = `button[data-key="drain/${b.name}"]`;
+    step("Drain b, then Cancel");
     await page.click(drainB);
     await page.waitForSelector("#confirm[open]");
     const question = await page.$eval("#confirm-text", (e) => e.textContent);
     if (!question.includes(b.name)) fail(`the drain dialog does not name ${b.name}: ${question}`);
     await page.click("#confirm-cancel");
     await page.waitForSelector("#confirm:not([open])");
+    step("Drain b, then confirm");
     await page.click(drainB);
     await page.waitForSelector("#confirm[open]");
     await page.screenshot({ path: path.join(outDir, "admin-console-confirm.png") });
     await page.click("#confirm-ok");
+    step("waiting for b to leave w's members");
     await page.waitForFunction((sel, gone) => {
       const names = [...document.querySelectorAll(sel)].map((e) => e.textContent);
       return names.length === 2 && !names.includes(gone);
     }, {}, members, b.name);
+    step("waiting for b's state, the answer and a membership.leave event");
     await page.waitForFunction((n) =>
       document.querySelector(`#nodes tr[data-node="${n}"] .state`)?.textContent === "drained", {}, b.name);
     await page.waitForFunction((n) => document.querySelector("#message").textContent.includes(`${n}: drained w`),
@@ -186,12 +202,14 @@ async function run(puppeteer) {
       .some((r) => r.innerText.includes("membership.leave") && r.innerText.includes(n)), {}, b.name);
 
     // The text filter hides what does not match.
+    step("filtering the events");
     await page.type("#event-filter", "no-such-event-text");
     await page.waitForFunction(() => document.querySelectorAll("#events tbody tr").length === 0);
     await page.$eval("#event-filter", (e) => { e.value = ""; e.dispatchEvent(new Event("input")); });
 
     // Change algorithm: the node answers, and the page shows the answer, whatever it is
     // (unknown_command on a node without balancer_set_algorithm).
+    step("Change algorithm of w on a to random");
     await page.click(`button[data-key="algorithm/${a.name}/w"]`);
     await page.waitForSelector("#confirm[open]");
     await page.$eval("#algorithm", (e) => { e.value = "random"; });
@@ -204,10 +222,20 @@ async function run(puppeteer) {
     await page.screenshot({ path: path.join(outDir, "admin-console.png"), fullPage: true });
 
     // Undrain b: it is a member again.
+    step("Undrain b, waiting for it to be a member again");
     await page.click(`button[data-key="undrain/${b.name}"]`);
     await page.waitForSelector("#confirm[open]");
     await page.click("#confirm-ok");
     await page.waitForFunction((sel, n) => document.querySelectorAll(sel).length === n, {}, members, 3);
+
+    // Stop c: the process exits with status 0 and its row goes.
+    step("Stop c, waiting for it to exit");
+    await page.click(`button[data-key="stop/${c.name}"]`);
+    await page.waitForSelector("#confirm[open]");
+    await page.click("#confirm-ok");
+    await waitFor(`${c.name} exits`, () => c.exited !== null);
+    if (c.exited !== 0) fail(`${c.name} exited with ${c.exited} after Stop, expected 0`);
+    await page.waitForFunction((n) => !document.querySelector(`#nodes tr[data-node="${n}"]`), {}, c.name);
 
     if (problems.length) fail(`the page reported problems:\n${problems.join("\n")}`);
   } finally {
@@ -246,7 +274,7 @@ for (const signal of ["SIGINT", "SIGTERM"])
   process.on(signal, () => stopNodes().finally(() => process.exit(1)));
 
 main().then(() => process.exit(0), (e) => {
-  console.error(`FAIL: ${e.message}`);
+  console.error(`FAIL while ${current}: ${e.message}`);
   for (const n of nodes) console.error(`--- ${n.name} log (${n.log}):\n${fs.readFileSync(n.log, "utf8").slice(-3000)}`);
   process.exit(1);
 });

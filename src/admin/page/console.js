@@ -162,7 +162,6 @@
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attributes)) {
       if (k === "class") { if (v) e.className = v; }
-      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
       else if (v === true) e.setAttribute(k, "");
       else if (v !== false && v !== undefined && v !== null) e.setAttribute(k, v);
     }
@@ -170,12 +169,26 @@
     return e;
   }
 
-  // Replaces a tbody's rows, keeping keyboard focus on the button it was on.
-  function replaceRows(tbody, rows) {
-    const focused = tbody.contains(document.activeElement) ? document.activeElement.dataset.key : null;
-    tbody.replaceChildren(...rows);
-    if (focused) tbody.querySelector(`[data-key="${CSS.escape(focused)}"]`)?.focus();
+  // Makes `old` look like `fresh` by changing only what differs, so the elements under the
+  // pointer and the keyboard focus survive the once-a-second redraw (a replaced button
+  // would swallow a click that began before the redraw).
+  function morph(old, fresh) {
+    if (old.nodeType !== fresh.nodeType || old.nodeName !== fresh.nodeName) {
+      old.replaceWith(fresh);
+      return;
+    }
+    if (old.nodeType === Node.TEXT_NODE) {
+      if (old.data !== fresh.data) old.data = fresh.data;
+      return;
+    }
+    for (const { name } of [...old.attributes]) if (!fresh.hasAttribute(name)) old.removeAttribute(name);
+    for (const { name, value } of fresh.attributes) if (old.getAttribute(name) !== value) old.setAttribute(name, value);
+    const had = [...old.childNodes];
+    [...fresh.childNodes].forEach((child, i) => (i < had.length ? morph(had[i], child) : old.append(child)));
+    had.slice(fresh.childNodes.length).forEach((child) => child.remove());
   }
+
+  function replaceRows(tbody, rows) { morph(tbody, el("tbody", {}, ...rows)); }
 
   const fmt = (x, digits = 1) => (x === null || x === undefined ? "–" : Number(x).toFixed(digits));
 
@@ -210,11 +223,19 @@
   function actionButton(label, action, node, disabled, cls) {
     const key = `${action}/${node}`;
     return el("button", {
-      type: "button", class: cls, "data-key": key, "data-action": action,
+      type: "button", class: cls, "data-key": key, "data-action": action, "data-node": node,
       "aria-label": `${label} ${node}`, disabled: disabled || busy.has(key),
-      onclick: () => nodeAction(action, node),
     }, label);
   }
+
+  // One listener for every action button: it reads what to do from the button's data.
+  document.addEventListener("click", (e) => {
+    const button = e.target.closest("button[data-action]");
+    if (!button || button.disabled) return;
+    const { action, node, balancer } = button.dataset;
+    if (action === "change-algorithm") changeAlgorithm(node, balancer);
+    else nodeAction(action, node);
+  });
 
   const nodeActions = {
     drain: {
@@ -264,6 +285,7 @@
   // ---- balancers ------------------------------------------------------------------------------
   const views = new Map();  // balancer name -> {section, members, tbody, chart, data}
   const lastCalls = new Map();  // "node/balancer" -> {calls, t}
+  const latest = new Map();     // "node/balancer" -> the balancer as that node last described it
 
   function renderBalancers(answers) {
     const now = Date.now() / 1000;
@@ -353,6 +375,7 @@
           el("td", { colspan: 11 }, "drained: stopped until undrain"));
       }
       const key = `${node}/${name}`;
+      latest.set(key, b);
       const last = lastCalls.get(key);
       let perSecond = null;
       if (last && now > last.t) perSecond = Math.max(0, b.calls - last.calls) / (now - last.t);
@@ -374,9 +397,9 @@
         el("td", { class: "num" }, fmt(b.p50_ms, 2)),
         el("td", { class: "num" }, fmt(b.p99_ms, 2)),
         el("td", {}, el("button", {
-          type: "button", "data-key": changeKey, "data-action": "change-algorithm",
-          "aria-label": `Change the algorithm of ${name} on ${node}`, disabled: busy.has(changeKey),
-          onclick: () => changeAlgorithm(node, name, b),
+          type: "button", "data-key": changeKey, "data-action": "change-algorithm", "data-node": node,
+          "data-balancer": name, "aria-label": `Change the algorithm of ${name} on ${node}`,
+          disabled: busy.has(changeKey),
         }, "Change algorithm")));
     });
     replaceRows(view.tbody, rows);
@@ -389,7 +412,9 @@
     view.chart.setData(view.data);
   }
 
-  async function changeAlgorithm(node, name, b) {
+  async function changeAlgorithm(node, name) {
+    const b = latest.get(`${node}/${name}`);
+    if (!b) return;
     const choice = await confirmDialog({
       title: `Change the algorithm of ${name}`,
       text: `The balancer ${name} on ${node} keeps serving and picks with the new algorithm from now on.`,
