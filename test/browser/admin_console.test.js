@@ -115,7 +115,7 @@ async function checkAssets(admin) {
 }
 
 // What the test is doing now, for the failure message and the progress log.
-let current = "starting the cluster";
+let current = "checking what the test needs";
 const t0 = Date.now();
 function step(what) {
   current = what;
@@ -126,6 +126,7 @@ function step(what) {
 const texts = (page, selector) => page.$$eval(selector, (es) => es.map((e) => e.textContent.trim()));
 
 async function run(puppeteer) {
+  step("starting the cluster");
   const a = await startNode("a");
   const b = await startNode("b", a.listen);
   const c = await startNode("c", a.listen);
@@ -140,6 +141,20 @@ async function run(puppeteer) {
       "--disable-component-update", "--disable-sync", `--user-data-dir=${profile}`],
   });
   try {
+    // Without #token= the page asks for the token, and says so when the node refuses one.
+    step("opening the page without a token");
+    const bare = await browser.newPage();
+    await bare.goto(`http://${a.admin}/`, { waitUntil: "load" });
+    await bare.waitForSelector("#token-form:not([hidden])");
+    await bare.type("#token", "not-the-token");
+    await bare.keyboard.press("Enter");
+    await bare.waitForFunction(() => /refused/.test(document.querySelector("#token-reason").textContent));
+    await bare.type("#token", token);
+    await bare.keyboard.press("Enter");
+    await bare.waitForSelector("#nodes tbody tr");
+    if (await bare.$eval("#token-form", (f) => !f.hidden)) fail("the token form stays after the right token");
+    await bare.close();
+
     const page = await browser.newPage();
     await page.setViewport({ width: 1280, height: 900 });
     const problems = [];
@@ -206,6 +221,8 @@ async function run(puppeteer) {
     await page.type("#event-filter", "no-such-event-text");
     await page.waitForFunction(() => document.querySelectorAll("#events tbody tr").length === 0);
     await page.$eval("#event-filter", (e) => { e.value = ""; e.dispatchEvent(new Event("input")); });
+    await page.waitForFunction(() => document.querySelectorAll("#events tbody tr").length > 0);
+    await page.screenshot({ path: path.join(outDir, "admin-console.png"), fullPage: true });
 
     // Change algorithm: the node answers, and the page shows the answer, whatever it is
     // (unknown_command on a node without balancer_set_algorithm).
@@ -218,8 +235,6 @@ async function run(puppeteer) {
     const answer = await page.$eval("#message", (e) => e.textContent);
     if (!/now uses random|failed: unknown_command: /.test(answer)) fail(`unexpected answer to the change: ${answer}`);
     console.log(`change algorithm: ${answer}`);
-
-    await page.screenshot({ path: path.join(outDir, "admin-console.png"), fullPage: true });
 
     // Undrain b: it is a member again.
     step("Undrain b, waiting for it to be a member again");
