@@ -323,6 +323,7 @@ private:
             return;
         }
         const bool keep_alive = request.keep_alive();
+        head_ = request.method() == http::verb::head;
         if (request.method() != http::verb::get && request.method() != http::verb::head)
             return respond(http::status::method_not_allowed, "only GET\n", keep_alive);
         const auto target = path(request);
@@ -362,6 +363,9 @@ private:
         response->keep_alive(keep_alive);
         response->body() = std::move(body);
         response->prepare_payload();
+        // HEAD: the headers of the GET answer (its Content-Length too) and no body, or the
+        // client would read the body as the next answer on this connection.
+        if (head_) response->body().clear();
         stream_.expires_after(http_timeout);
         http::async_write(stream_, *response, [self = shared_from_this(), response](beast::error_code ec, std::size_t) {
             if (ec || !response->keep_alive()) {
@@ -377,6 +381,7 @@ private:
     beast::tcp_stream stream_;
     beast::flat_buffer buffer_;
     std::optional<http::request_parser<http::string_body>> parser_;
+    bool head_ = false;  // the request being answered is a HEAD
 };
 
 }  // namespace

@@ -14,6 +14,7 @@ const { spawn } = require("node:child_process");
 const crypto = require("node:crypto");
 const fs = require("node:fs");
 const http = require("node:http");
+const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
 
@@ -112,6 +113,28 @@ async function checkAssets(admin) {
   const page = await get(admin, "/");
   if (!(page.headers["content-security-policy"] || "").includes("frame-ancestors 'none'"))
     fail("GET / has no Content-Security-Policy with frame-ancestors 'none'");
+
+  // HEAD gives the GET's headers and no body: the next answer on the connection follows at once.
+  const size = (await get(admin, "/uplot.min.js")).body.length;
+  const both = await raw(admin, "HEAD /uplot.min.js HTTP/1.1\r\nHost: x\r\n\r\n" +
+    "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const answers = both.split(/(?=HTTP\/1\.1 )/);
+  if (answers.length !== 2 || !answers[0].includes(`Content-Length: ${size}\r\n`) || !answers[0].endsWith("\r\n\r\n") ||
+      !answers[1].startsWith("HTTP/1.1 200") || !answers[1].endsWith("\r\n\r\nok\n"))
+    fail(`HEAD /uplot.min.js then GET /healthz on one connection gave:\n${both.slice(0, 1000)}`);
+}
+
+// Sends `text` on a new connection and resolves with all it reads until the server closes.
+function raw(address, text) {
+  return new Promise((resolve, reject) => {
+    const [host, port] = address.split(":");
+    const socket = net.connect(+port, host, () => socket.end(text));
+    let got = "";
+    socket.setEncoding("latin1");
+    socket.on("data", (c) => { got += c; });
+    socket.on("end", () => resolve(got));
+    socket.on("error", reject);
+  });
 }
 
 // What the test is doing now, for the failure message and the progress log.
@@ -131,6 +154,7 @@ async function run(puppeteer) {
   const b = await startNode("b", a.listen);
   const c = await startNode("c", a.listen);
   const all = [a.name, b.name, c.name].sort();
+  step("checking the page's files over plain HTTP");
   await checkAssets(a.admin);
 
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "rpclb-chromium-"));
