@@ -52,7 +52,7 @@ struct AdminStats {
 };
 
 /// The admin listener of one node: one TCP port serving HTTP (`GET /metrics`, `/healthz`,
-/// `/readyz`) and the admin protocol on `WebSocket /admin`
+/// `/readyz`, the console page at `/` with its files) and the admin protocol on `WebSocket /admin`
 /// (doc/reference/admin-protocol.md). It runs its own I/O thread and two command threads,
 /// so a slow command (a drain waits for calls) never holds up the node's network threads
 /// or other admin clients.
