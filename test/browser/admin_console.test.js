@@ -168,6 +168,7 @@ async function run(puppeteer) {
     // Without #token= the page asks for the token, and says so when the node refuses one.
     step("opening the page without a token");
     const bare = await browser.newPage();
+    bare.setDefaultTimeout(WAIT_MS);
     await bare.goto(`http://${a.admin}/`, { waitUntil: "load" });
     await bare.waitForSelector("#token-form:not([hidden])");
     await bare.type("#token", "not-the-token");
@@ -219,8 +220,12 @@ async function run(puppeteer) {
     await page.waitForSelector("#confirm[open]");
     const question = await page.$eval("#confirm-text", (e) => e.textContent);
     if (!question.includes(b.name)) fail(`the drain dialog does not name ${b.name}: ${question}`);
+    const before = await page.$eval("#status", (e) => e.textContent);
     await page.click("#confirm-cancel");
     await page.waitForSelector("#confirm:not([open])");
+    await page.waitForFunction((t) => document.querySelector("#status").textContent !== t, {}, before);
+    if ((await texts(page, members)).length !== 3 || (await page.$eval("#message", (e) => e.textContent)) !== "")
+      fail("Cancel in the drain dialog still did something");
     step("Drain b, then confirm");
     await page.click(drainB);
     await page.waitForSelector("#confirm[open]");
