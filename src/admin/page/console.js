@@ -1,7 +1,7 @@
 // The rpclb admin console: one page talking the admin protocol
 // (doc/reference/admin-protocol.md) over WebSocket /admin of the node that served it.
 // Every second it asks that node for the cluster's nodes and, through it, each node for
-// its balancers; it redraws the tables and charts from the answers.
+// its balancers and metrics; it redraws the tables and charts from the answers.
 "use strict";
 
 (() => {
@@ -144,8 +144,12 @@
     try {
       const { nodes } = await ask("nodes");
       self = nodes.find((n) => n.self) || null;
-      const answers = await Promise.all(nodes.filter((n) => !n.error).map((n) =>
-        ask("balancers", n.self ? {} : { node: n.name }).catch((e) => ({ node: n.name, error: e }))));
+      const answers = await Promise.all(nodes.filter((n) => !n.error).map((n) => {
+        const where = n.self ? {} : { node: n.name };
+        return Promise.all([ask("balancers", where), ask("metrics", where)]).then(
+          ([b, m]) => ({ ...b, histograms: parseHistograms(m.text) }),
+          (e) => ({ node: n.name, error: e }));
+      }));
       renderNodes(nodes);
       renderBalancers(answers);
       showSubscription();
@@ -282,10 +286,42 @@
     }
   }
 
+  // ---- latency from the duration histograms --------------------------------------------------
+  // The `balancers` answer gives quantiles since the node started; the chart wants the calls
+  // of the last interval, so it takes the difference of two /metrics histograms.
+  const BUCKET = /^rpclb_balancer_call_duration_seconds_bucket\{load_balancer="((?:[^"\\]|\\.)*)",le="([^"]+)"\} (\d+)$/gm;
+
+  // Prometheus text -> Map(balancer -> {bounds: [s...], counts: [cumulative...]}), +Inf last.
+  function parseHistograms(text) {
+    const histograms = new Map();
+    for (const [, escaped, le, count] of text.matchAll(BUCKET)) {
+      const name = escaped.replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
+      if (!histograms.has(name)) histograms.set(name, { bounds: [], counts: [] });
+      const h = histograms.get(name);
+      h.bounds.push(le === "+Inf" ? Infinity : Number(le));
+      h.counts.push(Number(count));
+    }
+    return histograms;
+  }
+
+  // The q-quantile, in ms, of cumulative bucket counts, interpolated inside the bucket as
+  // Prometheus' histogram_quantile does; null when there are no calls.
+  function quantileMs(q, bounds, counts) {
+    const total = counts[counts.length - 1];
+    if (!total) return null;
+    const rank = q * total;
+    const i = counts.findIndex((c) => c >= rank);
+    if (bounds[i] === Infinity) return bounds[i - 1] * 1000;
+    const lower = i === 0 ? 0 : bounds[i - 1];
+    const below = i === 0 ? 0 : counts[i - 1];
+    return (lower + (bounds[i] - lower) * ((rank - below) / (counts[i] - below))) * 1000;
+  }
+
   // ---- balancers ------------------------------------------------------------------------------
   const views = new Map();  // balancer name -> {section, members, tbody, chart, data}
   const lastCalls = new Map();  // "node/balancer" -> {calls, t}
   const latest = new Map();     // "node/balancer" -> the balancer as that node last described it
+  const lastHistogram = new Map();  // "node/balancer" -> its duration histogram at the last poll
 
   function renderBalancers(answers) {
     const now = Date.now() / 1000;
@@ -294,7 +330,7 @@
       if (a.error) continue;
       for (const b of a.balancers) {
         if (!byName.has(b.name)) byName.set(b.name, []);
-        byName.get(b.name).push({ node: a.node, b });
+        byName.get(b.name).push({ node: a.node, b, histogram: a.histograms.get(b.name) });
       }
       for (const name of a.drained) {
         if (!byName.has(name)) byName.set(name, []);
@@ -324,7 +360,7 @@
       el("p", { class: "members-of" }),
       el("ul", { class: "members", "aria-label": `Members of ${name}` }),
       el("table", {},
-        el("caption", {}, `${name} on each node that hosts it. Calls, latency and in-flight count cover the calls that node routed.`),
+        el("caption", {}, `${name} on each node that hosts it. Calls, latency and in-flight count cover the calls that node routed; p50 and p99 since the node started.`),
         el("thead", {}, el("tr", {}, ...["Node", "Algorithm", "Options", "Joined", "In flight", "Serving", "Calls",
           "Errors", "Calls/s", "p50 (ms)", "p99 (ms)", "Actions"].map((h) => el("th", { scope: "col" }, h)))),
         tbody),
@@ -339,7 +375,7 @@
       series: [
         {},
         { label: "calls/s (all nodes)", scale: "calls", stroke: "#0b57d0", width: 2, value: (u, v) => fmt(v) },
-        { label: "p99 ms (worst node)", scale: "ms", stroke: "#b3261e", width: 2, value: (u, v) => fmt(v, 2) },
+        { label: "p99 ms (all nodes)", scale: "ms", stroke: "#b3261e", width: 2, value: (u, v) => fmt(v, 2) },
       ],
       axes: [
         {},
@@ -367,8 +403,9 @@
     view.section.querySelector(".members").replaceChildren(...members.map((m) => el("li", {}, m)));
 
     let rate = 0;
-    let p99 = null;
-    const rows = hosts.map(({ node, b }) => {
+    let interval = null;  // the cumulative bucket counts of this interval's calls, all nodes
+    let bounds = null;
+    const rows = hosts.map(({ node, b, histogram }) => {
       if (!b) {
         return el("tr", { "data-node": node },
           el("th", { scope: "row", class: "mono" }, node),
@@ -381,7 +418,17 @@
       if (last && now > last.t) perSecond = Math.max(0, b.calls - last.calls) / (now - last.t);
       lastCalls.set(key, { calls: b.calls, t: now });
       rate += perSecond || 0;
-      if (b.p99_ms !== null && (p99 === null || b.p99_ms > p99)) p99 = b.p99_ms;
+      // No histogram yet means no call yet: polled before without one counts as all zeros.
+      const polled = lastHistogram.has(key);
+      const before = lastHistogram.get(key) || { counts: histogram ? histogram.counts.map(() => 0) : [] };
+      lastHistogram.set(key, histogram || null);
+      if (histogram && polled && before.counts.length === histogram.counts.length) {
+        const delta = histogram.counts.map((c, i) => c - before.counts[i]);
+        if (delta.every((d) => d >= 0)) {  // a restarted node starts from zero: skip it once
+          interval = interval ? interval.map((c, i) => c + delta[i]) : delta;
+          bounds = histogram.bounds;
+        }
+      }
       const errors = Object.entries(b.calls_by_status || {}).filter(([s]) => s !== "ok").reduce((n, [, c]) => n + c, 0);
       const changeKey = `algorithm/${node}/${name}`;
       return el("tr", { "data-node": node },
@@ -407,7 +454,7 @@
     const [xs, calls, lat] = view.data;
     xs.push(now);
     calls.push(rate);
-    lat.push(p99);
+    lat.push(interval ? quantileMs(0.99, bounds, interval) : null);
     if (xs.length > HISTORY) view.data.forEach((s) => s.shift());
     view.chart.setData(view.data);
   }
