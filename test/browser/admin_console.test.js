@@ -264,6 +264,9 @@ async function run(puppeteer) {
     const answer = await page.$eval("#message", (e) => e.textContent);
     if (!/now uses random|failed: unknown_command: /.test(answer)) fail(`unexpected answer to the change: ${answer}`);
     console.log(`change algorithm: ${answer}`);
+    if (/now uses random/.test(answer))
+      await page.waitForFunction((n) => document.querySelector(`[data-balancer="w"] tr[data-node="${n}"] td`)
+        ?.textContent === "random", {}, a.name);
 
     // Undrain b: it is a member again.
     step("Undrain b, waiting for it to be a member again");
