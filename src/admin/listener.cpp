@@ -1,6 +1,7 @@
 // The admin port: one Beast listener serving HTTP (/metrics, /healthz, /readyz, the
-// console page at / and its files) and the admin protocol on WebSocket /admin. Every handler runs on the admin's one I/O thread;
-// commands run on its command pool and post their answers back.
+// console page at / and its files) and the admin protocol on WebSocket /admin. Every
+// handler runs on the admin's one I/O thread; commands run on its command pool and post
+// their answers back.
 #include "admin/admin_impl.hpp"
 #include "admin/page.hpp"
 
