@@ -45,7 +45,9 @@ Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::
     settings_.max_send_queue_bytes = options.max_send_queue_bytes;
     settings_.idle_timeout = options.idle_timeout;
     settings_.handshake_timeout = options.handshake_timeout;
-    if (options.tls.enabled()) settings_.tls = make_tls_context(options.tls);  // throws std::invalid_argument
+    // Throws std::invalid_argument naming the field; a key or CA without a certificate too.
+    if (options.tls.enabled() || !options.tls.key.empty() || !options.tls.ca.empty())
+        settings_.tls = make_tls_context(options.tls);
 }
 
 void Mesh::listen() {
