@@ -175,6 +175,7 @@ int main(int argc, char** argv) {
     positional.add("module", 1).add("function", 1).add("args", 1);
     po::variables_map vm;
     boost::json::array args;
+    rpclb::TlsOptions tls;
     try {
         po::store(po::command_line_parser(argc, argv).options(desc).positional(positional).run(), vm);
         po::notify(vm);
@@ -207,8 +208,8 @@ int main(int argc, char** argv) {
         }
         if (!tls_min_version.empty() && !rpclb::parse_tls_version(tls_min_version))
             throw std::invalid_argument("--tls-min-version must be 1.2 or 1.3, got \"" + tls_min_version + "\"");
-        const rpclb::TlsOptions tls{tls_cert, tls_key, tls_ca,
-                                    rpclb::parse_tls_version(tls_min_version).value_or(rpclb::TlsVersion::v1_3)};
+        tls = {tls_cert, tls_key, tls_ca,
+               rpclb::parse_tls_version(tls_min_version).value_or(rpclb::TlsVersion::v1_3)};
         if (auto problem = rpclb::detail::check_tls(tls))
             throw std::invalid_argument(problem->flag() + ": " + problem->reason);
     } catch (const std::exception& e) {
@@ -223,10 +224,7 @@ int main(int argc, char** argv) {
     options.seeds = seeds;
     options.cookie = cookie;
     options.worker_threads = 1;
-    options.tls.cert = tls_cert;
-    options.tls.key = tls_key;
-    options.tls.ca = tls_ca;
-    if (auto version = rpclb::parse_tls_version(tls_min_version)) options.tls.min_version = *version;
+    options.tls = tls;
     for (const auto& dir : plugin_dirs) options.plugin_path.emplace_back(dir);
     try {
         rpclb::Cluster cluster(options);
