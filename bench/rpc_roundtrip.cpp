@@ -5,6 +5,9 @@
 //   rpclb_inline   `echo(1, "abc")` through rpclb::Cluster::call() to a node registering
 //                  bench.echo with HandlerOptions::run_inline (--serve);
 //   rpclb_worker   the same call to bench.echo_worker on that node, run on its worker pool;
+//   rpclb_tls_inline  rpclb_inline over TLS 1.3 with mutual verification (ClusterOptions::tls),
+//                  to a second server node (--serve --tls DIR); the certificate is made
+//                  for the run with the `openssl` command in a temporary directory;
 //   raw_tcp        the floor: the JSON text of those arguments (`[1,"abc"]`) with a 4-byte
 //                  length prefix, echoed by a blocking Asio server (--raw-serve);
 //   beast_ws_json  the same wire work as an rpclb call (masked WebSocket text frames,
@@ -12,7 +15,7 @@
 //                  thread each side (--ws-serve): the cost of the protocol without rpclb's
 //                  threads, strands, timers and futures.
 // Each does `warmup` untimed calls then `count` timed sequential calls. The timed calls are
-// split into `rounds` blocks taken in turn (raw, ws, inline, worker, raw, ...) so that a
+// split into `rounds` blocks taken in turn (raw, ws, inline, worker, tls, raw, ...) so that a
 // burst of load from elsewhere on the machine hits every stack alike; the floor is always
 // taken in the same run (the rule of bench/README.md: a ratio to a floor, never a timed test).
 //
@@ -25,7 +28,8 @@
 // `rpclb_worker ...`, `raw_tcp ...`, `ratio_inline` (inline median / raw median),
 // `ratio_worker`, `ratio_p99_inline` (inline p99 / raw p99), `csw_per_call_client` and
 // `csw_per_call_server` (context switches, voluntary + involuntary over all threads, per
-// inline call). Lines starting with '#' carry details: the beast_ws_json floor, more
+// inline call), `rpclb_tls_inline median_us=.. p99_us=..`, `ratio_tls` (TLS inline median /
+// plaintext inline median: what TLS adds to a call). Lines starting with '#' carry details: the beast_ws_json floor, more
 // percentiles, CPU time and context switches per call of every stack.
 #include "support/harness.hpp"
 
@@ -43,6 +47,8 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -75,10 +81,40 @@ json::array echo_args() { return json::array{1, "abc"}; }
 
 // ---- servers (child processes) -----------------------------------------------------------
 
-int run_rpclb_server() {
+// TLS options of both ends in the TLS stack: one self-signed certificate for 127.0.0.1
+// in `dir`, presented by both sides and trusted by both (mutual verification, as a
+// cluster with a CA runs).
+rpclb::TlsOptions tls_options(const std::filesystem::path& dir) {
+    return {dir / "bench.pem", dir / "bench.key", dir / "bench.pem", rpclb::TlsVersion::v1_3};
+}
+
+// A temporary directory holding the certificate of tls_options; removed by the destructor.
+class BenchCertificate {
+public:
+    BenchCertificate() {
+        auto pattern = (std::filesystem::temp_directory_path() / "rpclb-bench-tls-XXXXXX").string();
+        if (!::mkdtemp(pattern.data())) die("mkdtemp failed");
+        dir_ = pattern;
+        const auto command = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout '" +
+                             (dir_ / "bench.key").string() + "' -out '" + (dir_ / "bench.pem").string() +
+                             "' -days 1 -subj /CN=rpclb-bench -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1";
+        if (std::system(command.c_str()) != 0) die("cannot make a certificate with the openssl command");
+    }
+    ~BenchCertificate() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+    }
+    const std::filesystem::path& dir() const { return dir_; }
+
+private:
+    std::filesystem::path dir_;
+};
+
+int run_rpclb_server(const std::optional<std::filesystem::path>& tls_dir) {
     rpclb::ClusterOptions options;
     options.name = server_node;
     options.cookie = cookie;
+    if (tls_dir) options.tls = tls_options(*tls_dir);
     rpclb::Cluster cluster(std::move(options));
     auto echo = [](const json::array& args) -> rpclb::CallResult { return json::value(args); };
     cluster.register_function("bench", "echo", echo, rpclb::HandlerOptions{.run_inline = true});
@@ -272,6 +308,8 @@ int run_client(const Options& o) {
     bench::Child raw_server(bench::self_child("--raw-serve", cpu));
     bench::Child ws_server(bench::self_child("--ws-serve", cpu));
     bench::Child rpclb_server(bench::self_child("--serve", cpu));
+    const BenchCertificate certificate;
+    bench::Child rpclb_tls_server(bench::self_child("--serve", cpu, {"--tls", certificate.dir().string()}));
 
     RawClient raw(raw_server.port());
     WsClient ws(ws_server.port());
@@ -282,19 +320,26 @@ int run_client(const Options& o) {
     options.cookie = cookie;
     options.client = true;
     options.seeds = {"127.0.0.1:" + std::to_string(rpclb_server.port())};
+    auto tls_client_options = options;
+    tls_client_options.seeds = {"127.0.0.1:" + std::to_string(rpclb_tls_server.port())};
+    tls_client_options.tls = tls_options(certificate.dir());
     rpclb::Cluster cluster(std::move(options));
     cluster.start();
     bench::wait_connected(cluster, server_node);
+    rpclb::Cluster tls_cluster(std::move(tls_client_options));
+    tls_cluster.start();
+    bench::wait_connected(tls_cluster, server_node);
 
     // The echo must come back as sent, or the figures mean nothing.
     raw.round_trip();
     raw.check_echo();
-    for (const char* function : {"echo", "echo_worker"}) {
-        auto first = cluster.call(server_node, "bench", function, echo_args());
-        if (!first || *first != json::value(echo_args()))
-            die(std::string("rpclb ") + function + " returned " +
-                (first ? json::serialize(*first) : json::serialize(first.error().to_json())));
-    }
+    for (auto* c : {&cluster, &tls_cluster})
+        for (const char* function : {"echo", "echo_worker"}) {
+            auto first = c->call(server_node, "bench", function, echo_args());
+            if (!first || *first != json::value(echo_args()))
+                die(std::string("rpclb ") + function + " returned " +
+                    (first ? json::serialize(*first) : json::serialize(first.error().to_json())));
+        }
 
     struct Kind {
         const char* label;
@@ -304,12 +349,13 @@ int run_client(const Options& o) {
         PhaseCost cost;
     };
     // The floors first, then what is compared with them; the same order in every round.
-    enum { raw_k, ws_k, inline_k, worker_k };
-    std::array<Kind, 4> kinds{{
+    enum { raw_k, ws_k, inline_k, worker_k, tls_k };
+    std::array<Kind, 5> kinds{{
         {"raw_tcp", raw_server.pid(), [&] { raw.round_trip(); }, {}, {}},
         {"beast_ws_json", ws_server.pid(), [&] { ws.round_trip(); }, {}, {}},
         {"rpclb_inline", rpclb_server.pid(), [&] { rpclb_round_trip(cluster, "echo"); }, {}, {}},
         {"rpclb_worker", rpclb_server.pid(), [&] { rpclb_round_trip(cluster, "echo_worker"); }, {}, {}},
+        {"rpclb_tls_inline", rpclb_tls_server.pid(), [&] { rpclb_round_trip(tls_cluster, "echo"); }, {}, {}},
     }};
     for (auto& k : kinds) {
         k.ns.reserve(static_cast<std::size_t>(o.count));
@@ -334,11 +380,13 @@ int run_client(const Options& o) {
     raw.check_echo();
 
     cluster.stop();  // while the server still answers the WebSocket close
+    tls_cluster.stop();
+    rpclb_tls_server.stop();
     rpclb_server.stop();
     ws_server.stop();
     raw_server.stop();
 
-    std::array<Summary, 4> s;
+    std::array<Summary, kinds.size()> s;
     for (std::size_t i = 0; i < kinds.size(); ++i) s[i] = summarize(std::move(kinds[i].ns));
     const double calls = static_cast<double>(o.count);
     // The lines to parse come first, in a fixed form; '#' lines follow.
@@ -350,6 +398,8 @@ int run_client(const Options& o) {
     std::printf("ratio_p99_inline %.2f\n", s[inline_k].p99_us / s[raw_k].p99_us);
     std::printf("csw_per_call_client %.2f\n", static_cast<double>(kinds[inline_k].cost.client.switches()) / calls);
     std::printf("csw_per_call_server %.2f\n", static_cast<double>(kinds[inline_k].cost.server.switches()) / calls);
+    std::printf("rpclb_tls_inline median_us=%.2f p99_us=%.2f\n", s[tls_k].median_us, s[tls_k].p99_us);
+    std::printf("ratio_tls %.2f\n", s[tls_k].median_us / s[inline_k].median_us);
     std::printf("# beast_ws_json median_us=%.2f p99_us=%.2f\n", s[ws_k].median_us, s[ws_k].p99_us);
     for (std::size_t i = 0; i < kinds.size(); ++i) print_detail(kinds[i].label, s[i]);
     std::printf("# ratio_p99_worker %.2f (rpclb_worker p99 / raw p99)\n", s[worker_k].p99_us / s[raw_k].p99_us);
@@ -373,7 +423,7 @@ void usage() {
         "  --pin        pin client and servers to one CPU (default)\n"
         "  --no-pin     let the kernel place them\n"
         "  --cpu N      the CPU to pin to (default 0)\n"
-        "  (--serve, --raw-serve and --ws-serve are internal: run a server child)");
+        "  (--serve [--tls DIR], --raw-serve and --ws-serve are internal: run a server child)");
 }
 
 }  // namespace
@@ -382,6 +432,7 @@ int main(int argc, char** argv) {
     try {
         Options o;
         enum class Mode { client, serve, raw_serve, ws_serve } mode = Mode::client;
+        std::optional<std::filesystem::path> tls_dir;
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
             auto next = [&]() -> const char* {
@@ -395,6 +446,7 @@ int main(int argc, char** argv) {
             else if (a == "--pin") o.pin = true;
             else if (a == "--no-pin") o.pin = false;
             else if (a == "--serve") mode = Mode::serve;
+            else if (a == "--tls") tls_dir = next();
             else if (a == "--raw-serve") mode = Mode::raw_serve;
             else if (a == "--ws-serve") mode = Mode::ws_serve;
             else if (a == "--help" || a == "-h") return usage(), 0;
@@ -406,7 +458,7 @@ int main(int argc, char** argv) {
         if (o.pin && mode == Mode::client) bench::pin_to(o.cpu);
         rpclb::log::init("warning");
         switch (mode) {
-        case Mode::serve: return run_rpclb_server();
+        case Mode::serve: return run_rpclb_server(tls_dir);
         case Mode::raw_serve: return bench::run_raw_echo_server();
         case Mode::ws_serve: return run_ws_server();
         case Mode::client:

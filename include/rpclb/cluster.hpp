@@ -8,6 +8,7 @@
 #include <rpclb/plugin_registry.hpp>
 #include <rpclb/retry.hpp>
 #include <rpclb/telemetry.hpp>
+#include <rpclb/tls.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -78,6 +79,10 @@ struct ClusterOptions {
     /// handshake frames are never refused (they count, though). At least
     /// `max_message_size`. Default 64 MiB.
     std::size_t max_send_queue_bytes = 64u * 1024u * 1024u;
+    /// TLS on every mesh connection (TlsOptions: certificate, key, CA, oldest version).
+    /// Off by default (plaintext). Every node of a cluster, clients included, must agree:
+    /// a TLS node and a plaintext node refuse each other.
+    TlsOptions tls;
 
     // ---- routing defaults (seed §6, the application env) -------------------------------
     /// Default of CallOptions::call_directly: load-balanced calls and the random-node
@@ -164,6 +169,10 @@ struct ClusterStats {
     /// Nodes that refused this node's cookie when it dialled them. Each refusal is final:
     /// that address is not dialled again (a refusal also counts in auth_failures).
     std::uint64_t cookie_refusals = 0;
+    /// Connections refused during the TLS handshake, either side: a plaintext peer
+    /// against a TLS node (or the reverse), or a certificate that failed verification
+    /// (ClusterOptions::tls). Each is logged with its reason; dials are retried.
+    std::uint64_t tls_failures = 0;
 };
 
 /// One node of a cluster.

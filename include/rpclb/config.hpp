@@ -45,7 +45,9 @@ enum class Secrets {
 //    "cookie": "...", "client": false, "plugins": "/opt/rpclb/plugins" | [...],
 //    "network_threads": 1, "worker_threads": 2, "idle_timeout_ms": 3000,
 //    "handshake_timeout_ms": 5000, "reconnect_interval_ms": 1000, "stop_timeout_ms": 15000,
-//    "max_message_size": 16777216, "call_directly": false, "retry": true,
+//    "max_message_size": 16777216, "max_batch_frames": 64, "max_send_queue_bytes": 67108864,
+//    "tls": {"cert": "node.pem", "key": "node.key", "ca": "ca.pem", "min_version": "1.3"},
+//    "call_directly": false, "retry": true,
 //    "retry_count": 5 | "infinity", "excluded_node_patterns": ["test"],
 //    "log_level": "info",                                   (NodeConfig only)
 //    "balancers": [{"name": "workers", "algorithm": "weighted_round_robin",
@@ -104,7 +106,10 @@ Result<NodeConfig> node_config_from_json(const boost::json::value& json, const N
 Result<NodeConfig> load_node_config(const std::filesystem::path& file, const NodeConfig& defaults = {});
 
 /// Checks a complete configuration before anything is built: the rules above with "name"
-/// and "cookie" required. Same errors as node_config_from_json; returns the first one.
+/// and "cookie" required, then the TLS files (detail::check_tls: they are read, so this is
+/// the one function here that touches the file system; relative paths are relative to the
+/// working directory). Same errors as node_config_from_json (`config field "tls.key": ...`);
+/// returns the first one.
 Result<void> validate(const NodeConfig& config);
 
 // ---- to JSON --------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // rpclb-call: join a cluster as a client node, make N calls, print one JSON summary.
 #include <rpclb/cluster.hpp>
+#include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
 
 #include <boost/json/parse.hpp>
@@ -141,6 +142,7 @@ private:
 
 int main(int argc, char** argv) {
     std::string name, cookie, balancer, key, algorithm, node, log_level, module, function, args_text;
+    std::string tls_cert, tls_key, tls_ca, tls_min_version;
     std::vector<std::string> seeds, plugin_dirs;
     long count = 1, concurrency = 1, timeout_ms = 10000, wait_ms = 5000, retry_count = 5, retry_sleep_ms = 5000;
     po::options_description desc(
@@ -164,11 +166,16 @@ int main(int argc, char** argv) {
         ("name", po::value(&name), "client node name (default client<pid>@127.0.0.1)")
         ("plugins", po::value(&plugin_dirs)->composing(), "plugin directory searched first")
         ("log-level", po::value(&log_level)->default_value("warning"), "trace|debug|info|warning|error|fatal")
+        ("tls-cert", po::value(&tls_cert), "PEM certificate of this client: TLS to every node (the cluster's nodes must use TLS)")
+        ("tls-key", po::value(&tls_key), "PEM private key of --tls-cert")
+        ("tls-ca", po::value(&tls_ca), "PEM CA certificate(s): verify every node's certificate (mutual TLS)")
+        ("tls-min-version", po::value(&tls_min_version), "oldest TLS version accepted: 1.3 (default) or 1.2")
         ("module", po::value(&module), "")("function", po::value(&function), "")("args", po::value(&args_text), "");
     po::positional_options_description positional;
     positional.add("module", 1).add("function", 1).add("args", 1);
     po::variables_map vm;
     boost::json::array args;
+    rpclb::TlsOptions tls;
     try {
         po::store(po::command_line_parser(argc, argv).options(desc).positional(positional).run(), vm);
         po::notify(vm);
@@ -199,6 +206,12 @@ int main(int argc, char** argv) {
                 throw std::invalid_argument("JSON-ARGS must be a JSON array, e.g. '[1, \"abc\"]'");
             args = std::move(parsed.as_array());
         }
+        if (!tls_min_version.empty() && !rpclb::parse_tls_version(tls_min_version))
+            throw std::invalid_argument("--tls-min-version must be 1.2 or 1.3, got \"" + tls_min_version + "\"");
+        tls = {tls_cert, tls_key, tls_ca,
+               rpclb::parse_tls_version(tls_min_version).value_or(rpclb::TlsVersion::v1_3)};
+        if (auto problem = rpclb::detail::check_tls(tls))
+            throw std::invalid_argument(problem->flag() + ": " + problem->reason);
     } catch (const std::exception& e) {
         std::cerr << "rpclb-call: " << e.what() << "\n" << desc;
         return 2;
@@ -211,6 +224,7 @@ int main(int argc, char** argv) {
     options.seeds = seeds;
     options.cookie = cookie;
     options.worker_threads = 1;
+    options.tls = tls;
     for (const auto& dir : plugin_dirs) options.plugin_path.emplace_back(dir);
     try {
         rpclb::Cluster cluster(options);
@@ -224,6 +238,8 @@ int main(int argc, char** argv) {
         if (!wait_for_cluster(cluster, balancer, milliseconds(wait_ms))) {
             if (cluster.stats().cookie_refusals > 0)
                 std::cerr << "rpclb-call: the cluster refused the cookie" << std::endl;
+            else if (cluster.stats().tls_failures > 0)
+                std::cerr << "rpclb-call: every TLS handshake with the cluster failed (reasons above)" << std::endl;
             else
                 std::cerr << "rpclb-call: no node answered within " << wait_ms << " ms" << std::endl;
         }

@@ -2,6 +2,7 @@
 #include <rpclb/admin.hpp>
 #include <rpclb/cluster.hpp>
 #include <rpclb/config.hpp>
+#include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
 
 #include <boost/program_options.hpp>
@@ -75,6 +76,18 @@ bool apply_flags(const po::variables_map& vm, bool given, rpclb::NodeConfig& con
     if (has("log-level")) config.log_level = vm["log-level"].as<std::string>();
     if (has("admin")) config.admin.listen = vm["admin"].as<std::string>();
     if (has("admin-token")) config.admin.token = vm["admin-token"].as<std::string>();
+    if (has("tls-cert")) o.tls.cert = vm["tls-cert"].as<std::string>();
+    if (has("tls-key")) o.tls.key = vm["tls-key"].as<std::string>();
+    if (has("tls-ca")) o.tls.ca = vm["tls-ca"].as<std::string>();
+    if (has("tls-min-version")) {
+        const auto& text = vm["tls-min-version"].as<std::string>();
+        const auto version = rpclb::parse_tls_version(text);
+        if (!version) {
+            std::cerr << "rpclb-node: --tls-min-version must be 1.2 or 1.3, got \"" << text << "\"\n";
+            return false;
+        }
+        o.tls.min_version = *version;
+    }
     if (has("balancer")) {
         for (const auto& spec : vm["balancer"].as<std::vector<std::string>>()) {
             auto lb = balancer_flag(spec);
@@ -91,6 +104,20 @@ bool apply_flags(const po::variables_map& vm, bool given, rpclb::NodeConfig& con
         }
     }
     return true;
+}
+
+// The error's message, naming the --tls-* flag instead of the config field (`--tls-key: ...`
+// rather than `config field "tls.key": ...`) unless the field may have come from a --config
+// file: the flag was not given and a file was.
+std::string flag_named(const po::variables_map& vm, const rpclb::ErrorMessage& error) {
+    const auto* field = error.details.if_contains("field");
+    if (!field || !field->is_string() || !field->get_string().starts_with("tls.")) return error.message;
+    const rpclb::detail::OptionProblem problem{std::string(field->get_string()), {}};
+    const auto flag = problem.flag();
+    const std::string prefix = "config field \"" + problem.field + "\"";
+    const bool from_flag = vm.count(flag.substr(2)) > 0;
+    if ((vm.count("config") && !from_flag) || !error.message.starts_with(prefix)) return error.message;
+    return flag + error.message.substr(prefix.size());
 }
 
 // The node's configuration: flags given > the --config file > flag defaults > library
@@ -112,7 +139,7 @@ std::optional<rpclb::NodeConfig> node_config(const po::variables_map& vm) {
     }
     if (!apply_flags(vm, true, config)) return std::nullopt;
     if (auto valid = rpclb::validate(config); !valid) {
-        std::cerr << "rpclb-node: " << valid.error().message << "\n";
+        std::cerr << "rpclb-node: " << flag_named(vm, valid.error()) << "\n";
         return std::nullopt;
     }
     if (config.cluster.client) {
@@ -140,7 +167,11 @@ int main(int argc, char** argv) {
         ("idle-timeout", po::value<long>()->default_value(3000), "keep-alive idle timeout, ms")
         ("log-level", po::value<std::string>()->default_value("info"), "trace|debug|info|warning|error|fatal")
         ("admin", po::value<std::string>(), "serve the admin console on HOST:PORT (/metrics, /healthz, /readyz, WebSocket /admin)")
-        ("admin-token", po::value<std::string>(), "admin token (default: $RPCLB_ADMIN_TOKEN); required unless --admin is a loopback address");
+        ("admin-token", po::value<std::string>(), "admin token (default: $RPCLB_ADMIN_TOKEN); required unless --admin is a loopback address")
+        ("tls-cert", po::value<std::string>(), "PEM certificate of this node: TLS on every mesh connection (doc/how-to/secure-a-cluster.md)")
+        ("tls-key", po::value<std::string>(), "PEM private key of --tls-cert")
+        ("tls-ca", po::value<std::string>(), "PEM CA certificate(s): verify every peer's certificate (mutual TLS)")
+        ("tls-min-version", po::value<std::string>(), "oldest TLS version accepted: 1.3 (default) or 1.2");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, desc), vm);

@@ -203,6 +203,35 @@ struct Balancers {
     }
 };
 
+// A file name.
+struct Path {
+    Problem read(const json::value& v, const std::string& path, std::filesystem::path& out) const {
+        std::string text;
+        if (auto e = Text{}.read(v, path, text)) return e;
+        out = text;
+        return std::nullopt;
+    }
+    json::value write(const std::filesystem::path& p) const { return json::value(p.string()); }
+};
+
+// tls.min_version: "1.2" or "1.3".
+struct Version {
+    Problem read(const json::value& v, const std::string& path, TlsVersion& out) const {
+        const auto* s = v.if_string();
+        const auto version = s ? parse_tls_version(*s) : std::nullopt;
+        if (!version) return field_error(path, "must be \"1.2\" or \"1.3\"" + got(v));
+        out = *version;
+        return std::nullopt;
+    }
+    json::value write(TlsVersion version) const { return json::value(to_string(version)); }
+};
+
+// "tls": the TLS object (TlsOptions).
+struct Tls {
+    Problem read(const json::value& v, const std::string& path, TlsOptions& out) const;
+    json::value write(const TlsOptions& options) const;
+};
+
 // "admin": the admin listener's object (AdminOptions).
 struct Admin {
     Problem read(const json::value& v, const std::string& path, AdminOptions& out) const;
@@ -231,6 +260,7 @@ void cluster_fields(Options& o, Visit&& visit) {
     visit("max_message_size", o.max_message_size, Count{" (bytes)"});
     visit("max_batch_frames", o.max_batch_frames, Count{});
     visit("max_send_queue_bytes", o.max_send_queue_bytes, Count{" (bytes)"});
+    visit("tls", o.tls, Tls{});
     visit("call_directly", o.call_directly, Boolean{});
     visit("retry", o.retry, Boolean{});
     visit("retry_count", o.retry_count, Retries{});
@@ -255,6 +285,14 @@ void node_fields(Config& c, Visit&& visit) {
     visit("log_level", c.log_level, Text{});
     visit("balancers", c.balancers, Balancers{});
     visit("admin", c.admin, Admin{});
+}
+
+template <class Options, class Visit>
+void tls_fields(Options& o, Visit&& visit) {
+    visit("cert", o.cert, Path{});
+    visit("key", o.key, Path{});
+    visit("ca", o.ca, Path{});
+    visit("min_version", o.min_version, Version{});
 }
 
 template <class Options, class Visit>
@@ -302,6 +340,7 @@ constexpr auto cluster_table = [](auto& o, auto&& visit) { cluster_fields(o, vis
 constexpr auto balancer_table = [](auto& o, auto&& visit) { balancer_fields(o, visit); };
 constexpr auto node_table = [](auto& c, auto&& visit) { node_fields(c, visit); };
 constexpr auto admin_table = [](auto& o, auto&& visit) { admin_fields(o, visit); };
+constexpr auto tls_table = [](auto& o, auto&& visit) { tls_fields(o, visit); };
 
 Problem must_be_object(const json::value& v, const std::string& path) {
     if (v.is_object()) return std::nullopt;
@@ -383,6 +422,16 @@ Problem Admin::read(const json::value& v, const std::string& path, AdminOptions&
 
 json::value Admin::write(const AdminOptions& options) const { return write_object(options, admin_table); }
 
+Problem Tls::read(const json::value& v, const std::string& path, TlsOptions& out) const {
+    if (auto e = must_be_object(v, path)) return e;
+    TlsOptions options = out;
+    if (auto e = read_object(v.get_object(), path, options, tls_table)) return e;
+    out = std::move(options);
+    return std::nullopt;
+}
+
+json::value Tls::write(const TlsOptions& options) const { return write_object(options, tls_table); }
+
 // ---- files ---------------------------------------------------------------------------------
 
 ErrorMessage file_error(const std::filesystem::path& file, std::string message, json::object details = {}) {
@@ -459,6 +508,7 @@ Result<NodeConfig> load_node_config(const std::filesystem::path& file, const Nod
 
 Result<void> validate(const NodeConfig& config) {
     if (auto e = check_node(config, detail::Identity::required)) return *e;
+    if (auto e = checked(detail::check_tls(config.cluster.tls), "")) return *e;
     return {};
 }
 

@@ -1,6 +1,7 @@
 // Membership: the listener, dialling, gossip of known_ nodes, one connection per pair,
 // peer loss.
 #include "membership/mesh.hpp"
+#include "transport/tls.hpp"
 
 #include <rpclb/detail/log.hpp>
 #include <rpclb/detail/options_check.hpp>
@@ -44,6 +45,9 @@ Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::
     settings_.max_send_queue_bytes = options.max_send_queue_bytes;
     settings_.idle_timeout = options.idle_timeout;
     settings_.handshake_timeout = options.handshake_timeout;
+    // Throws std::invalid_argument naming the field; a key or CA without a certificate too.
+    if (options.tls.enabled() || !options.tls.key.empty() || !options.tls.ca.empty())
+        settings_.tls = make_tls_context(options.tls);
 }
 
 void Mesh::listen() {
@@ -355,6 +359,28 @@ void Mesh::on_cookie_refused(const std::shared_ptr<Connection>& c) {
     if (on_cookie_refused_ && shut_out()) on_cookie_refused_();
 }
 
+void Mesh::on_tls_failed(const std::shared_ptr<Connection>& c, const std::string& reason) {
+    ++tls_failures_;
+    if (stopping_) return;
+    // An incoming peer is known by its IP address only: each redial comes from a new port.
+    auto who = c->target();
+    if (who.empty()) {
+        who = c->describe_peer();
+        who = who.substr(0, who.rfind(':'));
+    }
+    bool first = false;
+    {
+        std::lock_guard lock(mutex_);
+        if (tls_warned_.size() >= 1024) tls_warned_.clear();
+        first = tls_warned_.insert(who + "\n" + reason).second;
+    }
+    if (first)
+        RPCLB_LOG("mesh", warning) << "TLS handshake with " << c->describe_peer() << " failed: " << reason
+                                   << " (repeats are logged at debug level)";
+    else
+        RPCLB_LOG("mesh", debug) << "TLS handshake with " << c->describe_peer() << " failed: " << reason;
+}
+
 std::optional<std::string> Mesh::refused_by(std::string_view node) const {
     std::lock_guard lock(mutex_);
     for (const auto& [address, name] : refused_)
@@ -438,6 +464,7 @@ ClusterStats Mesh::stats() const noexcept {
     stats.overloaded = settings_.counters->overloaded.load(std::memory_order_relaxed);
     stats.known_nodes = known_count();
     stats.cookie_refusals = cookie_refusals_.load();
+    stats.tls_failures = tls_failures_.load();
     return stats;
 }
 

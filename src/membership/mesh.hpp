@@ -84,6 +84,7 @@ public:
     void on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) override;
     void on_handshake_failed(const std::shared_ptr<Connection>& c, const std::string& reason) override;
     void on_cookie_refused(const std::shared_ptr<Connection>& c) override;
+    void on_tls_failed(const std::shared_ptr<Connection>& c, const std::string& reason) override;
 
     /// Runs (on a network thread) when a node refuses this node's cookie and leaves it
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
@@ -141,6 +142,11 @@ private:
     std::atomic<std::uint64_t> auth_failures_{0};
     std::atomic<std::uint64_t> peers_lost_{0};
     std::atomic<std::uint64_t> cookie_refusals_{0};
+    std::atomic<std::uint64_t> tls_failures_{0};
+    // TLS failures already logged as warnings, "WHO\nREASON" (WHO: the address dialled, or
+    // an incoming peer's IP address): a peer redialled every reconnect_interval gets one
+    // warning, then debug records. Bounded: cleared when it reaches 1024 entries.
+    std::set<std::string> tls_warned_;
     std::atomic<bool> stopping_{false};
 };
 

@@ -1,11 +1,14 @@
 #include "transport/connection.hpp"
+#include "transport/tls.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/websocket/stream_base.hpp>
 
 #include <algorithm>
@@ -27,16 +30,20 @@ std::pair<std::string, std::string> split_host_port(const std::string& address) 
 }  // namespace
 
 Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSettings& settings)
-    : ws_(std::move(socket)),
+    : ws_(std::move(socket), settings.tls.get()),
       owner_(owner),
       settings_(settings),
       handshake_(Role::acceptor, settings.local, settings.cookie, settings.max_batch_frames > 1),
       handshake_timer_(ws_.get_executor()),
-      deadline_timer_(ws_.get_executor()) {}
+      deadline_timer_(ws_.get_executor()) {
+    beast::error_code ec;
+    const auto remote = ws_.socket().remote_endpoint(ec);
+    if (!ec) remote_ = remote.address().to_string() + ":" + std::to_string(remote.port());
+}
 
 Connection::Connection(Executor executor, std::string target, ConnectionOwner& owner,
                        const ConnectionSettings& settings)
-    : ws_(executor),
+    : ws_(executor, settings.tls.get()),
       owner_(owner),
       settings_(settings),
       target_(std::move(target)),
@@ -51,21 +58,29 @@ void Connection::configure() {
     // still be answered with bad_request; beyond that the connection is closed.
     // Batched messages (wire::max_batch_bytes) are read whatever the limit; each of their
     // frames is still held to it.
-    ws_.read_message_max(std::max(settings_.max_message_size * 2, wire::max_batch_bytes));
-    // Binary frames: the payload is JSON text, but a string that is not valid UTF-8 must
-    // cost one call (bad_request), not the whole connection, which Beast would close on a
-    // text frame.
-    ws_.binary(true);
-    ws_.auto_fragment(false);
-    // A dialer masks what it sends through a buffer of this size: one system call per
-    // 64 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
-    ws_.write_buffer_bytes(64 * 1024);
     ws::stream_base::timeout t{};
     t.handshake_timeout = settings_.handshake_timeout;
     t.idle_timeout = settings_.idle_timeout;
     t.keep_alive_pings = true;
-    ws_.set_option(t);
-    ws_.next_layer().set_option(tcp::no_delay(true));
+    ws_.visit([&](auto& ws) {
+        ws.read_message_max(std::max(settings_.max_message_size * 2, wire::max_batch_bytes));
+        // Binary frames: the payload is JSON text, but a string that is not valid UTF-8 must
+        // cost one call (bad_request), not the whole connection, which Beast would close on a
+        // text frame.
+        ws.binary(true);
+        ws.auto_fragment(false);
+        // A dialer masks what it sends through a buffer of this size: one system call per
+        // 64 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
+        ws.write_buffer_bytes(64 * 1024);
+        ws.set_option(t);
+    });
+    beast::error_code ignored;
+    ws_.socket().set_option(tcp::no_delay(true), ignored);
+}
+
+std::string Connection::describe_peer() const {
+    if (!target_.empty()) return target_;
+    return remote_.empty() ? std::string("an incoming peer") : "an incoming peer (" + remote_ + ")";
 }
 
 void Connection::start() {
@@ -77,10 +92,10 @@ void Connection::start() {
     if (role() == Role::acceptor) {
         asio::dispatch(ws_.get_executor(), [self] {
             self->configure();
-            self->ws_.async_accept([self](beast::error_code ec) {
-                if (ec) return self->fail("websocket accept: " + ec.message());
-                self->on_websocket_open();
-            });
+            if (self->ws_.tls())
+                self->accept_tls();
+            else
+                self->accept_plain();
         });
         return;
     }
@@ -92,16 +107,87 @@ void Connection::start() {
             if (ec) return self->fail("resolve " + self->target_ + ": " + ec.message());
             // handshake_timer_ (armed in start) bounds the connect too: fail() closes the socket.
             asio::async_connect(
-                self->ws_.next_layer(), results, [self, host](beast::error_code ec, const tcp::endpoint&) {
+                self->ws_.socket(), results, [self, host](beast::error_code ec, const tcp::endpoint&) {
                     if (ec) return self->fail("connect " + self->target_ + ": " + ec.message());
                     self->configure();
-                    self->ws_.async_handshake(self->target_, "/rpclb", [self](beast::error_code ec) {
-                        if (ec) return self->fail("websocket handshake: " + ec.message());
-                        self->on_websocket_open();
-                    });
+                    if (self->ws_.tls())
+                        self->dial_tls(host);
+                    else
+                        self->dial_websocket();
                 });
         });
     });
+}
+
+void Connection::accept_tls() {
+    auto self = shared_from_this();
+    ws_.tls_layer().async_handshake(asio::ssl::stream_base::server, [self](beast::error_code ec) {
+        if (ec) return self->tls_fail(describe_tls_failure(ec, self->ws_.tls_layer().native_handle(), Role::acceptor));
+        self->accept_websocket();
+    });
+}
+
+void Connection::accept_plain() {
+    // Whatever the peer sent first: a TLS record starts with its content type, 22 for a
+    // handshake (RFC 8446 section 5.1), where a WebSocket upgrade starts with "GET".
+    auto self = shared_from_this();
+    ws_.socket().async_read_some(asio::buffer(first_bytes_), [self](beast::error_code ec, std::size_t n) {
+        if (ec) return self->fail("websocket accept: " + ec.message());
+        if (self->first_bytes_[0] == 22)
+            return self->tls_fail("the peer speaks TLS and this node is plaintext (no tls.cert)");
+        self->ws_.visit([&](auto& ws) {
+            ws.async_accept(asio::buffer(self->first_bytes_.data(), n), [self](beast::error_code ec) {
+                if (ec) return self->fail("websocket accept: " + ec.message());
+                self->on_websocket_open();
+            });
+        });
+    });
+}
+
+void Connection::accept_websocket() {
+    ws_.visit([self = shared_from_this()](auto& ws) {
+        ws.async_accept([self](beast::error_code ec) {
+            if (ec) return self->fail("websocket accept: " + ec.message());
+            self->on_websocket_open();
+        });
+    });
+}
+
+void Connection::dial_tls(const std::string& host) {
+    prepare_tls_dial(ws_.tls_layer().native_handle(), host);
+    auto self = shared_from_this();
+    ws_.tls_layer().async_handshake(asio::ssl::stream_base::client, [self](beast::error_code ec) {
+        if (ec) return self->tls_fail(describe_tls_failure(ec, self->ws_.tls_layer().native_handle(), Role::dialer));
+        self->dial_websocket();
+    });
+}
+
+void Connection::dial_websocket() {
+    ws_.visit([self = shared_from_this()](auto& ws) {
+        ws.async_handshake(self->target_, "/rpclb", [self](beast::error_code ec) {
+            if (!ec) return self->on_websocket_open();
+            // In TLS 1.3 the acceptor checks this side's certificate after this side's
+            // handshake has completed: its refusal arrives here, as an alert.
+            if (self->ws_.tls() && ec.category() == asio::error::get_ssl_category())
+                return self->tls_fail(describe_tls_failure(ec, self->ws_.tls_layer().native_handle(), Role::dialer));
+            if (self->ws_.tls() && ec == asio::ssl::error::stream_truncated)
+                return self->tls_fail("the peer closed the connection right after the TLS handshake (" +
+                                      ec.message() + "); it may have refused this node's certificate");
+            // A TLS acceptor closes on a plaintext upgrade without answering it.
+            if (!self->ws_.tls() && (ec == beast::http::error::end_of_stream || ec == asio::error::eof ||
+                                     ec == asio::error::connection_reset))
+                return self->tls_fail("the peer closed the connection without answering the WebSocket upgrade "
+                                      "(websocket handshake: " + ec.message() +
+                                      "); is it a TLS node? This node is plaintext (no tls.cert)");
+            self->fail("websocket handshake: " + ec.message());
+        });
+    });
+}
+
+void Connection::tls_fail(const std::string& reason) {
+    if (closed_) return;
+    owner_.on_tls_failed(shared_from_this(), reason);
+    fail("TLS handshake: " + reason);
 }
 
 void Connection::on_websocket_open() {
@@ -113,17 +199,20 @@ void Connection::on_websocket_open() {
 
 void Connection::do_read() {
     auto self = shared_from_this();
-    ws_.async_read(buffer_, [self](beast::error_code ec, std::size_t bytes) {
-        if (ec) {
-            const bool normal = ec == ws::error::closed;
-            if (normal && !self->established_ && self->handshake_.awaiting_ready() &&
-                self->ws_.reason().code == ws::close_code::policy_error &&
-                std::string_view(self->ws_.reason().reason.data(), self->ws_.reason().reason.size()) ==
-                    cookie_refused_close_reason)
-                self->cookie_refused_ = true;
-            return self->fail(normal ? std::string("closed by peer") : ec.message());
-        }
-        self->on_read(bytes);
+    ws_.visit([&](auto& ws) {
+        ws.async_read(buffer_, [self](beast::error_code ec, std::size_t bytes) {
+            if (ec) {
+                const bool normal = ec == ws::error::closed;
+                if (normal && !self->established_ && self->handshake_.awaiting_ready()) {
+                    const auto why = self->ws_.visit([](auto& ws) { return ws.reason(); });
+                    if (why.code == ws::close_code::policy_error &&
+                        std::string_view(why.reason.data(), why.reason.size()) == cookie_refused_close_reason)
+                        self->cookie_refused_ = true;
+                }
+                return self->fail(normal ? std::string("closed by peer") : ec.message());
+            }
+            self->on_read(bytes);
+        });
     });
 }
 
@@ -236,8 +325,10 @@ void Connection::write_next() {
     counters.frames_sent.fetch_add(count, std::memory_order_relaxed);
     counters.messages_sent.fetch_add(1, std::memory_order_relaxed);
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };
-    if (count == 1) return ws_.async_write(asio::buffer(queue_.at(0)), std::move(done));
-    ws_.async_write(batch_buffers(count), std::move(done));
+    ws_.visit([&](auto& ws) {
+        if (count == 1) return ws.async_write(asio::buffer(queue_.at(0)), std::move(done));
+        ws.async_write(batch_buffers(count), std::move(done));
+    });
 }
 
 const std::vector<asio::const_buffer>& Connection::batch_buffers(std::size_t count) {
@@ -366,7 +457,9 @@ void Connection::start_close() {
     // the close frame is ended by the idle timeout.
     ws::close_reason why(ws::close_code::normal);
     if (refusing_cookie_) why = ws::close_reason(ws::close_code::policy_error, cookie_refused_close_reason);
-    ws_.async_close(why, [self = shared_from_this()](beast::error_code) { self->fail(*self->close_reason_); });
+    ws_.visit([&](auto& ws) {
+        ws.async_close(why, [self = shared_from_this()](beast::error_code) { self->fail(*self->close_reason_); });
+    });
 }
 
 void Connection::refuse_cookie(const std::string& reason) {
@@ -384,8 +477,8 @@ void Connection::fail(const std::string& reason) {
     armed_.reset();
     deadline_timer_.cancel();
     beast::error_code ignored;
-    ws_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
-    ws_.next_layer().close(ignored);
+    ws_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    ws_.socket().close(ignored);
     release(queue_.fail());  // a write in progress keeps its frames until it completes
     fail_pending(reason);
     if (cookie_refused_)

@@ -1,20 +1,18 @@
 // One authenticated WebSocket connection between two nodes (internal).
 #pragma once
 
+#include "transport/mesh_stream.hpp"
 #include "transport/write_queue.hpp"
 
 #include <rpclb/detail/handshake.hpp>
 #include <rpclb/detail/wire.hpp>
 #include <rpclb/error.hpp>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/basic_stream_socket.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/websocket/stream.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -48,6 +46,9 @@ public:
     /// The handshake failed (wrong cookie, version, protocol).
     virtual void on_handshake_failed(const std::shared_ptr<Connection>& connection,
                                      const std::string& reason) = 0;
+    /// The TLS handshake failed, or the peer's use of TLS differs from this node's (a
+    /// TLS node and a plaintext node); `reason` says which. Runs just before on_closed.
+    virtual void on_tls_failed(const std::shared_ptr<Connection>& connection, const std::string& reason) = 0;
     /// This side dialled, sent its proof, and the acceptor refused it explicitly (its
     /// close carried cookie_refused_close_reason): the cookies differ. Runs instead of
     /// on_handshake_failed, just before on_closed.
@@ -79,6 +80,8 @@ struct ConnectionSettings {
     std::shared_ptr<WireCounters> counters = std::make_shared<WireCounters>();
     std::chrono::milliseconds idle_timeout{3000};
     std::chrono::milliseconds handshake_timeout{5000};
+    /// TLS for every connection (make_tls_context); null: plain TCP.
+    std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
 /// Called once with the outcome of a request sent on a connection.
@@ -88,10 +91,10 @@ using ResponseHandler = std::function<void(CallResult)>;
 /// All state lives on one strand; the public members are safe from any thread.
 class Connection : public std::enable_shared_from_this<Connection> {
 public:
-    using Executor = boost::asio::strand<boost::asio::io_context::executor_type>;
+    using Executor = MeshStream::Executor;
     /// The socket type: its executor is the connection's strand, typed (not
     /// any_io_executor), so that each operation skips the type-erased executor's copies.
-    using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor>;
+    using Socket = MeshStream::Socket;
 
     /// An accepted socket (this side is the acceptor). Its executor must be a strand of
     /// an io_context (as `async_accept(make_strand(ioc), ...)` gives); it becomes the
@@ -128,6 +131,9 @@ public:
     const std::string& dialer_nonce() const noexcept { return handshake_.dialer_nonce(); }
     /// The "host:port" dialled, empty for an accepted connection.
     const std::string& target() const noexcept { return target_; }
+    /// Who is at the other end, for logs: the "host:port" dialled, or "an incoming peer
+    /// (ADDRESS:PORT)".
+    std::string describe_peer() const;
     bool established() const noexcept { return established_.load(); }
     bool closed() const noexcept { return closed_.load(); }
 
@@ -157,6 +163,16 @@ private:
     std::optional<ErrorMessage> too_large(std::string_view what, const std::string& frame,
                                           std::string_view module, std::string_view function) const;
     void configure();
+    /// Acceptor: the TLS handshake (over TLS), or a look at the first bytes for a TLS
+    /// ClientHello (plain TCP), then the WebSocket accept.
+    void accept_tls();
+    void accept_plain();
+    void accept_websocket();
+    /// Dialer, once connected: the TLS handshake (over TLS), then the WebSocket handshake.
+    void dial_tls(const std::string& host);
+    void dial_websocket();
+    /// A TLS failure (see ConnectionOwner::on_tls_failed): reports it, then fails.
+    void tls_fail(const std::string& reason);
     void on_websocket_open();
     void do_read();
     void on_read(std::size_t bytes);
@@ -189,10 +205,14 @@ private:
     void arm_deadline(Clock::time_point deadline);
     void on_deadline();
 
-    boost::beast::websocket::stream<Socket> ws_;
+    MeshStream ws_;
     ConnectionOwner& owner_;
     const ConnectionSettings& settings_;
     std::string target_;
+    std::string remote_;  // accepted: the peer's ADDRESS:PORT, for logs
+    // Plain acceptor: the first bytes read, to tell a TLS ClientHello from a WebSocket
+    // upgrade; handed to the WebSocket accept.
+    std::array<char, 512> first_bytes_{};
     Handshake handshake_;
     boost::beast::flat_buffer buffer_;
     WriteQueue queue_;

@@ -379,6 +379,38 @@ BOOST_AUTO_TEST_CASE(round_trip_through_json_gives_the_same_config) {
     BOOST_TEST(rpclb::to_json(defaults, rpclb::Secrets::include) == rpclb::to_json(NodeConfig{}, rpclb::Secrets::include));
 }
 
+BOOST_AUTO_TEST_CASE(tls_section_is_read_checked_and_written) {
+    const auto c = node(R"({"tls": {"cert": "a.pem", "key": "a.key", "ca": "ca.pem", "min_version": "1.2"}})");
+    BOOST_TEST_REQUIRE(c.has_value(), show(c.error()));
+    const auto& tls = c->cluster.tls;
+    BOOST_TEST(tls.cert == "a.pem");
+    BOOST_TEST(tls.key == "a.key");
+    BOOST_TEST(tls.ca == "ca.pem");
+    BOOST_TEST((tls.min_version == rpclb::TlsVersion::v1_2));
+    BOOST_TEST(tls.enabled());
+    BOOST_TEST(rpclb::to_json(*c, rpclb::Secrets::omit).at("tls") ==
+               parse(R"({"cert": "a.pem", "key": "a.key", "ca": "ca.pem", "min_version": "1.2"})"));
+    // Off and TLS 1.3 by default.
+    BOOST_TEST(!NodeConfig{}.cluster.tls.enabled());
+    BOOST_TEST((NodeConfig{}.cluster.tls.min_version == rpclb::TlsVersion::v1_3));
+
+    check_field_error(node(R"({"tls": {"min_version": "1.1"}})"), "tls.min_version", R"(must be "1.2" or "1.3")");
+    check_field_error(node(R"({"tls": {"min_version": 1.3}})"), "tls.min_version", "must be");
+    check_field_error(node(R"({"tls": {"certificate": "a.pem"}})"), "tls.certificate",
+                      "unknown key (known keys: cert, key, ca, min_version)");
+    check_field_error(node(R"({"tls": "on"})"), "tls", "must be an object");
+    check_field_error(node(R"({"tls": {"cert": 1}})"), "tls.cert", "must be a string");
+
+    // The files are read by validate(), not by the loader.
+    auto complete = *c;
+    complete.cluster.name = "a@127.0.0.1";
+    complete.cluster.cookie = "secret";
+    check_field_error(rpclb::validate(complete), "tls.cert", "\"a.pem\": cannot read: No such file or directory");
+    complete.cluster.tls = {};
+    complete.cluster.tls.ca = "ca.pem";
+    check_field_error(rpclb::validate(complete), "tls.cert", "is required when tls.key or tls.ca is set");
+}
+
 BOOST_AUTO_TEST_CASE(secrets_omit_leaves_the_cookie_out) {
     const auto c = node(full_config);
     BOOST_TEST_REQUIRE(c.has_value());

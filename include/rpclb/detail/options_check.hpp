@@ -29,6 +29,14 @@ struct OptionProblem {
 
     /// `field + " " + reason`, the text Cluster's constructor throws.
     std::string message() const { return field + " " + reason; }
+    /// The command-line flag of `field` as rpclb-node and rpclb-call spell it: "--" and
+    /// the field with '.' and '_' as '-' (`tls.min_version` -> `--tls-min-version`).
+    std::string flag() const {
+        std::string f = "--" + field;
+        for (auto& c : f)
+            if (c == '.' || c == '_') c = '-';
+        return f;
+    }
 };
 
 /// Whether `name` and `cookie` must be set. `optional` is for a configuration that is still
@@ -53,6 +61,15 @@ enum class Identity { required, optional };
 /// `seeds` are checked when the node dials them (they may be host names to resolve).
 /// Thread safety: pure function.
 std::optional<OptionProblem> check(const ClusterOptions& options, Identity identity = Identity::required);
+
+/// The first problem of the TLS options, or nullopt when TLS is off or its files load:
+/// reads `cert`, `key` and `ca` with OpenSSL exactly as the Cluster constructor does.
+/// Problems, each naming its field (`tls.cert`, `tls.key`, `tls.ca`): `key` or `ca` set
+/// without `cert`; `cert` without `key`; a file that cannot be read (its strerror); a
+/// file without a PEM certificate or key (OpenSSL's reason); a key that does not match
+/// the certificate. `min_version` needs no check (an enum). Not a pure function (reads
+/// files); thread safety: safe from any thread.
+std::optional<OptionProblem> check_tls(const TlsOptions& options);
 
 /// Parses a listen address `HOST:PORT`: HOST is an IPv4 address, an IPv6 address in
 /// brackets, or `localhost` (taken as 127.0.0.1; no other name is resolved, so a node never
