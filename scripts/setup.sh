@@ -10,6 +10,7 @@ build="${RPCLB_BUILD_DIR:-$root/build}"
 packages=(g++ cmake ninja-build pkg-config
           libboost1.81-all-dev libboost1.81-tools-dev libboost-json1.81-dev libboost-url1.81-dev
           libssl-dev libxxhash-dev libbenchmark-dev)
+missing=()
 # The browser test of the admin console page (test/browser/) drives Debian's chromium with
 # Node.js. RPCLB_SETUP_BROWSER=0 leaves it out. npm only when no npm command exists: a
 # Node.js from another source bundles its own, and Debian's npm would conflict with it.
@@ -18,7 +19,6 @@ if [ "$browser" = 1 ]; then
   packages+=(chromium nodejs)
   command -v npm >/dev/null || packages+=(npm)
 fi
-missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
