@@ -47,7 +47,9 @@ public:
 
     const std::string& local_node() const noexcept { return local_node_; }
 
-    /// The local node joins `group` announcing `meta`. Joining again replaces `meta`.
+    /// The local node joins `group` announcing `meta`. Joining again replaces `meta`; when
+    /// it differs, monitors (here and on every node) hear `joined` for this node again,
+    /// with the same member snapshot, so that they can re-read its announcement.
     void join(const std::string& group, boost::json::object meta = {});
 
     /// The local node leaves `group`; no effect when it is not a member.

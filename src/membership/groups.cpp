@@ -169,7 +169,12 @@ void Groups::set_member(const std::string& group, const std::string& node,
     bool changed = false;
     NodeChange direction = NodeChange::joined;
     if (meta) {
-        auto [it, inserted] = g.members.insert_or_assign(node, std::move(*meta));
+        auto [it, inserted] = g.members.try_emplace(node);
+        // A member that announces something new (its balancer changed algorithm) is told
+        // to the monitors as joining again, so routing-only balancers re-read it; its
+        // snapshot stays.
+        if (!inserted && it->second != *meta) changes.push_back(Change{group, NodeChange::joined, {node}});
+        it->second = std::move(*meta);
         changed = inserted;
     } else {
         changed = g.members.erase(node) > 0;
