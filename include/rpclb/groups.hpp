@@ -82,7 +82,8 @@ public:
 
     /// Installs the one observer of every group's changes (the Cluster publishes them as
     /// `membership.join` / `membership.leave`); an empty function removes it. Called like
-    /// a monitor, under the same serialisation.
+    /// a monitor, under the same serialisation, except for a member's new announcement
+    /// (see join()), which changes no membership and is not reported to it.
     void set_observer(MonitorCallback observer);
 
     // ---- used by the mesh -------------------------------------------------------------
@@ -115,6 +116,7 @@ private:
         std::string group;
         NodeChange change;
         std::vector<std::string> nodes;
+        bool announced = false;  // a member's new announcement: monitors only, not the observer
     };
 
     // Applies one membership edit under mutex_; records the change in `changes`.

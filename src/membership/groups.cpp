@@ -173,7 +173,7 @@ void Groups::set_member(const std::string& group, const std::string& node,
         // A member that announces something new (its balancer changed algorithm) is told
         // to the monitors as joining again, so routing-only balancers re-read it; its
         // snapshot stays.
-        if (!inserted && it->second != *meta) changes.push_back(Change{group, NodeChange::joined, {node}});
+        if (!inserted && it->second != *meta) changes.push_back(Change{group, NodeChange::joined, {node}, true});
         it->second = std::move(*meta);
         changed = inserted;
     } else {
@@ -209,9 +209,12 @@ void Groups::deliver() {
         const auto change = std::move(pending_.front());
         pending_.pop_front();
         RPCLB_LOG("groups", debug) << change.nodes.front()
-                                   << (change.change == NodeChange::joined ? " joined " : " left ") << change.group;
+                                   << (change.announced                         ? " announced again in "
+                                       : change.change == NodeChange::joined ? " joined "
+                                                                              : " left ")
+                                   << change.group;
         std::vector<std::pair<std::uint64_t, MonitorCallback>> targets;
-        if (observer_) targets.emplace_back(0, observer_);
+        if (observer_ && !change.announced) targets.emplace_back(0, observer_);
         for (const auto& [id, entry] : monitors_)
             if (entry.first == change.group) targets.emplace_back(id, entry.second);
         for (const auto& [id, callback] : targets) {

@@ -10,6 +10,7 @@
 
 #include <rpclb/algorithm_state.hpp>
 #include <rpclb/cluster.hpp>
+#include <rpclb/groups.hpp>
 #include <rpclb/load_balancer.hpp>
 
 #include <atomic>
@@ -170,6 +171,28 @@ BOOST_AUTO_TEST_CASE(a_pick_made_before_a_swap_stays_valid) {
     BOOST_TEST(picked->node() == node);
     BOOST_TEST(picked->members->nodes.size() == 2u);
     p.on_a->release_node(picked->node());
+}
+
+BOOST_AUTO_TEST_CASE(a_new_announcement_reaches_monitors_but_not_the_observer) {
+    rpclb::Groups g{"a@h"};
+    int monitored = 0, observed = 0;
+    g.monitor("w", [&](const std::string&, rpclb::NodeChange change, const std::vector<std::string>& nodes) {
+        BOOST_TEST((change == rpclb::NodeChange::joined));
+        BOOST_TEST(nodes == std::vector<std::string>{"a@h"});
+        ++monitored;
+    });
+    g.set_observer([&](const std::string&, rpclb::NodeChange, const std::vector<std::string>&) { ++observed; });
+    g.join("w", {{"algorithm", "round_robin"}});
+    const auto before = g.members("w");
+    BOOST_TEST(monitored == 1);
+    BOOST_TEST(observed == 1);
+    g.join("w", {{"algorithm", "round_robin"}});  // the same: nothing to tell
+    BOOST_TEST(monitored == 1);
+    g.join("w", {{"algorithm", "hash_ring"}});
+    BOOST_TEST(monitored == 2);
+    BOOST_TEST(observed == 1);
+    BOOST_TEST(g.members("w") == before);  // the same snapshot: no membership changed
+    BOOST_TEST(g.announcement("w", "a@h")->at("algorithm").as_string() == "hash_ring");
 }
 
 BOOST_AUTO_TEST_CASE(picks_never_fail_while_the_algorithm_changes) {
