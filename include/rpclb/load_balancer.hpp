@@ -135,6 +135,8 @@ public:
     Result<std::vector<std::string>> get_members() const;
 
     /// A pick: the member snapshot it was made from and the chosen member's index in it.
+    /// `members` shares ownership with the balancer's route at the pick, so while a Picked
+    /// lives the algorithm instance that made it lives too (even across set_algorithm()).
     struct Picked {
         std::shared_ptr<const MemberSnapshot> members;  ///< never null
         std::size_t index = 0;                          ///< < members->nodes.size()

@@ -353,8 +353,9 @@ json::object json_object_argument(const std::string& text, std::string_view what
 int change_algorithm(Context& c, const std::string& balancer, json::object r) {
     json::array answers;
     std::vector<std::vector<std::string>> rows;
-    bool failed = false;
-    for (const auto& node : hosting_nodes(c, balancer)) {
+    std::size_t failed = 0;
+    const auto nodes = hosting_nodes(c, balancer);
+    for (const auto& node : nodes) {
         r["node"] = node;
         try {
             auto result = c.client.call(r);
@@ -364,7 +365,7 @@ int change_algorithm(Context& c, const std::string& balancer, json::object r) {
                             field(o, "algorithm") + " " + field(o, "algorithm_opts"), "ok"});
             answers.push_back(std::move(result));
         } catch (const Failure& f) {
-            failed = true;
+            ++failed;
             rows.push_back({node, balancer, "-", "-", f.message});
             answers.push_back(json::object{{"node", node}, {"error", f.message}});
         }
@@ -373,7 +374,9 @@ int change_algorithm(Context& c, const std::string& balancer, json::object r) {
         std::cout << json::serialize(answers) << '\n';
     else
         print_table({"NODE", "BALANCER", "BEFORE", "NOW", "RESULT"}, rows);
-    return failed ? exit_error : exit_ok;
+    if (failed == 0) return exit_ok;
+    std::cerr << "rpclb-admin: " << failed << " of " << nodes.size() << " nodes refused the change\n";
+    return exit_error;
 }
 
 void print_result(Context& c, const json::value& result) {

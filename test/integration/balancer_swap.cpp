@@ -93,6 +93,7 @@ BOOST_FIXTURE_TEST_CASE(algorithm_and_options_change_under_load_without_a_lost_c
     BOOST_TEST(r.out.find("bad_request: balancer w: algorithm hash_ring init failed: hash_ring: option weight") !=
                    std::string::npos,
                slurp(r));
+    BOOST_TEST(r.err.find("3 of 3 nodes refused the change") != std::string::npos, slurp(r));
     r = admin({"--json", "balancer", "set-algorithm", "w", "no_such_algorithm"});
     BOOST_TEST(r.status == 1, slurp(r));
     BOOST_TEST(r.json().as_array().size() == 3u);
