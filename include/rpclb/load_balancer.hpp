@@ -245,8 +245,10 @@ private:
     };
 
     void on_change(NodeChange change, const std::vector<std::string>& nodes);
-    // A routing-only balancer adopts the algorithm its members announce, if it changed.
+    // A routing-only balancer adopts the algorithm its members announce, if it changed:
+    // follow_announcement() now, post_follow() on a worker thread.
     void follow_announcement();
+    void post_follow();
     // Builds, initialises and checks an instance of `algorithm` for set_algorithm().
     Result<std::shared_ptr<const Engine>> build_engine(const std::string& algorithm,
                                                        const boost::json::object& options, bool& local);
@@ -268,6 +270,7 @@ private:
     std::atomic<std::int64_t> serving_{0};
     std::vector<std::shared_ptr<Service>> services_;
     std::uint64_t monitor_id_ = 0;
+    std::uint64_t announcement_monitor_id_ = 0;  // routing-only: Groups::monitor_announcements
     bool prepared_ = false;
     bool started_ = false;
     std::atomic<bool> local_{false};

@@ -39,6 +39,7 @@ LoadBalancer::LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
 
 LoadBalancer::~LoadBalancer() {
     if (monitor_id_) cluster_.groups().demonitor(monitor_id_);
+    if (announcement_monitor_id_) cluster_.groups().demonitor(announcement_monitor_id_);
     // Services' code lives in the algorithm's plugin; they must go before the algorithm
     // drops the last reference to its library.
     services_.clear();
@@ -109,6 +110,10 @@ void LoadBalancer::start() {
                                                        const std::vector<std::string>& nodes) {
         on_change(change, nodes);
     });
+    // A routing-only balancer follows what the members announce (set_algorithm on them).
+    if (!hosted_)
+        announcement_monitor_id_ = groups.monitor_announcements(
+            options_.name, [this](const std::string&, NodeChange, const std::vector<std::string>&) { post_follow(); });
     {
         std::lock_guard lock(publish_mutex_);
         route_.store(std::make_shared<const Route>(Route{groups.members(options_.name), route_.load()->engine}));
@@ -160,29 +165,19 @@ void LoadBalancer::stop() noexcept {
     if (!hosted_)
         for (auto it = services_.rbegin(); it != services_.rend(); ++it) (*it)->stop();
     if (monitor_id_) cluster_.groups().demonitor(std::exchange(monitor_id_, 0));
+    if (announcement_monitor_id_) cluster_.groups().demonitor(std::exchange(announcement_monitor_id_, 0));
 }
 
 void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& nodes) {
     const auto current = cluster_.groups().members(options_.name);
     std::shared_ptr<const Engine> engine;
-    bool moved = false;
     {
         std::lock_guard lock(publish_mutex_);
-        auto route = route_.load();
-        engine = route->engine;
-        // A member that only announced again (its balancer changed algorithm) changes no
-        // snapshot: the algorithm hears of real membership changes only.
-        moved = current->version != route->members->version;
-        if (moved) route_.store(std::make_shared<const Route>(Route{current, engine}));
+        engine = route_.load()->engine;
+        route_.store(std::make_shared<const Route>(Route{current, engine}));
     }
-    if (!hosted_) {
-        // Loading a plugin and running `init` would hold up the thread delivering group
-        // changes: the worker pool does it.
-        boost::asio::post(cluster_.worker_executor(), [weak = weak_from_this()] {
-            if (auto self = weak.lock()) self->follow_announcement();
-        });
-    }
-    if (!moved) return;
+    // A member that came or went may change what the members announce.
+    if (!hosted_) post_follow();
     try {
         engine->algorithm->on_node_change(change, nodes);
     } catch (const std::exception& e) {
@@ -190,6 +185,14 @@ void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& 
     } catch (...) {
         RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": on_node_change threw";
     }
+}
+
+void LoadBalancer::post_follow() {
+    // Loading a plugin and running `init` would hold up the thread delivering group
+    // changes: the worker pool does it.
+    boost::asio::post(cluster_.worker_executor(), [weak = weak_from_this()] {
+        if (auto self = weak.lock()) self->follow_announcement();
+    });
 }
 
 void LoadBalancer::follow_announcement() {

@@ -173,23 +173,27 @@ BOOST_AUTO_TEST_CASE(a_pick_made_before_a_swap_stays_valid) {
     p.on_a->release_node(picked->node());
 }
 
-BOOST_AUTO_TEST_CASE(a_new_announcement_reaches_monitors_but_not_the_observer) {
+BOOST_AUTO_TEST_CASE(a_new_announcement_reaches_only_announcement_monitors) {
     rpclb::Groups g{"a@h"};
-    int monitored = 0, observed = 0;
-    g.monitor("w", [&](const std::string&, rpclb::NodeChange change, const std::vector<std::string>& nodes) {
+    int monitored = 0, announced = 0, observed = 0;
+    g.monitor("w", [&](const std::string&, rpclb::NodeChange, const std::vector<std::string>&) { ++monitored; });
+    g.monitor_announcements("w", [&](const std::string&, rpclb::NodeChange change,
+                                     const std::vector<std::string>& nodes) {
         BOOST_TEST((change == rpclb::NodeChange::joined));
         BOOST_TEST(nodes == std::vector<std::string>{"a@h"});
-        ++monitored;
+        ++announced;
     });
     g.set_observer([&](const std::string&, rpclb::NodeChange, const std::vector<std::string>&) { ++observed; });
     g.join("w", {{"algorithm", "round_robin"}});
     const auto before = g.members("w");
     BOOST_TEST(monitored == 1);
     BOOST_TEST(observed == 1);
+    BOOST_TEST(announced == 0);
     g.join("w", {{"algorithm", "round_robin"}});  // the same: nothing to tell
-    BOOST_TEST(monitored == 1);
+    BOOST_TEST(announced == 0);
     g.join("w", {{"algorithm", "hash_ring"}});
-    BOOST_TEST(monitored == 2);
+    BOOST_TEST(announced == 1);
+    BOOST_TEST(monitored == 1);
     BOOST_TEST(observed == 1);
     BOOST_TEST(g.members("w") == before);  // the same snapshot: no membership changed
     BOOST_TEST(g.announcement("w", "a@h")->at("algorithm").as_string() == "hash_ring");
