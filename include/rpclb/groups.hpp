@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -47,7 +48,9 @@ public:
 
     const std::string& local_node() const noexcept { return local_node_; }
 
-    /// The local node joins `group` announcing `meta`. Joining again replaces `meta`.
+    /// The local node joins `group` announcing `meta`. Joining again replaces `meta`; when
+    /// it differs, the announcement monitors of `group` (here and on every node) are told
+    /// (monitor_announcements()); the membership and its snapshot stay as they are.
     void join(const std::string& group, boost::json::object meta = {});
 
     /// The local node leaves `group`; no effect when it is not a member.
@@ -73,6 +76,11 @@ public:
 
     /// Registers `callback` for changes of `group`. Returns an id for demonitor().
     std::uint64_t monitor(const std::string& group, MonitorCallback callback);
+    /// Registers `callback` for new announcements of members of `group` that stay members
+    /// (a member joined again with a different `meta`): it gets NodeChange::joined and the
+    /// node, under the same serialisation as monitors. monitor() callbacks are not told of
+    /// these. Returns an id for demonitor().
+    std::uint64_t monitor_announcements(const std::string& group, MonitorCallback callback);
 
     /// Removes a monitor; after it returns the callback is not running and won't run
     /// (except when called from that very callback, which then finishes its run).
@@ -80,7 +88,8 @@ public:
 
     /// Installs the one observer of every group's changes (the Cluster publishes them as
     /// `membership.join` / `membership.leave`); an empty function removes it. Called like
-    /// a monitor, under the same serialisation.
+    /// a monitor, under the same serialisation (so, like monitors, not for a member's new
+    /// announcement).
     void set_observer(MonitorCallback observer);
 
     // ---- used by the mesh -------------------------------------------------------------
@@ -113,6 +122,7 @@ private:
         std::string group;
         NodeChange change;
         std::vector<std::string> nodes;
+        bool announced = false;  // a member's new announcement: for announcement monitors only
     };
 
     // Applies one membership edit under mutex_; records the change in `changes`.
@@ -136,6 +146,7 @@ private:
     std::mutex monitor_mutex_;
     std::condition_variable callback_done_;  // a callback returned (demonitor waits on it)
     std::map<std::uint64_t, std::pair<std::string, MonitorCallback>> monitors_;
+    std::set<std::uint64_t> announcement_monitors_;  // ids in monitors_ from monitor_announcements
     std::uint64_t next_monitor_ = 1;
     MonitorCallback observer_;
     std::deque<Change> pending_;      // changes not yet delivered, in order

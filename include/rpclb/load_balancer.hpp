@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,10 +48,12 @@ struct LoadBalancerOptions {
 /// start() on the same object). A routing-only balancer has no supervisor: it starts and
 /// stops its algorithm's services itself.
 ///
-/// Picking (`pick`) reads an atomically published member snapshot and calls the algorithm:
-/// no allocation on success (an allocation-counting test holds it to that), and no lock
-/// but the short spin of libstdc++'s std::atomic<std::shared_ptr> load. `select_node`
-/// adds a copy of the chosen name.
+/// Picking (`pick`) reads one atomically published route (the member snapshot and the
+/// algorithm instance together) and calls the algorithm: no allocation on success (an
+/// allocation-counting test holds it to that), and no lock but the short spin of
+/// libstdc++'s std::atomic<std::shared_ptr> load. `select_node` adds a copy of the chosen
+/// name. set_algorithm() and set_options() publish a new route with a new instance, so the
+/// algorithm changes while the balancer serves without blocking a pick.
 ///
 /// Thread safety: distinct objects safe; shared objects safe, except that prepare(),
 /// start() and stop() are called one at a time (Service's contract).
@@ -66,7 +69,57 @@ public:
 
     /// The balancer's name (also its group's).
     std::string name() const override { return options_.name; }
-    const LoadBalancerOptions& options() const noexcept { return options_; }
+
+    /// The balancer's options as they are now: those it was started with, except that
+    /// `algorithm` and `algorithm_opts` are the current ones (see set_algorithm()). A copy,
+    /// since those two may change at any time. Thread-safe.
+    LoadBalancerOptions options() const;
+
+    /// The current algorithm's plugin name, e.g. "round_robin". Thread-safe.
+    std::string algorithm_name() const;
+
+    /// The current algorithm's options (`algorithm_opts`). Thread-safe.
+    boost::json::object algorithm_options() const;
+
+    /// Replaces the balancer's algorithm while it serves: loads plugin `algorithm`, builds
+    /// a new instance and runs its `init` with `options` (a JSON object, possibly empty),
+    /// and only when that succeeded publishes it in one atomic store, in place of the
+    /// current instance. Picks never wait for it and no call fails because of it:
+    /// - a call picked before the store finishes on the member it picked (its release is
+    ///   given to the new instance, which ignores what it doesn't count);
+    /// - every pick that starts after set_algorithm() returns uses the new instance;
+    /// - the old instance is destroyed when the last pick using it returns, and its plugin
+    ///   library stays loaded until then (PluginRegistry keeps a library per object);
+    /// - what the old instance derived per member is released: the route gets a fresh copy
+    ///   of the member snapshot (its cache, e.g. weighted_round_robin's period or the call
+    ///   count table, goes with the old one), and this balancer's per-member counters of
+    ///   calls in flight are reset to 0 and forgotten (AlgorithmState::forget_in_flight);
+    ///   calls still in flight then release nothing below zero, so counts are right again
+    ///   once they have finished.
+    /// A hosted balancer that is a member of its group announces the new algorithm and
+    /// options to every node (Groups::join again), so nodes that only route through it
+    /// (clients) switch to the same algorithm; a routing-only balancer switches by itself
+    /// when the announcement of the members changes.
+    ///
+    /// Errors (nothing changes, the current algorithm keeps serving):
+    /// - `not_found` "no plugin for algorithm <a> ..." when no `librpclb_<a>.so` is on the
+    ///   plugin path;
+    /// - `bad_request` when the plugin refuses to load (ABI or compiler mismatch), when its
+    ///   `init` rejects `options` (message "balancer <b>: algorithm <a> init failed:
+    ///   <the algorithm's own message>"), or when the current or the new algorithm runs
+    ///   services (least_cpu's poller): those are started by the balancer's supervisor,
+    ///   so such a change needs a stop and a start of the balancer.
+    /// Details: {"load_balancer", "algorithm", "node"}.
+    ///
+    /// Thread safety: safe from any thread, concurrently with picks, releases, membership
+    /// changes and other calls of set_algorithm() / set_options() (which are applied one at
+    /// a time; the last one wins). Blocks while the plugin loads and `init` runs; call it
+    /// from a control thread, not from a network or handler thread that calls wait on.
+    Result<void> set_algorithm(const std::string& algorithm, const boost::json::object& options = {});
+
+    /// set_algorithm() with the current algorithm's name: a new instance with `options`
+    /// (e.g. new `weights` for weighted_round_robin). Same guarantees and errors.
+    Result<void> set_options(const boost::json::object& options);
 
     /// True when this node is a member of the balancer's group.
     bool joined() const noexcept { return joined_.load(); }
@@ -75,13 +128,15 @@ public:
     bool hosted() const noexcept { return hosted_; }
 
     /// The current members (never null; possibly empty).
-    std::shared_ptr<const MemberSnapshot> members() const { return members_.load(); }
+    std::shared_ptr<const MemberSnapshot> members() const { return route_.load()->members; }
 
     /// Members as a list (seed §1.2). Error: `service_unavailable` "no members registered"
     /// with details {"load_balancer": name} when the group is empty.
     Result<std::vector<std::string>> get_members() const;
 
     /// A pick: the member snapshot it was made from and the chosen member's index in it.
+    /// `members` shares ownership with the balancer's route at the pick, so while a Picked
+    /// lives the algorithm instance that made it lives too (even across set_algorithm()).
     struct Picked {
         std::shared_ptr<const MemberSnapshot> members;  ///< never null
         std::size_t index = 0;                          ///< < members->nodes.size()
@@ -121,12 +176,14 @@ public:
     /// `release_node(node)`. Exceptions from the algorithm are logged. Thread-safe.
     void release_node(std::string_view node) noexcept;
 
-    /// The algorithm instance (lives as long as the balancer).
-    SelectionAlgorithm& algorithm() noexcept { return *algorithm_; }
+    /// The current algorithm instance. The reference stays valid until the next
+    /// set_algorithm() / set_options() (or the balancer's end); for tests and tools.
+    SelectionAlgorithm& algorithm() noexcept { return *route_.load()->engine->algorithm; }
 
-    /// The algorithm's `local()` answer, read once by prepare(): load-balanced calls run on
-    /// this node without selection (call_direct).
-    bool local() const noexcept { return local_; }
+    /// The current algorithm's `local()` answer, read by prepare() and by each
+    /// set_algorithm(): load-balanced calls run on this node without selection
+    /// (call_direct).
+    bool local() const noexcept { return local_.load(std::memory_order_acquire); }
 
     /// Load-balanced calls from this node through this balancer still in flight.
     std::int64_t in_flight() const noexcept { return in_flight_.load(); }
@@ -174,24 +231,49 @@ public:
     boost::json::object announcement() const;
 
 private:
+    // An algorithm instance with the name and options it was built from; immutable.
+    struct Engine {
+        std::shared_ptr<SelectionAlgorithm> algorithm;
+        std::string name;
+        boost::json::object options;
+    };
+    // What a pick reads, published as one value so that members and algorithm are read
+    // with one atomic load; immutable, replaced whole.
+    struct Route {
+        std::shared_ptr<const MemberSnapshot> members;
+        std::shared_ptr<const Engine> engine;
+    };
+
     void on_change(NodeChange change, const std::vector<std::string>& nodes);
+    // A routing-only balancer adopts the algorithm its members announce, if it changed:
+    // follow_announcement() now, post_follow() on a worker thread.
+    void follow_announcement();
+    void post_follow();
+    // Builds, initialises and checks an instance of `algorithm` for set_algorithm().
+    Result<std::shared_ptr<const Engine>> build_engine(const std::string& algorithm,
+                                                       const boost::json::object& options, bool& local);
+    ErrorMessage change_error(ErrorCode code, const std::string& algorithm, std::string message) const;
 
     Cluster& cluster_;
     // What the algorithm reaches of the node (AlgorithmContext::host); declared before
     // the algorithm so that it outlives it.
     std::unique_ptr<AlgorithmHost> host_;
+    // Name, node_match_list and drain_timeout; the algorithm and its options live in route_.
     LoadBalancerOptions options_;
-    std::shared_ptr<SelectionAlgorithm> algorithm_;
     bool hosted_;
-    std::atomic<std::shared_ptr<const MemberSnapshot>> members_;
+    std::atomic<std::shared_ptr<const Route>> route_;
+    std::mutex publish_mutex_;   // serialises stores of route_; never taken by a pick
+    std::mutex change_mutex_;    // one set_algorithm() at a time
+    std::mutex announce_mutex_;  // orders joins and leaves of the group with re-announcements
     std::atomic<bool> joined_{false};
     std::atomic<std::int64_t> in_flight_{0};
     std::atomic<std::int64_t> serving_{0};
     std::vector<std::shared_ptr<Service>> services_;
     std::uint64_t monitor_id_ = 0;
+    std::uint64_t announcement_monitor_id_ = 0;  // routing-only: Groups::monitor_announcements
     bool prepared_ = false;
     bool started_ = false;
-    bool local_ = false;
+    std::atomic<bool> local_{false};
 };
 
 }  // namespace rpclb

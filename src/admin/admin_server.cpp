@@ -308,6 +308,33 @@ json::value admin::State::run_local(const admin::Request& r) {
             fail(admin::code::not_found, "no balancer \"" + name + "\" is hosted on " + cluster.name());
         return json::object{{"node", cluster.name()}, {"stopped", name}};
     }
+    if (cmd == "balancer_set_algorithm" || cmd == "balancer_set_options") {
+        const auto name = text_of(r.body, "name");
+        // Only a hosted balancer: Cluster::balancer would build a routing-only one.
+        std::shared_ptr<LoadBalancer> lb;
+        for (const auto& hosted : cluster.balancer_names()) {
+            if (hosted != name) continue;
+            if (auto found = cluster.balancer(name); found && (*found)->hosted()) lb = *found;
+        }
+        if (!lb) fail(admin::code::not_found, "no balancer \"" + name + "\" is hosted on " + cluster.name());
+        json::object opts;
+        if (const auto* o = r.body.if_contains("algorithm_opts")) opts = o->as_object();
+        const json::object previous{{"algorithm", lb->algorithm_name()}, {"algorithm_opts", lb->algorithm_options()}};
+        auto changed = cmd == "balancer_set_options" ? lb->set_options(opts)
+                                                     : lb->set_algorithm(text_of(r.body, "algorithm"), opts);
+        if (!changed) {
+            const auto& e = changed.error();
+            fail(e.code == ErrorCode::not_found     ? admin::code::not_found
+                 : e.code == ErrorCode::bad_request ? admin::code::bad_request
+                                                    : admin::code::failed,
+                 e.message);
+        }
+        return json::object{{"node", cluster.name()},
+                            {"balancer", name},
+                            {"algorithm", lb->algorithm_name()},
+                            {"algorithm_opts", lb->algorithm_options()},
+                            {"previous", previous}};
+    }
     if (cmd == "log_level") {
         const auto level = text_of(r.body, "level");
         try {

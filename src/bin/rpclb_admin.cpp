@@ -43,6 +43,11 @@ commands:
   drain NODE | undrain NODE | stop NODE
   balancer start NAME ALGORITHM [--options JSON] [--node NODE]
   balancer stop NAME [--node NODE]      on every node hosting NAME unless --node
+  balancer set-algorithm NAME ALGORITHM [--options JSON] [--node NODE]
+                                        change NAME's algorithm while it serves, on every
+                                        node hosting NAME unless --node
+  balancer set-options NAME JSON [--node NODE]
+                                        change the options of NAME's algorithm likewise
   log-level LEVEL [NODE]
 
 The token also comes from $RPCLB_ADMIN_TOKEN. Exit status: 0 success, 1 an error answer
@@ -323,6 +328,57 @@ int watch(Context& c, const std::vector<std::string>& patterns, std::optional<st
     return exit_ok;
 }
 
+// The nodes a balancer command acts on: --node, else every node hosting `balancer`.
+std::vector<std::string> hosting_nodes(Context& c, const std::string& balancer) {
+    if (c.node) return {*c.node};
+    std::vector<std::string> targets;
+    for (const auto& node : node_names(c.client)) {
+        const auto hosted = c.client.call(request("balancers", node));
+        for (const auto& b : hosted.at("balancers").as_array())
+            if (b.at("name").as_string() == balancer) targets.push_back(node);
+    }
+    if (targets.empty()) throw Failure{"not_found: no node hosts balancer \"" + balancer + "\""};
+    return targets;
+}
+
+json::object json_object_argument(const std::string& text, std::string_view what) {
+    boost::system::error_code ec;
+    auto value = json::parse(text, ec);
+    if (ec || !value.is_object()) throw Usage{std::string(what) + " must be a JSON object"};
+    return std::move(value.as_object());
+}
+
+// balancer set-algorithm / set-options: `r` sent to each node hosting the balancer. Every
+// node is asked even when one refuses (a refusal changes nothing there); one row each.
+int change_algorithm(Context& c, const std::string& balancer, json::object r) {
+    json::array answers;
+    std::vector<std::vector<std::string>> rows;
+    std::size_t failed = 0;
+    const auto nodes = hosting_nodes(c, balancer);
+    for (const auto& node : nodes) {
+        r["node"] = node;
+        try {
+            auto result = c.client.call(r);
+            const auto& o = result.as_object();
+            const auto& before = o.at("previous").as_object();
+            rows.push_back({node, balancer, field(before, "algorithm") + " " + field(before, "algorithm_opts"),
+                            field(o, "algorithm") + " " + field(o, "algorithm_opts"), "ok"});
+            answers.push_back(std::move(result));
+        } catch (const Failure& f) {
+            ++failed;
+            rows.push_back({node, balancer, "-", "-", f.message});
+            answers.push_back(json::object{{"node", node}, {"error", f.message}});
+        }
+    }
+    if (c.as_json)
+        std::cout << json::serialize(answers) << '\n';
+    else
+        print_table({"NODE", "BALANCER", "BEFORE", "NOW", "RESULT"}, rows);
+    if (failed == 0) return exit_ok;
+    std::cerr << "rpclb-admin: " << failed << " of " << nodes.size() << " nodes refused the change\n";
+    return exit_error;
+}
+
 void print_result(Context& c, const json::value& result) {
     if (c.as_json) return void(std::cout << json::serialize(result) << '\n');
     for (const auto& [k, v] : result.as_object()) std::cout << k << ": " << text(v) << '\n';
@@ -367,41 +423,40 @@ int run(Context& c, const std::vector<std::string>& args, const po::variables_ma
         return print_result(c, c.client.call(std::move(r))), exit_ok;
     }
     if (cmd == "balancer") {
-        if (args.size() < 2) throw Usage{"balancer needs start or stop"};
+        if (args.size() < 2) throw Usage{"balancer needs start, stop, set-algorithm or set-options"};
         if (args[1] == "start") {
             arity(3, 3);
             auto r = request("balancer_start", c.node);
             r["name"] = args[2];
             r["algorithm"] = args[3];
-            if (vm.count("options")) {
-                boost::system::error_code ec;
-                auto options = json::parse(vm["options"].as<std::string>(), ec);
-                if (ec || !options.is_object()) throw Usage{"--options must be a JSON object"};
-                r["algorithm_opts"] = std::move(options);
-            }
+            if (vm.count("options")) r["algorithm_opts"] = json_object_argument(vm["options"].as<std::string>(), "--options");
             return print_result(c, c.client.call(std::move(r))), exit_ok;
         }
         if (args[1] == "stop") {
             arity(2, 2);
-            std::vector<std::string> targets;
-            if (c.node) {
-                targets.push_back(*c.node);
-            } else {
-                for (const auto& node : node_names(c.client)) {
-                    const auto hosted = c.client.call(request("balancers", node));
-                    for (const auto& b : hosted.at("balancers").as_array())
-                        if (b.at("name").as_string() == args[2]) targets.push_back(node);
-                }
-                if (targets.empty()) throw Failure{"not_found: no node hosts balancer \"" + args[2] + "\""};
-            }
-            for (const auto& node : targets) {
+            for (const auto& node : hosting_nodes(c, args[2])) {
                 auto r = request("balancer_stop", node);
                 r["name"] = args[2];
                 print_result(c, c.client.call(std::move(r)));
             }
             return exit_ok;
         }
-        throw Usage{"balancer needs start or stop, got \"" + args[1] + "\""};
+        if (args[1] == "set-algorithm") {
+            arity(3, 3);
+            auto r = request("balancer_set_algorithm");
+            r["name"] = args[2];
+            r["algorithm"] = args[3];
+            if (vm.count("options")) r["algorithm_opts"] = json_object_argument(vm["options"].as<std::string>(), "--options");
+            return change_algorithm(c, args[2], std::move(r));
+        }
+        if (args[1] == "set-options") {
+            arity(3, 3);
+            auto r = request("balancer_set_options");
+            r["name"] = args[2];
+            r["algorithm_opts"] = json_object_argument(args[3], "the options");
+            return change_algorithm(c, args[2], std::move(r));
+        }
+        throw Usage{"balancer needs start, stop, set-algorithm or set-options, got \"" + args[1] + "\""};
     }
     throw Usage{"unknown command \"" + cmd + "\""};
 }
@@ -416,7 +471,7 @@ int main(int argc, char** argv) {
         ("token", po::value<std::string>(), "admin token (default: $RPCLB_ADMIN_TOKEN)")
         ("json", "print the answers as JSON")
         ("node", po::value<std::string>(), "the node a balancer command acts on")
-        ("options", po::value<std::string>(), "balancer start: the algorithm's options, a JSON object")
+        ("options", po::value<std::string>(), "balancer start / set-algorithm: the algorithm's options, a JSON object")
         ("count", po::value<std::uint64_t>(), "watch: exit after this many events")
         ("timeout", po::value<std::uint32_t>()->default_value(10000),
          "longest wait in ms for the connection and each answer (watch waits for events without limit)");

@@ -86,6 +86,14 @@ std::uint64_t Groups::monitor(const std::string& group, MonitorCallback callback
     return id;
 }
 
+std::uint64_t Groups::monitor_announcements(const std::string& group, MonitorCallback callback) {
+    std::lock_guard lock(monitor_mutex_);
+    const auto id = next_monitor_++;
+    monitors_.emplace(id, std::make_pair(group, std::move(callback)));
+    announcement_monitors_.insert(id);
+    return id;
+}
+
 void Groups::set_observer(MonitorCallback observer) {
     std::lock_guard lock(monitor_mutex_);
     observer_ = std::move(observer);
@@ -94,6 +102,7 @@ void Groups::set_observer(MonitorCallback observer) {
 void Groups::demonitor(std::uint64_t id) {
     std::unique_lock lock(monitor_mutex_);
     monitors_.erase(id);
+    announcement_monitors_.erase(id);
     // A run of this callback on another thread must end first; a callback that removes
     // itself just finishes.
     if (deliverer_ != std::this_thread::get_id())
@@ -169,7 +178,12 @@ void Groups::set_member(const std::string& group, const std::string& node,
     bool changed = false;
     NodeChange direction = NodeChange::joined;
     if (meta) {
-        auto [it, inserted] = g.members.insert_or_assign(node, std::move(*meta));
+        auto [it, inserted] = g.members.try_emplace(node);
+        // A member that announces something new (its balancer changed algorithm) is told
+        // to the monitors as joining again, so routing-only balancers re-read it; its
+        // snapshot stays.
+        if (!inserted && it->second != *meta) changes.push_back(Change{group, NodeChange::joined, {node}, true});
+        it->second = std::move(*meta);
         changed = inserted;
     } else {
         changed = g.members.erase(node) > 0;
@@ -204,11 +218,15 @@ void Groups::deliver() {
         const auto change = std::move(pending_.front());
         pending_.pop_front();
         RPCLB_LOG("groups", debug) << change.nodes.front()
-                                   << (change.change == NodeChange::joined ? " joined " : " left ") << change.group;
+                                   << (change.announced                         ? " announced again in "
+                                       : change.change == NodeChange::joined ? " joined "
+                                                                              : " left ")
+                                   << change.group;
         std::vector<std::pair<std::uint64_t, MonitorCallback>> targets;
-        if (observer_) targets.emplace_back(0, observer_);
+        if (observer_ && !change.announced) targets.emplace_back(0, observer_);
         for (const auto& [id, entry] : monitors_)
-            if (entry.first == change.group) targets.emplace_back(id, entry.second);
+            if (entry.first == change.group && announcement_monitors_.contains(id) == change.announced)
+                targets.emplace_back(id, entry.second);
         for (const auto& [id, callback] : targets) {
             if (id != 0 && !monitors_.contains(id)) continue;  // removed meanwhile
             running_ = id;

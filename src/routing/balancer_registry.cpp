@@ -25,11 +25,12 @@ void BalancerRegistry::edit(const std::function<void(Table&)>& change) {
     table_.store(std::move(table));
 }
 
-boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> BalancerRegistry::create_algorithm(
-    const std::string& name) {
-    auto algorithm = plugins_.create(name);
-    if (bus_.active()) {
-        const auto file = plugins_.find(name);
+boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> load_algorithm(PluginRegistry& plugins,
+                                                                                        TelemetryBus& bus,
+                                                                                        const std::string& name) {
+    auto algorithm = plugins.create(name);
+    if (bus.active()) {
+        const auto file = plugins.find(name);
         // Event fields are views: what they show must outlive emit(), and neither a
         // temporary path nor the copy result::error() returns does.
         const auto path = file ? file->string() : std::string();
@@ -38,9 +39,36 @@ boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> Balancer
         e.algorithm = name;
         e.path = path;
         if (!algorithm) e.reason = reason;
-        bus_.emit(e);
+        bus.emit(e);
     }
     return algorithm;
+}
+
+std::optional<AnnouncedAlgorithm> announced_algorithm(const Groups& groups, std::string_view group) {
+    std::optional<boost::json::object> chosen;
+    for (const auto& node : groups.members(group)->nodes) {
+        auto meta = groups.announcement(group, node);
+        if (!meta) continue;
+        if (!chosen) {
+            chosen = std::move(meta);
+        } else if (*meta != *chosen) {
+            RPCLB_LOG("balancer", warning) << "members of " << group << " announce different algorithms; using "
+                                           << boost::json::serialize(*chosen);
+            break;
+        }
+    }
+    if (!chosen) return std::nullopt;
+    AnnouncedAlgorithm announced{LoadBalancerOptions{}.algorithm, {}};
+    if (const auto* a = chosen->if_contains("algorithm"); a && a->is_string())
+        announced.algorithm = std::string(a->get_string());
+    if (const auto* o = chosen->if_contains("algorithm_opts"); o && o->is_object())
+        announced.options = o->get_object();
+    return announced;
+}
+
+boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> BalancerRegistry::create_algorithm(
+    const std::string& name) {
+    return load_algorithm(plugins_, bus_, name);
 }
 
 std::shared_ptr<LoadBalancer> BalancerRegistry::start(LoadBalancerOptions options) {
@@ -129,23 +157,9 @@ Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::build_routing(std::strin
     LoadBalancerOptions options;
     options.name = std::string(name);
     options.node_match_list = NodeMatchList::none();
-    std::optional<boost::json::object> chosen;
-    for (const auto& node : members->nodes) {
-        auto meta = groups_.announcement(name, node);
-        if (!meta) continue;
-        if (!chosen) {
-            chosen = std::move(meta);
-        } else if (*meta != *chosen) {
-            RPCLB_LOG("balancer", warning) << "members of " << name << " announce different algorithms; using "
-                                           << boost::json::serialize(*chosen);
-            break;
-        }
-    }
-    if (chosen) {
-        if (const auto* a = chosen->if_contains("algorithm"); a && a->is_string())
-            options.algorithm = std::string(a->get_string());
-        if (const auto* o = chosen->if_contains("algorithm_opts"); o && o->is_object())
-            options.algorithm_opts = o->get_object();
+    if (auto announced = announced_algorithm(groups_, name)) {
+        options.algorithm = std::move(announced->algorithm);
+        options.algorithm_opts = std::move(announced->options);
     }
     auto algorithm = create_algorithm(options.algorithm);
     if (!algorithm)

@@ -10,12 +10,32 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace rpclb::detail {
+
+/// Loads algorithm plugin `name` from `plugins` and publishes `plugin.loaded` /
+/// `plugin.rejected` on `bus` (only while someone listens). Thread-safe.
+boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> load_algorithm(PluginRegistry& plugins,
+                                                                                        TelemetryBus& bus,
+                                                                                        const std::string& name);
+
+/// An algorithm as a balancer's members announce it.
+struct AnnouncedAlgorithm {
+    std::string algorithm;        ///< "algorithm"; LoadBalancerOptions' default when absent
+    boost::json::object options;  ///< "algorithm_opts"; empty when absent
+    bool operator==(const AnnouncedAlgorithm&) const = default;
+};
+
+/// What the members of `group` announce (Groups::announcement): the first member's, in
+/// name order, that announces anything, logging a warning when another member announces
+/// something else; nullopt when no member announces. Routing-only balancers are built
+/// from it and follow its changes. Takes the Groups' mutex.
+std::optional<AnnouncedAlgorithm> announced_algorithm(const Groups& groups, std::string_view group);
 
 /// Finds the balancer a call routes through and owns their life: hosted balancers
 /// (started here, each a supervised subtree of the node's root Supervisor) and

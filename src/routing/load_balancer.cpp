@@ -2,10 +2,18 @@
 #include <rpclb/detail/log.hpp>
 #include <rpclb/load_balancer.hpp>
 
+#include <rpclb/algorithm_state.hpp>
+#include <rpclb/plugin_registry.hpp>
+
 #include "routing/balancer_host.hpp"
+#include "routing/balancer_registry.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 namespace rpclb {
 
@@ -23,39 +31,55 @@ LoadBalancer::LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
     : cluster_(cluster),
       host_(std::make_unique<detail::BalancerHost>(cluster, *this)),
       options_(std::move(options)),
-      algorithm_(std::move(algorithm)),
-      hosted_(hosted),
-      members_(std::make_shared<const MemberSnapshot>()) {}
+      hosted_(hosted) {
+    auto engine = std::make_shared<Engine>(
+        Engine{std::move(algorithm), std::exchange(options_.algorithm, {}), std::exchange(options_.algorithm_opts, {})});
+    route_.store(std::make_shared<const Route>(Route{std::make_shared<const MemberSnapshot>(), std::move(engine)}));
+}
 
 LoadBalancer::~LoadBalancer() {
     if (monitor_id_) cluster_.groups().demonitor(monitor_id_);
+    if (announcement_monitor_id_) cluster_.groups().demonitor(announcement_monitor_id_);
     // Services' code lives in the algorithm's plugin; they must go before the algorithm
     // drops the last reference to its library.
     services_.clear();
-    algorithm_.reset();
+    route_.store(nullptr);
 }
 
+LoadBalancerOptions LoadBalancer::options() const {
+    auto options = options_;
+    const auto engine = route_.load()->engine;
+    options.algorithm = engine->name;
+    options.algorithm_opts = engine->options;
+    return options;
+}
+
+std::string LoadBalancer::algorithm_name() const { return route_.load()->engine->name; }
+
+boost::json::object LoadBalancer::algorithm_options() const { return route_.load()->engine->options; }
+
 boost::json::object LoadBalancer::announcement() const {
-    return boost::json::object{{"algorithm", options_.algorithm},
-                               {"algorithm_opts", options_.algorithm_opts}};
+    const auto engine = route_.load()->engine;
+    return boost::json::object{{"algorithm", engine->name}, {"algorithm_opts", engine->options}};
 }
 
 const std::vector<std::shared_ptr<Service>>& LoadBalancer::prepare() {
     if (prepared_) return services_;
+    const auto engine = route_.load()->engine;
     const AlgorithmContext context{options_.name, cluster_.name(), host_.get()};
     // The hook running, for the message: "init", "services()" or "local()".
     const char* hook = "init";
     auto failure = [&](const std::string& what) {
         services_.clear();
-        return std::runtime_error("balancer " + options_.name + ": algorithm " + options_.algorithm + " " +
-                                  hook + " failed" + what);
+        return std::runtime_error("balancer " + options_.name + ": algorithm " + engine->name + " " + hook +
+                                  " failed" + what);
     };
     try {
-        algorithm_->init(context, options_.algorithm_opts);
+        engine->algorithm->init(context, engine->options);
         hook = "services()";
-        services_ = algorithm_->services();
+        services_ = engine->algorithm->services();
         hook = "local()";
-        local_ = algorithm_->local();
+        local_ = engine->algorithm->local();
     } catch (const std::exception& e) {
         throw failure(std::string(": ") + e.what());
     } catch (...) {
@@ -86,8 +110,16 @@ void LoadBalancer::start() {
                                                        const std::vector<std::string>& nodes) {
         on_change(change, nodes);
     });
-    members_.store(groups.members(options_.name));
+    // A routing-only balancer follows what the members announce (set_algorithm on them).
+    if (!hosted_)
+        announcement_monitor_id_ = groups.monitor_announcements(
+            options_.name, [this](const std::string&, NodeChange, const std::vector<std::string>&) { post_follow(); });
+    {
+        std::lock_guard lock(publish_mutex_);
+        route_.store(std::make_shared<const Route>(Route{groups.members(options_.name), route_.load()->engine}));
+    }
     if (hosted_ && options_.node_match_list.matches(cluster_.name(), cluster_.options().excluded_node_patterns)) {
+        std::lock_guard lock(announce_mutex_);
         groups.join(options_.name, announcement());
         joined_ = true;
     }
@@ -98,6 +130,7 @@ void LoadBalancer::stop() noexcept {
     if (!started_) return;
     started_ = false;
     try {
+        std::lock_guard lock(announce_mutex_);
         if (joined_.exchange(false)) cluster_.groups().leave(options_.name);
     } catch (const std::exception& e) {
         RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": leaving the group failed: " << e.what();
@@ -132,12 +165,21 @@ void LoadBalancer::stop() noexcept {
     if (!hosted_)
         for (auto it = services_.rbegin(); it != services_.rend(); ++it) (*it)->stop();
     if (monitor_id_) cluster_.groups().demonitor(std::exchange(monitor_id_, 0));
+    if (announcement_monitor_id_) cluster_.groups().demonitor(std::exchange(announcement_monitor_id_, 0));
 }
 
 void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& nodes) {
-    members_.store(cluster_.groups().members(options_.name));
+    const auto current = cluster_.groups().members(options_.name);
+    std::shared_ptr<const Engine> engine;
+    {
+        std::lock_guard lock(publish_mutex_);
+        engine = route_.load()->engine;
+        route_.store(std::make_shared<const Route>(Route{current, engine}));
+    }
+    // A member that came or went may change what the members announce.
+    if (!hosted_) post_follow();
     try {
-        algorithm_->on_node_change(change, nodes);
+        engine->algorithm->on_node_change(change, nodes);
     } catch (const std::exception& e) {
         RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": on_node_change threw: " << e.what();
     } catch (...) {
@@ -145,8 +187,109 @@ void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& 
     }
 }
 
+void LoadBalancer::post_follow() {
+    // Loading a plugin and running `init` would hold up the thread delivering group
+    // changes: the worker pool does it.
+    boost::asio::post(cluster_.worker_executor(), [weak = weak_from_this()] {
+        if (auto self = weak.lock()) self->follow_announcement();
+    });
+}
+
+void LoadBalancer::follow_announcement() {
+    auto announced = detail::announced_algorithm(cluster_.groups(), options_.name);
+    if (!announced) return;
+    {
+        const auto engine = route_.load()->engine;
+        if (engine->name == announced->algorithm && engine->options == announced->options) return;
+    }
+    if (auto changed = set_algorithm(announced->algorithm, announced->options); !changed)
+        RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": cannot follow the announced algorithm "
+                                       << announced->algorithm << ": " << changed.error().message;
+}
+
+ErrorMessage LoadBalancer::change_error(ErrorCode code, const std::string& algorithm, std::string message) const {
+    return ErrorMessage{code, std::move(message),
+                        boost::json::object{{"load_balancer", options_.name},
+                                            {"algorithm", algorithm},
+                                            {"node", cluster_.name()}}};
+}
+
+Result<std::shared_ptr<const LoadBalancer::Engine>> LoadBalancer::build_engine(const std::string& algorithm,
+                                                                                const boost::json::object& options,
+                                                                                bool& local) {
+    auto& plugins = cluster_.plugins();
+    auto made = detail::load_algorithm(plugins, cluster_.telemetry(), algorithm);
+    if (!made) {
+        if (!plugins.find(algorithm))
+            return change_error(ErrorCode::not_found, algorithm,
+                                "no plugin for algorithm " + algorithm + " (librpclb_" + algorithm +
+                                    ".so) on the plugin path: " + made.error().message);
+        return change_error(ErrorCode::bad_request, algorithm, made.error().message);
+    }
+    auto engine = std::make_shared<Engine>(Engine{std::move(*made), algorithm, options});
+    const AlgorithmContext context{options_.name, cluster_.name(), host_.get()};
+    const char* hook = "init";
+    auto failure = [&](const std::string& what) {
+        return change_error(ErrorCode::bad_request, algorithm,
+                            "balancer " + options_.name + ": algorithm " + algorithm + " " + hook + " failed" + what);
+    };
+    try {
+        engine->algorithm->init(context, engine->options);
+        hook = "services()";
+        // Services belong to the balancer's supervision tree, built at start: an algorithm
+        // that needs them can't be swapped in (nor one that runs them swapped out).
+        if (!engine->algorithm->services().empty())
+            return change_error(ErrorCode::bad_request, algorithm,
+                                "balancer " + options_.name + ": algorithm " + algorithm +
+                                    " runs services, which only start with the balancer: stop the balancer and "
+                                    "start it with this algorithm");
+        hook = "local()";
+        local = engine->algorithm->local();
+    } catch (const std::exception& e) {
+        return failure(std::string(": ") + e.what());
+    } catch (...) {
+        return failure(" with an unknown exception");
+    }
+    return std::shared_ptr<const Engine>(std::move(engine));
+}
+
+Result<void> LoadBalancer::set_algorithm(const std::string& algorithm, const boost::json::object& options) {
+    std::lock_guard change(change_mutex_);
+    const auto old_name = algorithm_name();
+    if (!services_.empty())
+        return change_error(ErrorCode::bad_request, algorithm,
+                            "balancer " + options_.name + ": algorithm " + old_name +
+                                " runs services, which only stop with the balancer: stop the balancer and start it "
+                                "with the new algorithm");
+    bool local = false;
+    auto engine = build_engine(algorithm, options, local);
+    if (!engine) return engine.error();
+    std::shared_ptr<const Route> old;
+    {
+        std::lock_guard lock(publish_mutex_);
+        old = route_.load();
+        // A fresh copy of the snapshot: what the old instance cached in it goes with the old one.
+        auto members = std::make_shared<const MemberSnapshot>(*old->members);
+        route_.store(std::make_shared<const Route>(Route{std::move(members), std::move(*engine)}));
+    }
+    local_.store(local, std::memory_order_release);
+    AlgorithmState::instance().forget_in_flight(options_.name, old->members->nodes);
+    old.reset();  // the old instance goes with the last pick that still holds it
+    RPCLB_LOG("balancer", info) << "balancer " << options_.name << ": algorithm " << old_name << " replaced by "
+                                << algorithm << " " << boost::json::serialize(options);
+    if (hosted_) {
+        std::lock_guard lock(announce_mutex_);
+        if (joined_) cluster_.groups().join(options_.name, announcement());
+    }
+    return {};
+}
+
+Result<void> LoadBalancer::set_options(const boost::json::object& options) {
+    return set_algorithm(algorithm_name(), options);
+}
+
 Result<std::vector<std::string>> LoadBalancer::get_members() const {
-    auto snapshot = members_.load();
+    auto snapshot = route_.load()->members;
     if (snapshot->nodes.empty()) return empty_members_error(options_.name);
     return snapshot->nodes;
 }
@@ -158,51 +301,56 @@ Result<std::string> LoadBalancer::select_node(const PickOptions& options) {
 }
 
 Result<LoadBalancer::Picked> LoadBalancer::pick(const PickOptions& options) {
-    auto snapshot = members_.load();
+    auto route = route_.load();
+    const auto& snapshot = route->members;
+    const Engine& engine = *route->engine;
     // The seed's selection events (§5.2), from the dispatch so custom algorithms get them.
     auto& bus = cluster_.telemetry();
     if (snapshot->nodes.empty()) {
         if (bus.active()) {
             Event e{.name = EventName::node_selected_empty};
-            e.algorithm = options_.algorithm;
+            e.algorithm = engine.name;
             e.load_balancer = options_.name;
             bus.emit(e);
         }
         return empty_members_error(options_.name);
     }
     try {
-        auto picked = algorithm_->choose_from_nodes(*snapshot, options);
+        auto picked = engine.algorithm->choose_from_nodes(*snapshot, options);
         if (!picked) return picked.error();
         if (*picked >= snapshot->nodes.size())
-            return algorithm_failure(options_.name, "algorithm " + options_.algorithm +
+            return algorithm_failure(options_.name, "algorithm " + engine.name +
                                                         " picked an index out of range");
         const auto& node = snapshot->nodes[*picked];
         if (bus.active()) {
             Event e{.name = EventName::node_selected};
             e.members_count = static_cast<std::int64_t>(snapshot->nodes.size());
-            e.algorithm = options_.algorithm;
+            e.algorithm = engine.name;
             e.load_balancer = options_.name;
             e.node = node;
             bus.emit(e);
         }
         const std::size_t index = *picked;
-        return Picked{std::move(snapshot), index};
+        // Aliasing: the pick holds the route (members and algorithm) with no allocation.
+        return Picked{std::shared_ptr<const MemberSnapshot>(std::move(route), snapshot.get()), index};
     } catch (const std::exception& e) {
-        return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());
+        return algorithm_failure(options_.name, "algorithm " + engine.name + " threw: " + e.what());
     } catch (...) {
-        return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw");
+        return algorithm_failure(options_.name, "algorithm " + engine.name + " threw");
     }
 }
 
 Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, const PickOptions& options) {
-    auto snapshot = members_.load();
+    const auto route = route_.load();
+    const auto& snapshot = route->members;
+    const Engine& engine = *route->engine;
     if (snapshot->nodes.empty()) return empty_members_error(options_.name);
     try {
-        auto picked = algorithm_->choose_nodes(*snapshot, count, options);
+        auto picked = engine.algorithm->choose_nodes(*snapshot, count, options);
         if (!picked) return picked.error();
         const auto size = snapshot->nodes.size();
         if (picked->size() > count)
-            return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " picked " +
+            return algorithm_failure(options_.name, "algorithm " + engine.name + " picked " +
                                                         std::to_string(picked->size()) + " nodes, more than the " +
                                                         std::to_string(count) + " asked for");
         std::vector<bool> seen(size);
@@ -210,32 +358,34 @@ Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, c
         nodes.reserve(picked->size());
         for (auto i : *picked) {
             if (i >= size)
-                return algorithm_failure(options_.name, "algorithm " + options_.algorithm +
+                return algorithm_failure(options_.name, "algorithm " + engine.name +
                                                             " picked an index out of range");
             if (seen[i])
-                return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " picked node " +
+                return algorithm_failure(options_.name, "algorithm " + engine.name + " picked node " +
                                                             snapshot->nodes[i] + " twice");
             seen[i] = true;
             nodes.push_back(snapshot->nodes[i]);
         }
         return nodes;
     } catch (const std::exception& e) {
-        return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw: " + e.what());
+        return algorithm_failure(options_.name, "algorithm " + engine.name + " threw: " + e.what());
     } catch (...) {
-        return algorithm_failure(options_.name, "algorithm " + options_.algorithm + " threw");
+        return algorithm_failure(options_.name, "algorithm " + engine.name + " threw");
     }
 }
 
 void LoadBalancer::release_node(std::string_view node) noexcept {
     try {
         // The snapshot form lets an algorithm reach what it keeps in the snapshot.
-        const auto snapshot = members_.load();
+        const auto route = route_.load();
+        const auto& snapshot = route->members;
+        const Engine& engine = *route->engine;
         const auto& nodes = snapshot->nodes;
         const auto at = std::lower_bound(nodes.begin(), nodes.end(), node);
         if (at != nodes.end() && *at == node)
-            algorithm_->release_node(*snapshot, static_cast<std::size_t>(at - nodes.begin()));
+            engine.algorithm->release_node(*snapshot, static_cast<std::size_t>(at - nodes.begin()));
         else
-            algorithm_->release_node(node);
+            engine.algorithm->release_node(node);
     } catch (const std::exception& e) {
         RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw: " << e.what();
     } catch (...) {

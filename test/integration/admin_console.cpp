@@ -20,31 +20,7 @@ namespace json = boost::json;
 
 namespace {
 
-// Three nodes a, b, c hosting `w` (round_robin), each with an admin listener, and an
-// in-process client that sees all three as members.
-struct Cluster3 : Harness {
-    Cluster3() {
-        a = start_node({.name = "a", .balancers = {"w=round_robin"}, .extra_args = admin_args()});
-        b = start_node({.name = "b", .seeds = {a->address()}, .balancers = {"w=round_robin"},
-                        .extra_args = admin_args()});
-        c = start_node({.name = "c", .seeds = {a->address()}, .balancers = {"w=round_robin"},
-                        .extra_args = admin_args()});
-        client = start_client({a->address()});
-        if (!wait_for_members(*client, "w", {a->name(), b->name(), c->name()}, 10s))
-            throw std::runtime_error("w did not get its three members");
-    }
-
-    // rpclb-admin against a's admin listener with the right token.
-    ToolRun admin(std::vector<std::string> args, const std::string& token = admin_token) {
-        args.insert(args.begin(), {"--admin", admin_address(*a), "--token", token});
-        return run_admin(dir(), args);
-    }
-
-    std::unique_ptr<Node> a, b, c;
-    std::unique_ptr<rpclb::Cluster> client;
-};
-
-std::string slurp(const ToolRun& r) { return "exit " + std::to_string(r.status) + "\nstdout:\n" + r.out + "stderr:\n" + r.err; }
+using Cluster3 = AdminCluster3;
 
 }  // namespace
 

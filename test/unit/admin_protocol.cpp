@@ -52,7 +52,9 @@ BOOST_AUTO_TEST_CASE(parse_reads_id_token_cmd_node_and_fields) {
 
 BOOST_AUTO_TEST_CASE(every_listed_command_parses) {
     for (const auto name : command_names()) {
-        json::object req{{"id", 1}, {"cmd", name}, {"name", "w"}, {"level", "info"}, {"subscription", 3}};
+        json::object req{{"id", 1},         {"cmd", name},       {"name", "w"},
+                         {"level", "info"}, {"subscription", 3}, {"algorithm", "random"},
+                         {"algorithm_opts", json::object{}}};
         Request r;
         const auto e = parse_request(json::serialize(req), r);
         BOOST_TEST(!e.has_value(), name << ": " << (e ? e->message : ""));
@@ -95,6 +97,12 @@ BOOST_AUTO_TEST_CASE(missing_or_mistyped_fields_are_named) {
     BOOST_TEST(e.message.find("non-negative integer") != std::string::npos);
     e = expect_error(R"({"id":1,"cmd":"balancer_start","name":"w","algorithm_opts":[]})");
     BOOST_TEST(e.message.find("algorithm_opts") != std::string::npos);
+    e = expect_error(R"({"id":1,"cmd":"balancer_set_algorithm","name":"w"})");
+    BOOST_TEST(e.message == "balancer_set_algorithm: field \"algorithm\" is missing");
+    e = expect_error(R"({"id":1,"cmd":"balancer_set_options","name":"w"})");
+    BOOST_TEST(e.message == "balancer_set_options: field \"algorithm_opts\" is missing");
+    e = expect_error(R"({"id":1,"cmd":"balancer_set_options","name":"w","algorithm_opts":"x"})");
+    BOOST_TEST(e.message == "balancer_set_options: field \"algorithm_opts\" must be an object, got a string");
 }
 
 BOOST_AUTO_TEST_CASE(answers_carry_the_id) {
