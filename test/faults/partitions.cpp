@@ -1,0 +1,156 @@
+// Partitions: three rpclb-node processes in network namespaces (faults/netns.hpp), links
+// cut so that packets vanish without a reset. Checks the failure detection the
+// architecture promises (a silent peer is gone within the keep-alive idle timeout, calls
+// waiting on it fail then or at their deadline), that the mesh re-forms after the link
+// heals with every node's view the same, and that a lossy, slow link is not mistaken for
+// a dead one. Prints the measured times (doc/explanation/failure-detection.md).
+#define BOOST_TEST_MODULE partitions
+#include "faults/netns.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <iostream>
+
+using namespace std::chrono_literals;
+using namespace rpclb::test;
+using namespace rpclb::test::faults;
+
+namespace {
+
+// rpclb-node's default keep-alive idle timeout, and the promised bound on detection.
+constexpr auto idle_timeout = 3000ms;
+constexpr auto detection_bound = idle_timeout + 1000ms;
+constexpr auto reform_bound = 2000ms;
+
+struct ThreeNodes : LabMesh {
+    ThreeNodes() : LabMesh(3) {
+        if (!eventually([&] { return converged(); }, 15s))
+            throw std::runtime_error("the three lab nodes did not form a mesh within 15 s");
+    }
+};
+
+void report(const std::string& what, std::optional<std::chrono::milliseconds> t) {
+    std::cout << "faults: " << what << ": " << (t ? std::to_string(t->count()) + " ms" : std::string("never"))
+              << std::endl;
+}
+
+// One rpclb-call run in a lab namespace, through balancer h with `key`.
+struct PendingCall {
+    std::unique_ptr<Process> process;
+    boost::json::object result() {
+        const auto line = process->wait_for_line("{", Clock::now() + 1s);
+        if (!line) return {};
+        return boost::json::parse(*line).as_object();
+    }
+};
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(partitions, ThreeNodes)
+
+BOOST_AUTO_TEST_CASE(silent_peer_leaves_every_balancer_within_idle_timeout_and_mesh_reforms_after_heal) {
+    const auto all = names();
+    // Keys hash_ring gives to n2, to aim calls at it through a balancer.
+    const auto owners = owners_seen_from(0, 1000, 3);
+    std::vector<std::string> n2_keys;
+    for (std::size_t k = 0; k < owners.size(); ++k)
+        if (owners[k] == nodes[2]->name()) n2_keys.push_back("key-" + std::to_string(k));
+    BOOST_REQUIRE(n2_keys.size() >= 2);
+
+    // Two calls to n2 that n2 takes 20 s to answer: one may wait 30 s (it must fail when
+    // n2 is found gone), one only 2 s (it must fail at its deadline, n2 not yet found gone).
+    auto call = [&](const std::string& key, int timeout_ms, const std::string& label) {
+        return PendingCall{spawn_in(0, "rpclb-call",
+                                    {"--seed", lab.address(0) + ":7000", "--balancer", "h", "--key", key,
+                                     "--timeout", std::to_string(timeout_ms), "--plugins", plugin_dir().string(),
+                                     "--name", label + "@" + lab.address(0), "demo", "sleep", "[20000]"},
+                                    label)};
+    };
+    auto long_call = call(n2_keys[0], 30000, "long-call");
+    auto short_call = call(n2_keys[1], 2000, "short-call");
+    // Both are in flight once n2 counts them as served through h (admin `balancers`).
+    BOOST_REQUIRE(eventually([&] { return nodes[2]->serving("h") >= 2; }, 10s));
+
+    const auto cut_at = Clock::now();
+    for (int i : {0, 1}) lab.cut_both(i, 2);
+    const auto n0_lost = time_until([&] { return sees(0, names({0, 1})); }, 10s);
+    const auto n1_lost = time_until([&] { return sees(1, names({0, 1})); }, 10s);
+    const auto n2_alone = time_until([&] { return sees(2, names({2})); }, 10s);
+    report("cut n2: n0 dropped it after", n0_lost);
+    report("cut n2: n1 dropped it after", n1_lost);
+    report("cut n2: n2 dropped both after", n2_alone);
+    BOOST_TEST((n0_lost && *n0_lost <= detection_bound));
+    BOOST_TEST((n1_lost && Clock::now() - cut_at <= detection_bound + 1s));
+    BOOST_TEST((n2_alone && Clock::now() - cut_at <= detection_bound + 1s));
+
+    // The 2 s call ended at its deadline; the 30 s one when n2 was found gone. Neither hangs.
+    BOOST_REQUIRE(short_call.process->wait_exit(cut_at + 5s));
+    BOOST_REQUIRE(long_call.process->wait_exit(cut_at + detection_bound + 1s));
+    const auto long_failed_after = Clock::now() - cut_at;
+    auto s = short_call.result();
+    auto l = long_call.result();
+    BOOST_TEST_MESSAGE("short call: " << boost::json::serialize(s) << "; long call: " << boost::json::serialize(l));
+    BOOST_TEST(s.at("errors").as_object().contains("request_timeout"));
+    BOOST_TEST(l.at("errors").as_object().contains("service_unavailable"));
+    BOOST_TEST((long_failed_after <= detection_bound + 1s));
+
+    // Heal: the mesh re-forms and every node's view is the same again.
+    lab.heal();
+    const auto reformed = time_until([&] { return converged(); }, 10s);
+    report("heal after a cut of n2: every view whole again after", reformed);
+    BOOST_TEST((reformed && *reformed <= reform_bound));
+    BOOST_REQUIRE(reformed);
+
+    // The same hash_ring owner for 1,000 keys, routed from inside each namespace.
+    const auto from0 = owners_seen_from(0, 1000, 3);
+    const auto from1 = owners_seen_from(1, 1000, 3);
+    const auto from2 = owners_seen_from(2, 1000, 3);
+    BOOST_TEST((from0 == from1));
+    BOOST_TEST((from1 == from2));
+    BOOST_TEST((from0 == owners));  // the same as before the cut: same members, same ring
+    const std::set<std::string> distinct(from0.begin(), from0.end());
+    BOOST_TEST((std::vector<std::string>(distinct.begin(), distinct.end()) == all));
+}
+
+BOOST_AUTO_TEST_CASE(asymmetric_cut_ends_with_both_sides_agreeing) {
+    // n0's packets to n1 vanish; n1's packets to n0 still arrive.
+    lab.cut(0, 1);
+    const auto agreed = time_until([&] { return sees(0, names({0, 2})) && sees(1, names({1, 2})); }, 15s);
+    report("asymmetric cut n0->n1: both dropped each other after", agreed);
+    BOOST_TEST((agreed && *agreed <= detection_bound + 1s));
+    // n2 hears both and keeps both.
+    BOOST_TEST(sees(2, names()));
+    // And it stays so while the cut lasts: no half-open connection brings one side back.
+    BOOST_TEST(consistently([&] { return sees(0, names({0, 2})) && sees(1, names({1, 2})); }, 4s, 100ms));
+    lab.heal();
+    const auto reformed = time_until([&] { return converged(); }, 10s);
+    report("heal after the asymmetric cut: every view whole again after", reformed);
+    BOOST_TEST((reformed && *reformed <= reform_bound));
+}
+
+BOOST_AUTO_TEST_CASE(lossy_delayed_links_remove_no_peer_at_default_settings) {
+    const bool netem = lab.has_netem();
+    if (netem) lab.set_delay(100ms);
+    else
+        std::cout << "faults: this kernel has no netem (sch_netem): the links get 5 % loss but no added delay"
+                  << std::endl;
+    lab.set_loss(5);
+    // Four idle timeouts of keep-alive traffic over the bad links.
+    BOOST_TEST(consistently([&] { return converged(); }, 4 * idle_timeout, 200ms));
+    for (auto& n : nodes) {
+        const auto lost = n->stats().at("health").at("peers_lost").to_number<std::int64_t>();
+        BOOST_TEST(lost == 0, n->name() << " lost " << lost << " peers over lossy links");
+    }
+    // Calls still go through (with TCP retransmissions), none is refused.
+    auto p = spawn_in(1, "rpclb-call",
+                      {"--seed", lab.address(1) + ":7000", "--balancer", "w", "--count", "50", "--timeout", "5000",
+                       "--plugins", plugin_dir().string(), "demo", "echo", "[1]"},
+                      "lossy-calls");
+    BOOST_REQUIRE(p->wait_exit(60s));
+    const auto line = p->wait_for_line("{", Clock::now() + 1s);
+    BOOST_REQUIRE(line);
+    BOOST_TEST(boost::json::parse(*line).at("ok").to_number<std::int64_t>() == 50, *line);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
