@@ -25,6 +25,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <initializer_list>
 #include <map>
@@ -388,7 +389,8 @@ public:
     /// Calls routed here through `balancer` that this node is running now (admin
     /// `balancers`); -1 when it hosts no such balancer.
     std::int64_t serving(const std::string& balancer) {
-        for (const auto& b : ask("balancers").at("result").at("balancers").as_array())
+        const auto answer = ask("balancers");
+        for (const auto& b : answer.at("result").at("balancers").as_array())
             if (b.at("name").as_string() == balancer) return b.at("serving").to_number<std::int64_t>();
         return -1;
     }
@@ -425,6 +427,27 @@ std::optional<std::chrono::milliseconds> time_until(Predicate&& predicate, std::
     if (eventually(predicate, timeout, poll))
         return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     return std::nullopt;
+}
+
+/// Polls every predicate every `poll` until all hold or `timeout` passes; for each, the
+/// time from `since` to the first poll at which it held (nullopt: never). A predicate that
+/// held once is not asked again.
+inline std::vector<std::optional<std::chrono::milliseconds>> first_times(
+    const std::vector<std::function<bool()>>& predicates, Clock::time_point since, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds poll = 20ms) {
+    std::vector<std::optional<std::chrono::milliseconds>> times(predicates.size());
+    eventually(
+        [&] {
+            bool all = true;
+            for (std::size_t i = 0; i < predicates.size(); ++i) {
+                if (!times[i] && predicates[i]())
+                    times[i] = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since);
+                all = all && times[i].has_value();
+            }
+            return all;
+        },
+        timeout, poll);
+    return times;
 }
 
 /// True when `view` has every balancer group in `groups` with exactly `members` (sorted).
@@ -484,25 +507,38 @@ public:
                                          dir() / (label + ".log"));
     }
 
+    /// What a router in one namespace makes of hash_ring balancer `h`.
+    struct Picks {
+        std::vector<std::string> members;  ///< the balancer's members it routes over
+        std::vector<std::string> owners;   ///< owner of key-0 .. key-(keys-1); "(none)" for an error
+        std::string line;                  ///< rpclb-fault-client's output, for messages
+    };
+
     /// The owner of keys key-0 .. key-(keys-1) through hash_ring balancer `h`, as a client
-    /// in node `i`'s namespace routes them (it meets the nodes it can reach there).
-    std::vector<std::string> owners_seen_from(int i, int keys, std::size_t expect_nodes) {
+    /// in node `i`'s namespace routes them (it meets the nodes it can reach from there).
+    Picks picks_from(int i, int keys, std::size_t expect_nodes) {
         auto p = spawn_in(i, "rpclb-fault-client",
                           {"picks", "--seed", lab.address(i) + ":7000", "--balancer", "h", "--keys",
                            std::to_string(keys), "--expect-nodes", std::to_string(expect_nodes), "--plugins",
                            plugin_dir().string(), "--name", "picker" + std::to_string(i) + "@" + lab.address(i)},
-                          "picks-" + std::to_string(i));
+                          "picks-" + std::to_string(i) + "-" + std::to_string(++pick_runs_));
         const auto line = p->wait_for_line("{", Clock::now() + 20s);
         if (!line) throw std::runtime_error("rpclb-fault-client picks printed nothing: " + p->stderr_text());
         p->wait_exit(5s);
-        std::vector<std::string> owners;
-        for (const auto& o : boost::json::parse(*line).at("owners").as_array())
-            owners.push_back(o.is_string() ? std::string(o.as_string()) : std::string("(none)"));
-        return owners;
+        Picks picks;
+        picks.line = *line;
+        const auto parsed = boost::json::parse(*line);
+        for (const auto& m : parsed.at("members").as_array()) picks.members.emplace_back(m.as_string());
+        for (const auto& o : parsed.at("owners").as_array())
+            picks.owners.push_back(o.is_string() ? std::string(o.as_string()) : std::string("(none)"));
+        return picks;
     }
 
     NetnsLab lab;  // before the nodes: the nodes are stopped before their namespaces go
     std::vector<std::unique_ptr<LabNode>> nodes;
+
+private:
+    int pick_runs_ = 0;
 };
 
 }  // namespace rpclb::test::faults
