@@ -9,9 +9,10 @@
 //     <prefix>-n2  eth0 10.77.0.3/24 ──veth── p2 ┘
 //
 // Every address and interface lives inside namespaces the lab created; the machine's own
-// namespace is not touched. Cuts and loss are nftables rules on the hub's bridge (packets
-// are dropped, never rejected, so a cut looks like a pulled cable: no RST, no ICMP).
-// Delay uses netem and bandwidth tbf, on the hub port and the node's eth0.
+// namespace is not touched. Cuts are nftables rules on the hub's bridge (packets are
+// dropped, never rejected, so a cut looks like a pulled cable: no RST, no ICMP); bandwidth
+// is a tbf qdisc on the hub port and the node's eth0; delay and random loss come from
+// DelayHub (faults/delay_hub.hpp), since netem is not in every kernel.
 #pragma once
 
 #include "support/admin.hpp"
@@ -226,26 +227,10 @@ public:
         cuts_.clear();
         apply_rules();
     }
-    /// Drops `percent` % of the packets on every link, each direction, at random.
-    void set_loss(int percent) {
-        loss_percent_ = percent;
-        apply_rules();
-    }
-    /// True when this kernel has netem (sch_netem), which delay() needs.
-    bool has_netem() {
-        const auto r = command(tc_, {"-n", hub(), "qdisc", "add", "dev", "p0", "root", "handle", "1:", "netem",
-                                     "delay", "1ms"});
-        if (r.status != 0) return false;
-        command(tc_, {"-n", hub(), "qdisc", "del", "dev", "p0", "root"});
-        return true;
-    }
-    /// Delays every packet by `delay` on its way to each node (so `delay` one way, twice
-    /// that per round trip). Needs netem; throws when the kernel has none.
-    void set_delay(std::chrono::milliseconds delay) {
-        for (int i = 0; i < nodes_; ++i)
-            tc({"-n", hub(), "qdisc", "replace", "dev", "p" + std::to_string(i), "root", "netem", "delay",
-                std::to_string(delay.count()) + "ms"});
-    }
+    /// Takes node `i`'s port off the bridge (DelayHub forwards between the ports then),
+    /// and puts it back.
+    void detach_port(int i) { ip({"-n", hub(), "link", "set", "p" + std::to_string(i), "nomaster"}); }
+    void attach_port(int i) { ip({"-n", hub(), "link", "set", "p" + std::to_string(i), "master", "br0", "up"}); }
     /// Limits node `i`'s link to `rate` (tc syntax, e.g. "10mbit") in both directions with
     /// a token bucket (tbf).
     void limit_rate(int i, const std::string& rate) {
@@ -302,8 +287,6 @@ private:
                             "    type filter hook forward priority 0; policy accept;\n";
         for (const auto& [from, to] : cuts_)
             rules += "    ip saddr " + address(from) + " ip daddr " + address(to) + " drop\n";
-        if (loss_percent_ > 0)
-            rules += "    ip saddr 10.77.0.0/24 numgen random mod 100 < " + std::to_string(loss_percent_) + " drop\n";
         rules += "  }\n}\n";
         const auto file = log_dir_ / (prefix_ + ".nft");
         std::ofstream(file) << rules;
@@ -336,7 +319,6 @@ private:
     std::string prefix_;
     std::vector<std::string> made_;
     std::set<std::pair<int, int>> cuts_;
-    int loss_percent_ = 0;
 };
 
 /// Group name → sorted members, as one node sees them.
