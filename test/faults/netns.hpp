@@ -449,7 +449,14 @@ class LabMesh : public Harness {
 public:
     static inline const std::vector<std::string> balancer_groups{"h", "w"};
 
-    explicit LabMesh(int nodes, std::vector<std::string> extra_args = {}) : lab(dir(), nodes) {
+    /// `config`, when not empty, is the text of a config file every node reads (--config),
+    /// for settings rpclb-node has no flag for.
+    explicit LabMesh(int nodes, const std::string& config = {}) : lab(dir(), nodes) {
+        std::vector<std::string> extra_args;
+        if (!config.empty()) {
+            std::ofstream(dir() / "node-config.json") << config;
+            extra_args = {"--config", (dir() / "node-config.json").string()};
+        }
         for (int i = 0; i < nodes; ++i)
             this->nodes.push_back(std::make_unique<LabNode>(lab, dir(), i, i == 0 ? std::vector<int>{} : std::vector<int>{0},
                                                             std::vector<std::string>{"w=round_robin", "h=hash_ring"},

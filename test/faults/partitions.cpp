@@ -25,7 +25,7 @@ constexpr auto detection_bound = idle_timeout + 1000ms;
 constexpr auto reform_bound = 2000ms;
 
 struct ThreeNodes : LabMesh {
-    ThreeNodes() : LabMesh(3) {
+    explicit ThreeNodes(const std::string& config = {}) : LabMesh(3, config) {
         if (!eventually([&] { return converged(); }, 15s))
             throw std::runtime_error("the three lab nodes did not form a mesh within 15 s");
     }
@@ -162,6 +162,34 @@ BOOST_AUTO_TEST_CASE(lossy_delayed_links_remove_no_peer_at_default_settings) {
         for (auto& other : nodes)
             BOOST_TEST(n->log().find("lost " + other->name()) == std::string::npos,
                        n->name() << " lost " << other->name() << " over the lossy, slow links");
+}
+
+// A known bug, kept here until it is fixed: the test expects its one failing check (once
+// the bug is fixed, Boost.Test reports "fewer failures than expected"; drop the decorator
+// then). n1 and n2 meet through gossip (both are seeded with n0 only), and
+// only n1 redials n2 (the smaller name dials). Once the cut between them has lasted for
+// Mesh::max_redials (30) failed dials, n1 forgets n2; n2 forgot n1 at once. After the heal
+// nobody dials and no gossip comes (gossip is only sent when a connection comes up), so
+// n1 and n2 never meet again while both stay connected to n0: their views of every group
+// differ for good. At default settings the 30 dials, each ended by the 5 s handshake
+// timeout since SYNs vanish, take about 2.5 minutes of partition; here the config makes
+// them fast (100 ms between dials, 300 ms handshake timeout).
+struct FastRedials : ThreeNodes {
+    FastRedials() : ThreeNodes(R"({"reconnect_interval_ms": 100, "handshake_timeout_ms": 300})") {}
+};
+
+BOOST_FIXTURE_TEST_CASE(long_cut_between_gossiped_nodes_heals, FastRedials,
+                        *boost::unit_test::expected_failures(1)) {
+    lab.cut_both(1, 2);
+    BOOST_REQUIRE(eventually([&] { return nodes[1]->log().find("giving up on " + nodes[2]->name()) != std::string::npos; },
+                             60s, 100ms));
+    BOOST_REQUIRE(sees(1, names({0, 1})));
+    BOOST_REQUIRE(sees(2, names({0, 2})));
+    const auto healed_at = Clock::now();
+    lab.heal();
+    const auto reformed = first_times({[&] { return converged(); }}, healed_at, 5s)[0];
+    report("heal after a cut n1<->n2 that outlasted 30 redials: every view whole again after", reformed);
+    BOOST_TEST(reformed.has_value(), "n1 and n2 did not meet again within 5 s of the heal");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
