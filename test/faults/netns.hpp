@@ -333,7 +333,7 @@ public:
     /// Waits up to 10 s for it to listen; throws with its log otherwise.
     LabNode(NetnsLab& lab, const std::filesystem::path& log_dir, int i, const std::vector<int>& seeds,
             const std::vector<std::string>& balancers, const std::vector<std::string>& extra_args = {})
-        : lab_(lab), index_(i), name_("n" + std::to_string(i) + "@" + lab.address(i)) {
+        : index_(i), name_("n" + std::to_string(i) + "@" + lab.address(i)) {
         std::vector<std::string> args{"--name", name_, "--listen", lab.address(i) + ":7000", "--plugins",
                                       plugin_dir().string(), "--admin", "127.0.0.1:0", "--log-level", "info"};
         for (int s : seeds) args.insert(args.end(), {"--seed", lab.address(s) + ":7000"});
@@ -388,7 +388,6 @@ private:
         return answer;
     }
 
-    NetnsLab& lab_;
     int index_;
     std::string name_;
     std::unique_ptr<Process> process_;
