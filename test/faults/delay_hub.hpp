@@ -49,7 +49,7 @@ public:
         std::promise<void> ready;
         thread_ = std::thread([this, &ready] {
             try {
-                enter_namespace(lab_.hub());
+                detail::enter_namespace(lab_.hub());
                 open_ports();
             } catch (...) {
                 ready.set_exception(std::current_exception());
@@ -90,15 +90,6 @@ private:
         std::size_t from;
         std::vector<char> bytes;  // virtio_net_hdr, then the Ethernet frame
     };
-
-    static void enter_namespace(const std::string& ns) {
-        const int fd = ::open((detail::netns_dir / ns).c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) throw std::system_error(errno, std::generic_category(), "open netns " + ns);
-        const int rc = ::setns(fd, CLONE_NEWNET);
-        const int saved = errno;
-        ::close(fd);
-        if (rc != 0) throw std::system_error(saved, std::generic_category(), "setns " + ns);
-    }
 
     void open_ports() {
         for (int i = 0; i < lab_.size(); ++i) {

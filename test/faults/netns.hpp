@@ -92,13 +92,26 @@ public:
         names_.erase(ns);
     }
     ~LabRegistry() {
-        for (const auto& ns : names_) ::umount2((netns_dir / ns).c_str(), MNT_DETACH), ::unlink((netns_dir / ns).c_str());
+        for (const auto& ns : names_) {
+            ::umount2((netns_dir / ns).c_str(), MNT_DETACH);
+            ::unlink((netns_dir / ns).c_str());
+        }
     }
 
 private:
     std::mutex mutex_;
     std::set<std::string> names_;
 };
+
+/// Moves the calling thread into network namespace `ns`; throws std::system_error.
+inline void enter_namespace(const std::string& ns) {
+    const int fd = ::open((netns_dir / ns).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "open netns " + ns);
+    const int rc = ::setns(fd, CLONE_NEWNET);
+    const int saved = errno;
+    ::close(fd);
+    if (rc != 0) throw std::system_error(saved, std::generic_category(), "setns " + ns);
+}
 
 }  // namespace detail
 
@@ -136,12 +149,7 @@ auto in_namespace(const std::string& ns, F&& f) -> decltype(f()) {
     std::promise<R> result;
     std::thread t([&] {
         try {
-            const int fd = ::open((detail::netns_dir / ns).c_str(), O_RDONLY | O_CLOEXEC);
-            if (fd < 0) throw std::system_error(errno, std::generic_category(), "open netns " + ns);
-            const int rc = ::setns(fd, CLONE_NEWNET);
-            const int saved = errno;
-            ::close(fd);
-            if (rc != 0) throw std::system_error(saved, std::generic_category(), "setns " + ns);
+            detail::enter_namespace(ns);
             if constexpr (std::is_void_v<R>) {
                 f();
                 result.set_value();
