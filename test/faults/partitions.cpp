@@ -6,7 +6,7 @@
 // a dead one. Prints the measured times (doc/explanation/failure-detection.md).
 #define BOOST_TEST_MODULE partitions
 #include "faults/delay_hub.hpp"
-#include "faults/netns.hpp"
+#include "faults/lab_mesh.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>

@@ -2,7 +2,7 @@
 // 14 s of transfer) and completes, and no keep-alive trips on the way: the nodes keep each
 // other in every group the whole time and neither loses the other.
 #define BOOST_TEST_MODULE slow_link
-#include "faults/netns.hpp"
+#include "faults/lab_mesh.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
