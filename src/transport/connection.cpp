@@ -68,7 +68,12 @@ void Connection::configure() {
         // cost one call (bad_request), not the whole connection, which Beast would close on a
         // text frame.
         ws.binary(true);
-        ws.auto_fragment(false);
+        // A message goes out in frames of the write buffer's size (64 KiB), and Beast sends
+        // its keep-alive pings (and the peer's pongs) in between them. As one frame, a big
+        // message on a slow link held every ping back until its last byte was written: the
+        // sender heard nothing for the idle timeout and closed a healthy connection (16 MiB
+        // at 10 Mbit/s takes 14 s; test/faults/slow_link.cpp).
+        ws.auto_fragment(true);
         // A dialer masks what it sends through a buffer of this size: one system call per
         // 64 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
         ws.write_buffer_bytes(64 * 1024);
