@@ -138,6 +138,7 @@ void Mesh::schedule_reconnect() {
                     to_dial.push_back(k.info.listen);
         }
         for (const auto& address : to_dial) self->dial(address);
+        if (++self->ticks_ % regossip_ticks == 0) self->broadcast(wire::encode(self->known_nodes()));
         self->schedule_reconnect();
     });
 }

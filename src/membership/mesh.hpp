@@ -136,6 +136,12 @@ private:
         int failures = 0;
     };
     static constexpr int max_redials = 30;
+    // Every this many reconnect ticks each node sends its peers the list of nodes it is
+    // connected to. Without it, two nodes that met through gossip and then gave up on each
+    // other during a long cut (max_redials) would never meet again after the heal while
+    // both stay connected to a third: gossip was only sent when a connection came up.
+    static constexpr int regossip_ticks = 10;
+    int ticks_ = 0;  // reconnect ticks so far; touched only by the reconnect timer's handler
     std::map<std::string, KnownNode, std::less<>> known_;
 
     std::atomic<std::uint64_t> bad_frames_{0};
