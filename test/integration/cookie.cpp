@@ -6,6 +6,7 @@
 #include "support/node.hpp"
 #include "support/port.hpp"
 #include "support/raw_peer.hpp"
+#include "support/serving.hpp"
 
 #include <algorithm>
 #include <future>
@@ -34,32 +35,9 @@ bool lists(const std::vector<std::string>& names, const std::string& name) {
 // `stranger`, and calls through w keep succeeding (one per poll).
 void check_stranger_stays_out(rpclb::Cluster& client, const std::vector<std::string>& good,
                               const std::string& stranger, milliseconds duration) {
-    int calls = 0;
-    std::string problem;
-    const bool held = consistently(
-        [&] {
-            if (members_of(client, "w") != good) {
-                problem = "members of w changed";
-                return false;
-            }
-            if (lists(client.connected_nodes(), stranger)) {
-                problem = "the client connected to " + stranger;
-                return false;
-            }
-            CallOptions options;
-            options.load_balancer = "w";
-            options.timeout = 2s;
-            const auto r = client.call("demo", "node", {}, options);
-            if (!r || !lists(good, std::string(r->as_string()))) {
-                problem = "a call through w failed or reached an unexpected node";
-                return false;
-            }
-            ++calls;
-            return true;
-        },
-        duration, 50ms);
-    BOOST_TEST(held, problem);
-    BOOST_TEST(calls > 5);
+    check_keeps_serving(client, "w", good, duration, [&]() -> std::string {
+        return lists(client.connected_nodes(), stranger) ? "the client connected to " + stranger : "";
+    });
     const auto direct = client.call(stranger, "demo", "node", {}, {.timeout = 2s});
     BOOST_TEST_REQUIRE(!direct.has_value(), stranger << " answered a call");
     BOOST_TEST(direct.error().code == rpclb::ErrorCode::service_unavailable);

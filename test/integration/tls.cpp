@@ -9,6 +9,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
+#include "support/serving.hpp"
 
 #include <cstdlib>
 #include <fstream>
@@ -99,35 +100,6 @@ CallOptions through_w() {
     return o;
 }
 
-// For `duration`: the members of w stay `good` and every call through w succeeds on one
-// of them.
-void check_cluster_keeps_serving(rpclb::Cluster& client, const std::vector<std::string>& good,
-                                 milliseconds duration) {
-    int calls = 0;
-    std::string problem;
-    const bool held = consistently(
-        [&] {
-            if (members_of(client, "w") != good) {
-                problem = "the members of w changed";
-                return false;
-            }
-            const auto r = client.call("demo", "node", {}, through_w());
-            if (!r) {
-                problem = "a call failed: " + r.error().message;
-                return false;
-            }
-            if (std::find(good.begin(), good.end(), r->as_string()) == good.end()) {
-                problem = "a call reached " + std::string(r->as_string());
-                return false;
-            }
-            ++calls;
-            return true;
-        },
-        duration, 50ms);
-    BOOST_TEST(held, problem);
-    BOOST_TEST(calls > 5);
-}
-
 // One TLS node `a` hosting w and an in-process TLS client that routes through it.
 struct TlsCluster : Harness {
     TlsCluster() {
@@ -206,7 +178,7 @@ BOOST_FIXTURE_TEST_CASE(certificate_from_another_ca_is_refused, TlsCluster) {
     BOOST_TEST(eventually([&] { return a->log_contains("TLS handshake with an incoming peer (127.0.0.1:"); }, 5s),
                a->log());
     BOOST_TEST(a->log_contains("unknown ca"), a->log());
-    check_cluster_keeps_serving(*client, {a->name()}, 1000ms);
+    check_keeps_serving(*client, "w", {a->name()}, 1000ms);
     BOOST_TEST(a->process().running());
     BOOST_TEST(stranger->process().running());
     // One warning per peer and reason, however often the stranger redials.
@@ -221,7 +193,7 @@ BOOST_FIXTURE_TEST_CASE(expired_certificate_is_refused, TlsCluster) {
     BOOST_TEST(eventually([&] { return late->log_contains("TLS handshake with " + a->address() + " failed"); }, 5s),
                late->log());
     BOOST_TEST(late->log_contains("certificate expired"), late->log());
-    check_cluster_keeps_serving(*client, {a->name()}, 1000ms);
+    check_keeps_serving(*client, "w", {a->name()}, 1000ms);
     BOOST_TEST(late->process().running());
 }
 
@@ -233,7 +205,7 @@ BOOST_FIXTURE_TEST_CASE(certificate_for_another_host_is_refused, TlsCluster) {
     BOOST_TEST_REQUIRE(wait_for_members(*client, "w", sorted({a->name(), b->name()})));
     BOOST_TEST(eventually([&] { return b->log_contains("TLS handshake with " + elsewhere->address() + " failed: the peer's certificate was refused: IP address mismatch"); }, 5s),
                b->log());
-    check_cluster_keeps_serving(*client, sorted({a->name(), b->name()}), 1000ms);
+    check_keeps_serving(*client, "w", sorted({a->name(), b->name()}), 1000ms);
     BOOST_TEST(elsewhere->process().running());
 }
 
@@ -250,7 +222,7 @@ BOOST_FIXTURE_TEST_CASE(plaintext_and_tls_nodes_refuse_each_other, TlsCluster) {
                t->log());
     BOOST_TEST(eventually([&] { return plain->log_contains("the peer speaks TLS and this node is plaintext"); }, 5s),
                plain->log());
-    check_cluster_keeps_serving(*client, {a->name()}, 1000ms);
+    check_keeps_serving(*client, "w", {a->name()}, 1000ms);
     BOOST_TEST(plain->process().running());
     BOOST_TEST(t->process().running());
     // The plaintext node still serves plaintext clients.
