@@ -1,6 +1,8 @@
 // rpclb-admin: the command-line client of the admin console (doc/how-to/operate-a-cluster.md).
 // Talks the admin protocol (doc/reference/admin-protocol.md) over WebSocket to one node's
 // --admin listener; that node forwards requests naming other nodes over the mesh.
+#include <rpclb/detail/host_port.hpp>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -71,8 +73,8 @@ class Client {
 public:
     Client(std::string address, std::string token, std::chrono::milliseconds timeout)
         : address_(std::move(address)), token_(std::move(token)), timeout_(timeout), ws_(io_) {
-        const auto colon = address_.rfind(':');
-        if (colon == std::string::npos || colon == 0) throw Usage{"--admin must be HOST:PORT, got \"" + address_ + "\""};
+        if (!rpclb::detail::split_host_port(address_))
+            throw Usage{"--admin must be HOST:PORT, got \"" + address_ + "\""};
     }
 
     // Sends `request` with a fresh id and returns its `result`; an error answer throws.
@@ -116,12 +118,10 @@ private:
         if (connected_) return;
         const auto& address = address_;
         const auto& token = token_;
-        const auto colon = address.rfind(':');
-        auto host = address.substr(0, colon);
-        if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+        const auto parts = *rpclb::detail::split_host_port(address);  // checked by the constructor
         tcp::resolver resolver(io_);
         beast::error_code ec;
-        const auto endpoints = resolver.resolve(host, address.substr(colon + 1), ec);
+        const auto endpoints = resolver.resolve(parts.host, parts.port, ec);
         if (ec) throw Failure{"cannot resolve " + address + ": " + ec.message()};
         ec = bounded("connecting", true, [&](auto done) {
             asio::async_connect(ws_.next_layer(), endpoints,

@@ -2,6 +2,7 @@
 #include <rpclb/admin.hpp>
 #include <rpclb/cluster.hpp>
 #include <rpclb/config.hpp>
+#include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
 
@@ -243,12 +244,12 @@ int main(int argc, char** argv) {
         }
         admin->set_ready(true);
         const auto a = admin->endpoint();
-        std::cout << "admin on " << a->address().to_string() << ":" << a->port() << std::endl;
+        std::cout << "admin on " << rpclb::detail::to_host_port(*a) << std::endl;
     }
     // Printed once the balancers are started, so that a script waiting for this line can
     // route through them at once.
     const auto endpoint = cluster->listen_endpoint();
-    std::cout << "listening on " << endpoint->address().to_string() << ":" << endpoint->port() << std::endl;
+    std::cout << "listening on " << rpclb::detail::to_host_port(*endpoint) << std::endl;
 
     int signal = 0;
     sigwait(&stop_signals, &signal);

@@ -1,5 +1,7 @@
 #include <rpclb/detail/options_check.hpp>
 
+#include <rpclb/detail/host_port.hpp>
+
 #include <stdexcept>
 
 namespace rpclb::detail {
@@ -43,19 +45,16 @@ boost::asio::ip::tcp::endpoint parse_listen_address(const std::string& address) 
         throw std::invalid_argument("must be HOST:PORT with HOST an IP address or localhost" + why + ", got " +
                                     quoted(address));
     };
-    const auto colon = address.rfind(':');
-    if (colon == std::string::npos) refuse("");
-    auto host = address.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    auto parts = split_host_port(address);
+    if (!parts) refuse("");
+    auto host = parts->host;
     if (host == "localhost") host = "127.0.0.1";
     boost::system::error_code ec;
     const auto ip = boost::asio::ip::make_address(host, ec);
     if (ec) refuse(" (\"" + host + "\" is not an IP address)");
-    const auto port_text = address.substr(colon + 1);
-    if (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(port_text) > 65535)
-        refuse(" (port 0..65535)");
-    return {ip, static_cast<unsigned short>(std::stoul(port_text))};
+    const auto port = parse_port(parts->port);
+    if (!port) refuse(" (port 0..65535)");
+    return {ip, *port};
 }
 
 bool valid_utf8(std::string_view text) noexcept {

@@ -3,6 +3,7 @@
 #include "membership/mesh.hpp"
 #include "transport/tls.hpp"
 
+#include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/log.hpp>
 #include <rpclb/detail/options_check.hpp>
 
@@ -20,12 +21,10 @@ namespace {
 
 // Why `seed` cannot be dialled as HOST:PORT, or nullopt when it can be tried.
 std::optional<std::string> seed_problem(const std::string& seed) {
-    const auto colon = seed.rfind(':');
-    if (colon == std::string::npos || colon == 0) return "is not HOST:PORT";
-    const auto port = seed.substr(colon + 1);
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(port) < 1 || std::stoul(port) > 65535)
-        return "has no port in 1..65535";
+    const auto parts = split_host_port(seed);
+    if (!parts) return "is not HOST:PORT";
+    const auto port = parse_port(parts->port);
+    if (!port || *port == 0) return "has no port in 1..65535";
     return std::nullopt;
 }
 
@@ -60,9 +59,11 @@ void Mesh::listen() {
     if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) throw std::system_error(ec, "cannot listen on " + options_.listen);
     bound_ = acceptor_->local_endpoint();
-    auto advertised_host = bound_->address().to_string();
-    if (bound_->address().is_unspecified()) advertised_host = options_.name.substr(options_.name.find('@') + 1);
-    settings_.local.listen = advertised_host + ":" + std::to_string(bound_->port());
+    // Peers dial what this node advertises: its bound address, or its name's host when it
+    // listens on every address.
+    settings_.local.listen = bound_->address().is_unspecified()
+                                 ? options_.name.substr(options_.name.find('@') + 1) + ":" + std::to_string(bound_->port())
+                                 : to_host_port(*bound_);
 }
 
 void Mesh::start() {
@@ -366,8 +367,8 @@ void Mesh::on_tls_failed(const std::shared_ptr<Connection>& c, const std::string
     // An incoming peer is known by its IP address only: each redial comes from a new port.
     auto who = c->target();
     if (who.empty()) {
-        who = c->describe_peer();
-        who = who.substr(0, who.rfind(':'));
+        who = c->remote();
+        if (auto parts = split_host_port(who)) who = parts->host;
     }
     bool first = false;
     {

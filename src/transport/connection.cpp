@@ -1,6 +1,8 @@
 #include "transport/connection.hpp"
 #include "transport/tls.hpp"
 
+#include <rpclb/detail/host_port.hpp>
+
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -19,16 +21,6 @@ namespace beast = boost::beast;
 namespace ws = beast::websocket;
 using tcp = asio::ip::tcp;
 
-namespace {
-
-std::pair<std::string, std::string> split_host_port(const std::string& address) {
-    const auto colon = address.rfind(':');
-    if (colon == std::string::npos) return {address, ""};
-    return {address.substr(0, colon), address.substr(colon + 1)};
-}
-
-}  // namespace
-
 Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSettings& settings)
     : ws_(std::move(socket), settings.tls.get()),
       owner_(owner),
@@ -38,7 +30,7 @@ Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSe
       deadline_timer_(ws_.get_executor()) {
     beast::error_code ec;
     const auto remote = ws_.socket().remote_endpoint(ec);
-    if (!ec) remote_ = remote.address().to_string() + ":" + std::to_string(remote.port());
+    if (!ec) remote_ = to_host_port(remote);
 }
 
 Connection::Connection(Executor executor, std::string target, ConnectionOwner& owner,
@@ -105,7 +97,11 @@ void Connection::start() {
         return;
     }
     asio::dispatch(ws_.get_executor(), [self] {
-        auto [host, port] = split_host_port(self->target_);
+        // Mesh checked the seed (seed_problem); a gossiped address is a peer's own listen
+        // address, written by to_host_port.
+        auto parts = split_host_port(self->target_).value_or(HostPort{self->target_, ""});
+        auto host = std::move(parts.host);
+        auto port = std::move(parts.port);
         auto resolver = std::make_shared<tcp::resolver>(self->ws_.get_executor());
         resolver->async_resolve(host, port, [self, resolver, host](beast::error_code ec,
                                                                    tcp::resolver::results_type results) {

@@ -131,6 +131,9 @@ public:
     const std::string& dialer_nonce() const noexcept { return handshake_.dialer_nonce(); }
     /// The "host:port" dialled, empty for an accepted connection.
     const std::string& target() const noexcept { return target_; }
+    /// An accepted connection's peer as "ADDRESS:PORT" (IPv6 in brackets); empty for a
+    /// dialled one or when the socket could not tell.
+    const std::string& remote() const noexcept { return remote_; }
     /// Who is at the other end, for logs: the "host:port" dialled, or "an incoming peer
     /// (ADDRESS:PORT)".
     std::string describe_peer() const;

@@ -140,8 +140,7 @@ std::optional<OptionProblem> check_tls(const TlsOptions& options) {
     return std::nullopt;
 }
 
-void prepare_tls_dial(SSL* ssl, std::string host) {
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+void prepare_tls_dial(SSL* ssl, const std::string& host) {
     boost::system::error_code ec;
     const bool ip = (asio::ip::make_address(host, ec), !ec);
     auto* param = SSL_get0_param(ssl);

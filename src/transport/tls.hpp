@@ -21,9 +21,10 @@ namespace rpclb::detail {
 std::shared_ptr<boost::asio::ssl::context> make_tls_context(const TlsOptions& options);
 
 /// Prepares `ssl` (a dialling connection's, before its handshake) for `host`, the HOST of
-/// the HOST:PORT dialled (an IPv6 address may keep its brackets): SNI for a host name, and
-/// the name or address the peer's certificate must carry when the context verifies peers.
-void prepare_tls_dial(SSL* ssl, std::string host);
+/// the HOST:PORT dialled (split_host_port: an IPv6 address without its brackets): SNI for
+/// a host name, and the name or address the peer's certificate must carry when the
+/// context verifies peers.
+void prepare_tls_dial(SSL* ssl, const std::string& host);
 
 /// Why a TLS handshake failed, for the log: the certificate check that refused the peer
 /// (read from `ssl`, which may be null), a peer that is not speaking TLS, an alert from

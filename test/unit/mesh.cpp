@@ -16,6 +16,7 @@
 #include <thread>
 
 using namespace std::chrono_literals;
+using tcp = boost::asio::ip::tcp;
 using rpclb::test::consistently;
 using rpclb::test::eventually;
 
@@ -53,6 +54,37 @@ BOOST_AUTO_TEST_CASE(nodes_joined_through_one_seed_form_a_full_mesh) {
                c.connected_nodes().size() == 2;
     }, 5s));
     BOOST_TEST(b.connected_nodes() == (std::vector<std::string>{"a@127.0.0.1", "c@127.0.0.1"}));
+}
+
+// Over IPv6 loopback: b and c know only a, so c reaches b through the address b
+// advertised ("[::1]:PORT"), which must read back as HOST:PORT.
+BOOST_AUTO_TEST_CASE(nodes_on_ipv6_loopback_form_a_full_mesh_through_gossip) {
+    {
+        boost::asio::io_context probe;
+        tcp::acceptor acceptor(probe);
+        boost::system::error_code ec;
+        acceptor.open(tcp::v6(), ec);
+        if (!ec) acceptor.bind({boost::asio::ip::address_v6::loopback(), 0}, ec);
+        if (ec) {
+            BOOST_TEST_MESSAGE("skipped: this machine has no IPv6 loopback (" << ec.message() << ")");
+            return;
+        }
+    }
+    rpclb::Cluster a(options("a@localhost", "[::1]:0"));
+    a.start();
+    const auto seed = "[::1]:" + std::to_string(a.listen_endpoint()->port());
+    auto ob = options("b@localhost", "[::1]:0");
+    ob.seeds = {seed};
+    auto oc = options("c@localhost", "[::1]:0");
+    oc.seeds = {seed};
+    rpclb::Cluster b(ob), c(oc);
+    b.start();
+    c.start();
+    BOOST_TEST(eventually([&] {
+        return a.connected_nodes().size() == 2 && b.connected_nodes().size() == 2 &&
+               c.connected_nodes().size() == 2;
+    }, 5s));
+    BOOST_TEST(c.connected_nodes() == (std::vector<std::string>{"a@localhost", "b@localhost"}));
 }
 
 BOOST_AUTO_TEST_CASE(nodes_dialing_each_other_at_once_keep_one_connection) {

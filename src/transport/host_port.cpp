@@ -1,0 +1,30 @@
+#include <rpclb/detail/host_port.hpp>
+
+namespace rpclb::detail {
+
+std::optional<HostPort> split_host_port(std::string_view address) {
+    const auto colon = address.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+    auto host = address.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    return HostPort{std::string(host), std::string(address.substr(colon + 1))};
+}
+
+std::optional<unsigned short> parse_port(std::string_view port) noexcept {
+    if (port.empty() || port.size() > 5) return std::nullopt;
+    unsigned value = 0;
+    for (const char c : port) {
+        if (c < '0' || c > '9') return std::nullopt;
+        value = value * 10 + static_cast<unsigned>(c - '0');
+    }
+    if (value > 65535) return std::nullopt;
+    return static_cast<unsigned short>(value);
+}
+
+std::string to_host_port(const boost::asio::ip::tcp::endpoint& endpoint) {
+    const auto address = endpoint.address().to_string();
+    const auto port = std::to_string(endpoint.port());
+    return endpoint.address().is_v6() ? "[" + address + "]:" + port : address + ":" + port;
+}
+
+}  // namespace rpclb::detail
