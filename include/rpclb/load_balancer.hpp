@@ -12,10 +12,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace rpclb {
@@ -220,9 +222,17 @@ public:
     /// the leave are swallowed). Idempotent.
     void stop() noexcept override;
 
-    /// Counts a call dispatched through this balancer (the seed's Drainer track/release).
-    void track_call() noexcept { in_flight_.fetch_add(1); }
-    void release_call() noexcept { in_flight_.fetch_sub(1); }
+    /// Counts a call dispatched through this balancer to `node` (the seed's Drainer
+    /// track/release), in total and per member. Each track_call is followed by exactly one
+    /// release_call with the same node. track_call may throw std::bad_alloc (the first
+    /// call to a node); any thread; a short lock of its own, no callback under it.
+    void track_call(std::string_view node);
+    void release_call(std::string_view node) noexcept;
+
+    /// Calls this node sent through this balancer and not finished, per target node:
+    /// (node, count) for every node with at least one, sorted by node (the admin
+    /// console's "in flight per member"). Any thread; a short lock.
+    std::vector<std::pair<std::string, std::int64_t>> in_flight_by_member() const;
     /// Counts a call routed here by this balancer while this node runs it.
     void track_served() noexcept { serving_.fetch_add(1); }
     void release_served() noexcept { serving_.fetch_sub(1); }
@@ -267,6 +277,10 @@ private:
     std::mutex announce_mutex_;  // orders joins and leaves of the group with re-announcements
     std::atomic<bool> joined_{false};
     std::atomic<std::int64_t> in_flight_{0};
+    // Per target node; an entry at 0 is kept for the next call unless the map has grown
+    // past 64 entries, so its size stays bounded whatever names come and go.
+    mutable std::mutex member_calls_mutex_;
+    std::map<std::string, std::int64_t, std::less<>> member_calls_;
     std::atomic<std::int64_t> serving_{0};
     std::vector<std::shared_ptr<Service>> services_;
     std::uint64_t monitor_id_ = 0;

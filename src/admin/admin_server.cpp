@@ -2,6 +2,7 @@
 #include "admin/admin_impl.hpp"
 
 #include <rpclb/config.hpp>
+#include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
 
@@ -77,7 +78,7 @@ admin::NodeView admin::State::view() const {
         if (!lb) continue;  // stopped meanwhile
         const auto& b = **lb;
         v.balancers.push_back({name, b.options().algorithm, b.members()->nodes.size(), b.joined(), b.in_flight(),
-                               b.serving()});
+                               b.serving(), admin::in_flight_per_member(b)});
     }
     if (metrics) v.series = metrics->snapshot();
     return v;
@@ -137,8 +138,8 @@ json::value admin::State::run_local(const admin::Request& r) {
                           {"drained", drained.load()},
                           {"uptime_s", ms_since(created) / 1000.0},
                           {"connections", cluster.connected_nodes().size()}};
-        if (auto ep = cluster.listen_endpoint()) self["listen"] = ep->address().to_string() + ":" + std::to_string(ep->port());
-        if (bound) self["admin"] = bound->address().to_string() + ":" + std::to_string(bound->port());
+        if (auto ep = cluster.listen_endpoint()) self["listen"] = detail::to_host_port(*ep);
+        if (bound) self["admin"] = detail::to_host_port(*bound);
         return self;
     }
     if (cmd == "nodes") {
@@ -194,6 +195,9 @@ json::value admin::State::run_local(const admin::Request& r) {
             o["members"] = to_json_array(b.members()->nodes);
             o["joined"] = b.joined();
             o["in_flight"] = b.in_flight();
+            json::object by_member;
+            for (const auto& [node, n] : admin::in_flight_per_member(b)) by_member[node] = n;
+            o["in_flight_by_member"] = std::move(by_member);
             o["serving"] = b.serving();
             json::object by_status;
             std::uint64_t total = 0;

@@ -143,6 +143,21 @@ std::optional<double> histogram_quantile(double q, const std::vector<double>& bo
     return bounds.back();
 }
 
+std::vector<std::pair<std::string, std::int64_t>> in_flight_per_member(const LoadBalancer& balancer) {
+    const auto members = balancer.members();
+    auto counts = balancer.in_flight_by_member();
+    std::vector<std::pair<std::string, std::int64_t>> out;
+    out.reserve(members->nodes.size() + counts.size());
+    for (const auto& node : members->nodes) {
+        const auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == node; });
+        out.emplace_back(node, it == counts.end() ? 0 : it->second);
+        if (it != counts.end()) it->second = 0;
+    }
+    for (auto& [node, n] : counts)
+        if (n > 0) out.emplace_back(std::move(node), n);
+    return out;
+}
+
 std::string prometheus_families(const NodeView& v) {
     Exposition x;
     x.family("rpclb_node_info", "gauge", "Always 1; labels name the node and its incarnation.");
@@ -172,6 +187,11 @@ std::string prometheus_families(const NodeView& v) {
     for (const auto& b : v.balancers) x.sample("rpclb_balancer_joined", {{"load_balancer", b.name}}, u(b.joined));
     x.family("rpclb_balancer_in_flight", "gauge", "Calls this node sent through the balancer, not finished.");
     for (const auto& b : v.balancers) x.sample("rpclb_balancer_in_flight", {{"load_balancer", b.name}}, b.in_flight);
+    x.family("rpclb_balancer_member_in_flight", "gauge",
+             "Calls this node sent through the balancer to one node, not finished.");
+    for (const auto& b : v.balancers)
+        for (const auto& [node, n] : b.in_flight_by_member)
+            x.sample("rpclb_balancer_member_in_flight", {{"load_balancer", b.name}, {"node", node}}, n);
     x.family("rpclb_balancer_serving", "gauge", "Calls routed here through the balancer that this node runs now.");
     for (const auto& b : v.balancers) x.sample("rpclb_balancer_serving", {{"load_balancer", b.name}}, b.serving);
 

@@ -5,11 +5,13 @@
 
 #include <rpclb/admin.hpp>
 #include <rpclb/cluster.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/metrics.hpp>
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rpclb::admin {
@@ -22,7 +24,13 @@ struct BalancerView {
     bool joined = false;
     std::int64_t in_flight = 0;  ///< calls this node sent through it, not finished
     std::int64_t serving = 0;    ///< calls routed here through it that this node runs now
+    /// Of `in_flight`, per target node: every member (0 included), then any node that
+    /// left with calls still running; sorted by node within each part.
+    std::vector<std::pair<std::string, std::int64_t>> in_flight_by_member;
 };
+
+/// BalancerView::in_flight_by_member of `balancer`, read now.
+std::vector<std::pair<std::string, std::int64_t>> in_flight_per_member(const LoadBalancer& balancer);
 
 /// Everything /metrics reports besides the seed's six metrics.
 struct NodeView {

@@ -111,8 +111,9 @@ std::optional<Error> parse_request(std::string_view text, Request& out) {
     if (ec) return bad("the request is not JSON: " + ec.message());
     auto* obj = doc.if_object();
     if (!obj) return bad("the request must be a JSON object, got " + std::string(fields::describe(doc)));
-    // A number too large for a double parses as infinity, which the answer could not echo
-    // as JSON: such an id is refused (it is echoed as null in the error).
+    // A number too large for a double parses as infinity, which no answer could echo as
+    // JSON and no peer would read in forwarded options: such a request is refused (an
+    // infinite id is echoed as null in the error).
     const auto finite = [](const boost::json::value& v) { return !v.is_double() || std::isfinite(v.get_double()); };
     if (const auto* id = obj->if_contains("id"); id && (id->is_number() || id->is_string()) && finite(*id)) out.id = *id;
     else if (id && id->is_double()) return bad("field \"id\" must be a finite number");
@@ -130,6 +131,7 @@ std::optional<Error> parse_request(std::string_view text, Request& out) {
     if (!cmd) return bad("field \"cmd\" is missing");
     if (!cmd->is_string()) return bad("field \"cmd\" must be a string, got " + std::string(fields::describe(*cmd)));
     out.cmd = std::string(cmd->get_string());
+    if (!fields::all_finite(doc)) return bad("a number in the request is too large for a double");
     if (auto error = check_fields(out.cmd, *obj)) return error;
     out.body = std::move(*obj);
     return std::nullopt;

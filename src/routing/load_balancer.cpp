@@ -374,6 +374,32 @@ Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, c
     }
 }
 
+void LoadBalancer::track_call(std::string_view node) {
+    {
+        std::lock_guard lock(member_calls_mutex_);
+        auto it = member_calls_.find(node);
+        if (it == member_calls_.end()) it = member_calls_.emplace(std::string(node), 0).first;
+        ++it->second;
+    }
+    in_flight_.fetch_add(1);
+}
+
+void LoadBalancer::release_call(std::string_view node) noexcept {
+    in_flight_.fetch_sub(1);
+    std::lock_guard lock(member_calls_mutex_);
+    const auto it = member_calls_.find(node);
+    if (it == member_calls_.end()) return;
+    if (--it->second == 0 && member_calls_.size() > 64) member_calls_.erase(it);
+}
+
+std::vector<std::pair<std::string, std::int64_t>> LoadBalancer::in_flight_by_member() const {
+    std::vector<std::pair<std::string, std::int64_t>> counts;
+    std::lock_guard lock(member_calls_mutex_);
+    for (const auto& [node, n] : member_calls_)
+        if (n > 0) counts.emplace_back(node, n);
+    return counts;
+}
+
 void LoadBalancer::release_node(std::string_view node) noexcept {
     try {
         // The snapshot form lets an algorithm reach what it keeps in the snapshot.

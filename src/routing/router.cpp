@@ -79,7 +79,7 @@ public:
         if (!picked)
             return is_no_members(picked.error()) ? no_route(std::move(picked.error()))
                                                  : finish(std::move(picked.error()));
-        (*b)->track_call();
+        (*b)->track_call(*picked);
         dispatch(std::move(*picked), std::move(*b), true, on_caller_thread);
     }
 
@@ -99,7 +99,7 @@ private:
             auto b = router_->balancers().hosted(spec_.options.load_balancer);
             if (!b) return finish(std::move(b.error()));
             tracker = std::move(*b);
-            tracker->track_call();
+            tracker->track_call(target);
         }
         dispatch(std::move(target), std::move(tracker), false, on_caller_thread);
     }
@@ -111,7 +111,7 @@ private:
         auto release = [balancer, picked, target]() {
             if (!balancer) return;
             if (picked) balancer->release_node(target);
-            balancer->release_call();
+            balancer->release_call(target);
         };
         if (target == router_->options().name) {
             // Local: the handler runs here, never over the network, and is never refused.

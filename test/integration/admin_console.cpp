@@ -58,6 +58,10 @@ BOOST_FIXTURE_TEST_CASE(nodes_balancers_and_groups_of_the_whole_cluster, Cluster
         BOOST_TEST(list[0].at("algorithm") == "round_robin");
         BOOST_TEST(list[0].at("members").as_array().size() == 3u);
         BOOST_TEST(list[0].at("joined").as_bool());
+        // Every member with its calls in flight from that node (none: nodes only serve here).
+        const auto& by_member = list[0].at("in_flight_by_member").as_object();
+        BOOST_TEST(by_member.size() == 3u);
+        for (const auto& [node, n] : by_member) BOOST_TEST(n == 0, node);
     }
     r = admin({"balancers"});
     BOOST_TEST(r.status == 0);

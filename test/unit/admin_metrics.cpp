@@ -44,7 +44,7 @@ NodeView sample_view(const std::vector<rpclb::Metrics::Series>& series) {
     v.health.bad_frames = 3;
     v.health.peers_lost = 1;
     v.admin.wrong_tokens = 5;
-    v.balancers.push_back({"w", "round_robin", 3, true, 2, 1});
+    v.balancers.push_back({"w", "round_robin", 3, true, 2, 1, {{"b@host", 2}, {"c@host", 0}}});
     v.series = series;
     return v;
 }
@@ -129,6 +129,8 @@ BOOST_AUTO_TEST_CASE(prometheus_text_is_well_formed) {
     BOOST_TEST(sample(text, "rpclb_admin_wrong_tokens_total") == 5);
     BOOST_TEST(sample(text, R"(rpclb_balancer_members{load_balancer="w",algorithm="round_robin"})") == 3);
     BOOST_TEST(sample(text, R"(rpclb_balancer_in_flight{load_balancer="w"})") == 2);
+    BOOST_TEST(sample(text, R"(rpclb_balancer_member_in_flight{load_balancer="w",node="b@host"})") == 2);
+    BOOST_TEST(sample(text, R"(rpclb_balancer_member_in_flight{load_balancer="w",node="c@host"})") == 0);
     BOOST_TEST(sample(text, R"(rpclb_balancer_calls_total{load_balancer="w",status="ok"})") == 1);
     BOOST_TEST(sample(text, R"(rpclb_balancer_calls_total{load_balancer="w",status="service_unavailable"})") == 1);
     BOOST_TEST(sample(text, R"(rpclb_balancer_picks_total{load_balancer="w",node="b@host"})") == 1);

@@ -400,7 +400,11 @@
     view.section.querySelector(".members-of").textContent = seer ?
       `${members.length} member${members.length === 1 ? "" : "s"}, as ${seer.node} sees the group:` :
       "Stopped on every node (drained).";
-    view.section.querySelector(".members").replaceChildren(...members.map((m) => el("li", {}, m)));
+    // Calls in flight to each member (the seer's own calls through the balancer), shown
+    // by the stylesheet from data-in-flight so that the item's text stays the node's name.
+    const inFlight = (seer && seer.b.in_flight_by_member) || {};
+    view.section.querySelector(".members").replaceChildren(
+      ...members.map((m) => el("li", { "data-in-flight": String(inFlight[m] || 0) }, m)));
 
     let rate = 0;
     let interval = null;  // the cumulative bucket counts of this interval's calls, all nodes
