@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of fuzz/ (the wire decoder, the cookie handshake state
-# machine, the config-file parser) with clang-14 and -fsanitize=fuzzer,address,undefined
-# into build-fuzz/, then runs each for SECONDS (default 600) on one core, starting from a
-# copy of its checked-in seed corpus fuzz/corpus/<target>/. A crash stops the script with
+# machine, the config-file parser, the admin protocol's requests) with clang-14 and
+# -fsanitize=fuzzer,address,undefined into build-fuzz/, then runs each for SECONDS
+# (default 600) on one core, starting from a copy of its checked-in seed corpus
+# fuzz/corpus/<target>/. A crash stops the script with
 # the failing input saved as build-fuzz/artifacts/<target>/crash-*; turn it into a
 # regression test in test/unit/ before fixing it.
 #
@@ -33,7 +34,7 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
       "${launcher[@]}" -DRPCLB_BUILD_TESTS=OFF -DRPCLB_BUILD_BENCH=OFF -DRPCLB_BUILD_FUZZ=ON \
       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-targets=(wire handshake config)
+targets=(wire handshake config admin)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

@@ -1,6 +1,7 @@
-// Reading fields of Boost.JSON documents, shared by the wire codec (src/transport/wire.cpp) and the
-// configuration loader (src/lifecycle/config.cpp): exact conversions of one value, the names of JSON
-// kinds used in error messages, and the paths ("balancers[0].name") that name a field.
+// Reading fields of Boost.JSON documents, shared by the wire codec (src/transport/wire.cpp), the
+// configuration loader (src/lifecycle/config.cpp) and the admin protocol (src/admin/protocol.cpp):
+// exact conversions of one value, the names of JSON kinds used in error messages, the paths
+// ("balancers[0].name") that name a field, and the check for numbers too large for a double.
 //
 // Private to librpclb (not installed).
 #pragma once
@@ -9,6 +10,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -17,6 +19,27 @@
 #include <string_view>
 
 namespace rpclb::detail::json_fields {
+
+/// Whether every number in `v` is finite. Boost.JSON 1.81 parses a number too large for a
+/// double (1e999) as infinity instead of failing, and serialize() then writes `Infinity`,
+/// which no JSON parser reads: whatever echoes or forwards a parsed document (a response,
+/// an admin answer, a balancer's options announced to peers) must refuse such a document
+/// first. Walks the document, one step per JSON value, where a scan of the text would
+/// cost one per byte (a 64 KiB string is one value).
+inline bool all_finite(const boost::json::value& v) noexcept {
+    switch (v.kind()) {
+    case boost::json::kind::double_: return std::isfinite(v.get_double());
+    case boost::json::kind::array:
+        for (const auto& e : v.get_array())
+            if (!all_finite(e)) return false;
+        return true;
+    case boost::json::kind::object:
+        for (const auto& m : v.get_object())
+            if (!all_finite(m.value())) return false;
+        return true;
+    default: return true;
+    }
+}
 
 // ---- exact conversions ---------------------------------------------------------------------
 //

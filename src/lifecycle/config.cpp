@@ -460,7 +460,14 @@ Result<json::value> parse_file_text(const std::filesystem::path& file, std::stri
     boost::system::error_code ec;
     const auto consumed = parser.write(text.data(), text.size(), ec);
     if (!ec) parser.finish(ec);
-    if (!ec) return parser.release();
+    if (!ec) {
+        auto doc = parser.release();
+        // Infinity would reach peers in a balancer's announced options as text no JSON
+        // parser reads (json_fields::all_finite).
+        if (!detail::json_fields::all_finite(doc))
+            return file_error(file, ": invalid JSON: a number is too large for a double");
+        return doc;
+    }
     const auto offset = ec == json::error::incomplete ? text.size() : consumed;
     const auto before = text.substr(0, offset);
     const auto line = static_cast<std::size_t>(std::count(before.begin(), before.end(), '\n')) + 1;

@@ -253,26 +253,6 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
     return DecodeError{kind, std::move(message), std::nullopt};
 }
 
-// Boost.JSON 1.81 parses a number too large for a double as infinity instead of failing,
-// and encode() would then write `Infinity`, which no JSON parser reads (an echoed argument
-// would make an unreadable response). The parsed document is walked for such numbers: the
-// walk costs one step per JSON value, where a scan of the text would cost one per byte
-// (a 64 KiB string argument is one value but 65,536 bytes).
-bool all_finite(const json::value& v) noexcept {
-    switch (v.kind()) {
-    case json::kind::double_: return std::isfinite(v.get_double());
-    case json::kind::array:
-        for (const auto& e : v.get_array())
-            if (!all_finite(e)) return false;
-        return true;
-    case json::kind::object:
-        for (const auto& m : v.get_object())
-            if (!all_finite(m.value())) return false;
-        return true;
-    default: return true;
-    }
-}
-
 Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
     if (text.size() > max_size)
         return DecodeError{DecodeErrorKind::too_large,
@@ -283,7 +263,7 @@ Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
     boost::system::error_code ec;
     json::value doc = json::parse(text, ec);
     if (ec) return decode_error(DecodeErrorKind::bad_json, "invalid JSON: " + ec.message());
-    if (!all_finite(doc))
+    if (!json_fields::all_finite(doc))
         return decode_error(DecodeErrorKind::bad_json, "invalid JSON: a number is too large for a double");
     auto* obj = doc.if_object();
     if (!obj)

@@ -467,6 +467,17 @@ BOOST_AUTO_TEST_CASE(invalid_json_is_located_by_line_and_column) {
     BOOST_TEST(cut.error().message.find(":2:1: invalid JSON: ") != std::string::npos, show(cut.error()));
 }
 
+// Found with fuzz/admin.cpp (the same case there): 1e400 parses as infinity, which a balancer
+// would announce to its peers as `Infinity`, text no JSON parser reads.
+BOOST_AUTO_TEST_CASE(numbers_too_large_for_a_double_are_refused) {
+    TempDir dir;
+    const auto file = dir.write("inf.json", R"({"name": "a@h", "cookie": "s",
+        "balancers": [{"name": "w", "algorithm": "weighted_round_robin", "algorithm_opts": {"weights": {"a@h": 1e400}}}]})");
+    const auto c = rpclb::load_node_config(file);
+    BOOST_TEST_REQUIRE(!c.has_value());
+    BOOST_TEST(c.error().message == file.string() + ": invalid JSON: a number is too large for a double", show(c.error()));
+}
+
 BOOST_AUTO_TEST_CASE(bad_field_in_a_file_names_file_and_field) {
     TempDir dir;
     const auto file = dir.write("node.json", R"({"balancers": [{"name": "w", "drain_timeout_ms": -1}]})");
