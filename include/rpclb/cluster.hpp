@@ -217,6 +217,13 @@ public:
     /// Names of the nodes with an established connection, ascending.
     std::vector<std::string> connected_nodes() const;
 
+    /// Round trip of the last keep-alive ping to connected node `node`: each connection
+    /// pings its peer every idle_timeout / 2 (within 100 ms..1 s) with a WebSocket ping
+    /// and times the pong (RFC 6455, section 5.5), so this includes the peer's network
+    /// thread and any message queued ahead of the ping. nullopt when `node` is not
+    /// connected or has not answered a ping yet. Thread safety: any thread.
+    std::optional<std::chrono::microseconds> keepalive_rtt(std::string_view node) const;
+
     /// The replicated groups.
     Groups& groups() noexcept;
 

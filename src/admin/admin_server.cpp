@@ -180,6 +180,10 @@ json::value admin::State::run_local(const admin::Request& r) {
             }
             entry["self"] = false;
             entry["connected"] = true;
+            if (const auto rtt = cluster.keepalive_rtt(p.node))
+                entry["keepalive_rtt_ms"] = std::chrono::duration<double, std::milli>(*rtt).count();
+            else
+                entry["keepalive_rtt_ms"] = nullptr;
             nodes.push_back(std::move(entry));
         }
         return json::object{{"nodes", std::move(nodes)}};

@@ -245,10 +245,10 @@ void show_nodes(Context& c) {
         rows.push_back({field(o, "name") + (self ? " *" : ""), field(o, "listen"), field(o, "admin"),
                         o.contains("error") ? "?" : (o.at("ready").as_bool() ? "ready" : "not ready"),
                         o.contains("drained") && o.at("drained").as_bool() ? "drained" : "-",
-                        self ? "-" : field(o, "rtt_ms"), field(o, "incarnation"),
+                        self ? "-" : field(o, "keepalive_rtt_ms"), field(o, "incarnation"),
                         o.contains("error") ? field(o, "error") : ""});
     }
-    print_table({"NODE", "LISTEN", "ADMIN", "STATE", "DRAINED", "RTT_MS", "INCARNATION", ""}, rows);
+    print_table({"NODE", "LISTEN", "ADMIN", "STATE", "DRAINED", "KEEPALIVE_RTT_MS", "INCARNATION", ""}, rows);
 }
 
 void show_balancers(Context& c) {

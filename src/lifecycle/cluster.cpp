@@ -139,6 +139,10 @@ ClusterStats Cluster::stats() const noexcept {
 
 std::vector<std::string> Cluster::connected_nodes() const { return impl_->mesh.connected_nodes(); }
 
+std::optional<std::chrono::microseconds> Cluster::keepalive_rtt(std::string_view node) const {
+    return impl_->mesh.keepalive_rtt(node);
+}
+
 boost::asio::any_io_executor Cluster::worker_executor() const { return impl_->runtime.workers().get_executor(); }
 boost::asio::any_io_executor Cluster::network_executor() const { return impl_->runtime.network().get_executor(); }
 

@@ -482,6 +482,13 @@ std::vector<std::string> Mesh::connected_nodes() const {
     return names;
 }
 
+std::optional<std::chrono::microseconds> Mesh::keepalive_rtt(std::string_view node) const {
+    std::lock_guard lock(mutex_);
+    const auto it = peers_.find(node);
+    if (it == peers_.end()) return std::nullopt;
+    return it->second->keepalive_rtt();
+}
+
 std::vector<std::string> Mesh::routable_nodes() const {
     std::lock_guard lock(mutex_);
     std::vector<std::string> nodes;

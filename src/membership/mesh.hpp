@@ -72,6 +72,9 @@ public:
     std::vector<std::string> routable_nodes() const;
     /// Names of the nodes with an established connection, ascending.
     std::vector<std::string> connected_nodes() const;
+    /// The keep-alive round trip to connected node `node` (Connection::keepalive_rtt);
+    /// nullopt when it is not connected or has not answered a timed ping yet.
+    std::optional<std::chrono::microseconds> keepalive_rtt(std::string_view node) const;
     std::optional<boost::asio::ip::tcp::endpoint> listen_endpoint() const { return bound_; }
     ClusterStats stats() const noexcept;
     /// Entries in the table of known nodes (bounded: see on_closed).

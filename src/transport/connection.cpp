@@ -27,7 +27,8 @@ Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSe
       settings_(settings),
       handshake_(Role::acceptor, settings.local, settings.cookie, settings.max_batch_frames > 1),
       handshake_timer_(ws_.get_executor()),
-      deadline_timer_(ws_.get_executor()) {
+      deadline_timer_(ws_.get_executor()),
+      ping_timer_(ws_.get_executor()) {
     beast::error_code ec;
     const auto remote = ws_.socket().remote_endpoint(ec);
     if (!ec) remote_ = to_host_port(remote);
@@ -41,7 +42,8 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       target_(std::move(target)),
       handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1),
       handshake_timer_(ws_.get_executor()),
-      deadline_timer_(ws_.get_executor()) {}
+      deadline_timer_(ws_.get_executor()),
+      ping_timer_(ws_.get_executor()) {}
 
 void Connection::configure() {
     // Senders check the size limit first, so an oversize call fails at its caller with a
@@ -70,6 +72,10 @@ void Connection::configure() {
         // 64 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
         ws.write_buffer_bytes(64 * 1024);
         ws.set_option(t);
+        // Runs inside this connection's reads, which hold a reference to it.
+        ws.control_callback([this](ws::frame_type kind, beast::string_view payload) {
+            on_control(kind, std::string_view(payload.data(), payload.size()));
+        });
     });
     beast::error_code ignored;
     ws_.socket().set_option(tcp::no_delay(true), ignored);
@@ -282,6 +288,7 @@ void Connection::handle_step(Handshake::Step step) {
         batch_ = handshake_.peer_batch() && settings_.max_batch_frames > 1;
         established_ = true;
         owner_.on_established(shared_from_this());
+        ping_next();
     }
 }
 
@@ -472,11 +479,51 @@ void Connection::refuse_cookie(const std::string& reason) {
     write_next();
 }
 
+namespace {
+// A timed ping's payload: this prefix and the ping's sequence number. Pongs echo it (RFC
+// 6455, section 5.5.3); Beast's own idle pings carry none.
+constexpr std::string_view rtt_ping_prefix = "rtt ";
+}  // namespace
+
+std::chrono::milliseconds Connection::keepalive_ping_interval() const noexcept {
+    using std::chrono::milliseconds;
+    return std::clamp(std::chrono::duration_cast<milliseconds>(settings_.idle_timeout) / 2, milliseconds(100),
+                      milliseconds(1000));
+}
+
+void Connection::ping_next() {
+    if (closed_) return;
+    // One ping write at a time (Beast's rule); a ping still being written behind a large
+    // message is simply not followed by another.
+    if (!ping_writing_) {
+        ping_writing_ = true;
+        ping_sent_ = Clock::now();
+        const auto text = std::string(rtt_ping_prefix) + std::to_string(++ping_seq_);
+        ws::ping_data payload(text.data(), text.size());
+        ws_.visit([&](auto& ws) {
+            ws.async_ping(payload, [self = shared_from_this()](beast::error_code) { self->ping_writing_ = false; });
+        });
+    }
+    ping_timer_.expires_after(keepalive_ping_interval());
+    ping_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+        if (!ec) self->ping_next();
+    });
+}
+
+void Connection::on_control(ws::frame_type kind, std::string_view payload) {
+    if (kind != ws::frame_type::pong || !payload.starts_with(rtt_ping_prefix)) return;
+    payload.remove_prefix(rtt_ping_prefix.size());
+    if (payload != std::to_string(ping_seq_)) return;  // the pong of an earlier ping
+    rtt_us_.store(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - ping_sent_).count(),
+                  std::memory_order_relaxed);
+}
+
 void Connection::fail(const std::string& reason) {
     if (closed_.exchange(true)) return;
     handshake_timer_.cancel();
     armed_.reset();
     deadline_timer_.cancel();
+    ping_timer_.cancel();
     beast::error_code ignored;
     ws_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     ws_.socket().close(ignored);

@@ -138,6 +138,17 @@ public:
     /// (ADDRESS:PORT)".
     std::string describe_peer() const;
     bool established() const noexcept { return established_.load(); }
+    /// Round trip of this connection's last answered keep-alive ping: once established,
+    /// the connection sends a WebSocket ping every keepalive_ping_interval() and times
+    /// its pong (RFC 6455, section 5.5.2). nullopt before the first pong. Any thread.
+    std::optional<std::chrono::microseconds> keepalive_rtt() const noexcept {
+        const auto us = rtt_us_.load(std::memory_order_relaxed);
+        if (us < 0) return std::nullopt;
+        return std::chrono::microseconds(us);
+    }
+    /// How often an established connection pings: half the idle timeout, within
+    /// 100 ms..1 s, so a healthy peer's pongs arrive well before the idle timeout.
+    std::chrono::milliseconds keepalive_ping_interval() const noexcept;
     bool closed() const noexcept { return closed_.load(); }
 
     /// The peer said "bye" (it is stopping): no new request may be sent here.
@@ -207,6 +218,10 @@ private:
     std::optional<Pending> take_pending(std::uint64_t id);
     void arm_deadline(Clock::time_point deadline);
     void on_deadline();
+    /// Sends the next timed keep-alive ping, then waits keepalive_ping_interval().
+    void ping_next();
+    /// A control frame was read: a pong to the last timed ping sets rtt_us_.
+    void on_control(boost::beast::websocket::frame_type kind, std::string_view payload);
 
     MeshStream ws_;
     ConnectionOwner& owner_;
@@ -228,6 +243,14 @@ private:
     bool refusing_cookie_ = false;  // acceptor: the close says cookie_refused_close_reason
     bool cookie_refused_ = false;   // dialer: the acceptor's close said it
     boost::asio::steady_timer handshake_timer_;
+    // Timed keep-alive pings (keepalive_rtt): the timer, the sequence number the last
+    // ping carried and when it was sent, whether a ping write is in progress (Beast allows
+    // one), and the last round trip in microseconds (-1: none yet).
+    boost::asio::steady_timer ping_timer_;
+    std::uint64_t ping_seq_ = 0;
+    Clock::time_point ping_sent_{};
+    bool ping_writing_ = false;
+    std::atomic<std::int64_t> rtt_us_{-1};
     std::unordered_map<std::uint64_t, Pending> pending_;
     std::set<Deadline> deadlines_;
     boost::asio::steady_timer deadline_timer_;

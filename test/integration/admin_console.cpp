@@ -46,6 +46,20 @@ BOOST_FIXTURE_TEST_CASE(nodes_balancers_and_groups_of_the_whole_cluster, Cluster
         BOOST_TEST(n.as_object().contains("admin"));
         if (!n.at("self").as_bool()) BOOST_TEST(n.at("rtt_ms").as_double() >= 0.0);
     }
+    // Every connected node, the client without an admin listener included, has answered a
+    // timed keep-alive ping (sent as soon as a connection is established).
+    BOOST_TEST(eventually([&] {
+        const auto answer = admin({"--json", "nodes"});
+        if (answer.status != 0) return false;
+        const auto doc = answer.json();
+        for (const auto& n : doc.at("nodes").as_array()) {
+            const auto& o = n.as_object();
+            if (o.at("self").as_bool()) continue;
+            const auto* rtt = o.if_contains("keepalive_rtt_ms");
+            if (!rtt || !rtt->is_double() || rtt->get_double() <= 0.0 || rtt->get_double() > 1000.0) return false;
+        }
+        return true;
+    }, 5s, 200ms), "a connected node has no keep-alive round trip");
 
     r = admin({"--json", "balancers"});
     BOOST_TEST_REQUIRE(r.status == 0, slurp(r));

@@ -81,6 +81,22 @@ BOOST_AUTO_TEST_CASE(nodes_on_ipv6_loopback_form_a_full_mesh_through_gossip) {
     check_full_mesh_through_one_seed("localhost", "[::1]");
 }
 
+// Each connection times its own keep-alive pings: both ends know the round trip soon after
+// they connect; a node that is not connected has none.
+BOOST_AUTO_TEST_CASE(connected_nodes_have_a_keepalive_round_trip) {
+    rpclb::Cluster a(options("a@127.0.0.1"));
+    a.start();
+    auto ob = options("b@127.0.0.1");
+    ob.seeds = {address(a)};
+    rpclb::Cluster b(ob);
+    b.start();
+    BOOST_TEST_REQUIRE(eventually([&] { return a.keepalive_rtt("b@127.0.0.1") && b.keepalive_rtt("a@127.0.0.1"); }, 5s));
+    BOOST_TEST(a.keepalive_rtt("b@127.0.0.1")->count() > 0);
+    BOOST_TEST((*a.keepalive_rtt("b@127.0.0.1") < 1s));
+    BOOST_TEST(!a.keepalive_rtt("nobody@127.0.0.1").has_value());
+    BOOST_TEST(!a.keepalive_rtt("a@127.0.0.1").has_value());
+}
+
 BOOST_AUTO_TEST_CASE(nodes_dialing_each_other_at_once_keep_one_connection) {
     for (int round = 0; round < 3; ++round) {
         // Each node must know the other's address before either starts: both ports are

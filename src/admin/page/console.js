@@ -219,7 +219,7 @@
         el("td", {}, n.connected ? "yes" : "no"),
         el("td", {}, client),
         el("td", { class: admin ? "state" : "state error" }, state),
-        el("td", { class: "num" }, n.self ? "–" : fmt(n.rtt_ms, 2)),
+        el("td", { class: "num" }, n.self ? "–" : fmt(n.keepalive_rtt_ms, 2)),
         actions);
     }));
   }
