@@ -5,6 +5,7 @@
 
 #include <boost/system/result.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,16 @@ struct PluginError {
     std::string message;
 };
 
+/// A plugin a registry has loaded, as its `rpclb_plugin_info` described it.
+struct LoadedPlugin {
+    std::string name;             ///< algorithm name ("round_robin")
+    std::filesystem::path file;   ///< the file it was loaded from
+    std::string rpclb_version;    ///< the rpclb version it was built against
+    std::uint32_t abi_version = 0;
+    std::string compiler;         ///< compiler and standard-library identity
+    std::uint64_t loads = 0;      ///< algorithm objects created from it so far
+};
+
 /// Loads `librpclb_<name>.so` plugins.
 ///
 /// Search path, first match wins: the directories given to the constructor, then each
@@ -31,8 +42,9 @@ struct PluginError {
 /// Each algorithm object returned holds a reference to its library, so the library stays
 /// loaded while the object lives (its vtable is in the `.so`).
 ///
-/// Thread safety: distinct objects safe; shared objects safe (the registry keeps no
-/// mutable state: each object holds its own reference to its library).
+/// Thread safety: distinct objects safe; shared objects safe (each object holds its own
+/// reference to its library; the record of loaded plugins has its own mutex, never held
+/// while plugin code runs).
 class PluginRegistry {
 public:
     /// `search_path`: directories searched before `RPCLB_PLUGIN_PATH` and the install
@@ -57,15 +69,26 @@ public:
         std::string_view name);
 
     /// Like create(), from an explicit file; `expected_name` empty = accept any name.
+    /// Not recorded in loaded().
     static boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError>
     create_from_file(const std::filesystem::path& file, std::string_view expected_name = {});
+
+    /// Every plugin create() has loaded successfully, by name (the admin console's
+    /// "loaded plugins"). A plugin stays listed after its last object is gone.
+    std::vector<LoadedPlugin> loaded() const;
 
     /// The plugin file name for an algorithm: "librpclb_<name>.so".
     static std::string file_name(std::string_view name);
 
 private:
+    // create_from_file, also filling `info` (strings copied while the library is loaded).
+    static boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError>
+    load(const std::filesystem::path& file, std::string_view expected_name, LoadedPlugin* info);
+
     std::vector<std::filesystem::path> path_;
     std::vector<std::filesystem::path> given_;
+    mutable std::mutex loaded_mutex_;
+    std::vector<LoadedPlugin> loaded_;
 };
 
 }  // namespace rpclb

@@ -10,6 +10,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <future>
+#include <map>
 #include <stdexcept>
 
 namespace rpclb {
@@ -227,6 +228,26 @@ json::value admin::State::run_local(const admin::Request& r) {
             for (const auto& b : drained_balancers) parked.push_back(json::value(b.name));
         }
         return json::object{{"node", cluster.name()}, {"balancers", std::move(list)}, {"drained", std::move(parked)}};
+    }
+    if (cmd == "plugins") {
+        // The plugins this node's registry loaded, with the balancers that use each now.
+        std::map<std::string, json::array> users;
+        for (const auto& name : cluster.balancer_names())
+            if (auto lb = cluster.balancer(name)) users[(*lb)->options().algorithm].push_back(json::value(name));
+        json::array list;
+        for (const auto& p : cluster.plugins().loaded()) {
+            auto& used = users[p.name];
+            list.push_back(json::object{{"name", p.name},
+                                        {"file", p.file.string()},
+                                        {"rpclb_version", p.rpclb_version},
+                                        {"abi_version", p.abi_version},
+                                        {"compiler", p.compiler},
+                                        {"loads", p.loads},
+                                        {"balancers", std::move(used)}});
+        }
+        json::array path;
+        for (const auto& dir : cluster.plugins().search_path()) path.push_back(json::value(dir.string()));
+        return json::object{{"node", cluster.name()}, {"plugins", std::move(list)}, {"search_path", std::move(path)}};
     }
     if (cmd == "groups") {
         json::array groups;

@@ -38,6 +38,7 @@ const std::vector<Command>& commands() {
         {"self", {}},
         {"balancers", {}},
         {"groups", {}},
+        {"plugins", {}},
         {"stats", {}},
         {"metrics", {}},
         {"drain", {}},

@@ -39,6 +39,7 @@ commands:
   nodes                                 the cluster's nodes
   balancers [--node NODE]               balancers of every node (or of NODE)
   groups                                groups and their members
+  plugins [NODE]                        the algorithm plugins a node loaded, and their users
   stats [NODE]                          a node's counters
   metrics [NODE]                        a node's Prometheus text
   watch [PATTERN...] [--count N]        stream telemetry events (patterns like rpc.* or drain.*)
@@ -285,6 +286,18 @@ void show_groups(Context& c) {
     print_table({"GROUP", "MEMBERS"}, rows);
 }
 
+void show_plugins(Context& c) {
+    const auto result = c.client.call(request("plugins", c.node));
+    if (c.as_json) return void(std::cout << json::serialize(result) << '\n');
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& p : result.at("plugins").as_array()) {
+        const auto& o = p.as_object();
+        rows.push_back({field(o, "name"), field(o, "balancers"), field(o, "rpclb_version"), field(o, "abi_version"),
+                        field(o, "file")});
+    }
+    print_table({"PLUGIN", "BALANCERS", "RPCLB", "ABI", "FILE"}, rows);
+}
+
 void show_stats(Context& c) {
     auto result = c.client.call(request("stats", c.node));
     if (c.as_json) return void(std::cout << json::serialize(result) << '\n');
@@ -396,6 +409,11 @@ int run(Context& c, const std::vector<std::string>& args, const po::variables_ma
     if (cmd == "nodes") return arity(0, 0), show_nodes(c), exit_ok;
     if (cmd == "balancers") return arity(0, 0), show_balancers(c), exit_ok;
     if (cmd == "groups") return arity(0, 0), show_groups(c), exit_ok;
+    if (cmd == "plugins") {
+        arity(0, 1);
+        c.node = optional_node(1);
+        return show_plugins(c), exit_ok;
+    }
     if (cmd == "stats") {
         arity(0, 1);
         c.node = optional_node(1);

@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <stdexcept>
@@ -100,11 +101,31 @@ boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> PluginRe
     std::string_view name) {
     auto file = find(name);
     if (!file) return file.error();
-    return create_from_file(*file, name);
+    LoadedPlugin info;
+    auto algorithm = load(*file, name, &info);
+    if (!algorithm) return algorithm;
+    std::lock_guard lock(loaded_mutex_);
+    auto it = std::find_if(loaded_.begin(), loaded_.end(),
+                           [&](const LoadedPlugin& p) { return p.name == info.name && p.file == info.file; });
+    if (it == loaded_.end()) it = loaded_.insert(std::upper_bound(loaded_.begin(), loaded_.end(), info,
+                                                                  [](const auto& a, const auto& b) { return a.name < b.name; }),
+                                                 std::move(info));
+    ++it->loads;
+    return algorithm;
+}
+
+std::vector<LoadedPlugin> PluginRegistry::loaded() const {
+    std::lock_guard lock(loaded_mutex_);
+    return loaded_;
 }
 
 boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError>
 PluginRegistry::create_from_file(const std::filesystem::path& file, std::string_view expected_name) {
+    return load(file, expected_name, nullptr);
+}
+
+boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError>
+PluginRegistry::load(const std::filesystem::path& file, std::string_view expected_name, LoadedPlugin* out) {
     // Each object holds its own reference to the library (dlopen counts them), so the
     // library unloads when the last object created from it is gone.
     auto lib = std::make_shared<boost::dll::shared_library>();
@@ -154,6 +175,8 @@ PluginRegistry::create_from_file(const std::filesystem::path& file, std::string_
                                     " threw an exception not derived from std::exception");
     }
     if (!algorithm) return file_error(file, std::string("factory ") + factory_symbol + " returned null");
+    if (out) *out = LoadedPlugin{or_unknown(info->name), file, or_unknown(info->rpclb_version), info->abi_version,
+                                 or_unknown(info->compiler), 0};
 
     // The deleter runs the destructor (code in the plugin) first, then drops its library
     // reference at once rather than with the control block, which weak_ptrs may keep.

@@ -88,6 +88,19 @@ BOOST_FIXTURE_TEST_CASE(nodes_balancers_and_groups_of_the_whole_cluster, Cluster
     BOOST_TEST(groups[0].at("group") == "w");
     BOOST_TEST(groups[0].at("members").as_array().size() == 3u);
 
+    // The plugins b loaded, asked through a: round_robin, from its file, used by w.
+    r = admin({"--json", "plugins", b->name()});
+    BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
+    const auto plugins = r.json().at("plugins").as_array();
+    BOOST_TEST_REQUIRE(plugins.size() == 1u, slurp(r));
+    BOOST_TEST(plugins[0].at("name") == "round_robin");
+    BOOST_TEST(std::string(plugins[0].at("file").as_string()).ends_with("/librpclb_round_robin.so"));
+    BOOST_TEST(plugins[0].at("balancers") == json::array{"w"});
+    BOOST_TEST(plugins[0].at("abi_version").to_number<int>() > 0);
+    r = admin({"plugins"});
+    BOOST_TEST(r.status == 0);
+    BOOST_TEST(r.out.find("round_robin") != std::string::npos, slurp(r));
+
     // stats of another node, forwarded by a.
     r = admin({"--json", "stats", c->name()});
     BOOST_TEST_REQUIRE(r.status == 0, slurp(r));

@@ -40,7 +40,7 @@ struct Pair {
             return true;
         });
         b->start();
-        BOOST_REQUIRE(eventually([&] { return a.connected_nodes().size() == 1; }, 5s));
+        BOOST_REQUIRE(eventually([&] { return a.connected_nodes().size() == 1 && b->connected_nodes().size() == 1; }, 5s));
     }
     rpclb::Cluster a;
     std::unique_ptr<rpclb::Cluster> b;

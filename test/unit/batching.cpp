@@ -42,7 +42,10 @@ struct Pair {
         co.max_batch_frames = client_batch;
         client = std::make_unique<rpclb::Cluster>(co);
         client->start();
-        BOOST_REQUIRE(eventually([&] { return server->connected_nodes().size() == 1; }, 5s));
+        // Both sides: the client's calls need its own end established, which may come a
+        // little after the server's.
+        BOOST_REQUIRE(eventually(
+            [&] { return server->connected_nodes().size() == 1 && client->connected_nodes().size() == 1; }, 5s));
     }
 
     // Sends `n` calls while the client's only network thread is held, so that every

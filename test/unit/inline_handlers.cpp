@@ -26,7 +26,7 @@ struct Pair {
     }
     void start_b() {
         b->start();
-        BOOST_REQUIRE(eventually([&] { return a.connected_nodes().size() == 1; }, 5s));
+        BOOST_REQUIRE(eventually([&] { return a.connected_nodes().size() == 1 && b->connected_nodes().size() == 1; }, 5s));
     }
     rpclb::Cluster a;
     std::unique_ptr<rpclb::Cluster> b;
