@@ -9,6 +9,7 @@
 #include <boost/asio/post.hpp>
 
 #include <random>
+#include <iomanip>
 #include <sstream>
 
 namespace rpclb {
@@ -20,7 +21,7 @@ std::string draw_incarnation() {
     std::random_device rd;
     std::uniform_int_distribution<std::uint64_t> dist;
     std::ostringstream out;
-    out << std::hex << dist(rd);
+    out << std::hex << std::setw(16) << std::setfill('0') << dist(rd);  // always 16 digits
     return out.str();
 }
 

@@ -243,6 +243,10 @@ private:
     bool refusing_cookie_ = false;  // acceptor: the close says cookie_refused_close_reason
     bool cookie_refused_ = false;   // dialer: the acceptor's close said it
     boost::asio::steady_timer handshake_timer_;
+    std::unordered_map<std::uint64_t, Pending> pending_;
+    std::set<Deadline> deadlines_;
+    boost::asio::steady_timer deadline_timer_;
+    std::optional<Clock::time_point> armed_;  // deadline_timer_'s expiry while it waits
     // Timed keep-alive pings (keepalive_rtt): the timer, the sequence number the last
     // ping carried and when it was sent, whether a ping write is in progress (Beast allows
     // one), and the last round trip in microseconds (-1: none yet).
@@ -251,10 +255,6 @@ private:
     Clock::time_point ping_sent_{};
     bool ping_writing_ = false;
     std::atomic<std::int64_t> rtt_us_{-1};
-    std::unordered_map<std::uint64_t, Pending> pending_;
-    std::set<Deadline> deadlines_;
-    boost::asio::steady_timer deadline_timer_;
-    std::optional<Clock::time_point> armed_;  // deadline_timer_'s expiry while it waits
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<bool> established_{false};
     std::atomic<bool> closed_{false};

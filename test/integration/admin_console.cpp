@@ -297,7 +297,10 @@ BOOST_FIXTURE_TEST_CASE(command_line_errors_exit_2, Harness) {
              {"--admin", "127.0.0.1:1", "frobnicate"},
              {"--admin", "127.0.0.1:1", "drain"},
              {"--admin", "127.0.0.1:1", "balancer", "restart", "w"},
-             {"--admin", "127.0.0.1:1", "--bogus", "nodes"}}) {
+             {"--admin", "127.0.0.1:1", "--bogus", "nodes"},
+             // 1e400 reads as infinity, which cannot be sent as JSON.
+             {"--admin", "127.0.0.1:1", "balancer", "set-options", "w", R"({"weight": 1e400})"},
+             {"--admin", "127.0.0.1:1", "balancer", "start", "z", "hash_ring", "--options", R"({"w": [1e400]})"}}) {
         const auto r = run_admin(dir(), args);
         BOOST_TEST(r.status == 2, slurp(r));
     }
