@@ -31,7 +31,11 @@ bool wait_for_cluster(rpclb::Cluster& cluster, const std::string& balancer, mill
     auto stable_since = steady_clock::now();
     while (steady_clock::now() < deadline) {
         const auto nodes = cluster.connected_nodes().size();
-        if (nodes == 0 && cluster.stats().cookie_refusals >= cluster.options().seeds.size()) return false;
+        // Every seed refused the cookie, or failed its TLS handshake: redials would end
+        // the same way (a certificate or a TLS setting is wrong), so stop waiting.
+        const auto stats = cluster.stats();
+        const auto seeds = cluster.options().seeds.size();
+        if (nodes == 0 && (stats.cookie_refusals >= seeds || stats.tls_failures >= seeds)) return false;
         const bool members = balancer.empty() || cluster.get_members(balancer).has_value();
         if (nodes != last) {
             last = nodes;
@@ -238,8 +242,11 @@ int main(int argc, char** argv) {
         if (!wait_for_cluster(cluster, balancer, milliseconds(wait_ms))) {
             if (cluster.stats().cookie_refusals > 0)
                 std::cerr << "rpclb-call: the cluster refused the cookie" << std::endl;
-            else if (cluster.stats().tls_failures > 0)
+            else if (cluster.stats().tls_failures > 0 && cluster.connected_nodes().empty()) {
+                // Calls could only wait for a connection that these settings never make.
                 std::cerr << "rpclb-call: every TLS handshake with the cluster failed (reasons above)" << std::endl;
+                return 1;
+            }
             else
                 std::cerr << "rpclb-call: no node answered within " << wait_ms << " ms" << std::endl;
         }

@@ -232,6 +232,20 @@ BOOST_FIXTURE_TEST_CASE(plaintext_and_tls_nodes_refuse_each_other, TlsCluster) {
     BOOST_TEST_REQUIRE(r.has_value(), r.error().message);
 }
 
+// A TLS failure with every seed is as final for rpclb-call as a refused cookie: it exits 1
+// saying so within about a second, instead of retrying its calls for half a minute.
+BOOST_FIXTURE_TEST_CASE(rpclb_call_without_tls_against_a_tls_node_fails_fast, TlsCluster) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Process call(bin_dir() / "rpclb-call", {"--seed", a->address(), "--balancer", "w", "demo", "node"},
+                 {{"RPCLB_COOKIE", test_cookie}}, dir() / "plain-call.log");
+    const auto status = call.wait_exit(15s);
+    BOOST_TEST_REQUIRE(status.has_value(), "rpclb-call still runs");
+    BOOST_TEST(describe_status(*status) == "exited 1", call.stderr_text());
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 3s), "rpclb-call took too long to give up");
+    BOOST_TEST(call.stderr_text().find("every TLS handshake with the cluster failed") != std::string::npos,
+               call.stderr_text());
+}
+
 BOOST_FIXTURE_TEST_CASE(bad_tls_options_exit_2_naming_the_option, Harness) {
     const auto& p = pki();
     const auto node = [&](std::vector<std::string> args) { return run_to_exit(*this, "rpclb-node", args); };
