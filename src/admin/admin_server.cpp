@@ -117,9 +117,11 @@ json::object admin::State::forward(const admin::Request& request) {
     auto result = cluster.call(request.node, admin_module, admin_function, json::array{body}, call);
     if (!result) {
         const auto& e = result.error();
-        const auto message = e.code == ErrorCode::not_found
-                                 ? "node " + request.node + " has no admin listener to forward to"
-                                 : "node " + request.node + ": " + e.message;
+        const auto message =
+            e.code == ErrorCode::not_found ? "node " + request.node + " has no admin listener to forward to"
+            : e.is(Failure::no_connection)
+                ? "node " + request.node + " is not connected to " + cluster.name() + " (unknown, or gone)"
+                : "node " + request.node + ": " + e.message;
         return admin::error_answer(request.id, {std::string(admin::code::unavailable), message});
     }
     auto* answer = result->if_object();

@@ -194,6 +194,8 @@ int main(int argc, char** argv) {
     if (!config) return 2;
     rpclb::log::init(config->log_level);
 
+    // Set by the admin `stop` command, which then raises SIGTERM: for the log line only.
+    std::atomic<bool> admin_stop{false};
     // Block the stop signals in every thread; the main thread waits for them.
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
@@ -212,7 +214,10 @@ int main(int argc, char** argv) {
     if (!config->admin.listen.empty()) {
         try {
             // The admin `stop` command stops the node the way SIGTERM does.
-            admin = std::make_unique<rpclb::AdminServer>(*cluster, config->admin, [] { ::kill(::getpid(), SIGTERM); });
+            admin = std::make_unique<rpclb::AdminServer>(*cluster, config->admin, [&admin_stop] {
+                admin_stop = true;
+                ::kill(::getpid(), SIGTERM);
+            });
         } catch (const std::invalid_argument& e) {
             std::cerr << "rpclb-node: " << e.what() << "\n";
             return 2;
@@ -253,7 +258,8 @@ int main(int argc, char** argv) {
 
     int signal = 0;
     sigwait(&stop_signals, &signal);
-    std::cerr << "rpclb-node: " << config->cluster.name << " got " << (signal == SIGTERM ? "SIGTERM" : "SIGINT")
+    std::cerr << "rpclb-node: " << config->cluster.name << " got "
+              << (admin_stop ? "the admin stop command" : signal == SIGTERM ? "SIGTERM" : "SIGINT")
               << ", leaving and draining" << std::endl;
     if (admin) admin->set_stopping();
     // Stop in another thread so that a handler that never returns cannot hold the process

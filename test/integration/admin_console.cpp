@@ -213,6 +213,8 @@ BOOST_FIXTURE_TEST_CASE(bad_input_is_answered_and_the_node_keeps_serving, Cluste
     BOOST_TEST(error_code_of(answer) == "not_found");
     answer = ws.ask(R"({"id":4,"cmd":"stats","node":"ghost@127.0.0.1"})");
     BOOST_TEST(error_code_of(answer) == "unavailable");
+    BOOST_TEST(answer.at("error").at("message") ==
+               "node ghost@127.0.0.1 is not connected to a@127.0.0.1 (unknown, or gone)");
     answer = ws.ask(R"({"id":5,"cmd":"subscribe","filter":{"events":["no.such.*"]}})");
     BOOST_TEST(error_code_of(answer) == "bad_request");
     answer = ws.ask(R"({"id":6,"cmd":"balancer_start","name":"v","algorithm":"no_such_algorithm"})");
@@ -261,6 +263,7 @@ BOOST_FIXTURE_TEST_CASE(stop_command_stops_a_node_gracefully, Cluster3) {
     const auto status = c->process().wait_exit(20s);
     BOOST_TEST_REQUIRE(status.has_value());
     BOOST_TEST(describe_status(*status) == "exited 0");
+    BOOST_TEST(c->log_contains("got the admin stop command, leaving and draining"), c->log());
     BOOST_TEST(wait_for_members(*client, "w", {a->name(), b->name()}));
     r = admin({"--json", "nodes"});
     BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
