@@ -431,7 +431,12 @@ int run(Context& c, const std::vector<std::string>& args, const po::variables_ma
     }
     if (cmd == "watch") {
         std::optional<std::uint64_t> count;
-        if (vm.count("count")) count = vm["count"].as<std::uint64_t>();
+        if (vm.count("count")) {
+            // Read signed: an unsigned option would take "-1" as 2^64 - 1.
+            const auto n = vm["count"].as<std::int64_t>();
+            if (n < 1) throw Usage{"--count must be at least 1, got " + std::to_string(n)};
+            count = static_cast<std::uint64_t>(n);
+        }
         return watch(c, {args.begin() + 1, args.end()}, count);
     }
     if (cmd == "drain" || cmd == "undrain" || cmd == "stop") {
@@ -494,7 +499,7 @@ int main(int argc, char** argv) {
         ("json", "print the answers as JSON")
         ("node", po::value<std::string>(), "the node a balancer command acts on")
         ("options", po::value<std::string>(), "balancer start / set-algorithm: the algorithm's options, a JSON object")
-        ("count", po::value<std::uint64_t>(), "watch: exit after this many events")
+        ("count", po::value<std::int64_t>(), "watch: exit after this many events (at least 1)")
         ("timeout", po::value<std::uint32_t>()->default_value(10000),
          "longest wait in ms for the connection and each answer (watch waits for events without limit)");
     po::options_description hidden;

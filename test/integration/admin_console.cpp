@@ -301,6 +301,8 @@ BOOST_FIXTURE_TEST_CASE(command_line_errors_exit_2, Harness) {
              {"--admin", "127.0.0.1:1", "drain"},
              {"--admin", "127.0.0.1:1", "balancer", "restart", "w"},
              {"--admin", "127.0.0.1:1", "--bogus", "nodes"},
+             {"--admin", "127.0.0.1:1", "watch", "--count", "-1"},
+             {"--admin", "127.0.0.1:1", "watch", "--count", "0"},
              // 1e400 reads as infinity, which cannot be sent as JSON.
              {"--admin", "127.0.0.1:1", "balancer", "set-options", "w", R"({"weight": 1e400})"},
              {"--admin", "127.0.0.1:1", "balancer", "start", "z", "hash_ring", "--options", R"({"w": [1e400]})"}}) {
