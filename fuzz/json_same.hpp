@@ -40,5 +40,4 @@ inline bool same(const boost::json::value& a, const boost::json::value& b) {
     return a == b;
 }
 
-
 }  // namespace rpclb::fuzz

@@ -86,7 +86,11 @@ public:
         for (;;) {
             auto message = receive(true);
             const auto* got = message.if_contains("id");
-            if (!got || !got->is_int64() || got->as_int64() != id) continue;  // an event, or another answer
+            // Ours: an answer with this id, or an error whose id the node could not read (its
+            // id is null: the request was not JSON to it). One request is out at a time.
+            const bool ours = got && ((got->is_int64() && got->as_int64() == id) ||
+                                      (got->is_null() && message.contains("error")));
+            if (!ours) continue;  // an event, or another answer
             if (const auto* error = message.if_contains("error")) {
                 const auto& e = error->as_object();
                 throw Failure{json::value_to<std::string>(e.at("code")) + ": " +
