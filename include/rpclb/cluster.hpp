@@ -79,6 +79,15 @@ struct ClusterOptions {
     /// handshake frames are never refused (they count, though). At least
     /// `max_message_size`. Default 64 MiB.
     std::size_t max_send_queue_bytes = 64u * 1024u * 1024u;
+    /// Blocking calls do their own I/O: a blocking call() to another node is sent on a
+    /// call channel, a connection of its own to that node driven by the calling thread,
+    /// instead of being handed to a network thread and back (no thread hand-off, one
+    /// context switch per call). Channels are opened on first use (at most 16 per node),
+    /// pooled, and live while the pair's mesh link does; both nodes must support them (a
+    /// node says so in its handshake). Asynchronous calls, casts and calls that find no
+    /// free channel use the mesh link. false: every call uses the mesh link. Default true.
+    /// doc/architecture.md "Call channels".
+    bool call_channels = true;
     /// TLS on every mesh connection (TlsOptions: certificate, key, CA, oldest version).
     /// Off by default (plaintext). Every node of a cluster, clients included, must agree:
     /// a TLS node and a plaintext node refuse each other.
@@ -173,6 +182,10 @@ struct ClusterStats {
     /// against a TLS node (or the reverse), or a certificate that failed verification
     /// (ClusterOptions::tls). Each is logged with its reason; dials are retried.
     std::uint64_t tls_failures = 0;
+    /// Blocking calls this node sent on a call channel (ClusterOptions::call_channels).
+    std::uint64_t channel_calls = 0;
+    /// Call channels open now: dialled by this node, plus accepted from peers. A size.
+    std::uint64_t channels_open = 0;
 };
 
 /// One node of a cluster.

@@ -54,7 +54,8 @@ Cluster::Impl::Impl(Cluster& owner, ClusterOptions opts)
       balancers(owner, options, groups, plugins, bus, root, supervisor_events(bus)),
       rpc(options, runtime.workers(), balancers),
       mesh(options, incarnation, runtime.network(), groups, rpc),
-      router(options, runtime.network(), mesh, rpc, balancers, bus) {}
+      channels(mesh.settings(), options.call_channels),
+      router(options, runtime.network(), mesh, channels, rpc, balancers, bus) {}
 
 void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
     self->mesh.set_self(std::shared_ptr<detail::Mesh>(self, &self->mesh));
@@ -63,6 +64,12 @@ void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
     self->mesh.set_on_cookie_refused([router = std::weak_ptr<detail::Router>(
                                           std::shared_ptr<detail::Router>(self, &self->router))] {
         if (auto r = router.lock()) r->wake();
+    });
+    // A node's call channels end with its mesh link.
+    self->mesh.set_on_peer_lost([channels = std::weak_ptr<detail::CallChannels>(
+                                     std::shared_ptr<detail::CallChannels>(self, &self->channels))](
+                                    const std::string& node) {
+        if (auto c = channels.lock()) c->drop(node);
     });
 }
 
@@ -103,6 +110,7 @@ void Cluster::Impl::stop() {
     mesh.say_goodbye(std::chrono::seconds(2));
     if (!rpc.wait_idle(drain_deadline))
         RPCLB_LOG("rpc", warning) << rpc.serving() << " served calls still running after stop_timeout";
+    channels.stop();  // calls still waiting on a channel fail now, as on a closing link
     mesh.close_all(std::chrono::seconds(2));
     runtime.stop();
     groups.set_broadcast({});
@@ -135,6 +143,8 @@ TelemetryBus& Cluster::telemetry() noexcept { return impl_->bus; }
 ClusterStats Cluster::stats() const noexcept {
     auto stats = impl_->mesh.stats();
     stats.slow_inline_runs = impl_->rpc.slow_inline_runs();
+    stats.channel_calls = impl_->channels.calls();
+    stats.channels_open = impl_->channels.open() + impl_->mesh.accepted_channels();
     return stats;
 }
 

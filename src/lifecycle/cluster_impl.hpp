@@ -7,6 +7,7 @@
 #include "routing/balancer_registry.hpp"
 #include "routing/router.hpp"
 #include "rpc/rpc_server.hpp"
+#include "transport/call_channels.hpp"
 
 #include <rpclb/cluster.hpp>
 #include <rpclb/supervisor.hpp>
@@ -39,6 +40,7 @@ struct Cluster::Impl {
     detail::BalancerRegistry balancers;
     detail::RpcServer rpc;
     detail::Mesh mesh;
+    detail::CallChannels channels;
     detail::Router router;
     std::atomic<bool> running{false};
     std::atomic<bool> stopping{false};

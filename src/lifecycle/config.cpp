@@ -261,6 +261,7 @@ void cluster_fields(Options& o, Visit&& visit) {
     visit("max_batch_frames", o.max_batch_frames, Count{});
     visit("max_send_queue_bytes", o.max_send_queue_bytes, Count{" (bytes)"});
     visit("tls", o.tls, Tls{});
+    visit("call_channels", o.call_channels, Boolean{});
     visit("call_directly", o.call_directly, Boolean{});
     visit("retry", o.retry, Boolean{});
     visit("retry_count", o.retry_count, Retries{});

@@ -153,7 +153,37 @@ wire::Nodes Mesh::known_nodes() const {
     return nodes;
 }
 
+void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
+    const auto& peer = c->peer();
+    bool keep = false;
+    {
+        std::lock_guard lock(mutex_);
+        connecting_.erase(c);
+        const auto it = peers_.find(peer.node);
+        keep = !stopping_ && it != peers_.end() && it->second->peer().incarnation == peer.incarnation &&
+               !it->second->going_away();
+        if (keep) channels_.emplace(peer.node, c);
+    }
+    if (!keep) return c->close("a call channel from " + peer.node + ", which has no mesh link to this node");
+    RPCLB_LOG("mesh", debug) << "call channel from " << peer.node;
+}
+
+std::vector<std::shared_ptr<Connection>> Mesh::take_channels(std::string_view node) {
+    std::vector<std::shared_ptr<Connection>> taken;
+    std::lock_guard lock(mutex_);
+    auto [first, last] = node.empty() ? std::pair(channels_.begin(), channels_.end()) : channels_.equal_range(node);
+    for (auto it = first; it != last; ++it) taken.push_back(it->second);
+    channels_.erase(first, last);
+    return taken;
+}
+
+std::size_t Mesh::accepted_channels() const {
+    std::lock_guard lock(mutex_);
+    return channels_.size();
+}
+
 void Mesh::on_established(const std::shared_ptr<Connection>& c) {
+    if (c->channel()) return accept_channel(c);
     const auto& peer = c->peer();
     std::shared_ptr<Connection> replaced;
     bool keep = true;
@@ -240,6 +270,12 @@ void Mesh::on_nodes(const wire::Nodes& nodes) {
 
 void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
     const auto& node = c->peer().node;
+    if (c->channel() && !std::holds_alternative<wire::Request>(frame)) {
+        ++bad_frames_;
+        RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame on a call channel from "
+                                   << node << "; ignored";
+        return;
+    }
     std::visit(
         [&](auto&& f) {
             using T = std::decay_t<decltype(f)>;
@@ -275,6 +311,19 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
 
 void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& reason,
                               bool established) {
+    if (established && c->channel()) {
+        {
+            std::lock_guard lock(mutex_);
+            auto [first, last] = channels_.equal_range(c->peer().node);
+            for (auto it = first; it != last; ++it)
+                if (it->second == c) {
+                    channels_.erase(it);
+                    break;
+                }
+        }
+        changed_.notify_all();
+        return;
+    }
     bool lost = false;
     {
         std::lock_guard lock(mutex_);
@@ -328,6 +377,9 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
     ++peers_lost_;
     if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason;
     groups_.remove_node(c->peer().node);
+    // Call channels live with the pair's mesh link, both ways.
+    for (auto& channel : take_channels(c->peer().node)) channel->abort("the mesh link to " + c->peer().node + " was lost");
+    if (on_peer_lost_) on_peer_lost_(c->peer().node);
 }
 
 void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) {
@@ -444,6 +496,7 @@ void Mesh::close_all(std::chrono::milliseconds limit) {
     {
         std::lock_guard lock(mutex_);
         for (auto& [name, c] : peers_) all.push_back(c);
+        for (auto& [name, c] : channels_) all.push_back(c);
         all.insert(all.end(), connecting_.begin(), connecting_.end());
     }
     for (auto& c : all) c->close("node stopping");

@@ -93,6 +93,13 @@ public:
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
     /// (Router::wake). Set before start().
     void set_on_cookie_refused(std::function<void()> f) { on_cookie_refused_ = std::move(f); }
+    /// Runs (on a network thread) when the mesh link to a node is lost, with its name, so
+    /// that this node's call channels to it end too (CallChannels::drop). Set before start().
+    void set_on_peer_lost(std::function<void(const std::string&)> f) { on_peer_lost_ = std::move(f); }
+    /// The settings every connection of this node uses (CallChannels copies them).
+    const ConnectionSettings& settings() const noexcept { return settings_; }
+    /// Call channels that peers opened to this node and that are open now.
+    std::size_t accepted_channels() const;
     /// The name of the node that refused this node's cookie when `node` (a node name or
     /// a dialled HOST:PORT) did; nullopt when it did not.
     std::optional<std::string> refused_by(std::string_view node) const;
@@ -103,6 +110,11 @@ public:
 
 private:
     void do_accept();
+    /// An accepted call channel is established: kept while its node's mesh link (same
+    /// incarnation) is, closed at once otherwise.
+    void accept_channel(const std::shared_ptr<Connection>& c);
+    /// Every accepted call channel of `node` (all of them when empty), removed.
+    std::vector<std::shared_ptr<Connection>> take_channels(std::string_view node);
     void dial(const std::string& address);
     void schedule_reconnect();
     void on_nodes(const wire::Nodes& nodes);
@@ -130,6 +142,10 @@ private:
     // dialled again (the refusal is explicit, see cookie_refused_close_reason).
     std::map<std::string, std::string, std::less<>> refused_;
     std::function<void()> on_cookie_refused_;
+    std::function<void(const std::string&)> on_peer_lost_;
+    // Call channels peers opened to this node, by the peer's name (doc/architecture.md
+    // "Call channels"); each is closed when that peer's mesh link goes.
+    std::multimap<std::string, std::shared_ptr<Connection>, std::less<>> channels_;
     std::set<std::string> bad_seeds_;     // seeds that are not HOST:PORT: warned once, never dialled
     std::set<std::string> warned_seeds_;  // seeds whose host did not resolve: warned once
     // Nodes learnt from connections and gossip, redialled while not connected (by the

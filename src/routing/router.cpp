@@ -5,6 +5,7 @@
 
 #include "membership/mesh.hpp"
 #include "routing/balancer_registry.hpp"
+#include "transport/call_channels.hpp"
 #include "rpc/rpc_server.hpp"
 
 #include <rpclb/detail/log.hpp>
@@ -143,7 +144,7 @@ private:
             release();
             return finish(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
         }
-        send_call(std::move(target), std::move(args), lb,
+        send_call(std::move(target), std::move(args), lb, on_caller_thread,
                            [self = shared_from_this(), release](CallResult result) {
                                release();
                                if (!result && is_draining(result.error()) &&
@@ -158,12 +159,17 @@ private:
     }
 
     // A request to another node; `done` gets its outcome (at once when not connected).
-    void send_call(std::string target, boost::json::array args, const std::string& lb,
+    // On a blocking caller's thread it goes on a call channel when one can be had, and
+    // `done` runs here.
+    void send_call(std::string target, boost::json::array args, const std::string& lb, bool on_caller_thread,
                    std::function<void(CallResult)> done) {
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
-        c->request(wire::Request{0, spec_.module, spec_.function, std::move(args), lb}, spec_.options.timeout,
-                   std::move(done));
+        wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};
+        if (on_caller_thread)
+            if (auto result = router_->channels().call(*c, request, spec_.options.timeout))
+                return done(std::move(*result));
+        c->request(std::move(request), spec_.options.timeout, std::move(done));
     }
 
     // A cast to another node: queued, or an error at once. A draining target still runs
@@ -265,9 +271,9 @@ private:
 
 // ---- Router ----------------------------------------------------------------------------
 
-Router::Router(const ClusterOptions& options, asio::io_context& ioc, Mesh& mesh, RpcServer& rpc,
-               BalancerRegistry& balancers, TelemetryBus& bus)
-    : options_(options), mesh_(mesh), rpc_(rpc), balancers_(balancers), bus_(bus), retry_strand_(ioc.get_executor()) {}
+Router::Router(const ClusterOptions& options, asio::io_context& ioc, Mesh& mesh, CallChannels& channels,
+               RpcServer& rpc, BalancerRegistry& balancers, TelemetryBus& bus)
+    : options_(options), mesh_(mesh), channels_(channels), rpc_(rpc), balancers_(balancers), bus_(bus), retry_strand_(ioc.get_executor()) {}
 
 std::shared_ptr<CallOperation> Router::start(CallSpec spec, Done done, bool inline_local) {
     auto op = std::make_shared<CallOperation>(self_.lock(), std::move(spec), std::move(done));

@@ -19,6 +19,7 @@
 namespace rpclb::detail {
 
 class Mesh;
+class CallChannels;
 class RpcServer;
 class BalancerRegistry;
 class CallOperation;
@@ -45,8 +46,8 @@ class Router {
 public:
     using Done = std::function<void(CallResult)>;
 
-    Router(const ClusterOptions& options, boost::asio::io_context& ioc, Mesh& mesh, RpcServer& rpc,
-           BalancerRegistry& balancers, TelemetryBus& bus);
+    Router(const ClusterOptions& options, boost::asio::io_context& ioc, Mesh& mesh, CallChannels& channels,
+           RpcServer& rpc, BalancerRegistry& balancers, TelemetryBus& bus);
 
     /// Gives the router the shared_ptr its operations hold (an alias of the node's).
     void set_self(std::weak_ptr<Router> self) { self_ = std::move(self); }
@@ -74,6 +75,7 @@ public:
 
     const ClusterOptions& options() const noexcept { return options_; }
     Mesh& mesh() noexcept { return mesh_; }
+    CallChannels& channels() noexcept { return channels_; }
     RpcServer& rpc() noexcept { return rpc_; }
     BalancerRegistry& balancers() noexcept { return balancers_; }
     TelemetryBus& bus() noexcept { return bus_; }
@@ -81,6 +83,7 @@ public:
 private:
     const ClusterOptions& options_;
     Mesh& mesh_;
+    CallChannels& channels_;
     RpcServer& rpc_;
     BalancerRegistry& balancers_;
     TelemetryBus& bus_;

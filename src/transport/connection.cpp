@@ -40,7 +40,7 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       owner_(owner),
       settings_(settings),
       target_(std::move(target)),
-      handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1),
+      handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1, settings.channel),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()),
       ping_timer_(ws_.get_executor()) {}
@@ -56,6 +56,7 @@ void Connection::configure() {
     t.handshake_timeout = settings_.handshake_timeout;
     t.idle_timeout = settings_.idle_timeout;
     t.keep_alive_pings = true;
+    if (settings_.channel) t.idle_timeout = ws::stream_base::none();
     ws_.visit([&](auto& ws) {
         ws.read_message_max(std::max(settings_.max_message_size * 2, wire::max_batch_bytes));
         // Binary frames: the payload is JSON text, but a string that is not valid UTF-8 must
@@ -108,22 +109,36 @@ void Connection::start() {
         auto parts = split_host_port(self->target_).value_or(HostPort{self->target_, ""});
         auto host = std::move(parts.host);
         auto port = std::move(parts.port);
+        // A numeric address needs no resolver (whose first use starts a thread per
+        // io_context: a call channel's private one must not get one).
+        beast::error_code numeric;
+        const auto address = asio::ip::make_address(host, numeric);
+        const auto port_number = parse_port(port);
+        if (!numeric && port_number) {
+            const std::array endpoints{tcp::endpoint(address, *port_number)};
+            return asio::async_connect(self->ws_.socket(), endpoints,
+                                       [self, host](beast::error_code ec, const tcp::endpoint&) {
+                                           self->on_connected(ec, host);
+                                       });
+        }
         auto resolver = std::make_shared<tcp::resolver>(self->ws_.get_executor());
         resolver->async_resolve(host, port, [self, resolver, host](beast::error_code ec,
                                                                    tcp::resolver::results_type results) {
             if (ec) return self->fail("resolve " + self->target_ + ": " + ec.message());
             // handshake_timer_ (armed in start) bounds the connect too: fail() closes the socket.
-            asio::async_connect(
-                self->ws_.socket(), results, [self, host](beast::error_code ec, const tcp::endpoint&) {
-                    if (ec) return self->fail("connect " + self->target_ + ": " + ec.message());
-                    self->configure();
-                    if (self->ws_.tls())
-                        self->dial_tls(host);
-                    else
-                        self->dial_websocket();
-                });
+            asio::async_connect(self->ws_.socket(), results,
+                                [self, host](beast::error_code ec, const tcp::endpoint&) { self->on_connected(ec, host); });
         });
     });
+}
+
+void Connection::on_connected(beast::error_code ec, const std::string& host) {
+    if (ec) return fail("connect " + target_ + ": " + ec.message());
+    configure();
+    if (ws_.tls())
+        dial_tls(host);
+    else
+        dial_websocket();
 }
 
 void Connection::accept_tls() {
@@ -286,9 +301,22 @@ void Connection::handle_step(Handshake::Step step) {
     if (step.done) {
         handshake_timer_.cancel();
         batch_ = handshake_.peer_batch() && settings_.max_batch_frames > 1;
+        channel_ = settings_.channel || handshake_.peer_channel();
+        if (handshake_.peer_channel()) {
+            // An accepted call channel: the pair's mesh link watches the peer, and the
+            // dialer reads only while one of its calls waits, so it would never answer an
+            // idle ping in time (doc/architecture.md "Call channels"). For the same reason
+            // a close waits briefly for the dialer's answer (Beast times the close
+            // handshake with handshake_timeout).
+            ws::stream_base::timeout t{};
+            t.handshake_timeout = std::chrono::milliseconds(100);
+            t.idle_timeout = ws::stream_base::none();
+            t.keep_alive_pings = false;
+            ws_.visit([&](auto& ws) { ws.set_option(t); });
+        }
         established_ = true;
         owner_.on_established(shared_from_this());
-        ping_next();
+        if (!channel_) ping_next();
     }
 }
 
@@ -456,6 +484,10 @@ void Connection::close(std::string reason) {
         self->close_reason_ = std::move(reason);
         self->write_next();
     });
+}
+
+void Connection::abort(std::string reason) {
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)] { self->fail(reason); });
 }
 
 void Connection::start_close() {

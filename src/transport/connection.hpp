@@ -82,6 +82,9 @@ struct ConnectionSettings {
     std::chrono::milliseconds handshake_timeout{5000};
     /// TLS for every connection (make_tls_context); null: plain TCP.
     std::shared_ptr<boost::asio::ssl::context> tls;
+    /// This side dials call channels (wire::Hello::channel; CallChannels): no keep-alive
+    /// pings and no idle timeout, since the pair's mesh link watches the peer.
+    bool channel = false;
 };
 
 /// Called once with the outcome of a request sent on a connection.
@@ -123,6 +126,15 @@ public:
 
     /// Closes the connection (idempotent); `reason` is logged and reported.
     void close(std::string reason);
+    /// Ends the connection now, without the close handshake: pending requests fail at
+    /// once with `reason` (idempotent; any thread).
+    void abort(std::string reason);
+
+    /// A call channel (wire::Hello::channel) rather than a mesh link: this side dialled
+    /// it as one, or, accepted, the dialer said so. Meaningful once established.
+    bool channel() const noexcept { return channel_.load(); }
+    /// The peer accepts call channels (wire::Hello::channels); meaningful once established.
+    bool peer_accepts_channels() const noexcept { return handshake_.peer_channels(); }
 
     Role role() const noexcept { return handshake_.role(); }
     /// The peer; meaningful once established.
@@ -184,6 +196,8 @@ private:
     void accept_websocket();
     /// Dialer, once connected: the TLS handshake (over TLS), then the WebSocket handshake.
     void dial_tls(const std::string& host);
+    /// Dialer: the TCP connect to `host` ended with `ec`.
+    void on_connected(boost::system::error_code ec, const std::string& host);
     void dial_websocket();
     /// A TLS failure (see ConnectionOwner::on_tls_failed): reports it, then fails.
     void tls_fail(const std::string& reason);
@@ -257,6 +271,7 @@ private:
     std::atomic<std::int64_t> rtt_us_{-1};
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<bool> established_{false};
+    std::atomic<bool> channel_{false};
     std::atomic<bool> closed_{false};
     std::atomic<bool> going_away_{false};
     std::atomic<bool> bye_sent_{false};

@@ -87,8 +87,15 @@ bool constant_time_equal(std::string_view a, std::string_view b) noexcept {
     return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-Handshake::Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch)
-    : role_(role), local_(std::move(local)), cookie_(std::move(cookie)), batch_(batch) {}
+Handshake::Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch, bool channel)
+    : role_(role), local_(std::move(local)), cookie_(std::move(cookie)), batch_(batch), channel_(channel) {}
+
+wire::Hello Handshake::hello() const {
+    wire::Hello hello{wire::protocol_version, local_, local_nonce_, batch_};
+    hello.channels = true;
+    hello.channel = channel_;
+    return hello;
+}
 
 Handshake::Step Handshake::start() {
     if (state_ != State::initial) return fail("handshake started twice");
@@ -100,7 +107,7 @@ Handshake::Step Handshake::start() {
     state_ = State::awaiting_hello;
     Step step;
     if (role_ == Role::dialer)
-        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_, batch_});
+        step.send.emplace_back(hello());
     return step;
 }
 
@@ -137,12 +144,15 @@ Handshake::Step Handshake::on_hello(const wire::Hello& hello) {
     peer_ = hello.peer;
     peer_nonce_ = hello.nonce;
     peer_batch_ = hello.batch;
+    peer_channels_ = hello.channels;
+    // Only a dialer opens a call channel; an acceptor's "channel" means nothing.
+    peer_channel_ = role_ == Role::acceptor && hello.channel;
 
     Step step;
     if (role_ == Role::acceptor) {
         // No proof yet: the acceptor proves itself only to a dialer that proved first
         // (see the header), so a stranger gets nothing to attack offline.
-        step.send.emplace_back(wire::Hello{wire::protocol_version, local_, local_nonce_, batch_});
+        step.send.emplace_back(this->hello());
         state_ = State::awaiting_auth;
         return step;
     }

@@ -150,6 +150,8 @@ void read(Members& m, Hello& f) {
     read_peer(m, f.peer);
     m.string("nonce", f.nonce);
     m.optional_boolean("batch", f.batch);
+    m.optional_boolean("channels", f.channels);
+    m.optional_boolean("channel", f.channel);
 }
 
 void read(Members& m, Auth& f) { m.string("proof", f.proof); }
@@ -392,6 +394,8 @@ void write(Writer& w, const Hello& f) {
     write_peer(w, f.peer);
     w.string("nonce", f.nonce);
     if (f.batch) w.boolean("batch", true);
+    if (f.channels) w.boolean("channels", true);
+    if (f.channel) w.boolean("channel", true);
 }
 
 void write(Writer& w, const Auth& f) { w.string("proof", f.proof); }

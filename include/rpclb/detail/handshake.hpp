@@ -67,8 +67,9 @@ public:
     };
 
     /// `batch`: this side reads batched messages and says so in its Hello
-    /// (wire::Hello::batch).
-    Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch = false);
+    /// (wire::Hello::batch). `channel` (dialer only): this connection is a call channel
+    /// (wire::Hello::channel). Every Hello says the sender accepts call channels.
+    Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch = false, bool channel = false);
 
     /// The first step: the dialer sends its Hello; the acceptor sends nothing. Call it
     /// once, before on_frame, in both roles (a frame before start() is an error).
@@ -86,6 +87,12 @@ public:
     /// The peer reads batched messages (its Hello said "batch"); valid once its Hello has
     /// arrived.
     bool peer_batch() const noexcept { return peer_batch_; }
+    /// The peer accepts call channels (its Hello said "channels"); valid once its Hello
+    /// has arrived.
+    bool peer_channels() const noexcept { return peer_channels_; }
+    /// Acceptor: the dialer opened this connection as a call channel (its Hello said
+    /// "channel"); valid once its Hello has arrived. Always false for a dialer.
+    bool peer_channel() const noexcept { return peer_channel_; }
 
     /// The peer's identity; valid once the peer's Hello has arrived.
     const wire::PeerInfo& peer() const noexcept { return peer_; }
@@ -112,6 +119,7 @@ private:
     Step on_ready(const wire::Ready& ready);
     Step wrong_cookie();
     Step fail(std::string message);  ///< enters `failed` and reports `message`
+    wire::Hello hello() const;       ///< this side's Hello
 
     Role role_;
     wire::PeerInfo local_;
@@ -119,7 +127,10 @@ private:
     std::string local_nonce_;
     std::string peer_nonce_;
     bool batch_;
+    bool channel_;
     bool peer_batch_ = false;
+    bool peer_channels_ = false;
+    bool peer_channel_ = false;
     wire::PeerInfo peer_;
     State state_ = State::initial;
 };

@@ -37,7 +37,7 @@ struct PeerInfo {
     friend bool operator==(const PeerInfo&, const PeerInfo&) = default;
 };
 
-/// "hello": {"t","v","node","inc","listen","client","nonce"[,"batch"]}. Sent first by the
+/// "hello": {"t","v","node","inc","listen","client","nonce"[,"batch"][,"channels"][,"channel"]}. Sent first by the
 /// dialer and answered by the acceptor; neither carries a proof (a "proof" member, as
 /// older versions sent, is ignored like any unknown member).
 struct Hello {
@@ -49,6 +49,14 @@ struct Hello {
     /// are batched only towards a peer whose Hello said so, so a peer without batching
     /// still gets one frame per message.
     bool batch = false;
+    /// "channels" (optional, default false): the sender accepts call channels, the extra
+    /// connections on which a blocking caller does its own I/O (doc/architecture.md
+    /// "Call channels"). A node opens channels only to a peer whose Hello said so.
+    bool channels = false;
+    /// "channel" (optional, default false; a dialer's Hello only): this connection is a
+    /// call channel, not the pair's mesh link: it carries requests and their responses
+    /// only, and lives while the pair's mesh link does.
+    bool channel = false;
 };
 
 /// Separates the frames of a batched message. Encoded frames are compact JSON, which

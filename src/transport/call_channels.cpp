@@ -1,0 +1,230 @@
+#include "transport/call_channels.hpp"
+
+#include <rpclb/detail/log.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <algorithm>
+
+namespace rpclb::detail {
+namespace asio = boost::asio;
+
+// One channel: a private io_context, run only by the thread that holds the channel, and
+// the connection on it. The channel is the connection's owner; its callbacks run inside
+// that io_context, so on the holding thread.
+struct CallChannels::Channel final : ConnectionOwner {
+    Channel(const ConnectionSettings& settings, const wire::PeerInfo& peer, std::string target)
+        : node(peer.node),
+          incarnation(peer.incarnation),
+          connection(std::make_shared<Connection>(asio::make_strand(ioc), std::move(target), *this, settings)) {}
+
+    ~Channel() override {
+        // End the connection here, then let the io_context free what is left.
+        connection->abort("call channel closed");
+        ioc.restart();
+        ioc.poll();
+    }
+
+    /// Runs handlers until `done()` or `deadline`; false when the deadline passed first
+    /// or nothing is left to run.
+    template <class Done>
+    bool run_until(Done done, Clock::time_point deadline) {
+        while (!done()) {
+            if (ioc.stopped()) ioc.restart();
+            if (ioc.run_one_until(deadline) == 0 && (Clock::now() >= deadline || ioc.stopped())) return done();
+        }
+        return true;
+    }
+
+    // ConnectionOwner: every method runs on the holding thread.
+    void on_established(const std::shared_ptr<Connection>&) override { established = true; }
+    void on_frame(const std::shared_ptr<Connection>&, wire::Frame&& frame) override {
+        RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame on a call channel to "
+                                   << node << "; ignored";
+    }
+    void on_closed(const std::shared_ptr<Connection>&, const std::string& reason, bool) override {
+        closed = true;
+        close_reason = reason;
+    }
+    void on_bad_frame(const std::shared_ptr<Connection>&, const wire::DecodeError& error) override {
+        RPCLB_LOG("mesh", warning) << "refused a frame on a call channel to " << node << ": " << error.message;
+    }
+    void on_handshake_failed(const std::shared_ptr<Connection>&, const std::string& reason) override {
+        close_reason = reason;
+    }
+    void on_tls_failed(const std::shared_ptr<Connection>&, const std::string& reason) override {
+        close_reason = reason;
+    }
+    void on_cookie_refused(const std::shared_ptr<Connection>&) override { close_reason = "cookie refused"; }
+
+    const std::string node;
+    const std::string incarnation;
+    bool established = false;
+    bool closed = false;
+    std::string close_reason;
+    asio::io_context ioc{1};
+    std::shared_ptr<Connection> connection;
+};
+
+CallChannels::CallChannels(const ConnectionSettings& settings, bool enabled)
+    : settings_(settings), enabled_(enabled) {
+    settings_.channel = true;
+}
+
+CallChannels::~CallChannels() { stop(); }
+
+std::optional<CallResult> CallChannels::call(const Connection& link, wire::Request& request,
+                                             std::chrono::milliseconds timeout) {
+    if (!enabled_ || !link.peer_accepts_channels()) return std::nullopt;
+    const auto now = Clock::now();
+    // Dialling may take at most the call's time, and never longer than a handshake may.
+    const auto dial_limit = std::min<std::chrono::milliseconds>(
+        timeout, std::chrono::duration_cast<std::chrono::milliseconds>(settings_.handshake_timeout));
+    auto channel = take(link, now + dial_limit);
+    if (!channel) return std::nullopt;
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    std::optional<CallResult> result;
+    channel->connection->request(std::move(request), timeout, [&result](CallResult r) { result = std::move(r); });
+    // The connection's deadline timer ends the wait at `timeout`, and its failure (a drop,
+    // or abort() from drop() and stop()) completes it at once; the time limit here is only
+    // a backstop.
+    channel->run_until([&] { return result.has_value(); }, Clock::time_point::max());
+    if (!result) {
+        channel->connection->abort("the call's wait ended without an outcome");
+        channel->run_until([&] { return result.has_value(); }, Clock::now() + std::chrono::seconds(1));
+    }
+    give_back(std::move(channel));
+    if (!result)  // cannot happen: the connection completes every request it takes (moved from: no names)
+        return call_failure(Failure::no_connection, link.peer().node, {}, {});
+    return result;
+}
+
+std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link, Clock::time_point deadline) {
+    const auto& peer = link.peer();
+    std::vector<std::unique_ptr<Channel>> stale;
+    std::unique_ptr<Channel> found;
+    {
+        std::lock_guard lock(mutex_);
+        if (stopped_) return nullptr;
+        if (auto it = idle_.find(peer.node); it != idle_.end()) {
+            auto& pool = it->second;
+            while (!pool.empty() && !found) {
+                auto candidate = std::move(pool.back());
+                pool.pop_back();
+                if (candidate->incarnation == peer.incarnation)
+                    found = std::move(candidate);
+                else
+                    stale.push_back(std::move(candidate));
+            }
+            if (pool.empty()) idle_.erase(it);
+        }
+        if (found) {
+            busy_.insert(found.get());
+            count_[peer.node] -= stale.size();
+        } else {
+            auto& count = count_[peer.node];
+            count -= stale.size();
+            const auto until = no_dial_until_.find(peer.node);
+            if (until != no_dial_until_.end() && Clock::now() < until->second) return nullptr;
+            if (count >= max_per_node) return nullptr;
+            ++count;  // reserved for the dial below
+        }
+    }
+    stale.clear();
+    if (found) {
+        // Anything the peer sent while the channel sat idle (a close, or the end of the
+        // stream) is read now, so that a request never goes out on a channel already closed.
+        found->ioc.poll();
+        if (!found->closed) return found;
+        give_back(std::move(found));
+        return take(link, deadline);
+    }
+    auto dialled = dial(link, deadline);
+    std::lock_guard lock(mutex_);
+    if (!dialled || stopped_) {
+        if (--count_[peer.node] == 0) count_.erase(peer.node);
+        if (!dialled) no_dial_until_[peer.node] = Clock::now() + redial_backoff;
+        return nullptr;
+    }
+    no_dial_until_.erase(peer.node);
+    busy_.insert(dialled.get());
+    return dialled;
+}
+
+std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link, Clock::time_point deadline) {
+    const auto& peer = link.peer();
+    // The address the link was dialled at, else the one the peer listens on.
+    const auto& target = link.target().empty() ? peer.listen : link.target();
+    if (target.empty()) return nullptr;
+    auto channel = std::make_unique<Channel>(settings_, peer, target);
+    channel->connection->start();
+    const bool up = channel->run_until([&] { return channel->established || channel->closed; }, deadline);
+    // The acceptor must be the link's node: an address may now belong to another one.
+    if (up && channel->established && !channel->closed && channel->connection->peer().node == peer.node &&
+        channel->connection->peer().incarnation == peer.incarnation)
+        return channel;
+    RPCLB_LOG("mesh", debug) << "no call channel to " << peer.node << " at " << target << ": "
+                             << (channel->close_reason.empty() ? std::string("not established in time")
+                                                               : channel->close_reason)
+                             << "; calls use the mesh link";
+    return nullptr;
+}
+
+void CallChannels::give_back(std::unique_ptr<Channel> channel) {
+    std::unique_lock lock(mutex_);
+    busy_.erase(channel.get());
+    if (!channel->closed && !stopped_) {
+        idle_[channel->node].push_back(std::move(channel));
+        return;
+    }
+    if (auto it = count_.find(channel->node); it != count_.end() && --it->second == 0) count_.erase(it);
+    lock.unlock();
+    channel.reset();  // outside the lock: its destructor runs the connection's last handlers
+}
+
+std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::string_view node,
+                                                                         const std::string& reason) {
+    std::vector<std::unique_ptr<Channel>> idle;
+    std::lock_guard lock(mutex_);
+    for (auto it = idle_.begin(); it != idle_.end();) {
+        if (!node.empty() && it->first != node) {
+            ++it;
+            continue;
+        }
+        if (auto c = count_.find(it->first); c != count_.end()) {
+            c->second -= std::min(c->second, it->second.size());
+            if (c->second == 0) count_.erase(c);
+        }
+        for (auto& channel : it->second) idle.push_back(std::move(channel));
+        it = idle_.erase(it);
+    }
+    // A busy channel is its caller's: the abort wakes it, its call fails, and give_back
+    // then destroys the channel.
+    for (auto* channel : busy_)
+        if (node.empty() || channel->node == node) channel->connection->abort(reason);
+    return idle;
+}
+
+void CallChannels::drop(const std::string& node) {
+    auto idle = detach(node, "the mesh link to " + node + " was lost");
+    std::lock_guard lock(mutex_);
+    no_dial_until_.erase(node);
+}
+
+void CallChannels::stop() {
+    {
+        std::lock_guard lock(mutex_);
+        stopped_ = true;
+    }
+    detach({}, "node stopping");
+}
+
+std::size_t CallChannels::open() const {
+    std::lock_guard lock(mutex_);
+    std::size_t n = 0;
+    for (const auto& [node, count] : count_) n += count;
+    return n;
+}
+
+}  // namespace rpclb::detail
