@@ -47,7 +47,7 @@ enum class Secrets {
 //    "handshake_timeout_ms": 5000, "reconnect_interval_ms": 1000, "stop_timeout_ms": 15000,
 //    "max_message_size": 16777216, "max_batch_frames": 64, "max_send_queue_bytes": 67108864,
 //    "tls": {"cert": "node.pem", "key": "node.key", "ca": "ca.pem", "min_version": "1.3"},
-//    "call_directly": false, "retry": true,
+//    "call_channels": true, "call_directly": false, "retry": true,
 //    "retry_count": 5 | "infinity", "excluded_node_patterns": ["test"],
 //    "log_level": "info",                                   (NodeConfig only)
 //    "balancers": [{"name": "workers", "algorithm": "weighted_round_robin",

@@ -120,7 +120,7 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
             if (pool.empty()) idle_.erase(it);
         }
         if (found) {
-            busy_.insert(found.get());
+            mark_busy(found.get());
             count_[peer.node] -= stale.size();
         } else {
             auto& count = count_[peer.node];
@@ -148,7 +148,7 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
         return nullptr;
     }
     no_dial_until_.erase(peer.node);
-    busy_.insert(dialled.get());
+    mark_busy(dialled.get());
     return dialled;
 }
 
@@ -173,7 +173,7 @@ std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link
 
 void CallChannels::give_back(std::unique_ptr<Channel> channel) {
     std::unique_lock lock(mutex_);
-    busy_.erase(channel.get());
+    mark_idle(channel.get());
     if (!channel->closed && !stopped_) {
         idle_[channel->node].push_back(std::move(channel));
         return;

@@ -12,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,6 +82,8 @@ private:
     std::unique_ptr<Channel> dial(const Connection& link, Clock::time_point deadline);
     /// A channel back from a call: pooled while it is healthy, destroyed otherwise.
     void give_back(std::unique_ptr<Channel> channel);
+    void mark_busy(Channel* channel) { busy_.push_back(channel); }
+    void mark_idle(Channel* channel) { std::erase(busy_, channel); }
     /// Removes the idle channels of `node` (every node's when empty) and aborts the busy
     /// ones; returns the idle ones, to be destroyed outside the lock.
     std::vector<std::unique_ptr<Channel>> detach(std::string_view node, const std::string& reason);
@@ -91,7 +92,7 @@ private:
     const bool enabled_;
     mutable std::mutex mutex_;
     std::map<std::string, std::vector<std::unique_ptr<Channel>>, std::less<>> idle_;
-    std::set<Channel*> busy_;
+    std::vector<Channel*> busy_;  // held by a call (a vector: no allocation per call)
     std::map<std::string, std::size_t, std::less<>> count_;          // channels per node, busy or idle
     std::map<std::string, Clock::time_point, std::less<>> no_dial_until_;  // after a failed dial
     bool stopped_ = false;

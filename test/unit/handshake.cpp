@@ -417,3 +417,27 @@ BOOST_AUTO_TEST_CASE(malformed_nonce_or_node_fails) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// Call channels (wire::Hello::channels / channel): each side learns that the other accepts
+// channels, and only the acceptor learns that this connection is one.
+BOOST_AUTO_TEST_CASE(the_hellos_carry_the_call_channel_flags) {
+    Handshake dialer(Role::dialer, dialer_info, "secret", false, true);
+    Handshake acceptor(Role::acceptor, acceptor_info, "secret");
+    const auto out = run(dialer, acceptor);
+    BOOST_TEST_REQUIRE((out.dialer_done && out.acceptor_done));
+    BOOST_TEST(dialer.peer_channels());
+    BOOST_TEST(acceptor.peer_channels());
+    BOOST_TEST(acceptor.peer_channel());
+    BOOST_TEST(!dialer.peer_channel());
+    BOOST_TEST(out.texts.front().find("\"channel\":true") != std::string::npos, out.texts.front());
+
+    Handshake link_dialer(Role::dialer, dialer_info, "secret");
+    Handshake link_acceptor(Role::acceptor, acceptor_info, "secret");
+    BOOST_TEST_REQUIRE(run(link_dialer, link_acceptor).acceptor_done);
+    BOOST_TEST(!link_acceptor.peer_channel());
+    // A Hello from a version without channels says nothing of them.
+    Handshake old_peer(Role::acceptor, acceptor_info, "secret");
+    old_peer.start();
+    old_peer.on_frame(dialer_hello(nonce_d));
+    BOOST_TEST(!old_peer.peer_channels());
+}

@@ -1,0 +1,161 @@
+// Call channels (ClusterOptions::call_channels): a blocking call goes on a connection of
+// its own, driven by the calling thread, and keeps every promise of a call on the mesh
+// link: its answer, its deadline, and failure at once when the node stops.
+#define BOOST_TEST_MODULE call_channels
+#include <rpclb/cluster.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include "support/node.hpp"
+#include "support/wait.hpp"
+
+#include <chrono>
+#include <future>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using rpclb::test::eventually;
+
+namespace {
+
+constexpr auto b_name = "b@127.0.0.1";
+
+struct Pair {
+    explicit Pair(bool channels = true, std::chrono::milliseconds b_stop_timeout = 15s) {
+        auto bo = rpclb::test::in_process_node_options(b_name);
+        bo.stop_timeout = b_stop_timeout;
+        b = std::make_unique<rpclb::Cluster>(bo);
+        b->register_function("t", "echo", [](const boost::json::array& args) -> rpclb::CallResult { return args; },
+                             {.run_inline = true});
+        b->register_function("t", "sleep", [](const boost::json::array& args) -> rpclb::CallResult {
+            std::this_thread::sleep_for(std::chrono::milliseconds(args.at(0).to_number<int>()));
+            return "slept";
+        });
+        b->start();
+        auto ao = rpclb::test::in_process_node_options(
+            "a@127.0.0.1", {"127.0.0.1:" + std::to_string(b->listen_endpoint()->port())});
+        ao.call_channels = channels;
+        a = std::make_unique<rpclb::Cluster>(ao);
+        a->start();
+        BOOST_REQUIRE(eventually([&] { return a->connected_nodes().size() == 1 && b->connected_nodes().size() == 1; }, 5s));
+    }
+    rpclb::CallResult echo(int i) { return a->call(b_name, "t", "echo", boost::json::array{i, "abc"}); }
+
+    std::unique_ptr<rpclb::Cluster> b;
+    std::unique_ptr<rpclb::Cluster> a;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(blocking_calls_go_on_one_reused_channel) {
+    Pair p;
+    for (int i = 0; i < 20; ++i) {
+        auto r = p.echo(i);
+        BOOST_TEST_REQUIRE(r.has_value(), r.error().message);
+        BOOST_TEST((r.value() == boost::json::array{i, "abc"}));
+    }
+    BOOST_TEST(p.a->stats().channel_calls == 20u);
+    // One thread called: one channel, dialled by a and accepted by b; the mesh is unchanged.
+    BOOST_TEST(p.a->stats().channels_open == 1u);
+    BOOST_TEST(eventually([&] { return p.b->stats().channels_open == 1u; }, 2s));
+    BOOST_TEST(p.a->connected_nodes().size() == 1u);
+    BOOST_TEST(p.b->connected_nodes().size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(concurrent_callers_each_get_a_channel_and_their_own_answers) {
+    Pair p;
+    std::vector<std::future<int>> callers;
+    for (int t = 0; t < 4; ++t)
+        callers.push_back(std::async(std::launch::async, [&p, t] {
+            int good = 0;
+            for (int i = 0; i < 200; ++i) {
+                auto r = p.echo(t * 1000 + i);
+                if (r && r.value() == boost::json::array{t * 1000 + i, "abc"}) ++good;
+            }
+            return good;
+        }));
+    for (auto& c : callers) BOOST_TEST(c.get() == 200);
+    BOOST_TEST(p.a->stats().channel_calls == 800u);
+    BOOST_TEST(p.a->stats().channels_open >= 1u);
+    BOOST_TEST(p.a->stats().channels_open <= 4u);
+}
+
+BOOST_AUTO_TEST_CASE(with_call_channels_off_calls_use_the_mesh_link) {
+    Pair p(false);
+    BOOST_TEST_REQUIRE(p.echo(1).has_value());
+    BOOST_TEST(p.a->stats().channel_calls == 0u);
+    BOOST_TEST(p.a->stats().channels_open == 0u);
+    BOOST_TEST(p.b->stats().channels_open == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_call_on_a_channel_keeps_its_deadline_and_the_channel_serves_on) {
+    Pair p;
+    rpclb::CallOptions o;
+    o.timeout = 200ms;
+    const auto began = std::chrono::steady_clock::now();
+    auto r = p.a->call(b_name, "t", "sleep", boost::json::array{1500}, o);
+    BOOST_TEST_REQUIRE(!r.has_value());
+    BOOST_TEST(r.error().code == rpclb::ErrorCode::request_timeout);
+    BOOST_TEST((std::chrono::steady_clock::now() - began < 1200ms));
+    BOOST_TEST(p.a->stats().channel_calls == 1u);
+    // The late answer is dropped; the next calls get their own answers.
+    for (int i = 0; i < 3; ++i) {
+        auto next = p.echo(i);
+        BOOST_TEST_REQUIRE(next.has_value(), next.error().message);
+        BOOST_TEST((next.value() == boost::json::array{i, "abc"}));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(stopping_the_caller_fails_a_call_waiting_on_a_channel_at_once) {
+    Pair p;
+    rpclb::CallOptions o;
+    o.timeout = 20s;
+    auto waiting = std::async(std::launch::async, [&] { return p.a->call(b_name, "t", "sleep", boost::json::array{2500}, o); });
+    BOOST_TEST_REQUIRE(eventually([&] { return p.a->stats().channel_calls == 1u; }, 2s));
+    std::this_thread::sleep_for(100ms);  // the request is out
+    const auto began = std::chrono::steady_clock::now();
+    p.a->stop();
+    BOOST_TEST_REQUIRE((waiting.wait_for(3s) == std::future_status::ready));
+    auto r = waiting.get();
+    BOOST_TEST_REQUIRE(!r.has_value());
+    BOOST_TEST(r.error().code == rpclb::ErrorCode::service_unavailable, r.error().message);
+    BOOST_TEST((std::chrono::steady_clock::now() - began < 2s));
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_that_stops_fails_a_call_waiting_on_its_channel) {
+    // b stops with a call still running (its stop_timeout is short): the channel closes
+    // with b's connections, and the waiting call fails then, not when the handler ends.
+    Pair p(true, 200ms);
+    rpclb::CallOptions o;
+    o.timeout = 20s;
+    auto waiting = std::async(std::launch::async, [&] { return p.a->call(b_name, "t", "sleep", boost::json::array{2500}, o); });
+    BOOST_TEST_REQUIRE(eventually([&] { return p.b->stats().channels_open == 1u && p.a->stats().channel_calls == 1u; }, 2s));
+    std::this_thread::sleep_for(100ms);
+    auto stopping = std::async(std::launch::async, [&] { p.b->stop(); });
+    BOOST_TEST_REQUIRE((waiting.wait_for(3500ms) == std::future_status::ready));
+    auto r = waiting.get();
+    BOOST_TEST_REQUIRE(!r.has_value());
+    BOOST_TEST(r.error().code == rpclb::ErrorCode::service_unavailable, r.error().message);
+    stopping.get();
+}
+
+BOOST_AUTO_TEST_CASE(a_restarted_peer_gets_new_channels) {
+    Pair p;
+    BOOST_TEST_REQUIRE(p.echo(1).has_value());
+    const auto port = p.b->listen_endpoint()->port();
+    p.b.reset();  // stops b: its end of the channel closes with it
+    BOOST_TEST_REQUIRE(eventually([&] { return p.a->connected_nodes().empty(); }, 5s));
+    auto bo = rpclb::test::in_process_node_options(b_name);
+    bo.listen = "127.0.0.1:" + std::to_string(port);
+    p.b = std::make_unique<rpclb::Cluster>(bo);
+    p.b->register_function("t", "echo", [](const boost::json::array& args) -> rpclb::CallResult { return args; });
+    p.b->start();
+    BOOST_TEST_REQUIRE(eventually([&] { return p.a->connected_nodes().size() == 1; }, 5s));
+    for (int i = 0; i < 3; ++i) {
+        auto r = p.echo(i);
+        BOOST_TEST_REQUIRE(r.has_value(), r.error().message);
+    }
+    BOOST_TEST(p.a->stats().channel_calls == 4u);
+    BOOST_TEST(p.a->stats().channels_open == 1u);
+}
