@@ -133,10 +133,12 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
     }
     stale.clear();
     if (found) {
-        // Anything the peer sent while the channel sat idle (a close, or the end of the
-        // stream) is read now, so that a request never goes out on a channel already closed.
-        found->ioc.poll();
-        if (!found->closed) return found;
+        // Whatever the peer sent while the channel sat idle is handled now (a late answer
+        // to a call that timed out is taken by the read still outstanding and dropped), so
+        // that a request never goes out on a channel the peer closed: input still
+        // waiting after that is a close or the end of the stream.
+        if (found->connection->input_waiting()) found->ioc.poll();
+        if (!found->closed && !found->connection->input_waiting()) return found;
         give_back(std::move(found));
         return take(link, deadline);
     }

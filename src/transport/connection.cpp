@@ -15,6 +15,9 @@
 
 #include <algorithm>
 
+#include <cerrno>
+#include <sys/socket.h>
+
 namespace rpclb::detail {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -221,8 +224,10 @@ void Connection::on_websocket_open() {
 
 void Connection::do_read() {
     auto self = shared_from_this();
+    reading_ = true;
     ws_.visit([&](auto& ws) {
         ws.async_read(buffer_, [self](beast::error_code ec, std::size_t bytes) {
+            self->reading_ = false;
             if (ec) {
                 const bool normal = ec == ws::error::closed;
                 if (normal && !self->established_ && self->handshake_.awaiting_ready()) {
@@ -258,7 +263,10 @@ void Connection::on_read(std::size_t) {
     // (which may fill it at once).
     buffer_.consume(buffer_.size());
     if (!failure.empty()) return fail(failure);
-    if (!closed_) do_read();
+    if (closed_) return;
+    // A call channel's dialer reads only while a call waits (input_waiting()).
+    if (settings_.channel && established_ && pending_.empty()) return;
+    do_read();
 }
 
 std::string Connection::on_frame_text(std::string_view text) {
@@ -434,6 +442,9 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
         const auto bytes = frame.size();
         if (!self->queue_.push(std::move(frame))) self->release(bytes);  // cannot happen while open
         self->write_next();
+        // A call channel starts its read once the request is out: on a busy CPU the
+        // answer is often there already, and the read takes it without waiting.
+        if (self->settings_.channel && self->established_ && !self->reading_) self->do_read();
     });
 }
 
@@ -484,6 +495,12 @@ void Connection::close(std::string reason) {
         self->close_reason_ = std::move(reason);
         self->write_next();
     });
+}
+
+bool Connection::input_waiting() noexcept {
+    char byte;
+    const auto n = ::recv(ws_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
 void Connection::abort(std::string reason) {

@@ -133,6 +133,11 @@ public:
     /// A call channel (wire::Hello::channel) rather than a mesh link: this side dialled
     /// it as one, or, accepted, the dialer said so. Meaningful once established.
     bool channel() const noexcept { return channel_.load(); }
+    /// Call channel, dialer: the socket holds input no read has taken, or the peer closed
+    /// it (a non-blocking peek). Such a channel reads only while a call waits, so between
+    /// calls this tells whether the peer sent anything (a late answer, a close). Only on
+    /// the thread that drives the connection, while none of its handlers runs.
+    bool input_waiting() noexcept;
     /// The peer accepts call channels (wire::Hello::channels); meaningful once established.
     bool peer_accepts_channels() const noexcept { return handshake_.peer_channels(); }
 
@@ -252,6 +257,7 @@ private:
     std::vector<boost::asio::const_buffer> write_buffers_;  // the write in progress's, when batched
     bool batch_ = false;  // the peer reads batches: several frames may share a message
     bool open_ = false;  // WebSocket handshake done: writes may start
+    bool reading_ = false;  // a read is outstanding
     std::optional<std::string> close_reason_;  // close() was called: close once the queue is empty
     bool close_started_ = false;
     bool refusing_cookie_ = false;  // acceptor: the close says cookie_refused_close_reason
