@@ -1,0 +1,130 @@
+#include "transport/json_text.hpp"
+
+#include <boost/json/serializer.hpp>
+
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+
+namespace rpclb::detail::wire {
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::uint64_t ones = 0x0101010101010101ull;
+constexpr std::uint64_t highs = 0x8080808080808080ull;
+
+// Bytes of `w` below `n` (n <= 128) have their high bit set in the result; a byte after
+// one that is may be flagged too (the borrow runs on), which only sends the caller to its
+// byte-at-a-time check a little early.
+constexpr std::uint64_t bytes_below(std::uint64_t w, std::uint64_t n) { return (w - ones * n) & ~w & highs; }
+
+constexpr bool needs_escape(unsigned char c) { return c < 0x20 || c == '"' || c == '\\'; }
+
+constexpr std::size_t max_depth = 64;
+
+// Through json::serializer, which the text must match anyway.
+void append_serialized(std::string& out, const json::value& v) {
+    json::serializer sr;
+    sr.reset(&v);
+    char buf[512];
+    while (!sr.done()) out += sr.read(buf, sizeof buf);
+}
+
+template <class N>
+void append_number(std::string& out, N n) {
+    char buf[24];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, n);
+    out.append(buf, end);
+}
+
+void append_at(std::string& out, const json::value& v, std::size_t depth);
+
+void append_at(std::string& out, const json::array& a, std::size_t depth) {
+    out += '[';
+    bool first = true;
+    for (const auto& e : a) {
+        if (!first) out += ',';
+        first = false;
+        append_at(out, e, depth + 1);
+    }
+    out += ']';
+}
+
+void append_at(std::string& out, const json::object& o, std::size_t depth) {
+    out += '{';
+    bool first = true;
+    for (const auto& kv : o) {
+        if (!first) out += ',';
+        first = false;
+        append_json_string(out, kv.key());
+        out += ':';
+        append_at(out, kv.value(), depth + 1);
+    }
+    out += '}';
+}
+
+void append_at(std::string& out, const json::value& v, std::size_t depth) {
+    switch (v.kind()) {
+    case json::kind::null: out += "null"; return;
+    case json::kind::bool_: out += v.get_bool() ? "true" : "false"; return;
+    case json::kind::int64: return append_number(out, v.get_int64());
+    case json::kind::uint64: return append_number(out, v.get_uint64());
+    case json::kind::double_: return append_serialized(out, v);
+    case json::kind::string: return append_json_string(out, v.get_string());
+    case json::kind::array:
+        if (depth >= max_depth) return append_serialized(out, v);
+        return append_at(out, v.get_array(), depth);
+    case json::kind::object:
+        if (depth >= max_depth) return append_serialized(out, v);
+        return append_at(out, v.get_object(), depth);
+    }
+}
+
+}  // namespace
+
+std::size_t first_escape(std::string_view s) noexcept {
+    std::size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+        std::uint64_t w;
+        std::memcpy(&w, s.data() + i, 8);
+        const auto quote = bytes_below(w ^ (ones * '"'), 1);
+        const auto backslash = bytes_below(w ^ (ones * '\\'), 1);
+        if ((quote | backslash | bytes_below(w, 0x20)) != 0) break;
+    }
+    for (; i < s.size(); ++i)
+        if (needs_escape(static_cast<unsigned char>(s[i]))) return i;
+    return s.size();
+}
+
+void append_json_string(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out += '"';
+    while (!s.empty()) {
+        const auto n = first_escape(s);
+        out.append(s.data(), n);
+        if (n == s.size()) break;
+        const auto c = static_cast<unsigned char>(s[n]);
+        switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        default:
+            out += "\\u00";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        }
+        s.remove_prefix(n + 1);
+    }
+    out += '"';
+}
+
+void append_json(std::string& out, const json::value& v) { append_at(out, v, 0); }
+void append_json(std::string& out, const json::array& a) { append_at(out, a, 0); }
+void append_json(std::string& out, const json::object& o) { append_at(out, o, 0); }
+
+}  // namespace rpclb::detail::wire
