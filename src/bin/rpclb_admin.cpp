@@ -61,10 +61,19 @@ struct Usage {
     std::string message;
 };
 
-// An error answer, or a failure to talk to the node.
+// An error answer, or a failure to talk to the node. `error`: the node's error object
+// ({code, message[, details]}) when it answered with one; null otherwise.
 struct Failure {
     std::string message;
+    json::value error = nullptr;
 };
+
+// What --json prints for a failure, on stdout: {"error": the node's error object}, or,
+// when no node answered, {"error": {"code": "failed", "message": ...}}.
+json::value failure_json(const Failure& f) {
+    if (f.error.is_object()) return json::object{{"error", f.error}};
+    return json::object{{"error", json::object{{"code", "failed"}, {"message", f.message}}}};
+}
 
 // One WebSocket connection to an admin listener, used request by request. It connects on
 // the first request, so that a bad command line is reported as such whatever the network.
@@ -94,7 +103,8 @@ public:
             if (const auto* error = message.if_contains("error")) {
                 const auto& e = error->as_object();
                 throw Failure{json::value_to<std::string>(e.at("code")) + ": " +
-                              json::value_to<std::string>(e.at("message"))};
+                                  json::value_to<std::string>(e.at("message")),
+                              e};
             }
             return message.at("result");
         }
@@ -545,6 +555,8 @@ int main(int argc, char** argv) {
         return exit_usage;
     } catch (const Failure& f) {
         std::cerr << "rpclb-admin: " << f.message << "\n";
+        // Scripts that asked for JSON get the failure as JSON too (the text stays on stderr).
+        if (vm.count("json")) std::cout << json::serialize(failure_json(f)) << "\n";
         return exit_error;
     } catch (const std::exception& e) {
         std::cerr << "rpclb-admin: " << e.what() << "\n";

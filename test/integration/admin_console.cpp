@@ -246,6 +246,11 @@ BOOST_FIXTURE_TEST_CASE(balancer_start_stop_and_log_level, Cluster3) {
     BOOST_TEST(wait_for_members(*client, "v", {}));
     r = admin({"balancer", "stop", "v"});
     BOOST_TEST(r.status == 1, slurp(r));
+    // With --json a failure is JSON on stdout too: the node's error object.
+    r = admin({"--json", "log-level", "loud", b->name()});
+    BOOST_TEST(r.status == 1, slurp(r));
+    BOOST_TEST(r.json().at("error").at("code") == "bad_request", slurp(r));
+    BOOST_TEST(r.err.find("unknown log level") != std::string::npos);
 
     r = admin({"log-level", "debug", b->name()});
     BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
