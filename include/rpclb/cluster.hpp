@@ -85,7 +85,10 @@ struct ClusterOptions {
     /// context switch per call). Channels are opened on first use (at most 16 per node),
     /// pooled, and live while the pair's mesh link does; both nodes must support them (a
     /// node says so in its handshake). Asynchronous calls, casts and calls that find no
-    /// free channel use the mesh link. false: every call uses the mesh link. Default true.
+    /// free channel use the mesh link. A dial may take a quarter of the call's timeout at
+    /// most; a call whose dial failed goes on the mesh link with the time left. false:
+    /// every call uses the mesh link, and the node accepts no channel from its peers
+    /// either (its handshake does not offer them). Default true.
     /// doc/architecture.md "Call channels".
     bool call_channels = true;
     /// TLS on every mesh connection (TlsOptions: certificate, key, CA, oldest version).

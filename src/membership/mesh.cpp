@@ -41,6 +41,7 @@ Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::
     settings_.cookie = options.cookie;
     settings_.max_message_size = options.max_message_size;
     settings_.max_batch_frames = options.max_batch_frames;
+    settings_.accept_channels = options.call_channels;
     settings_.max_send_queue_bytes = options.max_send_queue_bytes;
     settings_.idle_timeout = options.idle_timeout;
     settings_.handshake_timeout = options.handshake_timeout;
@@ -160,7 +161,7 @@ void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
         std::lock_guard lock(mutex_);
         connecting_.erase(c);
         const auto it = peers_.find(peer.node);
-        keep = !stopping_ && it != peers_.end() && it->second->peer().incarnation == peer.incarnation &&
+        keep = options_.call_channels && !stopping_ && it != peers_.end() && it->second->peer().incarnation == peer.incarnation &&
                !it->second->going_away();
         if (keep) channels_.emplace(peer.node, c);
     }

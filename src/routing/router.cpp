@@ -166,10 +166,16 @@ private:
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
         wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};
-        if (on_caller_thread)
-            if (auto result = router_->channels().call(*c, request, spec_.options.timeout))
-                return done(std::move(*result));
-        c->request(std::move(request), spec_.options.timeout, std::move(done));
+        auto timeout = spec_.options.timeout;
+        if (on_caller_thread) {
+            const auto began = std::chrono::steady_clock::now();
+            if (auto result = router_->channels().call(*c, request, timeout)) return done(std::move(*result));
+            // A channel dial that failed took part of the call's time: the link gets the rest.
+            const auto spent = std::chrono::ceil<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
+            if (spent >= timeout) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
+            timeout -= spent;
+        }
+        c->request(std::move(request), timeout, std::move(done));
     }
 
     // A cast to another node: queued, or an error at once. A draining target still runs

@@ -78,9 +78,11 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
                                              std::chrono::milliseconds timeout) {
     if (!enabled_ || !link.peer_accepts_channels()) return std::nullopt;
     const auto now = Clock::now();
-    // Dialling may take at most the call's time, and never longer than a handshake may.
+    // A channel is only a faster road: dialling one may take a quarter of the call's time
+    // at most (never longer than a handshake may), and the caller sends on the mesh link
+    // with what is left when it fails.
     const auto dial_limit = std::min<std::chrono::milliseconds>(
-        timeout, std::chrono::duration_cast<std::chrono::milliseconds>(settings_.handshake_timeout));
+        timeout / 4, std::chrono::duration_cast<std::chrono::milliseconds>(settings_.handshake_timeout));
     auto channel = take(link, now + dial_limit);
     if (!channel) return std::nullopt;
     calls_.fetch_add(1, std::memory_order_relaxed);
@@ -102,56 +104,65 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
 
 std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link, Clock::time_point deadline) {
     const auto& peer = link.peer();
-    std::vector<std::unique_ptr<Channel>> stale;
-    std::unique_ptr<Channel> found;
+    for (;;) {
+        std::vector<std::unique_ptr<Channel>> stale;
+        std::unique_ptr<Channel> found;
+        {
+            std::lock_guard lock(mutex_);
+            if (stopped_) return nullptr;
+            if (auto it = idle_.find(peer.node); it != idle_.end()) {
+                auto& pool = it->second;
+                while (!pool.empty() && !found) {
+                    auto candidate = std::move(pool.back());
+                    pool.pop_back();
+                    if (candidate->incarnation == peer.incarnation)
+                        found = std::move(candidate);
+                    else
+                        stale.push_back(std::move(candidate));
+                }
+                if (pool.empty()) idle_.erase(it);
+            }
+            if (!stale.empty()) count_[peer.node] -= stale.size();
+            if (found) mark_busy(found.get());
+        }
+        stale.clear();  // outside the lock: their destructors run their connections' last handlers
+        if (!found) break;
+        if (usable(*found)) return found;
+        give_back(std::move(found), false);
+    }
     {
         std::lock_guard lock(mutex_);
-        if (stopped_) return nullptr;
-        if (auto it = idle_.find(peer.node); it != idle_.end()) {
-            auto& pool = it->second;
-            while (!pool.empty() && !found) {
-                auto candidate = std::move(pool.back());
-                pool.pop_back();
-                if (candidate->incarnation == peer.incarnation)
-                    found = std::move(candidate);
-                else
-                    stale.push_back(std::move(candidate));
-            }
-            if (pool.empty()) idle_.erase(it);
+        auto& count = count_[peer.node];
+        const auto until = no_dial_until_.find(peer.node);
+        if ((until != no_dial_until_.end() && Clock::now() < until->second) || count >= max_per_node) {
+            if (count == 0) count_.erase(peer.node);
+            return nullptr;
         }
-        if (found) {
-            mark_busy(found.get());
-            count_[peer.node] -= stale.size();
-        } else {
-            auto& count = count_[peer.node];
-            count -= stale.size();
-            const auto until = no_dial_until_.find(peer.node);
-            if (until != no_dial_until_.end() && Clock::now() < until->second) return nullptr;
-            if (count >= max_per_node) return nullptr;
-            ++count;  // reserved for the dial below
-        }
-    }
-    stale.clear();
-    if (found) {
-        // Whatever the peer sent while the channel sat idle is handled now (a late answer
-        // to a call that timed out is taken by the read still outstanding and dropped), so
-        // that a request never goes out on a channel the peer closed: input still
-        // waiting after that is a close or the end of the stream.
-        if (found->connection->input_waiting()) found->ioc.poll();
-        if (!found->closed && !found->connection->input_waiting()) return found;
-        give_back(std::move(found));
-        return take(link, deadline);
+        ++count;  // reserved for the dial below
     }
     auto dialled = dial(link, deadline);
     std::lock_guard lock(mutex_);
     if (!dialled || stopped_) {
         if (--count_[peer.node] == 0) count_.erase(peer.node);
         if (!dialled) no_dial_until_[peer.node] = Clock::now() + redial_backoff;
-        return nullptr;
+        return nullptr;  // `dialled` (if any) is destroyed after the lock is released
     }
     no_dial_until_.erase(peer.node);
     mark_busy(dialled.get());
     return dialled;
+}
+
+bool CallChannels::usable(Channel& channel) {
+    // The caller's end reads only while a call waits, so whatever the peer sent while the
+    // channel sat idle is read now: a late answer to a call that timed out is dropped, and
+    // a close or the end of the stream closes the connection. A request must never go out
+    // on a channel the peer closed.
+    for (int round = 0; round < 4 && !channel.closed && channel.connection->input_waiting(); ++round) {
+        channel.connection->read_waiting_input();
+        channel.ioc.restart();
+        channel.ioc.poll();
+    }
+    return !channel.closed && !channel.connection->input_waiting();
 }
 
 std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link, Clock::time_point deadline) {
@@ -173,10 +184,10 @@ std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link
     return nullptr;
 }
 
-void CallChannels::give_back(std::unique_ptr<Channel> channel) {
+void CallChannels::give_back(std::unique_ptr<Channel> channel, bool keep) {
     std::unique_lock lock(mutex_);
     mark_idle(channel.get());
-    if (!channel->closed && !stopped_) {
+    if (keep && !channel->closed && !stopped_) {
         idle_[channel->node].push_back(std::move(channel));
         return;
     }

@@ -57,7 +57,8 @@ public:
     /// its channels, from the calling thread, and waits there for the outcome (what
     /// Connection::request would complete with, bounded by `timeout`). nullopt when no
     /// channel could be had (see the class comment): `request` is then untouched and the
-    /// caller sends it on `link`. Never call it from a network thread.
+    /// caller sends it on `link` with the time left (a dial that fails takes at most a
+    /// quarter of `timeout`). Never call it from a network thread.
     std::optional<CallResult> call(const Connection& link, wire::Request& request,
                                    std::chrono::milliseconds timeout);
 
@@ -80,8 +81,12 @@ private:
     std::unique_ptr<Channel> take(const Connection& link, Clock::time_point deadline);
     /// Dials a channel to `link`'s node on the calling thread; null on failure.
     std::unique_ptr<Channel> dial(const Connection& link, Clock::time_point deadline);
-    /// A channel back from a call: pooled while it is healthy, destroyed otherwise.
-    void give_back(std::unique_ptr<Channel> channel);
+    /// A channel back from a call: pooled while it is healthy and `keep`, destroyed
+    /// otherwise.
+    void give_back(std::unique_ptr<Channel> channel, bool keep = true);
+    /// A pooled channel may carry a request: what the peer sent while it sat idle has been
+    /// read, and it is still open. On the holding thread.
+    static bool usable(Channel& channel);
     void mark_busy(Channel* channel) { busy_.push_back(channel); }
     void mark_idle(Channel* channel) { std::erase(busy_, channel); }
     /// Removes the idle channels of `node` (every node's when empty) and aborts the busy

@@ -28,7 +28,8 @@ Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSe
     : ws_(std::move(socket), settings.tls.get()),
       owner_(owner),
       settings_(settings),
-      handshake_(Role::acceptor, settings.local, settings.cookie, settings.max_batch_frames > 1),
+      handshake_(Role::acceptor, settings.local, settings.cookie, settings.max_batch_frames > 1, false,
+                 settings.accept_channels),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()),
       ping_timer_(ws_.get_executor()) {
@@ -43,7 +44,8 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       owner_(owner),
       settings_(settings),
       target_(std::move(target)),
-      handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1, settings.channel),
+      handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1, settings.channel,
+                 settings.accept_channels),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()),
       ping_timer_(ws_.get_executor()) {}
@@ -501,6 +503,12 @@ bool Connection::input_waiting() noexcept {
     char byte;
     const auto n = ::recv(ws_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+void Connection::read_waiting_input() {
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this()] {
+        if (!self->closed_ && self->open_ && !self->reading_) self->do_read();
+    });
 }
 
 void Connection::abort(std::string reason) {

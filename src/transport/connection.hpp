@@ -85,6 +85,9 @@ struct ConnectionSettings {
     /// This side dials call channels (wire::Hello::channel; CallChannels): no keep-alive
     /// pings and no idle timeout, since the pair's mesh link watches the peer.
     bool channel = false;
+    /// This node accepts call channels from its peers (ClusterOptions::call_channels);
+    /// its hellos say so (wire::Hello::channels).
+    bool accept_channels = true;
 };
 
 /// Called once with the outcome of a request sent on a connection.
@@ -138,6 +141,10 @@ public:
     /// calls this tells whether the peer sent anything (a late answer, a close). Only on
     /// the thread that drives the connection, while none of its handlers runs.
     bool input_waiting() noexcept;
+    /// Call channel, dialer: starts a read when none is outstanding, so that what
+    /// input_waiting() found is taken (a late answer is dropped, a close ends the
+    /// connection) when the connection's io_context next runs. Any thread.
+    void read_waiting_input();
     /// The peer accepts call channels (wire::Hello::channels); meaningful once established.
     bool peer_accepts_channels() const noexcept { return handshake_.peer_channels(); }
 

@@ -87,12 +87,18 @@ bool constant_time_equal(std::string_view a, std::string_view b) noexcept {
     return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-Handshake::Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch, bool channel)
-    : role_(role), local_(std::move(local)), cookie_(std::move(cookie)), batch_(batch), channel_(channel) {}
+Handshake::Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch, bool channel,
+                     bool accept_channels)
+    : role_(role),
+      local_(std::move(local)),
+      cookie_(std::move(cookie)),
+      batch_(batch),
+      channel_(channel),
+      accept_channels_(accept_channels) {}
 
 wire::Hello Handshake::hello() const {
     wire::Hello hello{wire::protocol_version, local_, local_nonce_, batch_};
-    hello.channels = true;
+    hello.channels = accept_channels_;
     hello.channel = channel_;
     return hello;
 }

@@ -22,9 +22,12 @@ namespace {
 constexpr auto b_name = "b@127.0.0.1";
 
 struct Pair {
-    explicit Pair(bool channels = true, std::chrono::milliseconds b_stop_timeout = 15s) {
+    explicit Pair(bool channels = true, std::chrono::milliseconds b_stop_timeout = 15s, bool b_channels = true,
+                  std::chrono::milliseconds idle_timeout = 3s) {
         auto bo = rpclb::test::in_process_node_options(b_name);
         bo.stop_timeout = b_stop_timeout;
+        bo.call_channels = b_channels;
+        bo.idle_timeout = idle_timeout;
         b = std::make_unique<rpclb::Cluster>(bo);
         b->register_function("t", "echo", [](const boost::json::array& args) -> rpclb::CallResult { return args; },
                              {.run_inline = true});
@@ -36,6 +39,7 @@ struct Pair {
         auto ao = rpclb::test::in_process_node_options(
             "a@127.0.0.1", {"127.0.0.1:" + std::to_string(b->listen_endpoint()->port())});
         ao.call_channels = channels;
+        ao.idle_timeout = idle_timeout;
         a = std::make_unique<rpclb::Cluster>(ao);
         a->start();
         BOOST_REQUIRE(eventually([&] { return a->connected_nodes().size() == 1 && b->connected_nodes().size() == 1; }, 5s));
@@ -86,6 +90,13 @@ BOOST_AUTO_TEST_CASE(with_call_channels_off_calls_use_the_mesh_link) {
     BOOST_TEST_REQUIRE(p.echo(1).has_value());
     BOOST_TEST(p.a->stats().channel_calls == 0u);
     BOOST_TEST(p.a->stats().channels_open == 0u);
+    BOOST_TEST(p.b->stats().channels_open == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_node_with_call_channels_off_accepts_none) {
+    Pair p(true, 15s, false);
+    for (int i = 0; i < 5; ++i) BOOST_TEST_REQUIRE(p.echo(i).has_value());
+    BOOST_TEST(p.a->stats().channel_calls == 0u);
     BOOST_TEST(p.b->stats().channels_open == 0u);
 }
 
@@ -158,4 +169,71 @@ BOOST_AUTO_TEST_CASE(a_restarted_peer_gets_new_channels) {
     }
     BOOST_TEST(p.a->stats().channel_calls == 4u);
     BOOST_TEST(p.a->stats().channels_open == 1u);
+}
+
+// Found by review: the caller's end reads only while a call waits. A call times out, the
+// next call on the same channel is answered first (worker-pool handlers finish in any
+// order), and the late answer then arrives while the channel sits idle. The next call must
+// read and drop it, not loop on the channel (a stack overflow before the fix).
+BOOST_AUTO_TEST_CASE(a_late_answer_that_arrives_while_the_channel_is_idle_is_dropped) {
+    Pair p;
+    rpclb::CallOptions quick;
+    quick.timeout = 50ms;
+    auto first = p.a->call(b_name, "t", "sleep", boost::json::array{300}, quick);
+    BOOST_TEST_REQUIRE(!first.has_value());
+    BOOST_TEST(first.error().code == rpclb::ErrorCode::request_timeout);
+    auto second = p.a->call(b_name, "t", "sleep", boost::json::array{0});
+    BOOST_TEST_REQUIRE(second.has_value(), second.error().message);
+    std::this_thread::sleep_for(500ms);  // the first call's late answer waits in the socket
+    for (int i = 0; i < 3; ++i) {
+        auto next = p.echo(i);
+        BOOST_TEST_REQUIRE(next.has_value(), next.error().message);
+        BOOST_TEST((next.value() == boost::json::array{i, "abc"}));
+    }
+    BOOST_TEST(p.a->stats().channels_open == 1u);  // the same channel, still usable
+}
+
+// Found by review: the caller's network thread is stuck (an inline handler there runs past
+// the idle timeout), so b drops the link and closes its end of the channel while a still
+// thinks the link is up. A blocking call then must not use the closed channel (nor crash):
+// it is retired, and the call gets an answer or an error.
+BOOST_AUTO_TEST_CASE(a_channel_the_peer_closed_while_idle_is_retired) {
+    Pair p(true, 15s, true, 1s);
+    p.a->register_function("t", "block", [](const boost::json::array&) -> rpclb::CallResult {
+        std::this_thread::sleep_for(2500ms);
+        return 1;
+    }, {.run_inline = true});
+    BOOST_TEST_REQUIRE(p.echo(1).has_value());
+    BOOST_TEST_REQUIRE(eventually([&] { return p.b->stats().channels_open == 1u; }, 2s));
+    BOOST_TEST_REQUIRE(p.b->cast("a@127.0.0.1", "t", "block", {}).has_value());
+    // b's idle timeout (1 s) drops a and closes the channel; a's network thread still sleeps.
+    BOOST_TEST_REQUIRE(eventually([&] { return p.b->stats().channels_open == 0u; }, 3s));
+    rpclb::CallOptions o;
+    o.timeout = 2s;
+    auto r = p.a->call(b_name, "t", "echo", boost::json::array{2}, o);
+    BOOST_TEST((r.has_value() || r.error().code == rpclb::ErrorCode::service_unavailable ||
+                r.error().code == rpclb::ErrorCode::request_timeout));
+    // Once a sees the link again, calls work on a new channel.
+    BOOST_TEST(eventually([&] { return p.echo(3).has_value(); }, 10s));
+}
+
+// Found by review: when the channel dial stalls (the peer's only network thread is busy),
+// the call must still end at its own deadline: the dial takes at most a quarter of it and
+// the mesh link gets what is left (before: the dial's time plus the whole timeout again).
+BOOST_AUTO_TEST_CASE(a_call_whose_channel_dial_stalls_keeps_its_deadline) {
+    Pair p(true, 15s, true, 30s);
+    p.b->register_function("t", "block", [](const boost::json::array&) -> rpclb::CallResult {
+        std::this_thread::sleep_for(3s);
+        return 1;
+    }, {.run_inline = true});
+    BOOST_TEST_REQUIRE(p.a->cast(b_name, "t", "block", {}).has_value());  // b's network thread sleeps 3 s
+    std::this_thread::sleep_for(100ms);
+    rpclb::CallOptions o;
+    o.timeout = 1000ms;
+    const auto began = std::chrono::steady_clock::now();
+    auto r = p.a->call(b_name, "t", "echo", boost::json::array{1}, o);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
+    BOOST_TEST_REQUIRE(!r.has_value());
+    BOOST_TEST(r.error().code == rpclb::ErrorCode::request_timeout, r.error().message);
+    BOOST_TEST(took.count() < 1400, "the call took " << took.count() << " ms with a 1000 ms timeout");
 }

@@ -68,8 +68,10 @@ public:
 
     /// `batch`: this side reads batched messages and says so in its Hello
     /// (wire::Hello::batch). `channel` (dialer only): this connection is a call channel
-    /// (wire::Hello::channel). Every Hello says the sender accepts call channels.
-    Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch = false, bool channel = false);
+    /// (wire::Hello::channel). `accept_channels`: this side accepts call channels and says
+    /// so (wire::Hello::channels).
+    Handshake(Role role, wire::PeerInfo local, std::string cookie, bool batch = false, bool channel = false,
+              bool accept_channels = true);
 
     /// The first step: the dialer sends its Hello; the acceptor sends nothing. Call it
     /// once, before on_frame, in both roles (a frame before start() is an error).
@@ -128,6 +130,7 @@ private:
     std::string peer_nonce_;
     bool batch_;
     bool channel_;
+    bool accept_channels_;
     bool peer_batch_ = false;
     bool peer_channels_ = false;
     bool peer_channel_ = false;
