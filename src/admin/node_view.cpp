@@ -178,6 +178,10 @@ std::string prometheus_families(const NodeView& v) {
         x.family(name, "counter", help);
         x.sample(name, {}, value);
     }
+    x.family("rpclb_channel_calls_total", "counter", "Blocking calls this node sent on a call channel.");
+    x.sample("rpclb_channel_calls_total", {}, v.health.channel_calls);
+    x.family("rpclb_call_channels_open", "gauge", "Call channels open now, dialled by this node or accepted.");
+    x.sample("rpclb_call_channels_open", {}, v.health.channels_open);
 
     x.family("rpclb_balancer_members", "gauge", "Members of a hosted balancer's group.");
     for (const auto& b : v.balancers)
