@@ -172,7 +172,7 @@ void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
 std::vector<std::shared_ptr<Connection>> Mesh::take_channels(std::string_view node) {
     std::vector<std::shared_ptr<Connection>> taken;
     std::lock_guard lock(mutex_);
-    auto [first, last] = node.empty() ? std::pair(channels_.begin(), channels_.end()) : channels_.equal_range(node);
+    auto [first, last] = channels_.equal_range(node);
     for (auto it = first; it != last; ++it) taken.push_back(it->second);
     channels_.erase(first, last);
     return taken;

@@ -113,7 +113,7 @@ private:
     /// An accepted call channel is established: kept while its node's mesh link (same
     /// incarnation) is, closed at once otherwise.
     void accept_channel(const std::shared_ptr<Connection>& c);
-    /// Every accepted call channel of `node` (all of them when empty), removed.
+    /// Every accepted call channel of `node`, removed.
     std::vector<std::shared_ptr<Connection>> take_channels(std::string_view node);
     void dial(const std::string& address);
     void schedule_reconnect();

@@ -38,13 +38,12 @@ struct CallChannels::Channel final : ConnectionOwner {
     }
 
     // ConnectionOwner: every method runs on the holding thread.
-    void on_established(const std::shared_ptr<Connection>&) override { established = true; }
+    void on_established(const std::shared_ptr<Connection>&) override {}
     void on_frame(const std::shared_ptr<Connection>&, wire::Frame&& frame) override {
         RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame on a call channel to "
                                    << node << "; ignored";
     }
     void on_closed(const std::shared_ptr<Connection>&, const std::string& reason, bool) override {
-        closed = true;
         close_reason = reason;
     }
     void on_bad_frame(const std::shared_ptr<Connection>&, const wire::DecodeError& error) override {
@@ -60,9 +59,10 @@ struct CallChannels::Channel final : ConnectionOwner {
 
     const std::string node;
     const std::string incarnation;
-    bool established = false;
-    bool closed = false;
-    std::string close_reason;
+    // Open and closed are the connection's own flags (established(), closed()).
+    bool established() const noexcept { return connection->established(); }
+    bool closed() const noexcept { return connection->closed(); }
+    std::string close_reason;  // for the log, when a dial fails
     asio::io_context ioc{1};
     std::shared_ptr<Connection> connection;
 };
@@ -157,12 +157,12 @@ bool CallChannels::usable(Channel& channel) {
     // channel sat idle is read now: a late answer to a call that timed out is dropped, and
     // a close or the end of the stream closes the connection. A request must never go out
     // on a channel the peer closed.
-    for (int round = 0; round < 4 && !channel.closed && channel.connection->input_waiting(); ++round) {
+    for (int round = 0; round < 4 && !channel.closed() && channel.connection->input_waiting(); ++round) {
         channel.connection->read_waiting_input();
         channel.ioc.restart();
         channel.ioc.poll();
     }
-    return !channel.closed && !channel.connection->input_waiting();
+    return !channel.closed() && !channel.connection->input_waiting();
 }
 
 std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link, Clock::time_point deadline) {
@@ -172,9 +172,9 @@ std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link
     if (target.empty()) return nullptr;
     auto channel = std::make_unique<Channel>(settings_, peer, target);
     channel->connection->start();
-    const bool up = channel->run_until([&] { return channel->established || channel->closed; }, deadline);
+    const bool up = channel->run_until([&] { return channel->established() || channel->closed(); }, deadline);
     // The acceptor must be the link's node: an address may now belong to another one.
-    if (up && channel->established && !channel->closed && channel->connection->peer().node == peer.node &&
+    if (up && channel->established() && !channel->closed() && channel->connection->peer().node == peer.node &&
         channel->connection->peer().incarnation == peer.incarnation)
         return channel;
     RPCLB_LOG("mesh", debug) << "no call channel to " << peer.node << " at " << target << ": "
@@ -187,7 +187,7 @@ std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link
 void CallChannels::give_back(std::unique_ptr<Channel> channel, bool keep) {
     std::unique_lock lock(mutex_);
     mark_idle(channel.get());
-    if (keep && !channel->closed && !stopped_) {
+    if (keep && !channel->closed() && !stopped_) {
         idle_[channel->node].push_back(std::move(channel));
         return;
     }
