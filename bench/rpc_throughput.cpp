@@ -265,6 +265,7 @@ struct Options {
     long tool_calls = 20000;
     bool tools = true;
     std::string bin_dir;
+    std::string payload = "all";  // small, 1k, 64k or all
     bool pin = true;
     int cpu = 0;
 };
@@ -340,10 +341,21 @@ int run_client(const Options& o) {
                             o.pin);
     const std::optional<int> cpu = o.pin ? std::optional<int>(o.cpu) : std::nullopt;
 
+    // The payloads to run and the ratio each prints (--payload picks one).
     std::vector<Payload> payloads;
-    payloads.push_back(make_payload({1, "abc"}));
-    payloads.push_back(string_payload(1024));
-    payloads.push_back(string_payload(64 * 1024));
+    std::vector<const char*> names;
+    if (o.payload == "all" || o.payload == "small") {
+        payloads.push_back(make_payload({1, "abc"}));
+        names.push_back("ratio_throughput");
+    }
+    if (o.payload == "all" || o.payload == "1k") {
+        payloads.push_back(string_payload(1024));
+        names.push_back("ratio_throughput_1k");
+    }
+    if (o.payload == "all" || o.payload == "64k") {
+        payloads.push_back(string_payload(64 * 1024));
+        names.push_back("ratio_throughput_64k");
+    }
 
     // Children are destroyed (stopped and reaped) after the clients below, on every path.
     bench::Child raw_server(bench::self_child("--raw-serve", cpu));
@@ -391,13 +403,13 @@ int run_client(const Options& o) {
         std::printf("rpclb_throughput payload=%zu calls_per_s=%.0f\n", payloads[p].text.size(), tallies[p][1].rate());
         std::printf("raw_pipelined payload=%zu calls_per_s=%.0f\n", payloads[p].text.size(), tallies[p][0].rate());
     }
-    const char* names[] = {"ratio_throughput", "ratio_throughput_1k", "ratio_throughput_64k"};
     for (std::size_t p = 0; p < payloads.size(); ++p)
         std::printf("%s %.2f\n", names[p], tallies[p][1].rate() / tallies[p][0].rate());
     std::fflush(stdout);
     std::optional<double> tool_rate;
-    if (o.tools) tool_rate = rpclb_call_rate(o, cpu);
-    if (tool_rate) std::printf("rpclb_call_vs_raw %.2f\n", *tool_rate / tallies[0][0].rate());
+    if (o.tools && o.payload == "all") tool_rate = rpclb_call_rate(o, cpu);
+    // The tool's floor is the small payload's raw echo.
+    if (tool_rate && o.payload == "all") std::printf("rpclb_call_vs_raw %.2f\n", *tool_rate / tallies[0][0].rate());
     for (std::size_t p = 0; p < payloads.size(); ++p) {
         print_cost("raw_pipelined", payloads[p].text.size(), tallies[p][0]);
         print_cost("rpclb_throughput", payloads[p].text.size(), tallies[p][1]);
@@ -409,7 +421,7 @@ int run_client(const Options& o) {
 void usage() {
     std::puts(
         "rpc_throughput [--duration-ms N] [--rounds N] [--inflight N] [--pin|--no-pin] [--cpu N]\n"
-        "               [--bin-dir DIR] [--tool-calls N] [--no-tools]\n"
+        "               [--bin-dir DIR] [--tool-calls N] [--no-tools] [--payload P]\n"
         "  Calls per second with N calls in flight on one connection: rpclb (async_call,\n"
         "  inline echo) against a raw pipelined TCP echo, for three payload sizes.\n"
         "  --duration-ms N  length of each timed block (default 1000)\n"
@@ -421,6 +433,8 @@ void usage() {
         "  --bin-dir DIR    where rpclb-node and rpclb-call are (default: ../bin from here)\n"
         "  --tool-calls N   calls rpclb-call makes (default 20000)\n"
         "  --no-tools       skip the rpclb-call run\n"
+        "  --payload P      run one payload only: small, 1k or 64k (default all; rpclb_call_vs_raw\n"
+        "                   needs all)\n"
         "  (--serve and --raw-serve are internal: run a server child)");
 }
 
@@ -442,6 +456,11 @@ int main(int argc, char** argv) {
             else if (a == "--tool-calls") o.tool_calls = bench::parse_count("--tool-calls", next(), 1);
             else if (a == "--bin-dir") o.bin_dir = next();
             else if (a == "--no-tools") o.tools = false;
+            else if (a == "--payload") {
+                o.payload = next();
+                if (o.payload != "all" && o.payload != "small" && o.payload != "1k" && o.payload != "64k")
+                    die("--payload takes small, 1k, 64k or all, not " + o.payload);
+            }
             else if (a == "--cpu") o.cpu = static_cast<int>(bench::parse_count("--cpu", next(), 0));
             else if (a == "--pin") o.pin = true;
             else if (a == "--no-pin") o.pin = false;

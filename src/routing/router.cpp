@@ -14,7 +14,9 @@
 #include <boost/asio/post.hpp>
 
 #include <atomic>
-#include <future>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 
 namespace rpclb::detail {
 namespace asio = boost::asio;
@@ -293,10 +295,26 @@ CallResult Router::run_blocking(CallSpec spec, bool on_network_thread) {
     if (on_network_thread)
         return call_failure(Failure::would_deadlock, spec.node.empty() ? options_.name : spec.node, spec.module,
                             spec.function);
-    std::promise<CallResult> promise;
-    auto future = promise.get_future();
-    start(std::move(spec), [&promise](CallResult r) { promise.set_value(std::move(r)); }, true);
-    return future.get();
+    // The outcome comes on this thread (a call channel, a local handler) or on another
+    // (the mesh link); a mutex and a condition variable on the stack serve both, with no
+    // shared state to allocate as a promise would. The completion notifies under the lock,
+    // so this frame outlives its last use of them.
+    struct Wait {
+        std::mutex mutex;
+        std::condition_variable done;
+        std::optional<CallResult> result;
+    } wait;
+    start(
+        std::move(spec),
+        [&wait](CallResult r) {
+            std::lock_guard lock(wait.mutex);
+            wait.result = std::move(r);
+            wait.done.notify_one();
+        },
+        true);
+    std::unique_lock lock(wait.mutex);
+    wait.done.wait(lock, [&] { return wait.result.has_value(); });
+    return std::move(*wait.result);
 }
 
 void Router::after(std::chrono::milliseconds delay, std::function<void(bool fired)> then) {

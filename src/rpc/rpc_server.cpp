@@ -187,7 +187,10 @@ void RpcServer::serve_cast(wire::Cast&& cast) {
 }
 
 void RpcServer::end_serving() {
-    if (serving_.fetch_sub(1) != 1) return;
+    // The lock and the wake-up only when someone waits (a stop): not on every call. Both
+    // counters are sequentially consistent, so either this sees the waiter, or the
+    // waiter, which counts itself before it reads serving_, sees 0.
+    if (serving_.fetch_sub(1) != 1 || idle_waiters_.load() == 0) return;
     {
         std::lock_guard lock(idle_mutex_);  // wait_idle checks under this lock
     }
@@ -196,7 +199,10 @@ void RpcServer::end_serving() {
 
 bool RpcServer::wait_idle(std::chrono::steady_clock::time_point deadline) {
     std::unique_lock lock(idle_mutex_);
-    return idle_.wait_until(lock, deadline, [this] { return serving_.load() <= 0; });
+    idle_waiters_.fetch_add(1);
+    const bool idle = idle_.wait_until(lock, deadline, [this] { return serving_.load() <= 0; });
+    idle_waiters_.fetch_sub(1);
+    return idle;
 }
 
 }  // namespace rpclb::detail

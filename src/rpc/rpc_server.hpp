@@ -87,6 +87,7 @@ private:
     std::mutex edit_mutex_;  // serialises registrations (never taken when serving)
     std::atomic<std::int64_t> serving_{0};  // requests and casts received, not yet answered
     mutable std::atomic<std::uint64_t> slow_inline_runs_{0};
+    std::atomic<int> idle_waiters_{0};  // threads in wait_idle
     std::mutex idle_mutex_;
     std::condition_variable idle_;
 };

@@ -157,12 +157,16 @@ bool CallChannels::usable(Channel& channel) {
     // channel sat idle is read now: a late answer to a call that timed out is dropped, and
     // a close or the end of the stream closes the connection. A request must never go out
     // on a channel the peer closed.
-    for (int round = 0; round < 4 && !channel.closed() && channel.connection->input_waiting(); ++round) {
+    // One peek when nothing came (the usual case); a few rounds of reading when something
+    // did, and the channel is kept only if it then holds nothing more.
+    for (int round = 0; round < 4; ++round) {
+        if (channel.closed()) return false;
+        if (!channel.connection->input_waiting()) return true;
         channel.connection->read_waiting_input();
         channel.ioc.restart();
         channel.ioc.poll();
     }
-    return !channel.closed() && !channel.connection->input_waiting();
+    return false;
 }
 
 std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link, Clock::time_point deadline) {

@@ -430,24 +430,33 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
         timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now)
                               ? Clock::time_point::max()
                               : now + std::chrono::duration_cast<Clock::duration>(timeout);
-    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), id, frame = std::move(frame), deadline,
-                                        module = std::move(request.module),
-                                        function = std::move(request.function),
-                                        done = std::move(done)]() mutable {
-        if (self->closed_) {
-            self->release(frame.size());
-            return done(call_failure(Failure::no_connection, self->peer().node, module, function));
-        }
-        self->pending_.emplace(id, Pending{std::move(done), deadline, std::move(module), std::move(function)});
-        self->deadlines_.emplace(deadline, id);
-        self->arm_deadline(deadline);
-        const auto bytes = frame.size();
-        if (!self->queue_.push(std::move(frame))) self->release(bytes);  // cannot happen while open
-        self->write_next();
-        // A call channel starts its read once the request is out: on a busy CPU the
-        // answer is often there already, and the read takes it without waiting.
-        if (self->settings_.channel && self->established_ && !self->reading_) self->do_read();
-    });
+    Pending pending{std::move(done), deadline, std::move(request.module), std::move(request.function)};
+    // A call channel's dialer is driven by the one thread that runs its io_context, and
+    // that thread is here, outside every handler (CallChannels::call): no handler can run
+    // meanwhile, so the request starts right away instead of by a round through the
+    // strand and the io_context's queue.
+    if (settings_.channel) return start_request(id, std::move(frame), std::move(pending));
+    asio::dispatch(ws_.get_executor(),
+                   [self = shared_from_this(), id, frame = std::move(frame), pending = std::move(pending)]() mutable {
+                       self->start_request(id, std::move(frame), std::move(pending));
+                   });
+}
+
+void Connection::start_request(std::uint64_t id, std::string frame, Pending pending) {
+    if (closed_) {
+        release(frame.size());
+        return pending.done(call_failure(Failure::no_connection, peer().node, pending.module, pending.function));
+    }
+    const auto deadline = pending.deadline;
+    pending_.emplace(id, std::move(pending));
+    deadlines_.emplace(deadline, id);
+    arm_deadline(deadline);
+    const auto bytes = frame.size();
+    if (!queue_.push(std::move(frame))) release(bytes);  // cannot happen while open
+    write_next();
+    // A call channel starts its read once the request is out: on a busy CPU the answer is
+    // often there already, and the read takes it without waiting.
+    if (settings_.channel && established_ && !reading_) do_read();
 }
 
 std::optional<Connection::Pending> Connection::take_pending(std::uint64_t id) {

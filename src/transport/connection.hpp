@@ -124,7 +124,9 @@ public:
 
     /// Sends a request and completes `done` with its response, `request_timeout` after
     /// `timeout`, or `service_unavailable` when the connection closes first or, at once,
-    /// when the send queue is full (Failure::overloaded).
+    /// when the send queue is full (Failure::overloaded). Any thread; on a call channel's
+    /// dialer (ConnectionSettings::channel) only the thread that drives it, outside its
+    /// handlers (CallChannels::call), which starts the request at once.
     void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
 
     /// Closes the connection (idempotent); `reason` is logged and reported.
@@ -195,6 +197,10 @@ private:
         std::string module;
         std::string function;
     };
+
+    /// On the strand (or, for a call channel's dialer, on its one thread outside every
+    /// handler): registers the request's deadline and queues its frame.
+    void start_request(std::uint64_t id, std::string frame, Pending pending);
 
     /// The `bad_request` error of a `what` ("request", "cast") whose `frame` is over the
     /// size limit; nullopt when it fits.

@@ -99,6 +99,13 @@ std::size_t first_escape(std::string_view s) noexcept {
 
 void append_json_string(std::string& out, std::string_view s) {
     static constexpr char hex[] = "0123456789abcdef";
+    // A long string grows the output once, to its own size plus room for the rest of a
+    // frame, instead of by doubling: the doubling that the frame's last bytes set off took
+    // a 64 KiB argument's frame to a 128 KiB buffer, which glibc maps and unmaps on every
+    // call (fresh pages, faulted in again each time; bench/README.md, rpc_throughput).
+    if (constexpr std::size_t long_string = 4096, tail_room = 1024;
+        s.size() >= long_string && out.capacity() - out.size() < s.size() + tail_room)
+        out.reserve(out.size() + s.size() + tail_room);
     out += '"';
     while (!s.empty()) {
         const auto n = first_escape(s);
