@@ -233,6 +233,14 @@ public:
     /// Names of the nodes with an established connection, ascending.
     std::vector<std::string> connected_nodes() const;
 
+    /// When this node is shut out of its cluster by cookie refusals (no peer connected,
+    /// and every seed and every node it knows of refused its cookie), the name of a node
+    /// that refused it; nullopt otherwise (also before start). Refusals are final, so a
+    /// node shut out stays so until it restarts with the right cookie: calls from it fail
+    /// at once with the refusal, and an admin listener's `/readyz` answers 503. Thread
+    /// safety: any thread.
+    std::optional<std::string> cookie_refused_by() const;
+
     /// Round trip of the last keep-alive ping to connected node `node`: each connection
     /// pings its peer every idle_timeout / 2 (within 100 ms..1 s) with a WebSocket ping
     /// and times the pong (RFC 6455, section 5.5), so this includes the peer's network

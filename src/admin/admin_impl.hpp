@@ -45,7 +45,10 @@ struct State {
     boost::json::object forward(const admin::Request& request);
     admin::NodeView view() const;
     std::string metrics_text() const;
-    bool ready_now() const noexcept { return ready && !drained && !stopping; }
+    /// Why /readyz answers 503 now ("starting", "drained", "stopping", "cookie refused by
+    /// NODE"); empty when the node is ready.
+    std::string not_ready_reason() const;
+    bool ready_now() const { return not_ready_reason().empty(); }
 
     // ---- network (listener.cpp) ---------------------------------------------------------
     void listen();   // binds, starts accepting and the I/O thread

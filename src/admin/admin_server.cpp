@@ -65,11 +65,20 @@ admin::State::State(Cluster& c, AdminOptions o, std::function<void()> stop)
 
 // ---- the state a request sees ----------------------------------------------------------------
 
+std::string admin::State::not_ready_reason() const {
+    if (stopping) return "stopping";
+    if (drained) return "drained";
+    if (!ready) return "starting";
+    // A node no peer will take can serve nothing the cluster routes to it.
+    if (auto by = cluster.cookie_refused_by()) return "cookie refused by " + *by;
+    return {};
+}
+
 admin::NodeView admin::State::view() const {
     admin::NodeView v;
     v.node = cluster.name();
     v.incarnation = cluster.incarnation();
-    v.ready = ready;
+    v.ready = ready_now();
     v.drained = drained;
     v.connections = cluster.connected_nodes().size();
     v.health = cluster.stats();

@@ -330,9 +330,9 @@ private:
         const auto target = path(request);
         if (target == "/healthz") return respond(http::status::ok, "ok\n", keep_alive);
         if (target == "/readyz") {
-            if (admin_.ready_now()) return respond(http::status::ok, "ready\n", keep_alive);
-            const char* why = admin_.stopping ? "stopping\n" : admin_.drained ? "drained\n" : "starting\n";
-            return respond(http::status::service_unavailable, why, keep_alive);
+            const auto why = admin_.not_ready_reason();
+            if (why.empty()) return respond(http::status::ok, "ready\n", keep_alive);
+            return respond(http::status::service_unavailable, why + "\n", keep_alive);
         }
         if (target == "/metrics")
             return respond(http::status::ok, admin_.metrics_text(), keep_alive,

@@ -163,7 +163,7 @@ std::string prometheus_families(const NodeView& v) {
     x.family("rpclb_node_info", "gauge", "Always 1; labels name the node and its incarnation.");
     x.sample("rpclb_node_info", {{"node", v.node}, {"incarnation", v.incarnation}}, std::uint64_t{1});
     x.family("rpclb_node_ready", "gauge", "1 when /readyz answers 200.");
-    x.sample("rpclb_node_ready", {}, u(v.ready && !v.drained));
+    x.sample("rpclb_node_ready", {}, u(v.ready));
     x.family("rpclb_node_drained", "gauge", "1 between an admin drain and undrain.");
     x.sample("rpclb_node_drained", {}, u(v.drained));
     x.family("rpclb_peers_connected", "gauge", "Nodes with an established connection.");

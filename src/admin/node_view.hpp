@@ -36,7 +36,7 @@ std::vector<std::pair<std::string, std::int64_t>> in_flight_per_member(const Loa
 struct NodeView {
     std::string node;
     std::string incarnation;
-    bool ready = false;
+    bool ready = false;  ///< /readyz answers 200 (admin::State::ready_now)
     bool drained = false;
     std::size_t connections = 0;
     ClusterStats health;

@@ -240,13 +240,30 @@ json::object request(std::string_view cmd, std::optional<std::string> node = std
     return r;
 }
 
-std::vector<std::string> node_names(Client& client) {
-    std::vector<std::string> names;
+/// Every node of the cluster with, for one that cannot be asked (no admin listener, not
+/// answering), the error the node list gives for it.
+struct ClusterNode {
+    std::string name;
+    std::optional<std::string> error;
+};
+
+std::vector<ClusterNode> cluster_nodes(Client& client) {
+    std::vector<ClusterNode> nodes;
     const auto result = client.call(request("nodes"));
     for (const auto& n : result.at("nodes").as_array()) {
         const auto& o = n.as_object();
-        if (!o.contains("error")) names.emplace_back(o.at("name").as_string());
+        ClusterNode node{std::string(o.at("name").as_string()), std::nullopt};
+        if (o.contains("error")) node.error = field(o, "error");
+        nodes.push_back(std::move(node));
     }
+    return nodes;
+}
+
+/// The nodes that can be asked.
+std::vector<std::string> node_names(Client& client) {
+    std::vector<std::string> names;
+    for (auto& node : cluster_nodes(client))
+        if (!node.error) names.push_back(std::move(node.name));
     return names;
 }
 
@@ -267,10 +284,16 @@ void show_nodes(Context& c) {
 }
 
 void show_balancers(Context& c) {
-    const auto nodes = c.node ? std::vector<std::string>{*c.node} : node_names(c.client);
+    const auto nodes = c.node ? std::vector<ClusterNode>{{*c.node, std::nullopt}} : cluster_nodes(c.client);
     json::array all;
     std::vector<std::vector<std::string>> rows;
-    for (const auto& node : nodes) {
+    for (const auto& [node, error] : nodes) {
+        if (error) {
+            // Listed, not left out: its balancers are unknown from here.
+            rows.push_back({node, "?", "-", "-", "-", "-", "-", "-", "-", "-", *error});
+            all.push_back(json::object{{"node", node}, {"error", *error}});
+            continue;
+        }
         auto result = c.client.call(request("balancers", node));
         for (const auto& b : result.at("balancers").as_array()) {
             const auto& o = b.as_object();
@@ -279,15 +302,15 @@ void show_balancers(Context& c) {
                 if (status != "ok") errors += n.to_number<std::uint64_t>();
             rows.push_back({node, field(o, "name"), field(o, "algorithm"), field(o, "members"),
                             o.at("joined").as_bool() ? "yes" : "no", field(o, "in_flight"), field(o, "calls"),
-                            std::to_string(errors), field(o, "p50_ms"), field(o, "p99_ms")});
+                            std::to_string(errors), field(o, "p50_ms"), field(o, "p99_ms"), ""});
         }
         for (const auto& parked : result.at("drained").as_array())
-            rows.push_back({node, text(parked), "-", "-", "drained", "-", "-", "-", "-", "-"});
+            rows.push_back({node, text(parked), "-", "-", "drained", "-", "-", "-", "-", "-", ""});
         all.push_back(std::move(result));
     }
     if (c.as_json) return void(std::cout << json::serialize(all) << '\n');
     print_table({"NODE", "BALANCER", "ALGORITHM", "MEMBERS", "JOINED", "IN_FLIGHT", "CALLS", "ERRORS", "P50_MS",
-                 "P99_MS"},
+                 "P99_MS", ""},
                 rows);
 }
 

@@ -150,6 +150,8 @@ ClusterStats Cluster::stats() const noexcept {
 
 std::vector<std::string> Cluster::connected_nodes() const { return impl_->mesh.connected_nodes(); }
 
+std::optional<std::string> Cluster::cookie_refused_by() const { return impl_->mesh.shut_out(); }
+
 std::optional<std::chrono::microseconds> Cluster::keepalive_rtt(std::string_view node) const {
     return impl_->mesh.keepalive_rtt(node);
 }

@@ -9,6 +9,7 @@
 #include "support/admin.hpp"
 #include "support/load.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <mutex>
@@ -63,8 +64,15 @@ BOOST_FIXTURE_TEST_CASE(nodes_balancers_and_groups_of_the_whole_cluster, Cluster
 
     r = admin({"--json", "balancers"});
     BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
-    const auto per_node = r.json().as_array();
-    BOOST_TEST_REQUIRE(per_node.size() == 3u);
+    auto per_node = r.json().as_array();
+    // The client has no admin listener: listed with why its balancers are unknown, not
+    // left out.
+    BOOST_TEST_REQUIRE(per_node.size() == 4u);
+    const auto unasked = std::find_if(per_node.begin(), per_node.end(),
+                                      [](const json::value& n) { return n.as_object().contains("error"); });
+    BOOST_TEST_REQUIRE((unasked != per_node.end()), slurp(r));
+    BOOST_TEST(unasked->at("node").as_string() == client->name());
+    per_node.erase(unasked);
     for (const auto& answer : per_node) {
         const auto& list = answer.at("balancers").as_array();
         BOOST_TEST_REQUIRE(list.size() == 1u);
@@ -80,6 +88,7 @@ BOOST_FIXTURE_TEST_CASE(nodes_balancers_and_groups_of_the_whole_cluster, Cluster
     r = admin({"balancers"});
     BOOST_TEST(r.status == 0);
     BOOST_TEST(r.out.find("round_robin") != std::string::npos);
+    BOOST_TEST(r.out.find(client->name() + " ") != std::string::npos, r.out);
 
     r = admin({"--json", "groups"});
     BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
@@ -274,6 +283,24 @@ BOOST_FIXTURE_TEST_CASE(stop_command_stops_a_node_gracefully, Cluster3) {
     BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
     BOOST_TEST(r.json().at("nodes").as_array().size() == 3u);  // a, b and the client
     BOOST_TEST(r.out.find("c@127.0.0.1") == std::string::npos);
+}
+
+// A node that every peer refuses (a wrong cookie) can serve nothing the cluster routes:
+// it is not ready, and says why.
+BOOST_FIXTURE_TEST_CASE(a_node_shut_out_by_its_cookie_is_not_ready, Harness) {
+    auto a = start_node({.name = "a", .balancers = {"w=round_robin"}});
+    auto stranger = start_node({.name = "stranger", .seeds = {a->address()}, .balancers = {"w=round_robin"},
+                                .cookie_flag = "not-the-cluster-cookie", .extra_args = admin_args()});
+    const auto address = admin_address(*stranger);
+    BOOST_TEST_REQUIRE(eventually([&] { return http_get(address, "/readyz").status == 503u; }, 5s),
+                       "/readyz of a node shut out by its cookie did not answer 503");
+    const auto ready = http_get(address, "/readyz");
+    BOOST_TEST(ready.body == "cookie refused by " + a->name() + "\n");
+    BOOST_TEST(http_get(address, "/healthz").status == 200u);  // alive, just not ready
+    BOOST_TEST(http_get(address, "/metrics").body.find("rpclb_node_ready 0\n") != std::string::npos);
+    const auto self = run_admin(dir(), {"--admin", address, "--token", admin_token, "--json", "stats"});
+    BOOST_TEST_REQUIRE(self.status == 0, slurp(self));
+    BOOST_TEST(self.json().at("ready") == false);
 }
 
 BOOST_FIXTURE_TEST_CASE(non_loopback_admin_without_token_is_refused_at_start, Harness) {

@@ -136,6 +136,7 @@ BOOST_FIXTURE_TEST_CASE(client_with_wrong_cookie_is_refused_once_and_fails_fast,
                "the client dialled the refusing node again");
     BOOST_TEST(a->log_count("wrong cookie: " + stranger->name()) == 1u);
     BOOST_TEST(stranger->connected_nodes().empty());
+    BOOST_TEST(stranger->cookie_refused_by().value_or("") == a->name());
 
     // The defaults would retry a balancer without members 5 times, 5 s apart.
     CallOptions through_w;
@@ -163,6 +164,8 @@ BOOST_FIXTURE_TEST_CASE(waiting_call_fails_when_the_last_seed_refuses, Harness) 
     options.reconnect_interval = 100ms;
     auto stranger = start_client({a->address(), later.address()}, options);
     BOOST_TEST_REQUIRE(eventually([&] { return stranger->stats().cookie_refusals == 1u; }, 5s));
+    // A seed it may still reach: not shut out yet.
+    BOOST_TEST(!stranger->cookie_refused_by().has_value());
 
     CallOptions through_w;
     through_w.load_balancer = "w";
