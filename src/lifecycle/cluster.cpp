@@ -7,6 +7,7 @@
 #include <boost/asio/any_completion_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/system_executor.hpp>
 
 #include <random>
 #include <iomanip>
@@ -110,8 +111,9 @@ void Cluster::Impl::stop() {
     mesh.say_goodbye(std::chrono::seconds(2));
     if (!rpc.wait_idle(drain_deadline))
         RPCLB_LOG("rpc", warning) << rpc.serving() << " served calls still running after stop_timeout";
-    channels.stop();  // calls still waiting on a channel fail now, as on a closing link
-    mesh.close_all(std::chrono::seconds(2));
+    router.stop_sending();  // new calls to other nodes fail at once from here
+    channels.stop();        // calls still waiting on a channel fail now, as on a closing link
+    mesh.close_all(std::chrono::seconds(2));  // aborts what the peer does not close in time
     runtime.stop();
     groups.set_broadcast({});
     groups.set_observer({});
@@ -199,21 +201,29 @@ Result<void> to_void(CallResult r) {
 }
 
 // Starts `spec` and completes `handler` with `convert(result)` on the handler's associated
-// executor (default `fallback`): posted, never inline; the executor's outstanding work is
-// tracked until then; the handler's cancellation slot cancels the operation.
+// executor (default: the node's worker pool, or, once the node has stopped and joined it,
+// Asio's system executor, so that a call made or ended after stop() still completes):
+// posted, never inline; the executor's outstanding work is tracked until then; the
+// handler's cancellation slot cancels the operation.
 template <class R, class Convert>
-void initiate(detail::Router& router, CallSpec spec, asio::any_completion_handler<void(R)> handler,
-              const asio::any_io_executor& fallback, Convert convert) {
+void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec spec,
+              asio::any_completion_handler<void(R)> handler, Convert convert) {
     struct State {
         asio::any_completion_handler<void(R)> handler;
         asio::any_completion_executor work;
+        bool on_workers = false;  // `work` is the node's worker pool
         asio::cancellation_slot slot;
         std::atomic<std::shared_ptr<detail::CallOperation>> operation;
     };
     auto state = std::make_shared<State>();
     state->slot = asio::get_associated_cancellation_slot(handler);
-    state->work = asio::prefer(asio::get_associated_executor(handler, asio::any_completion_executor(fallback)),
-                               asio::execution::outstanding_work.tracked);
+    const auto workers =
+        asio::any_completion_executor(const_cast<detail::Runtime&>(runtime).workers().get_executor());
+    const auto fallback = runtime.workers_stopped() ? asio::any_completion_executor(asio::system_executor())
+                                                    : workers;
+    auto executor = asio::get_associated_executor(handler, fallback);
+    state->on_workers = executor == workers;
+    state->work = asio::prefer(std::move(executor), asio::execution::outstanding_work.tracked);
     // swap, not move-assignment: Boost 1.81's any_completion_handler::operator=(&&) wraps
     // the handler in itself (recursively) instead of moving it.
     state->handler.swap(handler);
@@ -223,15 +233,19 @@ void initiate(detail::Router& router, CallSpec spec, asio::any_completion_handle
                 if (auto op = s->operation.load()) detail::Router::cancel(op);
         });
     }
-    auto operation = router.start(std::move(spec), [state, convert](CallResult result) {
+    // `runtime` lives as long as the node's Impl, which the operation keeps (its Router).
+    auto operation = router.start(std::move(spec), [state, convert, &runtime](CallResult result) {
         // Posted (never run inside this call), with the work counted until it runs.
         auto work = std::move(state->work);
-        asio::prefer(work, asio::execution::blocking.never).execute([state, r = convert(std::move(result))]() mutable {
+        auto complete = [state, r = convert(std::move(result))]() mutable {
             if (state->slot.is_connected()) state->slot.clear();
             state->operation.store(nullptr);
             auto handler = std::move(state->handler);
             std::move(handler)(std::move(r));
-        });
+        };
+        if (state->on_workers && runtime.workers_stopped())  // the node stopped meanwhile
+            return asio::post(asio::system_executor(), std::move(complete));
+        asio::prefer(work, asio::execution::blocking.never).execute(std::move(complete));
     });
     // For the cancellation slot; the completion drops it (a call that completed before
     // this store is kept until `state` goes, which cancelling then finds finished).
@@ -243,19 +257,19 @@ void initiate(detail::Router& router, CallSpec spec, asio::any_completion_handle
 void Cluster::initiate_call(std::string node, std::optional<NodeFilter> filter, std::string module,
                             std::string function, boost::json::array args, CallOptions options,
                             CallCompletion handler) {
-    initiate<CallResult>(impl_->router,
+    initiate<CallResult>(impl_->router, impl_->runtime,
                          CallSpec{CallSpec::Kind::call, std::move(node), std::move(filter), std::move(module),
                                   std::move(function), std::move(args), std::move(options)},
-                         std::move(handler), worker_executor(), [](CallResult r) { return r; });
+                         std::move(handler), [](CallResult r) { return r; });
 }
 
 void Cluster::initiate_cast(std::string node, std::optional<NodeFilter> filter, std::string module,
                             std::string function, boost::json::array args, CallOptions options,
                             CastCompletion handler) {
-    initiate<Result<void>>(impl_->router,
+    initiate<Result<void>>(impl_->router, impl_->runtime,
                            CallSpec{CallSpec::Kind::cast, std::move(node), std::move(filter), std::move(module),
                                     std::move(function), std::move(args), std::move(options)},
-                           std::move(handler), worker_executor(), to_void);
+                           std::move(handler), to_void);
 }
 
 CallResult Cluster::call(std::string_view node, std::string_view module, std::string_view function,

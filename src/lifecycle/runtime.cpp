@@ -23,6 +23,7 @@ void Runtime::stop() {
     // io_context). Run them here, where no network thread runs any more.
     network_.restart();
     network_.poll();
+    workers_stopped_ = true;  // set first: what is posted from here may find no thread
     workers_.join();
 }
 

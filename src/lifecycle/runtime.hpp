@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <optional>
 #include <thread>
@@ -32,6 +33,10 @@ public:
     /// True on a thread running the network loop (where nothing may block on a call).
     bool on_network_thread() const noexcept;
 
+    /// The worker pool has been joined (stop()): work posted to it would never run, so
+    /// completions due after that go to Asio's system executor instead.
+    bool workers_stopped() const noexcept { return workers_stopped_.load(); }
+
 private:
     std::size_t network_threads_;
     // Hint 1 when one thread runs the loop lets Asio skip some of its internal locking.
@@ -39,6 +44,7 @@ private:
     boost::asio::thread_pool workers_;
     std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
     std::vector<std::thread> threads_;
+    std::atomic<bool> workers_stopped_{false};
 };
 
 }  // namespace rpclb::detail

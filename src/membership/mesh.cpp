@@ -502,12 +502,21 @@ void Mesh::close_all(std::chrono::milliseconds limit) {
     }
     for (auto& c : all) c->close("node stopping");
     // Each close first writes what is queued, then the close handshake; on_closed wakes us.
-    std::unique_lock lock(mutex_);
-    changed_.wait_for(lock, limit, [&] {
+    const auto all_closed = [&] {
         for (auto& c : all)
             if (!c->closed()) return false;
         return true;
-    });
+    };
+    std::unique_lock lock(mutex_);
+    if (changed_.wait_for(lock, limit, all_closed)) return;
+    // A peer that does not answer (stopped, or cut off) would leave its connection open,
+    // and requests to it queued on a strand that no thread runs once the network threads
+    // stop: end such connections now, so that what waits on them fails.
+    lock.unlock();
+    for (auto& c : all)
+        if (!c->closed()) c->abort("node stopping (the peer did not answer the close)");
+    lock.lock();
+    changed_.wait_for(lock, std::chrono::seconds(1), all_closed);
 }
 
 ClusterStats Mesh::stats() const noexcept {

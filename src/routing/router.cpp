@@ -165,6 +165,10 @@ private:
     // `done` runs here.
     void send_call(std::string target, boost::json::array args, const std::string& lb, bool on_caller_thread,
                    std::function<void(CallResult)> done) {
+        // Once the node closes its connections, a request could be queued on one whose
+        // strand no thread runs any more, and never complete.
+        if (router_->sending_stopped())
+            return done(call_failure(Failure::node_stopping, router_->options().name, spec_.module, spec_.function));
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
         wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};
@@ -176,6 +180,9 @@ private:
             const auto spent = std::chrono::ceil<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
             if (spent >= timeout) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
             timeout -= spent;
+            // The channel may have failed because the node began closing meanwhile.
+            if (router_->sending_stopped())
+                return done(call_failure(Failure::node_stopping, router_->options().name, spec_.module, spec_.function));
         }
         c->request(std::move(request), timeout, std::move(done));
     }
@@ -183,6 +190,8 @@ private:
     // A cast to another node: queued, or an error at once. A draining target still runs
     // it (a cast has no reply to refuse with).
     Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
+        if (router_->sending_stopped())
+            return call_failure(Failure::node_stopping, router_->options().name, spec_.module, spec_.function);
         auto c = router_->mesh().connection_to(target);
         if (!c) return unreachable(target);
         return c->cast(wire::Cast{spec_.module, spec_.function, std::move(args), lb});

@@ -72,6 +72,12 @@ public:
     /// call waiting for a route looks again (Mesh::set_on_cookie_refused).
     void wake();
     bool stopping() const noexcept { return stopping_.load(); }
+    /// The node is closing its connections (after its drain): from here a call or cast to
+    /// another node fails at once with `node_stopping` instead of being queued on a
+    /// connection whose strand may never run again. Calls made while the node drains
+    /// (a handler calling on) still go out.
+    void stop_sending() noexcept { sending_stopped_ = true; }
+    bool sending_stopped() const noexcept { return sending_stopped_.load(); }
 
     const ClusterOptions& options() const noexcept { return options_; }
     Mesh& mesh() noexcept { return mesh_; }
@@ -93,6 +99,7 @@ private:
     std::set<std::shared_ptr<boost::asio::steady_timer>> retry_timers_;
     std::set<const boost::asio::steady_timer*> woken_;  // cancelled by wake(), not by stop()
     std::atomic<bool> stopping_{false};
+    std::atomic<bool> sending_stopped_{false};
 };
 
 }  // namespace rpclb::detail

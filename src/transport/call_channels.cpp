@@ -140,15 +140,18 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
         }
         ++count;  // reserved for the dial below
     }
+    // A channel being dialled counts as busy (dial() marks it), so that drop() and stop()
+    // abort the dial at once instead of letting it run to its time limit.
     auto dialled = dial(link, deadline);
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (!dialled || stopped_) {
+        if (dialled) mark_idle(dialled.get());
         if (--count_[peer.node] == 0) count_.erase(peer.node);
         if (!dialled) no_dial_until_[peer.node] = Clock::now() + redial_backoff;
+        lock.unlock();
         return nullptr;  // `dialled` (if any) is destroyed after the lock is released
     }
     no_dial_until_.erase(peer.node);
-    mark_busy(dialled.get());
     return dialled;
 }
 
@@ -175,12 +178,21 @@ std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link
     const auto& target = link.target().empty() ? peer.listen : link.target();
     if (target.empty()) return nullptr;
     auto channel = std::make_unique<Channel>(settings_, peer, target);
+    {
+        std::lock_guard lock(mutex_);
+        if (stopped_) return nullptr;
+        mark_busy(channel.get());  // from here drop() and stop() abort the dial
+    }
     channel->connection->start();
     const bool up = channel->run_until([&] { return channel->established() || channel->closed(); }, deadline);
     // The acceptor must be the link's node: an address may now belong to another one.
     if (up && channel->established() && !channel->closed() && channel->connection->peer().node == peer.node &&
         channel->connection->peer().incarnation == peer.incarnation)
-        return channel;
+        return channel;  // still marked busy: the caller's now
+    {
+        std::lock_guard lock(mutex_);
+        mark_idle(channel.get());
+    }
     RPCLB_LOG("mesh", debug) << "no call channel to " << peer.node << " at " << target << ": "
                              << (channel->close_reason.empty() ? std::string("not established in time")
                                                                : channel->close_reason)

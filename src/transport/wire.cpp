@@ -259,10 +259,13 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
 // json::parse with a parser kept per thread. A parser gathers a string on its own stack
 // before it makes the value's string, and keeps that stack's memory across reset(): a
 // fresh parser allocated (and glibc mapped, then unmapped) a 128 KiB stack for each 64 KiB
-// string it read. Texts over reuse_limit get a parser of their own, so a thread keeps at
-// most about twice that limit. Same options and errors as json::parse.
+// string it read. The stack also holds 24 bytes per value of the text (a long array of
+// small numbers: 12 bytes per byte of text), so only texts up to reuse_limit use the
+// thread's parser: a thread keeps at most about 1.2 MiB, and about 200 KiB for the texts
+// the limit is for (one long string). Larger texts get a parser of their own. Same
+// options and errors as json::parse.
 json::value parse(std::string_view text, boost::system::error_code& ec) {
-    constexpr std::size_t reuse_limit = 1024 * 1024;
+    constexpr std::size_t reuse_limit = 96 * 1024;
     if (text.size() > reuse_limit) return json::parse(text, ec);
     thread_local json::parser parser;
     parser.reset();

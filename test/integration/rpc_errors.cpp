@@ -5,8 +5,10 @@
 
 #include "support/node.hpp"
 
+#include <csignal>
 #include <future>
 #include <memory>
+#include <thread>
 
 using namespace rpclb::test;
 using namespace std::chrono;
@@ -69,6 +71,63 @@ BOOST_FIXTURE_TEST_CASE(call_fails_fast_when_node_dies_midway, OneNode) {
     BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
     BOOST_TEST(result.error().code == ErrorCode::service_unavailable, describe(result));
     check_names_call(result.error(), a->name(), "demo", "sleep");
+}
+
+// SIGSTOPs a node for the scope of the object (SIGCONT on every exit, so that the harness
+// can stop and reap it).
+class Frozen {
+public:
+    explicit Frozen(Node& node) : node_(node) { BOOST_TEST_REQUIRE(node_.process().signal(SIGSTOP)); }
+    ~Frozen() { node_.process().signal(SIGCONT); }
+    Frozen(const Frozen&) = delete;
+    Frozen& operator=(const Frozen&) = delete;
+
+private:
+    Node& node_;
+};
+
+// A node that stopped while its peer was frozen: the peer never answered the close, and
+// requests to it used to be queued on a connection whose strand no thread ran any more, so
+// they never completed. Now they fail at once.
+BOOST_FIXTURE_TEST_CASE(calls_after_stop_fail_at_once_even_with_a_frozen_peer, OneNode) {
+    Frozen frozen(*a);
+    client->stop();
+    auto promise = std::make_shared<std::promise<CallResult>>();
+    auto future = promise->get_future();
+    const auto start = steady_clock::now();
+    client->async_call(a->name(), "demo", "echo", {1}, {.timeout = 3s},
+                       [promise](CallResult r) { promise->set_value(std::move(r)); });
+    BOOST_TEST_REQUIRE((future.wait_for(1s) == std::future_status::ready),
+                       "a call made after stop() did not end (its deadline is 3 s)");
+    BOOST_TEST(ms_since(start) < 1000);
+    const auto result = future.get();
+    BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
+    BOOST_TEST(result.error().code == ErrorCode::service_unavailable, describe(result));
+    BOOST_TEST(client->connected_nodes().empty());
+}
+
+// A blocking call to a frozen node (its call channel dial stalls) while another thread
+// stops the caller: it ends with the stop, not after its 20 s deadline or never.
+BOOST_FIXTURE_TEST_CASE(blocking_call_to_a_frozen_peer_ends_when_the_caller_stops, OneNode) {
+    Frozen frozen(*a);
+    auto outcome = std::make_shared<std::promise<CallResult>>();
+    auto done = outcome->get_future();
+    std::thread caller([&client = *client, name = a->name(), outcome] {
+        outcome->set_value(client.call(name, "demo", "echo", {1}, {.timeout = 20s}));
+    });
+    std::this_thread::sleep_for(200ms);  // the call is under way (dialling its channel)
+    const auto stop_began = steady_clock::now();
+    client->stop();
+    const auto stop_took = ms_since(stop_began);
+    if (done.wait_for(1s) != std::future_status::ready) {
+        caller.detach();  // stuck for good: leave it, and fail
+        BOOST_FAIL("the blocking call did not end within 1 s of stop() (stop took " << stop_took << " ms)");
+    }
+    caller.join();
+    BOOST_TEST_MESSAGE("stop took " << stop_took << " ms");
+    const auto result = done.get();
+    BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
+    BOOST_TEST(result.error().code == ErrorCode::service_unavailable, describe(result));
 }
 
 BOOST_FIXTURE_TEST_CASE(call_to_unknown_node_fails_at_once, OneNode) {

@@ -148,12 +148,20 @@ BOOST_AUTO_TEST_CASE(prometheus_text_is_well_formed) {
                boost::test_tools::tolerance(1e-9));
 }
 
-BOOST_AUTO_TEST_CASE(ready_gauge_is_zero_while_drained) {
+// NodeView::ready is /readyz's answer (admin::State::ready_now: false while drained,
+// starting, stopping or shut out by cookie refusals); the gauges show it and the drain.
+BOOST_AUTO_TEST_CASE(ready_gauge_shows_readiness_and_drained_gauge_the_drain) {
     auto v = sample_view({});
+    v.ready = false;
     v.drained = true;
-    const auto text = prometheus_families(v);
+    auto text = prometheus_families(v);
     BOOST_TEST(sample(text, "rpclb_node_ready") == 0);
     BOOST_TEST(sample(text, "rpclb_node_drained") == 1);
+    v.ready = true;
+    v.drained = false;
+    text = prometheus_families(v);
+    BOOST_TEST(sample(text, "rpclb_node_ready") == 1);
+    BOOST_TEST(sample(text, "rpclb_node_drained") == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
