@@ -31,6 +31,7 @@ public:
             case Failure::would_deadlock: return "blocking call from a network thread would deadlock; use async_call";
             case Failure::overloaded: return "overloaded";
             case Failure::cookie_refused: return "cookie refused";
+            case Failure::not_json: return "a number JSON cannot carry (NaN or infinity)";
         }
         return "unknown rpclb failure " + std::to_string(value);
     }
@@ -40,7 +41,8 @@ ErrorCode code_of(Failure failure) noexcept {
     switch (failure) {
         case Failure::timeout:
         case Failure::cancelled: return ErrorCode::request_timeout;
-        case Failure::too_large: return ErrorCode::bad_request;
+        case Failure::too_large:
+        case Failure::not_json: return ErrorCode::bad_request;
         case Failure::would_deadlock: return ErrorCode::internal_server_error;
         default: return ErrorCode::service_unavailable;
     }

@@ -55,6 +55,10 @@ enum class Failure : int {
     /// it, and a call that could only reach the cluster through it fails at once.
     /// Code `service_unavailable`; the message names the refusing node.
     cookie_refused = 11,
+    /// The arguments of a call or cast, or a handler's answer, hold a number JSON cannot
+    /// carry (NaN or infinity, RFC 8259 section 6). Arguments: `bad_request`, refused
+    /// before anything is sent; an answer: `internal_server_error` from the serving node.
+    not_json = 12,
 };
 
 /// The category of Failure values; name() is "rpclb.failure".

@@ -1,5 +1,6 @@
 #include "rpc/rpc_server.hpp"
 
+#include "json_fields.hpp"
 #include "routing/balancer_registry.hpp"
 
 #include <rpclb/detail/log.hpp>
@@ -131,6 +132,13 @@ void RpcServer::run_local(std::string module, std::string function, boost::json:
 
 std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_view module,
                               std::string_view function) const {
+    if (result && !json_fields::all_finite(*result)) {
+        // Written as it is, the answer would reach the caller as text no JSON parser reads.
+        auto error = call_failure(Failure::not_json, options_.name, module, function);
+        error.code = ErrorCode::internal_server_error;
+        error.message = "the handler's answer holds a number JSON cannot carry (NaN or infinity)";
+        result = std::move(error);
+    }
     auto frame = wire::encode(wire::Response{id, std::move(result)});
     if (frame.size() <= options_.max_message_size) return frame;
     return wire::encode(wire::Response{

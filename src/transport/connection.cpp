@@ -1,6 +1,8 @@
 #include "transport/connection.hpp"
 #include "transport/tls.hpp"
 
+#include "json_fields.hpp"
+
 #include <rpclb/detail/host_port.hpp>
 
 #include <boost/asio/bind_executor.hpp>
@@ -396,6 +398,18 @@ void Connection::on_written(boost::system::error_code ec) {
     write_next();
 }
 
+std::optional<ErrorMessage> Connection::not_json(std::string_view what, const boost::json::array& args,
+                                                 std::string_view module, std::string_view function) const {
+    for (const auto& arg : args)
+        if (!json_fields::all_finite(arg)) {
+            auto error = call_failure(Failure::not_json, peer().node, module, function);
+            error.message = "the " + std::string(what) +
+                            "'s arguments hold a number JSON cannot carry (NaN or infinity); nothing was sent";
+            return error;
+        }
+    return std::nullopt;
+}
+
 std::optional<ErrorMessage> Connection::too_large(std::string_view what, const std::string& frame,
                                                   std::string_view module, std::string_view function) const {
     if (frame.size() <= settings_.max_message_size) return std::nullopt;
@@ -409,6 +423,7 @@ std::optional<ErrorMessage> Connection::too_large(std::string_view what, const s
 }
 
 Result<void> Connection::cast(wire::Cast cast) {
+    if (auto error = not_json("cast", cast.args, cast.module, cast.function)) return std::move(*error);
     auto frame = wire::encode(cast);
     if (auto error = too_large("cast", frame, cast.module, cast.function)) return std::move(*error);
     if (!reserve(frame.size(), true)) return overloaded(cast.module, cast.function);
@@ -418,6 +433,8 @@ Result<void> Connection::cast(wire::Cast cast) {
 
 void Connection::request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done) {
     // Encoding happens on the caller's thread, off the connection's strand.
+    if (auto error = not_json("request", request.args, request.module, request.function))
+        return done(std::move(*error));
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
     auto frame = wire::encode(request);

@@ -202,6 +202,10 @@ private:
     /// handler): registers the request's deadline and queues its frame.
     void start_request(std::uint64_t id, std::string frame, Pending pending);
 
+    /// The `bad_request` error (Failure::not_json) of a `what` ("request", "cast") whose
+    /// `args` hold NaN or infinity, which no JSON text can carry; nullopt when they do not.
+    std::optional<ErrorMessage> not_json(std::string_view what, const boost::json::array& args,
+                                         std::string_view module, std::string_view function) const;
     /// The `bad_request` error of a `what` ("request", "cast") whose `frame` is over the
     /// size limit; nullopt when it fits.
     std::optional<ErrorMessage> too_large(std::string_view what, const std::string& frame,

@@ -7,6 +7,8 @@
 #include <boost/json/serialize.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <limits>
+
 #include "support/wait.hpp"
 
 #include <atomic>
@@ -160,6 +162,37 @@ BOOST_FIXTURE_TEST_CASE(oversize_request_is_bad_request_and_connection_survives,
     BOOST_TEST((r.error().code == ErrorCode::bad_request));
     names_call(r.error(), "server@127.0.0.1", "echo");
     BOOST_TEST(client->call("server@127.0.0.1", "t", "echo", {1}).has_value());
+}
+
+// NaN and infinity have no JSON text: arguments holding one are refused before they are
+// sent (they used to reach the server as text it could not parse: "invalid JSON"), and a
+// handler answering one gets a clear error instead of an unreadable response.
+BOOST_FIXTURE_TEST_CASE(numbers_json_cannot_carry_are_refused_with_a_clear_error, Fixture) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const double inf = std::numeric_limits<double>::infinity();
+    for (const auto& args : {boost::json::array{nan}, boost::json::array{1, boost::json::object{{"x", inf}}}}) {
+        auto r = client->call("server@127.0.0.1", "t", "echo", args);
+        BOOST_REQUIRE(!r.has_value());
+        BOOST_TEST((r.error().code == ErrorCode::bad_request));
+        BOOST_TEST(r.error().is(rpclb::Failure::not_json), r.error().message);
+        BOOST_TEST(r.error().message.find("NaN or infinity") != std::string::npos, r.error().message);
+        names_call(r.error(), "server@127.0.0.1", "echo");
+    }
+    const auto cast = client->cast("server@127.0.0.1", "t", "echo", {-inf});
+    BOOST_REQUIRE(!cast.has_value());
+    BOOST_TEST(cast.error().is(rpclb::Failure::not_json), cast.error().message);
+    BOOST_TEST(server.stats().bad_frames == 0u);  // nothing unreadable reached the server
+
+    server.register_function("t", "nan", [](const boost::json::array&) -> rpclb::CallResult {
+        return std::numeric_limits<double>::quiet_NaN();
+    });
+    auto r = client->call("server@127.0.0.1", "t", "nan", {});
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code == ErrorCode::internal_server_error));
+    // (The reason stays on the serving node: the wire carries code, message and details.)
+    BOOST_TEST(r.error().message.find("NaN or infinity") != std::string::npos, r.error().message);
+    names_call(r.error(), "server@127.0.0.1", "nan");
+    BOOST_TEST(client->call("server@127.0.0.1", "t", "echo", {1.5}).has_value());  // the connection serves on
 }
 
 BOOST_FIXTURE_TEST_CASE(local_call_runs_in_calling_thread_without_network, Fixture) {
