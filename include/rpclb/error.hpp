@@ -55,9 +55,12 @@ enum class Failure : int {
     /// it, and a call that could only reach the cluster through it fails at once.
     /// Code `service_unavailable`; the message names the refusing node.
     cookie_refused = 11,
-    /// The arguments of a call or cast, or a handler's answer, hold a number JSON cannot
-    /// carry (NaN or infinity, RFC 8259 section 6). Arguments: `bad_request`, refused
-    /// before anything is sent; an answer: `internal_server_error` from the serving node.
+    /// The arguments of a call or cast to another node, or a handler's answer (its value
+    /// or its error's details), hold a number JSON cannot carry (NaN or infinity, RFC 8259
+    /// section 6). Arguments: `bad_request`, refused before anything is sent. An answer:
+    /// `internal_server_error` from the serving node; the reason stays there (the wire
+    /// carries code, message and details), so the caller sees only the code and message.
+    /// A call to the local node serializes nothing and checks nothing.
     not_json = 12,
 };
 

@@ -150,6 +150,7 @@ json::value admin::State::run_local(const admin::Request& r) {
                           {"drained", drained.load()},
                           {"uptime_s", ms_since(created) / 1000.0},
                           {"connections", cluster.connected_nodes().size()}};
+        if (auto why = not_ready_reason(); !why.empty()) self["not_ready"] = std::move(why);
         if (auto ep = cluster.listen_endpoint()) self["listen"] = detail::to_host_port(*ep);
         if (bound) self["admin"] = detail::to_host_port(*bound);
         return self;
@@ -188,7 +189,9 @@ json::value admin::State::run_local(const admin::Request& r) {
                 entry["rtt_ms"] = rtt;
             } else {
                 entry["name"] = p.node;
-                entry["error"] = result ? "no admin listener" : result.error().message;
+                // A node without an admin listener has no admin function to answer.
+                entry["error"] = result || result.error().code == ErrorCode::not_found ? std::string("no admin listener")
+                                                                                        : result.error().message;
             }
             entry["self"] = false;
             entry["connected"] = true;

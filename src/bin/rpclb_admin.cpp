@@ -278,9 +278,9 @@ void show_nodes(Context& c) {
                         o.contains("error") ? "?" : (o.at("ready").as_bool() ? "ready" : "not ready"),
                         o.contains("drained") && o.at("drained").as_bool() ? "drained" : "-",
                         self ? "-" : field(o, "keepalive_rtt_ms"), field(o, "incarnation"),
-                        o.contains("error") ? field(o, "error") : ""});
+                        o.contains("error") ? field(o, "error") : o.contains("not_ready") ? field(o, "not_ready") : ""});
     }
-    print_table({"NODE", "LISTEN", "ADMIN", "STATE", "DRAINED", "KEEPALIVE_RTT_MS", "INCARNATION", ""}, rows);
+    print_table({"NODE", "LISTEN", "ADMIN", "STATE", "DRAINED", "KEEPALIVE_RTT_MS", "INCARNATION", "REASON"}, rows);
 }
 
 void show_balancers(Context& c) {
@@ -310,7 +310,7 @@ void show_balancers(Context& c) {
     }
     if (c.as_json) return void(std::cout << json::serialize(all) << '\n');
     print_table({"NODE", "BALANCER", "ALGORITHM", "MEMBERS", "JOINED", "IN_FLIGHT", "CALLS", "ERRORS", "P50_MS",
-                 "P99_MS", ""},
+                 "P99_MS", "REASON"},
                 rows);
 }
 

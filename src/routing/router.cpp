@@ -118,6 +118,13 @@ private:
         };
         if (target == router_->options().name) {
             // Local: the handler runs here, never over the network, and is never refused.
+            // Once the node closes (its worker pool is about to be joined), only a blocking
+            // call, which runs the handler on its own thread, can still be served here.
+            if (router_->sending_stopped() && !(on_caller_thread && spec_.kind == Spec::Kind::call)) {
+                release();
+                return finish(call_failure(Failure::node_stopping, router_->options().name, spec_.module,
+                                           spec_.function));
+            }
             if (spec_.kind == Spec::Kind::cast) {
                 router_->rpc().serve_cast(wire::Cast{spec_.module, spec_.function, std::move(spec_.args), {}});
                 release();

@@ -7,6 +7,8 @@
 
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
+
 namespace rpclb::detail {
 namespace asio = boost::asio;
 
@@ -132,11 +134,21 @@ void RpcServer::run_local(std::string module, std::string function, boost::json:
 
 std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_view module,
                               std::string_view function) const {
-    if (result && !json_fields::all_finite(*result)) {
-        // Written as it is, the answer would reach the caller as text no JSON parser reads.
+    // Written as it is, an answer holding NaN or infinity (its value, or its error's
+    // details) would reach the caller as text no JSON parser reads.
+    bool not_json = false;
+    if (result) {
+        not_json = !json_fields::all_finite(*result);
+    } else {
+        const auto error = result.error();  // a copy: error() returns by value
+        not_json = !std::all_of(error.details.begin(), error.details.end(),
+                                [](const auto& m) { return json_fields::all_finite(m.value()); });
+    }
+    if (not_json) {
         auto error = call_failure(Failure::not_json, options_.name, module, function);
         error.code = ErrorCode::internal_server_error;
-        error.message = "the handler's answer holds a number JSON cannot carry (NaN or infinity)";
+        error.message = std::string("the handler's ") + (result ? "answer" : "error details") +
+                        " hold a number JSON cannot carry (NaN or infinity)";
         result = std::move(error);
     }
     auto frame = wire::encode(wire::Response{id, std::move(result)});

@@ -424,6 +424,7 @@ std::optional<ErrorMessage> Connection::too_large(std::string_view what, const s
 
 Result<void> Connection::cast(wire::Cast cast) {
     if (auto error = not_json("cast", cast.args, cast.module, cast.function)) return std::move(*error);
+    if (closed_) return call_failure(Failure::no_connection, peer().node, cast.module, cast.function);
     auto frame = wire::encode(cast);
     if (auto error = too_large("cast", frame, cast.module, cast.function)) return std::move(*error);
     if (!reserve(frame.size(), true)) return overloaded(cast.module, cast.function);
@@ -435,6 +436,9 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     // Encoding happens on the caller's thread, off the connection's strand.
     if (auto error = not_json("request", request.args, request.module, request.function))
         return done(std::move(*error));
+    // Closed already (the node may be stopping, its strand about to run no more): fail now
+    // rather than queue what may never be looked at.
+    if (closed_) return done(call_failure(Failure::no_connection, peer().node, request.module, request.function));
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
     auto frame = wire::encode(request);

@@ -119,7 +119,8 @@ public:
 
     /// Queues a cast (no answer). Errors: `bad_request` (Failure::too_large) when its frame
     /// is over the size limit; `service_unavailable` (Failure::overloaded) when the send
-    /// queue is full. Dropped after close.
+    /// queue is full; `service_unavailable` (Failure::no_connection) once the connection
+    /// has closed.
     Result<void> cast(wire::Cast cast);
 
     /// Sends a request and completes `done` with its response, `request_timeout` after

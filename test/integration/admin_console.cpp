@@ -72,6 +72,7 @@ BOOST_FIXTURE_TEST_CASE(nodes_balancers_and_groups_of_the_whole_cluster, Cluster
                                       [](const json::value& n) { return n.as_object().contains("error"); });
     BOOST_TEST_REQUIRE((unasked != per_node.end()), slurp(r));
     BOOST_TEST(unasked->at("node").as_string() == client->name());
+    BOOST_TEST(unasked->at("error") == "no admin listener", slurp(r));
     per_node.erase(unasked);
     for (const auto& answer : per_node) {
         const auto& list = answer.at("balancers").as_array();
@@ -301,6 +302,11 @@ BOOST_FIXTURE_TEST_CASE(a_node_shut_out_by_its_cookie_is_not_ready, Harness) {
     const auto self = run_admin(dir(), {"--admin", address, "--token", admin_token, "--json", "stats"});
     BOOST_TEST_REQUIRE(self.status == 0, slurp(self));
     BOOST_TEST(self.json().at("ready") == false);
+    // rpclb-admin nodes says why.
+    const auto nodes = run_admin(dir(), {"--admin", address, "--token", admin_token, "nodes"});
+    BOOST_TEST_REQUIRE(nodes.status == 0, slurp(nodes));
+    BOOST_TEST(nodes.out.find("not ready") != std::string::npos, nodes.out);
+    BOOST_TEST(nodes.out.find("cookie refused by " + a->name()) != std::string::npos, nodes.out);
 }
 
 BOOST_FIXTURE_TEST_CASE(non_loopback_admin_without_token_is_refused_at_start, Harness) {

@@ -26,11 +26,13 @@ std::map<std::string, std::string> algorithms_of_w(AdminCluster3& cluster) {
     BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
     std::map<std::string, std::string> by_node;
     const auto answers = r.json();
-    for (const auto& answer : answers.as_array())
+    for (const auto& answer : answers.as_array()) {
+        if (answer.as_object().contains("error")) continue;  // the client: no admin listener
         for (const auto& b : answer.at("balancers").as_array())
             if (b.at("name") == "w")
                 by_node[std::string(answer.at("node").as_string())] =
                     std::string(b.at("algorithm").as_string()) + " " + json::serialize(b.at("algorithm_opts"));
+    }
     return by_node;
 }
 

@@ -193,6 +193,42 @@ BOOST_FIXTURE_TEST_CASE(numbers_json_cannot_carry_are_refused_with_a_clear_error
     BOOST_TEST(r.error().message.find("NaN or infinity") != std::string::npos, r.error().message);
     names_call(r.error(), "server@127.0.0.1", "nan");
     BOOST_TEST(client->call("server@127.0.0.1", "t", "echo", {1.5}).has_value());  // the connection serves on
+
+    // The same for the details of a handler's own error.
+    server.register_function("t", "nan_details", [](const boost::json::array&) -> rpclb::CallResult {
+        return rpclb::ErrorMessage{ErrorCode::bad_request, "bad x", {{"x", std::numeric_limits<double>::infinity()}}};
+    });
+    r = client->call("server@127.0.0.1", "t", "nan_details", {});
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code == ErrorCode::internal_server_error));
+    BOOST_TEST(r.error().message.find("error details") != std::string::npos, r.error().message);
+    BOOST_TEST(server.stats().bad_frames == 0u);
+    BOOST_TEST(client->stats().bad_frames == 0u);
+}
+
+// After stop() a call or cast to the node itself completes with node_stopping: its worker
+// pool is gone, and work posted there used to be lost with its completion.
+BOOST_FIXTURE_TEST_CASE(local_async_call_and_cast_after_stop_complete, Fixture) {
+    server.stop();
+    std::promise<rpclb::CallResult> call_done;
+    server.async_call("server@127.0.0.1", "t", "echo", {1}, {},
+                      [&](rpclb::CallResult r) { call_done.set_value(std::move(r)); });
+    auto call = call_done.get_future();
+    BOOST_REQUIRE((call.wait_for(2s) == std::future_status::ready));
+    const auto r = call.get();
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST(r.error().is(rpclb::Failure::node_stopping), r.error().message);
+
+    std::promise<rpclb::Result<void>> cast_done;
+    server.async_cast("server@127.0.0.1", "t", "echo", {1}, {},
+                      [&](rpclb::Result<void> c) { cast_done.set_value(std::move(c)); });
+    auto cast = cast_done.get_future();
+    BOOST_REQUIRE((cast.wait_for(2s) == std::future_status::ready));
+    const auto c = cast.get();
+    BOOST_REQUIRE(!c.has_value());
+    BOOST_TEST(c.error().is(rpclb::Failure::node_stopping), c.error().message);
+    // A blocking call still runs the handler on the caller's own thread.
+    BOOST_TEST(server.call("server@127.0.0.1", "t", "echo", {2}).has_value());
 }
 
 BOOST_FIXTURE_TEST_CASE(local_call_runs_in_calling_thread_without_network, Fixture) {
