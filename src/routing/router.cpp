@@ -59,8 +59,12 @@ public:
     // A blocking caller would otherwise wait forever for an operation dropped unrun (its
     // timer or task discarded when the node stopped).
     ~CallOperation() {
-        if (!finished_.load()) done_(call_failure(Failure::node_stopping, router_->options().name, spec_.module,
-                                                  spec_.function));
+        if (!finished_.load()) done_(stopping_error());
+    }
+
+    // This call's error once the node stops (Failure::node_stopping, naming this node).
+    ErrorMessage stopping_error() const {
+        return call_failure(Failure::node_stopping, router_->options().name, spec_.module, spec_.function);
     }
 
     void cancel() {
@@ -122,8 +126,7 @@ private:
             // call, which runs the handler on its own thread, can still be served here.
             if (router_->sending_stopped() && !(on_caller_thread && spec_.kind == Spec::Kind::call)) {
                 release();
-                return finish(call_failure(Failure::node_stopping, router_->options().name, spec_.module,
-                                           spec_.function));
+                return finish(stopping_error());
             }
             if (spec_.kind == Spec::Kind::cast) {
                 router_->rpc().serve_cast(wire::Cast{spec_.module, spec_.function, std::move(spec_.args), {}});
@@ -172,10 +175,6 @@ private:
     // `done` runs here.
     void send_call(std::string target, boost::json::array args, const std::string& lb, bool on_caller_thread,
                    std::function<void(CallResult)> done) {
-        // Once the node closes its connections, a request could be queued on one whose
-        // strand no thread runs any more, and never complete.
-        if (router_->sending_stopped())
-            return done(call_failure(Failure::node_stopping, router_->options().name, spec_.module, spec_.function));
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
         wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};
@@ -187,18 +186,18 @@ private:
             const auto spent = std::chrono::ceil<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
             if (spent >= timeout) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
             timeout -= spent;
-            // The channel may have failed because the node began closing meanwhile.
-            if (router_->sending_stopped())
-                return done(call_failure(Failure::node_stopping, router_->options().name, spec_.module, spec_.function));
         }
+        // Once the node closes its connections (its channels stop with them, so the channel
+        // above gave way), a request could be queued on a connection whose strand no thread
+        // runs any more, and never complete.
+        if (router_->sending_stopped()) return done(stopping_error());
         c->request(std::move(request), timeout, std::move(done));
     }
 
     // A cast to another node: queued, or an error at once. A draining target still runs
     // it (a cast has no reply to refuse with).
     Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
-        if (router_->sending_stopped())
-            return call_failure(Failure::node_stopping, router_->options().name, spec_.module, spec_.function);
+        if (router_->sending_stopped()) return stopping_error();
         auto c = router_->mesh().connection_to(target);
         if (!c) return unreachable(target);
         return c->cast(wire::Cast{spec_.module, spec_.function, std::move(args), lb});
@@ -226,8 +225,7 @@ private:
         if (router_->stopping() || !retry_.consume()) return finish(std::move(final_error));
         router_->after(retry_.sleep, [self = shared_from_this()](bool fired) {
             if (fired) return self->attempt(false);
-            self->finish(call_failure(Failure::node_stopping, self->router_->options().name, self->spec_.module,
-                                      self->spec_.function));
+            self->finish(self->stopping_error());
         });
     }
 
