@@ -10,8 +10,9 @@
 namespace rpclb::detail::wire {
 
 /// Index of the first byte of `s` that a JSON string must escape ('"', '\\' or a control
-/// character below 0x20, RFC 8259 section 7), or s.size() when there is none. Scans eight
-/// bytes at a time. Thread safety: pure function.
+/// character below 0x20, RFC 8259 section 7), or s.size() when there is none. Scans 64
+/// bytes a step with SSE2 on x86-64, eight bytes a step elsewhere. Thread safety: pure
+/// function.
 std::size_t first_escape(std::string_view s) noexcept;
 
 /// Appends `s` as a JSON string, quotes included, escaped as json::serializer escapes

@@ -63,6 +63,31 @@ BOOST_AUTO_TEST_CASE(first_escape_finds_the_first_byte_to_escape) {
     BOOST_TEST(first_escape("\x20\x21\x23\x5b\x5d\x7e") == 6u);
 }
 
+// The scan works in blocks (64 and 16 bytes with SSE2, 8 without): put each byte value at
+// every offset across two blocks and check against a byte-at-a-time reference, with
+// clean bytes on both sides, including the high ones a signed compare would misread.
+BOOST_AUTO_TEST_CASE(first_escape_agrees_with_a_byte_at_a_time_scan_at_every_offset) {
+    const auto reference = [](std::string_view s) {
+        for (std::size_t i = 0; i < s.size(); ++i) {
+            const auto c = static_cast<unsigned char>(s[i]);
+            if (c < 0x20 || c == '"' || c == '\\') return i;
+        }
+        return s.size();
+    };
+    for (int c = 0; c < 256; ++c) {
+        for (std::size_t length : {1u, 15u, 16u, 17u, 63u, 64u, 65u, 130u}) {
+            for (std::size_t at = 0; at < length; ++at) {
+                std::string s(length, '\x80');
+                for (std::size_t i = 0; i < length; ++i) s[i] = static_cast<char>(0x20 + (i * 37) % 0xdf);
+                for (auto& b : s)
+                    if (b == '"' || b == '\\') b = 'a';
+                s[at] = static_cast<char>(c);
+                BOOST_TEST_REQUIRE(first_escape(s) == reference(s), "byte " << c << " at " << at << " of " << length);
+            }
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(deep_nesting_and_long_strings_are_written_whole) {
     std::string deep;
     for (int i = 0; i < 300; ++i) deep += "[{\"k\":";
