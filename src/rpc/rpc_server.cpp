@@ -133,7 +133,7 @@ void RpcServer::run_local(std::string module, std::string function, boost::json:
 }
 
 std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_view module,
-                              std::string_view function) const {
+                              std::string_view function, std::string buffer) const {
     // Written as it is, an answer holding NaN or infinity (its value, or its error's
     // details) would reach the caller as text no JSON parser reads.
     bool not_json = false;
@@ -151,7 +151,7 @@ std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_v
                         " hold a number JSON cannot carry (NaN or infinity)";
         result = std::move(error);
     }
-    auto frame = wire::encode(wire::Response{id, std::move(result)});
+    auto frame = wire::encode(wire::Response{id, std::move(result)}, std::move(buffer));
     if (frame.size() <= options_.max_message_size) return frame;
     return wire::encode(wire::Response{
         id, call_error(ErrorCode::internal_server_error,
@@ -178,14 +178,14 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     if (runs_inline(entry.get())) {
         // On the connection's strand: the answer is queued (or written) right here.
         auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
-        c->send(answer(request.id, std::move(result), request.module, request.function));
+        c->send(answer(request.id, std::move(result), request.module, request.function, c->spare_buffer()));
         if (balancer) balancer->release_served();
         return end_serving();
     }
     asio::post(workers_, [this, c, balancer = std::move(balancer), entry = std::move(entry),
                           request = std::move(request)]() mutable {
         auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
-        c->send(answer(request.id, std::move(result), request.module, request.function));
+        c->send(answer(request.id, std::move(result), request.module, request.function, c->spare_buffer()));
         if (balancer) balancer->release_served();
         end_serving();
     });

@@ -75,8 +75,10 @@ private:
     /// Runs `entry` (may be null: not registered), timing inline runs.
     CallResult run(const Entry* entry, std::string_view module, std::string_view function,
                    const boost::json::array& args, bool* threw) const;
-    /// Encodes the answer to request `id`, replacing one over the size limit.
-    std::string answer(std::uint64_t id, CallResult result, std::string_view module, std::string_view function) const;
+    /// Encodes the answer to request `id` into `buffer` (Connection::spare_buffer),
+    /// replacing one over the size limit.
+    std::string answer(std::uint64_t id, CallResult result, std::string_view module, std::string_view function,
+                       std::string buffer) const;
     void begin_serving() noexcept { serving_.fetch_add(1); }
     void end_serving();
 

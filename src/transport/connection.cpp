@@ -392,7 +392,9 @@ const std::vector<asio::const_buffer>& Connection::batch_buffers(std::size_t cou
 void Connection::on_written(boost::system::error_code ec) {
     // The frames written stayed queued until now, even if fail() ran meanwhile: their
     // bytes were the write's buffers.
-    release(queue_.end_write());
+    release(queue_.end_write([this](std::string&& frame) {
+        if (!closed_) spares_.give(std::move(frame));
+    }));
     if (closed_) return;
     if (ec) return fail("write: " + ec.message());
     write_next();
@@ -425,7 +427,7 @@ std::optional<ErrorMessage> Connection::too_large(std::string_view what, const s
 Result<void> Connection::cast(wire::Cast cast) {
     if (auto error = not_json("cast", cast.args, cast.module, cast.function)) return std::move(*error);
     if (closed_) return call_failure(Failure::no_connection, peer().node, cast.module, cast.function);
-    auto frame = wire::encode(cast);
+    auto frame = wire::encode(cast, spares_.take());
     if (auto error = too_large("cast", frame, cast.module, cast.function)) return std::move(*error);
     if (!reserve(frame.size(), true)) return overloaded(cast.module, cast.function);
     enqueue(std::move(frame));
@@ -441,7 +443,7 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     if (closed_) return done(call_failure(Failure::no_connection, peer().node, request.module, request.function));
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
-    auto frame = wire::encode(request);
+    auto frame = wire::encode(request, spares_.take());
     if (auto error = too_large("request", frame, request.module, request.function)) return done(std::move(*error));
     if (!reserve(frame.size(), true)) return done(overloaded(request.module, request.function));
     // The deadline counts from here, before the hop to the strand (saturating: a huge
@@ -580,6 +582,7 @@ std::chrono::milliseconds Connection::keepalive_ping_interval() const noexcept {
 
 void Connection::ping_next() {
     if (closed_) return;
+    spares_.trim();  // large-frame buffers kept but not used for a keep-alive interval
     // One ping write at a time (Beast's rule); a ping still being written behind a large
     // message is simply not followed by another.
     if (!ping_writing_) {
@@ -607,6 +610,7 @@ void Connection::on_control(ws::frame_type kind, std::string_view payload) {
 
 void Connection::fail(const std::string& reason) {
     if (closed_.exchange(true)) return;
+    spares_.trim(true);
     handshake_timer_.cancel();
     armed_.reset();
     deadline_timer_.cancel();

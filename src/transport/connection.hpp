@@ -1,6 +1,7 @@
 // One authenticated WebSocket connection between two nodes (internal).
 #pragma once
 
+#include "transport/frame_pool.hpp"
 #include "transport/mesh_stream.hpp"
 #include "transport/write_queue.hpp"
 
@@ -116,6 +117,11 @@ public:
 
     /// Queues a frame's text. Dropped after close.
     void send(std::string frame);
+
+    /// An empty buffer to encode the next frame for this connection into: the memory of
+    /// a large frame already written, when one is kept (FramePool), else a new string.
+    /// Thread safety: any thread.
+    std::string spare_buffer() { return spares_.take(); }
 
     /// Queues a cast (no answer). Errors: `bad_request` (Failure::too_large) when its frame
     /// is over the size limit; `service_unavailable` (Failure::overloaded) when the send
@@ -271,6 +277,7 @@ private:
     Handshake handshake_;
     boost::beast::flat_buffer buffer_;
     WriteQueue queue_;
+    FramePool spares_;  // buffers of large frames written, for the next ones
     std::atomic<std::size_t> queued_bytes_{0};  // bytes reserved for frames not yet written
     std::vector<boost::asio::const_buffer> write_buffers_;  // the write in progress's, when batched
     bool batch_ = false;  // the peer reads batches: several frames may share a message

@@ -319,7 +319,10 @@ Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
 // nested container (keyed at object level, unkeyed for array elements).
 class Writer {
 public:
-    Writer() { out_.reserve(256); }
+    explicit Writer(std::string buffer = {}) : out_(std::move(buffer)) {
+        out_.clear();
+        out_.reserve(256);
+    }
 
     void begin_object() { open('{'); }
     void end_object() { close('}'); }
@@ -503,8 +506,8 @@ boost::system::result<Frame, DecodeError> decode(std::string_view text, std::siz
 namespace {
 
 template <class F>
-std::string encode_one(const F& f) {
-    Writer w;
+std::string encode_one(const F& f, std::string buffer = {}) {
+    Writer w(std::move(buffer));
     w.begin_object();
     w.string("t", frame_name<F>);
     write(w, f);
@@ -521,6 +524,9 @@ std::string encode(const Frame& frame) {
 std::string encode(const Request& frame) { return encode_one(frame); }
 std::string encode(const Cast& frame) { return encode_one(frame); }
 std::string encode(const Response& frame) { return encode_one(frame); }
+std::string encode(const Request& frame, std::string buffer) { return encode_one(frame, std::move(buffer)); }
+std::string encode(const Cast& frame, std::string buffer) { return encode_one(frame, std::move(buffer)); }
+std::string encode(const Response& frame, std::string buffer) { return encode_one(frame, std::move(buffer)); }
 
 std::string_view type_name(const Frame& frame) noexcept {
     return frame_types[frame.index()].name;

@@ -45,16 +45,22 @@ public:
     /// The `i`th frame of the write in progress.
     const std::string& at(std::size_t i) const { return frames_[i]; }
 
-    /// The write in progress ended (written or failed): its frames go. Returns the bytes
-    /// of the frames that went.
-    std::size_t end_write() {
+    /// The write in progress ended (written or failed): its frames go, each handed to
+    /// `spent(std::string&&)` (which may keep its buffer). Returns the bytes of the frames
+    /// that went.
+    template <class Spent>
+    std::size_t end_write(Spent&& spent) {
         std::size_t bytes = 0;
         while (in_write_ > 0) {
             bytes += frames_.front().size();
+            spent(std::move(frames_.front()));
             frames_.pop_front();
             --in_write_;
         }
         return bytes;
+    }
+    std::size_t end_write() {
+        return end_write([](std::string&&) {});
     }
 
     /// The connection failed: frames not being written go now, and nothing queues again.

@@ -3,6 +3,9 @@
 // write, and the write's completion popped an empty queue).
 #define BOOST_TEST_MODULE write_queue
 #include "../../src/transport/write_queue.hpp"
+#include "../../src/transport/frame_pool.hpp"
+
+#include <rpclb/detail/wire.hpp>
 
 #include <rpclb/cluster.hpp>
 
@@ -13,8 +16,11 @@
 #include "support/wait.hpp"
 
 #include <chrono>
+#include <string>
+#include <vector>
 
 using namespace std::chrono_literals;
+using rpclb::detail::FramePool;
 using rpclb::detail::WriteQueue;
 
 BOOST_AUTO_TEST_CASE(a_failure_during_a_write_keeps_the_frames_being_written) {
@@ -77,4 +83,76 @@ BOOST_AUTO_TEST_CASE(a_connection_that_fails_during_a_large_write_leaves_the_nod
     BOOST_REQUIRE(r.has_value());
     BOOST_TEST(r.value().as_string() == "pong");
     BOOST_TEST(rpclb::test::eventually([&] { return a.connected_nodes() == std::vector<std::string>{"b@127.0.0.1"}; }, 5s));
+}
+
+// ---- FramePool: the buffers of large frames written, for the next frames ------------
+
+BOOST_AUTO_TEST_CASE(frames_written_are_handed_back_one_by_one) {
+    WriteQueue q;
+    q.push(std::string(100, 'a'));
+    q.push(std::string(200, 'b'));
+    q.push("third");
+    BOOST_REQUIRE(q.begin_write(2, 1 << 30) == 2u);
+    std::vector<std::string> spent;
+    BOOST_TEST(q.end_write([&](std::string&& f) { spent.push_back(std::move(f)); }) == 300u);
+    BOOST_REQUIRE(spent.size() == 2u);
+    BOOST_TEST(spent[0] == std::string(100, 'a'));
+    BOOST_TEST(spent[1] == std::string(200, 'b'));
+    BOOST_TEST(q.queued() == 1u);  // the third was not part of the write
+}
+
+BOOST_AUTO_TEST_CASE(a_pool_keeps_large_buffers_only_and_hands_them_back_empty) {
+    FramePool pool;
+    BOOST_TEST(pool.take().capacity() < FramePool::min_capacity);  // nothing kept yet
+    pool.give(std::string(100, 'x'));  // small: not worth keeping
+    pool.give(std::string(FramePool::max_capacity + 1, 'x'));  // too large to keep
+    BOOST_TEST(pool.size() == 0u);
+
+    std::string big(64 * 1024, 'x');
+    const char* memory = big.data();
+    pool.give(std::move(big));
+    BOOST_TEST(pool.size() == 1u);
+    auto again = pool.take();
+    BOOST_TEST(again.empty());
+    BOOST_TEST(again.data() == memory);  // the same memory, not a copy
+    BOOST_TEST(again.capacity() >= 64u * 1024u);
+    BOOST_TEST(pool.size() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_pool_is_bounded_in_count_and_bytes) {
+    FramePool pool;
+    for (int i = 0; i < 100; ++i) pool.give(std::string(FramePool::min_capacity, 'x'));
+    BOOST_TEST(pool.size() == FramePool::max_spares);
+    pool.trim(true);
+    BOOST_TEST(pool.size() == 0u);
+    for (int i = 0; i < 100; ++i) pool.give(std::string(FramePool::max_capacity, 'x'));
+    BOOST_TEST(pool.size() * FramePool::max_capacity <= FramePool::max_bytes);
+    BOOST_TEST(pool.size() == FramePool::max_bytes / FramePool::max_capacity);
+}
+
+BOOST_AUTO_TEST_CASE(a_pool_frees_its_buffers_after_an_interval_without_use) {
+    FramePool pool;
+    pool.give(std::string(64 * 1024, 'x'));
+    pool.give(std::string(64 * 1024, 'y'));
+    pool.take();  // used in this interval
+    pool.trim();
+    BOOST_TEST(pool.size() == 1u);  // kept: a buffer was taken since the last trim
+    pool.trim();  // a whole interval without a take
+    BOOST_TEST(pool.size() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_frame_encoded_into_a_kept_buffer_is_the_same_text_in_the_same_memory) {
+    rpclb::detail::wire::Request request;
+    request.id = 7;
+    request.module = "m";
+    request.function = "f";
+    request.args = boost::json::array{std::string(50 * 1024, 'z'), 1};
+    const auto fresh = rpclb::detail::wire::encode(request);
+    std::string buffer;
+    buffer.reserve(128 * 1024);
+    buffer = "left over from the last frame";
+    const char* memory = buffer.data();
+    const auto reused = rpclb::detail::wire::encode(request, std::move(buffer));
+    BOOST_TEST(reused == fresh);
+    BOOST_TEST(reused.data() == memory);
 }

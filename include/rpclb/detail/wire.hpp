@@ -176,6 +176,11 @@ std::string encode(const Frame& frame);
 std::string encode(const Request& frame);
 std::string encode(const Cast& frame);
 std::string encode(const Response& frame);
+/// The same, written into `buffer` (emptied first; its capacity is used and kept), so
+/// that a connection can reuse the memory of frames it has written (FramePool).
+std::string encode(const Request& frame, std::string buffer);
+std::string encode(const Cast& frame, std::string buffer);
+std::string encode(const Response& frame, std::string buffer);
 
 /// The "t" value of a frame ("hello", "req", ...).
 std::string_view type_name(const Frame& frame) noexcept;
