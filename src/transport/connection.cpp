@@ -70,15 +70,18 @@ void Connection::configure() {
         // cost one call (bad_request), not the whole connection, which Beast would close on a
         // text frame.
         ws.binary(true);
-        // A message goes out in frames of the write buffer's size (64 KiB), and Beast sends
-        // its keep-alive pings (and the peer's pongs) in between them. As one frame, a big
-        // message on a slow link held every ping back until its last byte was written: the
-        // sender heard nothing for the idle timeout and closed a healthy connection (16 MiB
-        // at 10 Mbit/s takes 14 s; test/faults/slow_link.cpp).
+        // A message goes out in frames of the write buffer's size (128 KiB), and Beast
+        // sends its keep-alive pings (and the peer's pongs) in between them. As one frame, a
+        // big message on a slow link held every ping back until its last byte was written:
+        // the sender heard nothing for the idle timeout and closed a healthy connection
+        // (16 MiB at 10 Mbit/s takes 14 s; test/faults/slow_link.cpp). 128 KiB takes 0.1 s
+        // at that rate, and a 64 KiB call still goes out as one frame, in one system call
+        // (at 64 KiB its last bytes made a second frame and a second write on each side:
+        // bench/README.md, "Large payloads").
         ws.auto_fragment(true);
-        // A dialer masks what it sends through a buffer of this size: one system call per
-        // 64 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
-        ws.write_buffer_bytes(64 * 1024);
+        // A dialer also masks what it sends through this buffer: one system call per
+        // 128 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
+        ws.write_buffer_bytes(128 * 1024);
         ws.set_option(t);
         // Runs inside this connection's reads, which hold a reference to it.
         ws.control_callback([this](ws::frame_type kind, beast::string_view payload) {
