@@ -395,8 +395,10 @@ const std::vector<asio::const_buffer>& Connection::batch_buffers(std::size_t cou
 void Connection::on_written(boost::system::error_code ec) {
     // The frames written stayed queued until now, even if fail() ran meanwhile: their
     // bytes were the write's buffers.
-    release(queue_.end_write([this](std::string&& frame) {
-        if (!closed_) spares_.give(std::move(frame));
+    // A channel carries one call at a time: one kept buffer is all it can use.
+    const std::size_t keep = channel_ ? 1 : FramePool::max_spares;
+    release(queue_.end_write([this, keep](std::string&& frame) {
+        if (!closed_) spares_.give(std::move(frame), keep);
     }));
     if (closed_) return;
     if (ec) return fail("write: " + ec.message());

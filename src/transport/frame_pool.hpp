@@ -1,6 +1,7 @@
 // Spare buffers of large frames already written on one connection (internal).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <mutex>
@@ -20,7 +21,7 @@ namespace rpclb::detail {
 /// (bench/README.md, "Large payloads").
 ///
 /// Only buffers of `min_capacity` to `max_capacity` bytes are kept, at most `max_spares`
-/// of them and `max_bytes` in all; trim() gives them back when none was taken since the
+/// of them (one on a call channel) and `max_bytes` in all; trim() gives them back when none was taken since the
 /// last trim() (the connection calls it every keep-alive interval, and when it closes).
 /// take() costs one atomic load when nothing is kept, so small frames pay nothing else.
 ///
@@ -47,13 +48,15 @@ public:
         return buffer;
     }
 
-    /// Keeps `frame`'s buffer if it is of a size worth keeping and there is room;
-    /// otherwise it is freed here.
-    void give(std::string&& frame) {
+    /// Keeps `frame`'s buffer if it is of a size worth keeping and fewer than `limit`
+    /// (at most max_spares) are kept; otherwise it is freed here. A call channel carries
+    /// one call at a time and passes 1.
+    void give(std::string&& frame, std::size_t limit = max_spares) {
+        limit = std::min(limit, max_spares);
         if (frame.capacity() < min_capacity || frame.capacity() > max_capacity) return;
-        if (count_.load(std::memory_order_relaxed) >= max_spares) return;
+        if (count_.load(std::memory_order_relaxed) >= limit) return;
         std::lock_guard lock(mutex_);
-        if (spares_.size() >= max_spares || bytes_ + frame.capacity() > max_bytes) return;
+        if (spares_.size() >= limit || bytes_ + frame.capacity() > max_bytes) return;
         bytes_ += frame.capacity();
         spares_.push_back(std::move(frame));
         count_.store(spares_.size(), std::memory_order_relaxed);

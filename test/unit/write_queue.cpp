@@ -128,6 +128,9 @@ BOOST_AUTO_TEST_CASE(a_pool_is_bounded_in_count_and_bytes) {
     for (int i = 0; i < 100; ++i) pool.give(std::string(FramePool::max_capacity, 'x'));
     BOOST_TEST(pool.size() * FramePool::max_capacity <= FramePool::max_bytes);
     BOOST_TEST(pool.size() == FramePool::max_bytes / FramePool::max_capacity);
+    pool.trim(true);
+    for (int i = 0; i < 10; ++i) pool.give(std::string(FramePool::min_capacity, 'x'), 1);  // a call channel's limit
+    BOOST_TEST(pool.size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_pool_frees_its_buffers_after_an_interval_without_use) {
