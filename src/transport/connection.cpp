@@ -395,8 +395,9 @@ const std::vector<asio::const_buffer>& Connection::batch_buffers(std::size_t cou
 void Connection::on_written(boost::system::error_code ec) {
     // The frames written stayed queued until now, even if fail() ran meanwhile: their
     // bytes were the write's buffers.
-    // A channel carries one call at a time: one kept buffer is all it can use.
-    const std::size_t keep = channel_ ? 1 : FramePool::max_spares;
+    // A call channel keeps none: it has no keep-alive timer to trim them, and sixteen
+    // idle channels to a node would each hold one for the link's life.
+    const std::size_t keep = channel_ ? 0 : FramePool::max_spares;
     release(queue_.end_write([this, keep](std::string&& frame) {
         if (!closed_) spares_.give(std::move(frame), keep);
     }));

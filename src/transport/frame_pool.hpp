@@ -21,9 +21,12 @@ namespace rpclb::detail {
 /// (bench/README.md, "Large payloads").
 ///
 /// Only buffers of `min_capacity` to `max_capacity` bytes are kept, at most `max_spares`
-/// of them (one on a call channel) and `max_bytes` in all; trim() gives them back when none was taken since the
-/// last trim() (the connection calls it every keep-alive interval, and when it closes).
-/// take() costs one atomic load when nothing is kept, so small frames pay nothing else.
+/// of them (`limit`, which a call channel sets to none) and `max_bytes` in all. trim()
+/// frees them when no large frame (`min_capacity` bytes or more) was written since the
+/// last trim(): the connection calls it every keep-alive interval and when it closes, so
+/// after a burst of large calls a link that goes back to small ones gives the memory back
+/// within two intervals. While buffers are kept, a small frame is encoded into one too
+/// (its size is not known before); when none is kept, take() costs one atomic load.
 ///
 /// Thread safety: every member may be called from any thread (a caller encodes its
 /// request on its own thread; the connection's strand gives the buffer back).
@@ -43,16 +46,16 @@ public:
         spares_.pop_back();
         count_.store(spares_.size(), std::memory_order_relaxed);
         bytes_ -= buffer.capacity();
-        taken_ = true;
         buffer.clear();
         return buffer;
     }
 
     /// Keeps `frame`'s buffer if it is of a size worth keeping and fewer than `limit`
-    /// (at most max_spares) are kept; otherwise it is freed here. A call channel carries
-    /// one call at a time and passes 1.
+    /// (at most max_spares) are kept; otherwise it is freed here.
     void give(std::string&& frame, std::size_t limit = max_spares) {
         limit = std::min(limit, max_spares);
+        const bool large = frame.size() >= min_capacity;
+        if (large) used_.store(true, std::memory_order_relaxed);
         if (frame.capacity() < min_capacity || frame.capacity() > max_capacity) return;
         if (count_.load(std::memory_order_relaxed) >= limit) return;
         std::lock_guard lock(mutex_);
@@ -62,12 +65,13 @@ public:
         count_.store(spares_.size(), std::memory_order_relaxed);
     }
 
-    /// Frees the kept buffers if none was taken since the last call (or if `all`).
+    /// Frees the kept buffers if no large frame was given back since the last call (or
+    /// if `all`).
     void trim(bool all = false) {
+        if (used_.exchange(false, std::memory_order_relaxed) && !all) return;
         std::vector<std::string> gone;
         {
             std::lock_guard lock(mutex_);
-            if (std::exchange(taken_, false) && !all) return;
             gone.swap(spares_);
             bytes_ = 0;
             count_.store(0, std::memory_order_relaxed);
@@ -81,8 +85,8 @@ private:
     std::mutex mutex_;
     std::vector<std::string> spares_;
     std::size_t bytes_ = 0;  // capacity of spares_
-    bool taken_ = false;  // take() gave a buffer since the last trim()
     std::atomic<std::size_t> count_{0};
+    std::atomic<bool> used_{false};  // a large frame was given back since the last trim()
 };
 
 }  // namespace rpclb::detail
