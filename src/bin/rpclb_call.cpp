@@ -11,9 +11,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -82,6 +85,8 @@ public:
     }
 
     long ok() const { return ok_; }
+    /// The outcome of the first call that completed (for a single call's summary).
+    const std::optional<rpclb::CallResult>& first() const { return first_; }
     const std::map<std::string, long>& per_node() const { return per_node_; }
     const std::map<std::string, long>& errors() const { return errors_; }
     std::vector<std::int64_t>& latencies() { return latencies_; }
@@ -112,6 +117,7 @@ private:
         {
             std::lock_guard lock(mutex_);
             latencies_.push_back(duration_cast<microseconds>(now - slot.start).count());
+            if (!first_) first_ = result;
             if (result) {
                 ++ok_;
                 ++per_node_[slot.peer];
@@ -138,14 +144,29 @@ private:
     std::condition_variable done_;
     long issued_ = 0, completed_ = 0, ok_ = 0;
     std::map<std::string, long> per_node_, errors_;
+    std::optional<rpclb::CallResult> first_;
     std::vector<std::int64_t> latencies_;
     steady_clock::time_point last_;
 };
 
+/// The text of --args-file: the file `path`, or standard input for "-". Throws
+/// std::invalid_argument naming the file when it cannot be read.
+std::string read_args_file(const std::string& path) {
+    std::ostringstream text;
+    if (path == "-") {
+        text << std::cin.rdbuf();
+        return text.str();
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in || !(text << in.rdbuf()))
+        throw std::invalid_argument("--args-file: cannot read \"" + path + "\"");
+    return text.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string name, cookie, balancer, key, algorithm, node, log_level, module, function, args_text;
+    std::string name, cookie, balancer, key, algorithm, node, log_level, module, function, args_text, args_file;
     std::string tls_cert, tls_key, tls_ca, tls_min_version;
     std::vector<std::string> seeds, plugin_dirs;
     long count = 1, concurrency = 1, timeout_ms = 10000, wait_ms = 5000, retry_count = 5, retry_sleep_ms = 5000;
@@ -174,6 +195,8 @@ int main(int argc, char** argv) {
         ("tls-key", po::value(&tls_key), "PEM private key of --tls-cert")
         ("tls-ca", po::value(&tls_ca), "PEM CA certificate(s): verify every node's certificate (mutual TLS)")
         ("tls-min-version", po::value(&tls_min_version), "oldest TLS version accepted: 1.3 (default) or 1.2")
+        ("args-file", po::value(&args_file),
+         "read JSON-ARGS from this file ('-' = standard input): for arguments too long for a command line (one argument is at most 128 KiB on Linux)")
         ("module", po::value(&module), "")("function", po::value(&function), "")("args", po::value(&args_text), "");
     po::positional_options_description positional;
     positional.add("module", 1).add("function", 1).add("args", 1);
@@ -203,11 +226,16 @@ int main(int argc, char** argv) {
         if (retry_count < -1) throw std::invalid_argument("--retry-count must be -1 (unlimited) or more");
         if (retry_sleep_ms < 0 || retry_sleep_ms > 4'294'967'295L)
             throw std::invalid_argument("--retry-sleep must be in 0..4294967295 milliseconds");
+        if (!args_file.empty()) {
+            if (vm.count("args")) throw std::invalid_argument("give JSON-ARGS or --args-file, not both");
+            args_text = read_args_file(args_file);
+        }
         if (!args_text.empty()) {
             boost::system::error_code ec;
             auto parsed = boost::json::parse(args_text, ec);
             if (ec || !parsed.is_array())
-                throw std::invalid_argument("JSON-ARGS must be a JSON array, e.g. '[1, \"abc\"]'");
+                throw std::invalid_argument(std::string(args_file.empty() ? "JSON-ARGS" : "--args-file") +
+                                            " must be a JSON array, e.g. '[1, \"abc\"]'");
             args = std::move(parsed.as_array());
         }
         if (!tls_min_version.empty() && !rpclb::parse_tls_version(tls_min_version))
@@ -277,6 +305,11 @@ int main(int argc, char** argv) {
                                                 {"max", latencies.empty() ? 0 : latencies.back()}};
         const double wall_s = duration<double>(wall).count();
         out["calls_per_s"] = wall_s > 0 ? static_cast<double>(count) / wall_s : 0.0;
+        // One call is a call, not a load run: say what it returned.
+        if (count == 1 && loop.first()) {
+            if (const auto& r = *loop.first()) out["result"] = *r;
+            else out["error"] = r.error().to_json();
+        }
         std::cout << boost::json::serialize(out) << std::endl;
         cluster.stop();
         return ok == count ? 0 : 1;

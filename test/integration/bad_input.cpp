@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
+#include "support/process.hpp"
 #include "support/raw_peer.hpp"
 
 #include <boost/asio/connect.hpp>
@@ -11,9 +12,13 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <fstream>
 #include <memory>
+#include <string>
+#include <vector>
 
 using namespace rpclb::test;
 using namespace std::chrono;
@@ -189,3 +194,79 @@ BOOST_FIXTURE_TEST_CASE(non_websocket_traffic_does_not_stall_node, RawNode) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// ---- rpclb-call's arguments and a single call's answer ---------------------------------
+
+namespace {
+
+// Runs rpclb-call against node `a` with `args`; its exit status and its summary (the
+// first stdout line starting with '{', parsed; null when there is none).
+struct CallRun {
+    int status = -1;
+    boost::json::value summary;
+    std::string err;
+};
+
+CallRun run_call(Harness& h, const Node& a, std::vector<std::string> args, const std::string& log) {
+    std::vector<std::string> all{"--seed", a.address(), "--node", a.name()};
+    all.insert(all.end(), args.begin(), args.end());
+    Process call(bin_dir() / "rpclb-call", all, {{"RPCLB_COOKIE", test_cookie}}, h.dir() / log);
+    CallRun run;
+    const auto line = call.wait_for_line("{", Process::Clock::now() + 20s);
+    const auto status = call.wait_exit(Process::Clock::now() + 20s);
+    BOOST_TEST_REQUIRE(status.has_value(), "rpclb-call still runs");
+    run.status = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+    if (line) run.summary = boost::json::parse(*line);
+    run.err = call.stderr_text();
+    return run;
+}
+
+}  // namespace
+
+// Found by a review: a 200 KiB argument does not fit one command-line argument (Linux caps
+// one at 128 KiB), and a single call's answer was nowhere in the output.
+BOOST_FIXTURE_TEST_CASE(rpclb_call_reads_arguments_from_a_file_and_prints_a_single_answer, RawNode) {
+    const boost::json::array args{std::string(200 * 1024, 'q') + "\"\\\n\x01 caf\xc3\xa9", 7};
+    const auto file = dir() / "args.json";
+    {
+        std::ofstream out(file);
+        out << boost::json::serialize(args);
+    }
+    auto run = run_call(*this, *a, {"--args-file", file.string(), "demo", "echo"}, "call-file.log");
+    BOOST_TEST(run.status == 0, run.err);
+    BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
+    BOOST_TEST((run.summary.as_object().at("result") == boost::json::value(args)));
+
+    run = run_call(*this, *a, {"demo", "fail"}, "call-fail.log");
+    BOOST_TEST(run.status == 1);
+    BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
+    BOOST_TEST(run.summary.as_object().at("error").at("code") == "internal_server_error");
+    BOOST_TEST(!run.summary.as_object().contains("result"));
+
+    // Many calls are a load run: no answer in the summary.
+    run = run_call(*this, *a, {"--count", "3", "demo", "echo", "[1]"}, "call-three.log");
+    BOOST_TEST(run.status == 0, run.err);
+    BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
+    BOOST_TEST(!run.summary.as_object().contains("result"));
+}
+
+BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_arguments_file, RawNode) {
+    auto run = run_call(*this, *a, {"--args-file", (dir() / "missing.json").string(), "demo", "echo"},
+                        "call-missing.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("rpclb-call: --args-file: cannot read") == 0u, run.err);
+
+    const auto file = dir() / "object.json";
+    {
+        std::ofstream out(file);
+        out << R"({"not":"an array"})";
+    }
+    run = run_call(*this, *a, {"--args-file", file.string(), "demo", "echo"}, "call-object.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("--args-file must be a JSON array") != std::string::npos, run.err);
+
+    run = run_call(*this, *a, {"--args-file", file.string(), "demo", "echo", "[1]"}, "call-both.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("give JSON-ARGS or --args-file, not both") != std::string::npos, run.err);
+    check_node_serves();
+}
