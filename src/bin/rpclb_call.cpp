@@ -150,16 +150,20 @@ private:
 };
 
 /// The text of --args-file: the file `path`, or standard input for "-". Throws
-/// std::invalid_argument naming the file when it cannot be read.
+/// std::invalid_argument naming the file when it cannot be read or holds nothing.
 std::string read_args_file(const std::string& path) {
+    if (path.empty()) throw std::invalid_argument("--args-file needs a file name, or - for standard input");
     std::ostringstream text;
-    if (path == "-") {
-        text << std::cin.rdbuf();
-        return text.str();
+    const auto name = path == "-" ? std::string("standard input") : "\"" + path + "\"";
+    std::ifstream file;
+    if (path != "-") {
+        file.open(path, std::ios::binary);
+        if (!file) throw std::invalid_argument("--args-file: cannot open " + name);
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in || !(text << in.rdbuf()))
-        throw std::invalid_argument("--args-file: cannot read \"" + path + "\"");
+    std::istream& in = path == "-" ? std::cin : file;
+    // An empty source sets failbit on the copy; a read error sets badbit.
+    if (!(text << in.rdbuf()) || in.bad() || text.str().empty())
+        throw std::invalid_argument("--args-file: " + name + " could not be read or is empty");
     return text.str();
 }
 
@@ -226,16 +230,17 @@ int main(int argc, char** argv) {
         if (retry_count < -1) throw std::invalid_argument("--retry-count must be -1 (unlimited) or more");
         if (retry_sleep_ms < 0 || retry_sleep_ms > 4'294'967'295L)
             throw std::invalid_argument("--retry-sleep must be in 0..4294967295 milliseconds");
-        if (!args_file.empty()) {
+        if (vm.count("args-file")) {
             if (vm.count("args")) throw std::invalid_argument("give JSON-ARGS or --args-file, not both");
             args_text = read_args_file(args_file);
         }
         if (!args_text.empty()) {
+            const std::string what = vm.count("args-file") ? "--args-file" : "JSON-ARGS";
             boost::system::error_code ec;
             auto parsed = boost::json::parse(args_text, ec);
-            if (ec || !parsed.is_array())
-                throw std::invalid_argument(std::string(args_file.empty() ? "JSON-ARGS" : "--args-file") +
-                                            " must be a JSON array, e.g. '[1, \"abc\"]'");
+            if (ec) throw std::invalid_argument(what + " is not JSON: " + ec.message());
+            if (!parsed.is_array())
+                throw std::invalid_argument(what + " must be a JSON array, e.g. '[1, \"abc\"]'");
             args = std::move(parsed.as_array());
         }
         if (!tls_min_version.empty() && !rpclb::parse_tls_version(tls_min_version))

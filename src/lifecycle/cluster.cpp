@@ -7,6 +7,8 @@
 #include <boost/asio/any_completion_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/require.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/system_executor.hpp>
 
 #include <random>
@@ -205,20 +207,32 @@ Result<void> to_void(CallResult r) {
 // Asio's system executor, so that a call made or ended after stop() still completes):
 // posted, never inline; the executor's outstanding work is tracked until then; the
 // handler's cancellation slot cancels the operation.
+//
+// Never inline means never inside async_call, even when the call fails at once on the
+// calling thread (no connection, an unknown balancer without retries): a handler that
+// starts the next call from its completion would otherwise recurse once per failed call
+// until the stack ran out (found by review: rpclb-call died with SIGSEGV after a few
+// thousand calls to a killed node). `any_completion_executor` cannot require
+// blocking.never (its prefer is a no-op, so a worker running the pool's executor ran the
+// completion in place); the worker pool's own executor type can.
 template <class R, class Convert>
 void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec spec,
               asio::any_completion_handler<void(R)> handler, Convert convert) {
+    using Workers = asio::thread_pool::executor_type;
     struct State {
+        explicit State(Workers w) : workers(std::move(w)) {}
         asio::any_completion_handler<void(R)> handler;
         asio::any_completion_executor work;
+        Workers workers;
         bool on_workers = false;  // `work` is the node's worker pool
+        std::atomic<bool> initiating{true};  // router.start() has not returned yet
         asio::cancellation_slot slot;
         std::atomic<std::shared_ptr<detail::CallOperation>> operation;
     };
-    auto state = std::make_shared<State>();
+    auto& pool = const_cast<detail::Runtime&>(runtime).workers();
+    auto state = std::make_shared<State>(pool.get_executor());
     state->slot = asio::get_associated_cancellation_slot(handler);
-    const auto workers =
-        asio::any_completion_executor(const_cast<detail::Runtime&>(runtime).workers().get_executor());
+    const auto workers = asio::any_completion_executor(pool.get_executor());
     const auto fallback = runtime.workers_stopped() ? asio::any_completion_executor(asio::system_executor())
                                                     : workers;
     auto executor = asio::get_associated_executor(handler, fallback);
@@ -243,10 +257,22 @@ void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec s
             auto handler = std::move(state->handler);
             std::move(handler)(std::move(r));
         };
-        if (state->on_workers && runtime.workers_stopped())  // the node stopped meanwhile
-            return asio::post(asio::system_executor(), std::move(complete));
+        // Runs `f` later, never in place: on the worker pool, or on Asio's system
+        // executor once the pool is joined (nothing would run there any more).
+        const auto later = [&runtime, state](auto f) {
+            if (runtime.workers_stopped()) return asio::post(asio::system_executor(), std::move(f));
+            asio::require(state->workers, asio::execution::blocking.never).execute(std::move(f));
+        };
+        if (state->on_workers) return later(std::move(complete));
+        // Another executor (the handler's own). Completing inside async_call, on the
+        // caller's thread, it could run the handler in place: go round `later` first.
+        if (state->initiating.load())
+            return later([work = std::move(work), complete = std::move(complete)]() mutable {
+                asio::prefer(work, asio::execution::blocking.never).execute(std::move(complete));
+            });
         asio::prefer(work, asio::execution::blocking.never).execute(std::move(complete));
     });
+    state->initiating.store(false);
     // For the cancellation slot; the completion drops it (a call that completed before
     // this store is kept until `state` goes, which cancelling then finds finished).
     state->operation.store(std::move(operation));

@@ -254,7 +254,26 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_arguments_file, RawNode) {
     auto run = run_call(*this, *a, {"--args-file", (dir() / "missing.json").string(), "demo", "echo"},
                         "call-missing.log");
     BOOST_TEST(run.status == 2);
-    BOOST_TEST(run.err.find("rpclb-call: --args-file: cannot read") == 0u, run.err);
+    BOOST_TEST(run.err.find("rpclb-call: --args-file: cannot open") == 0u, run.err);
+
+    // Found by a second review: an empty file, or none named, sent [] and exited 0.
+    {
+        std::ofstream out(dir() / "empty.json");
+    }
+    run = run_call(*this, *a, {"--args-file", (dir() / "empty.json").string(), "demo", "echo"}, "call-empty.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("could not be read or is empty") != std::string::npos, run.err);
+    run = run_call(*this, *a, {"--args-file", "", "demo", "echo"}, "call-unnamed.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("--args-file needs a file name") != std::string::npos, run.err);
+    {
+        std::ofstream out(dir() / "truncated.json");
+        out << "[1, 2,";
+    }
+    run = run_call(*this, *a, {"--args-file", (dir() / "truncated.json").string(), "demo", "echo"},
+                   "call-truncated.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("--args-file is not JSON: ") != std::string::npos, run.err);
 
     const auto file = dir() / "object.json";
     {

@@ -8,6 +8,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -16,6 +17,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -138,4 +141,72 @@ BOOST_AUTO_TEST_CASE(a_cancellation_after_completion_changes_nothing) {
     user.restart();
     user.run();
     BOOST_TEST(completions == 1);
+}
+
+// ---- never inside async_call ----------------------------------------------------------
+
+namespace {
+
+thread_local bool inside_async_call = false;
+
+// Makes `left` calls to a node nobody runs, each from the completion of the one before:
+// every one fails at once, on the calling thread. Counts the completions that ran inside
+// async_call (must be none) and signals `done` after the last.
+struct FailingChain {
+    rpclb::Cluster& node;
+    std::function<void(std::function<void(rpclb::CallResult)>)> start;  // async_call with a token
+    int left;
+    std::atomic<int> inside{0}, failed{0};
+    std::promise<void> done;
+
+    void next() {
+        inside_async_call = true;
+        start([this](rpclb::CallResult r) {
+            if (inside_async_call) ++inside;
+            if (!r) ++failed;
+            if (--left > 0) return next();
+            done.set_value();
+        });
+        inside_async_call = false;
+    }
+};
+
+}  // namespace
+
+// Found by review: a call failing at once completed inside async_call when made from a
+// worker (the pool's executor ran the completion in place), so a handler that starts the
+// next call recursed once per call: rpclb-call died with SIGSEGV after a few thousand
+// calls to a killed node.
+BOOST_AUTO_TEST_CASE(a_call_failing_at_once_never_completes_inside_async_call) {
+    rpclb::Cluster a(rpclb::test::in_process_node_options("a@127.0.0.1"));
+    a.start();
+    FailingChain chain{a, {}, 50000};
+    chain.start = [&](std::function<void(rpclb::CallResult)> h) {
+        a.async_call("nobody@127.0.0.1", "t", "echo", {}, {}, std::move(h));
+    };
+    auto done = chain.done.get_future();
+    chain.next();
+    BOOST_REQUIRE(done.wait_for(60s) == std::future_status::ready);
+    BOOST_TEST(chain.inside.load() == 0);
+    BOOST_TEST(chain.failed.load() == 50000);
+    a.stop();
+}
+
+// The same with the handler bound to the caller's own io_context, the calls made from the
+// thread that runs it.
+BOOST_AUTO_TEST_CASE(a_call_failing_at_once_on_a_bound_executor_never_completes_inside_async_call) {
+    rpclb::Cluster a(rpclb::test::in_process_node_options("a@127.0.0.1"));
+    a.start();
+    asio::io_context user;
+    FailingChain chain{a, {}, 20000};
+    chain.start = [&](std::function<void(rpclb::CallResult)> h) {
+        a.async_call("nobody@127.0.0.1", "t", "echo", {}, {}, asio::bind_executor(user, std::move(h)));
+    };
+    auto done = chain.done.get_future();
+    asio::post(user, [&] { chain.next(); });
+    user.run();  // returns once the last completion ran (each call keeps `user` busy)
+    BOOST_REQUIRE(done.wait_for(0s) == std::future_status::ready);
+    BOOST_TEST(chain.inside.load() == 0);
+    BOOST_TEST(chain.failed.load() == 20000);
+    a.stop();
 }
