@@ -521,9 +521,6 @@ std::string encode(const Frame& frame) {
     return std::visit([](const auto& f) { return encode_one(f); }, frame);
 }
 
-std::string encode(const Request& frame) { return encode_one(frame); }
-std::string encode(const Cast& frame) { return encode_one(frame); }
-std::string encode(const Response& frame) { return encode_one(frame); }
 std::string encode(const Request& frame, std::string buffer) { return encode_one(frame, std::move(buffer)); }
 std::string encode(const Cast& frame, std::string buffer) { return encode_one(frame, std::move(buffer)); }
 std::string encode(const Response& frame, std::string buffer) { return encode_one(frame, std::move(buffer)); }

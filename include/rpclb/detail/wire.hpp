@@ -172,15 +172,12 @@ std::optional<std::uint64_t> peek_frame_id(std::string_view text, std::string_vi
 /// Encodes a frame as compact JSON text. An empty `load_balancer` is left out.
 std::string encode(const Frame& frame);
 /// The same for the frames of the call path, without building a Frame (which would copy
-/// the arguments or the result).
-std::string encode(const Request& frame);
-std::string encode(const Cast& frame);
-std::string encode(const Response& frame);
-/// The same, written into `buffer` (emptied first; its capacity is used and kept), so
-/// that a connection can reuse the memory of frames it has written (FramePool).
-std::string encode(const Request& frame, std::string buffer);
-std::string encode(const Cast& frame, std::string buffer);
-std::string encode(const Response& frame, std::string buffer);
+/// the arguments or the result), written into `buffer` (emptied first; its capacity is
+/// used and kept), so that a connection can reuse the memory of frames it has written
+/// (FramePool).
+std::string encode(const Request& frame, std::string buffer = {});
+std::string encode(const Cast& frame, std::string buffer = {});
+std::string encode(const Response& frame, std::string buffer = {});
 
 /// The "t" value of a frame ("hello", "req", ...).
 std::string_view type_name(const Frame& frame) noexcept;
