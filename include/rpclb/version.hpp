@@ -23,8 +23,9 @@
 /// and MemberSnapshot carries a detail::SnapshotCache. 4: plugins reach the node through
 /// rpclb::AlgorithmHost (AlgorithmContext::host replaced AlgorithmContext::cluster, so no
 /// plugin compiles in Cluster's API), AlgorithmState::reading hands out shared readings,
-/// and SnapshotCache gained `readings` (detail::ReadingTable).
-#define RPCLB_PLUGIN_ABI_VERSION 4u
+/// and SnapshotCache gained `readings` (detail::ReadingTable). 5: detail::InFlight counts on
+/// stripes and detail::CountTable carries the picking threads' views (detail::StripeViews).
+#define RPCLB_PLUGIN_ABI_VERSION 5u
 
 namespace rpclb {
 

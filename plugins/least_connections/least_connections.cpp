@@ -10,12 +10,11 @@ void LeastConnections::init(const AlgorithmContext& context, const boost::json::
 Result<std::size_t> LeastConnections::choose_from_nodes(const MemberSnapshot& members,
                                                         const PickOptions& options) {
     (void)options;
-    return pick_counted(members, [](const detail::CountTable& table) {
-        const auto& counts = table.counts;
+    return pick_counted(members, [](const auto& estimate, std::size_t size) {
         std::size_t best = 0;
-        std::int64_t fewest = counts[0]->value();
-        for (std::size_t i = 1; i < counts.size(); ++i) {
-            const std::int64_t count = counts[i]->value();
+        std::int64_t fewest = estimate(0);
+        for (std::size_t i = 1; i < size; ++i) {
+            const std::int64_t count = estimate(i);
             if (count < fewest) {
                 best = i;
                 fewest = count;

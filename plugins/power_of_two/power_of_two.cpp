@@ -62,15 +62,13 @@ inline std::uint64_t PowerOfTwo::draw() noexcept {
 Result<std::size_t> PowerOfTwo::choose_from_nodes(const MemberSnapshot& members,
                                                   const PickOptions& options) {
     (void)options;
-    return pick_counted(members, [this](const detail::CountTable& table) -> std::size_t {
-        const auto& counts = table.counts;
-        const std::size_t size = counts.size();
+    return pick_counted(members, [this](const auto& estimate, std::size_t size) -> std::size_t {
         if (size == 1) return 0;
         const std::uint64_t bits = draw();
         const std::size_t a = scale(bits & 0xffffffff, size);
         std::size_t b = scale(bits >> 32, size - 1);
         if (b >= a) ++b;  // b is uniform over the members other than a
-        return counts[a]->value() <= counts[b]->value() ? a : b;
+        return estimate(a) <= estimate(b) ? a : b;
     });
 }
 

@@ -88,6 +88,7 @@ std::shared_ptr<const detail::CountTable> AlgorithmState::count_table(std::strin
     table->nodes.assign(nodes.begin(), nodes.end());
     table->sorted = std::is_sorted(nodes.begin(), nodes.end());
     table->counts.reserve(nodes.size());
+    table->views = detail::StripeViews(nodes.size());
     std::lock_guard lock(mutex_);
     auto& counts = counts_of(balancer_counts_, balancer);
     table->owner = &counts;
@@ -103,7 +104,7 @@ void AlgorithmState::forget_in_flight(std::string_view balancer, std::span<const
         auto at = it->second->nodes.find(node);
         if (at == it->second->nodes.end()) continue;
         // Tables of older snapshots may still hold it: they then read 0 too.
-        at->second->calls.store(0, std::memory_order_relaxed);
+        at->second->reset();
         it->second->nodes.erase(at);
     }
 }

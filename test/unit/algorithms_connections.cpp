@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <latch>
 #include <map>
@@ -51,7 +52,7 @@ std::shared_ptr<rpclb::detail::InFlight> count(const std::string& balancer, std:
 // Puts `node`'s count at `calls` the way picks do: one acquire per call.
 void set_calls(const std::string& balancer, std::string_view node, int calls) {
     const auto in_flight = count(balancer, node);
-    in_flight->calls.store(0);
+    in_flight->reset();
     for (int i = 0; i < calls; ++i) in_flight->acquire();
 }
 
@@ -378,7 +379,7 @@ void expect_no_hidden_debt(const std::string& balancer, std::string_view node, i
     }
     in_flight->acquire();
     BOOST_TEST(in_flight->value() == threads + 1, node);
-    in_flight->calls.store(0);
+    in_flight->reset();
 }
 
 BOOST_AUTO_TEST_CASE(concurrent_picks_and_releases_during_membership_changes_stay_non_negative) {
@@ -446,6 +447,45 @@ BOOST_AUTO_TEST_CASE(concurrent_picks_and_releases_during_membership_changes_sta
             BOOST_TEST(changes.load() >= 200);
             for (const auto& node : everyone) BOOST_TEST(count(balancer, node)->value() == 0, node);
             for (const auto& node : everyone) expect_no_hidden_debt(balancer, node, 8);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(picks_see_calls_counted_on_other_threads_within_a_view_period) {
+    // A thread counts on its own stripe and reads the other stripes through a view at most
+    // one period (a few microseconds) old: calls another thread adds after this thread's
+    // view was read must steer this thread's picks once the view is read again.
+    for (const auto& name : both) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto balancer = this_balancer(name);
+            auto algorithm = load(name, balancer);
+            algorithm->release_node(pick(*algorithm, ab));  // this thread's view of ab is read
+            std::size_t other_stripe = 0;
+            std::jthread([&] {
+                other_stripe = rpclb::detail::this_thread_stripe();
+                for (int i = 0; i < 3; ++i) count(balancer, "a")->acquire();
+            }).join();
+            BOOST_TEST_REQUIRE(other_stripe != rpclb::detail::this_thread_stripe(),
+                               "the two threads must count on different stripes for this test");
+            BOOST_TEST(count(balancer, "a")->on_stripe(rpclb::detail::this_thread_stripe()) == 0);
+            // Poll with a deadline: the view is at most one period old, far below 2 s.
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+            std::string picked;
+            do {
+                picked = pick(*algorithm, ab);
+                algorithm->release_node(picked);
+            } while (picked != "b" && std::chrono::steady_clock::now() < deadline);
+            BOOST_TEST(picked == "b");
+            // From then on a counts 3 and b 0 (each pick is released): every pick is b.
+            int to_b = 0;
+            for (int i = 0; i < 50; ++i) {
+                picked = pick(*algorithm, ab);
+                algorithm->release_node(picked);
+                to_b += picked == "b";
+            }
+            BOOST_TEST(to_b == 50);
+            BOOST_TEST(count(balancer, "a")->value() == 3);
+            BOOST_TEST(count(balancer, "b")->value() == 0);
         }
     }
 }

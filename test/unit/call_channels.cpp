@@ -9,6 +9,7 @@
 #include "support/node.hpp"
 #include "support/wait.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -31,8 +32,10 @@ struct Pair {
         b = std::make_unique<rpclb::Cluster>(bo);
         b->register_function("t", "echo", [](const boost::json::array& args) -> rpclb::CallResult { return args; },
                              {.run_inline = true});
-        b->register_function("t", "sleep", [](const boost::json::array& args) -> rpclb::CallResult {
+        b->register_function("t", "sleep", [this](const boost::json::array& args) -> rpclb::CallResult {
+            ++sleeps_begun;
             std::this_thread::sleep_for(std::chrono::milliseconds(args.at(0).to_number<int>()));
+            ++sleeps_ended;
             return "slept";
         });
         b->start();
@@ -46,6 +49,10 @@ struct Pair {
     }
     rpclb::CallResult echo(int i) { return a->call(b_name, "t", "echo", boost::json::array{i, "abc"}); }
 
+    // b's "sleep" handler runs: how many runs have begun and ended (so tests wait for a
+    // request to be out, or an answer to be written, by polling rather than sleeping).
+    std::atomic<int> sleeps_begun{0};
+    std::atomic<int> sleeps_ended{0};
     std::unique_ptr<rpclb::Cluster> b;
     std::unique_ptr<rpclb::Cluster> a;
 };
@@ -123,8 +130,7 @@ BOOST_AUTO_TEST_CASE(stopping_the_caller_fails_a_call_waiting_on_a_channel_at_on
     rpclb::CallOptions o;
     o.timeout = 20s;
     auto waiting = std::async(std::launch::async, [&] { return p.a->call(b_name, "t", "sleep", boost::json::array{2500}, o); });
-    BOOST_TEST_REQUIRE(eventually([&] { return p.a->stats().channel_calls == 1u; }, 2s));
-    std::this_thread::sleep_for(100ms);  // the request is out
+    BOOST_TEST_REQUIRE(eventually([&] { return p.a->stats().channel_calls == 1u && p.sleeps_begun == 1; }, 2s));
     const auto began = std::chrono::steady_clock::now();
     p.a->stop();
     BOOST_TEST_REQUIRE((waiting.wait_for(3s) == std::future_status::ready));
@@ -141,8 +147,9 @@ BOOST_AUTO_TEST_CASE(a_peer_that_stops_fails_a_call_waiting_on_its_channel) {
     rpclb::CallOptions o;
     o.timeout = 20s;
     auto waiting = std::async(std::launch::async, [&] { return p.a->call(b_name, "t", "sleep", boost::json::array{2500}, o); });
-    BOOST_TEST_REQUIRE(eventually([&] { return p.b->stats().channels_open == 1u && p.a->stats().channel_calls == 1u; }, 2s));
-    std::this_thread::sleep_for(100ms);
+    BOOST_TEST_REQUIRE(eventually(
+        [&] { return p.b->stats().channels_open == 1u && p.a->stats().channel_calls == 1u && p.sleeps_begun == 1; },
+        2s));
     auto stopping = std::async(std::launch::async, [&] { p.b->stop(); });
     BOOST_TEST_REQUIRE((waiting.wait_for(3500ms) == std::future_status::ready));
     auto r = waiting.get();
@@ -184,7 +191,9 @@ BOOST_AUTO_TEST_CASE(a_late_answer_that_arrives_while_the_channel_is_idle_is_dro
     BOOST_TEST(first.error().code == rpclb::ErrorCode::request_timeout);
     auto second = p.a->call(b_name, "t", "sleep", boost::json::array{0});
     BOOST_TEST_REQUIRE(second.has_value(), second.error().message);
-    std::this_thread::sleep_for(500ms);  // the first call's late answer waits in the socket
+    // The first call's late answer is written once its handler ends, and waits in the socket.
+    BOOST_TEST_REQUIRE(eventually([&] { return p.sleeps_ended == 2; }, 2s));
+    std::this_thread::sleep_for(50ms);  // the answer's way through loopback, which nothing here can poll
     for (int i = 0; i < 3; ++i) {
         auto next = p.echo(i);
         BOOST_TEST_REQUIRE(next.has_value(), next.error().message);
@@ -222,12 +231,14 @@ BOOST_AUTO_TEST_CASE(a_channel_the_peer_closed_while_idle_is_retired) {
 // the mesh link gets what is left (before: the dial's time plus the whole timeout again).
 BOOST_AUTO_TEST_CASE(a_call_whose_channel_dial_stalls_keeps_its_deadline) {
     Pair p(true, 15s, true, 30s);
-    p.b->register_function("t", "block", [](const boost::json::array&) -> rpclb::CallResult {
+    std::atomic<bool> blocking{false};
+    p.b->register_function("t", "block", [&blocking](const boost::json::array&) -> rpclb::CallResult {
+        blocking = true;
         std::this_thread::sleep_for(3s);
         return 1;
     }, {.run_inline = true});
     BOOST_TEST_REQUIRE(p.a->cast(b_name, "t", "block", {}).has_value());  // b's network thread sleeps 3 s
-    std::this_thread::sleep_for(100ms);
+    BOOST_TEST_REQUIRE(eventually([&] { return blocking.load(); }, 2s));
     rpclb::CallOptions o;
     o.timeout = 1000ms;
     const auto began = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@
 #include "support/raw_peer.hpp"
 #include "support/wait.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -61,7 +62,9 @@ BOOST_AUTO_TEST_CASE(frames_queued_during_a_write_wait_for_the_next) {
 BOOST_AUTO_TEST_CASE(a_connection_that_fails_during_a_large_write_leaves_the_node_serving) {
     auto o = rpclb::test::in_process_node_options("a@127.0.0.1");
     rpclb::Cluster a(o);
-    a.register_function("t", "big", [](const boost::json::array&) -> rpclb::CallResult {
+    std::atomic<bool> answering{false};
+    a.register_function("t", "big", [&answering](const boost::json::array&) -> rpclb::CallResult {
+        answering = true;
         return boost::json::value(std::string(12u << 20, 'z'));
     });
     a.register_function("t", "ping", [](const boost::json::array&) -> rpclb::CallResult { return "pong"; });
@@ -70,9 +73,11 @@ BOOST_AUTO_TEST_CASE(a_connection_that_fails_during_a_large_write_leaves_the_nod
     {
         rpclb::test::RawPeer raw(port);
         BOOST_REQUIRE(!raw.handshake(rpclb::detail::wire::PeerInfo{"r@127.0.0.1", "inc-r", "", true}, o.cookie));
+        const auto sent = a.stats().frames_sent;
         raw.send(rpclb::detail::wire::Request{1, "t", "big", {}, ""});
         // Never read the answer: the node's write of 12 MiB stalls on a full socket buffer.
-        std::this_thread::sleep_for(300ms);
+        // It starts as the handler returns; the frames sent so far show it under way.
+        BOOST_REQUIRE(rpclb::test::eventually([&] { return answering.load() && a.stats().frames_sent > sent; }, 5s));
     }  // the raw peer's socket closes under the write
     auto b_options = rpclb::test::in_process_node_options(
         "b@127.0.0.1", {"127.0.0.1:" + std::to_string(port)});

@@ -74,7 +74,7 @@ public:
     /// the snapshot's table when it has one, else by name.
     void release(const MemberSnapshot& members, std::size_t index) noexcept {
         if (const CountTable* table = cached(members)) [[likely]]
-            table->counts[index]->release();
+            table->counts[index]->release(this_thread_stripe());
         else
             release(members.nodes[index]);
     }
@@ -98,9 +98,11 @@ private:
 /// power_of_two; seed §2.4, §2.5, §10.4): their counts, their `release_node` and
 /// `on_node_change`, and the frame of their picks.
 ///
-/// Each member's count is one atomic (AlgorithmState::in_flight), shared by every thread:
-/// a pick reads the counts it compares and adds its call with one `fetch_add`; a release,
-/// from any thread, takes one off with a compare-exchange that stops at zero. A member that
+/// Each member's count is a detail::InFlight (AlgorithmState::in_flight), shared by every
+/// thread and striped by thread: a pick compares estimates (detail::StripeViews: its own
+/// stripe now, the others as of at most one view period ago) and adds its call to its own
+/// stripe with one `fetch_add`; a release, from any thread, takes one off with a
+/// compare-exchange that stops at zero. A member that
 /// leaves (`on_node_change(left, nodes)`) has its count reset to 0 and forgotten; `joined`
 /// changes nothing (an unknown member counts 0). Choosing and counting are two steps, so
 /// two concurrent picks may choose the same member (as in the seed).
@@ -129,8 +131,9 @@ public:
 protected:
     /// The frame of a pick: `service_unavailable` for an empty list (§10.6),
     /// `internal_server_error` when memory ran out building the count table, else the
-    /// index `choose(table)` returns, counted as one more call in flight. `table.counts`
-    /// is index-aligned with `members.nodes` and not empty.
+    /// index `choose(estimate, size)` returns, counted as one more call in flight.
+    /// `estimate(i)` is the picking thread's estimate of the calls in flight on
+    /// `members.nodes[i]` (StripeViews::estimate); `size` is the number of members, > 0.
     template <class Choose>
     Result<std::size_t> pick_counted(const MemberSnapshot& members, Choose&& choose) {
         if (members.nodes.empty()) return empty_members_error(counts_.balancer());
@@ -141,8 +144,13 @@ protected:
             if (!built) return table_build_error(counts_.balancer());
             table = built.get();
         }
-        const std::size_t chosen = choose(*table);
-        table->counts[chosen]->acquire();
+        const std::size_t stripe = this_thread_stripe();
+        table->views.refresh(table->counts, stripe);
+        const auto estimate = [table, stripe](std::size_t i) noexcept {
+            return table->views.estimate(table->counts, stripe, i);
+        };
+        const std::size_t chosen = choose(estimate, table->counts.size());
+        table->counts[chosen]->acquire(stripe);
         return chosen;
     }
 
