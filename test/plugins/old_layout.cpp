@@ -1,6 +1,6 @@
-// A plugin built against the previous plugin ABI (for version 4: one that took the whole
-// Cluster through AlgorithmContext::cluster instead of the AlgorithmHost, with the shorter
-// SnapshotCache; version.hpp lists what each version changed): its handshake reports the
+// A plugin built against the previous plugin ABI (for version 5: one whose counting
+// algorithms read a one-word detail::InFlight and a CountTable without views; version.hpp
+// lists what each version changed): its handshake reports the
 // ABI version it was built with, one less than this rpclb's, and the loader must refuse
 // it, naming both versions, before calling its factory. The handshake is written by hand
 // because RPCLB_PLUGIN always exports the version of the headers it is compiled with.
