@@ -62,7 +62,10 @@ struct ClusterOptions {
     /// How often unconnected seeds are dialled again. Default 1 s.
     std::chrono::milliseconds reconnect_interval{1000};
     /// Longest wait in stop() for calls this node is serving to finish (after its
-    /// balancers have left and drained) before connections close. Default 15 s.
+    /// balancers have left and drained) before connections close. Handlers still queued on
+    /// the worker pool when it has passed are dropped unrun (their callers' calls fail with
+    /// the closing connection; local calls with "node stopping"); running ones finish.
+    /// Default 15 s.
     std::chrono::milliseconds stop_timeout{15000};
     /// Largest frame sent or accepted, in bytes. Default 16 MiB.
     std::size_t max_message_size = 16u * 1024u * 1024u;

@@ -112,7 +112,9 @@ void Cluster::Impl::stop() {
     rpc.wait_idle(drain_deadline);
     mesh.say_goodbye(std::chrono::seconds(2));
     if (!rpc.wait_idle(drain_deadline))
-        RPCLB_LOG("rpc", warning) << rpc.serving() << " served calls still running after stop_timeout";
+        RPCLB_LOG("rpc", warning) << rpc.abandon_queued()
+                                  << " served calls still running or queued after stop_timeout: those not "
+                                     "started yet are dropped, the running ones finish";
     router.stop_sending();  // new calls to other nodes fail at once from here
     channels.stop();        // calls still waiting on a channel fail now, as on a closing link
     mesh.close_all(std::chrono::seconds(2));  // aborts what the peer does not close in time

@@ -126,6 +126,8 @@ void RpcServer::run_local(std::string module, std::string function, boost::json:
     }
     asio::post(workers_, [this, entry = std::move(entry), module = std::move(module), function = std::move(function),
                           args = std::move(args), done = std::move(done)] {
+        if (skip_abandoned())
+            return done(call_failure(Failure::node_stopping, options_.name, module, function), false);
         bool threw = false;
         auto result = run(entry.get(), module, function, args, &threw);
         done(std::move(result), threw);
@@ -184,8 +186,10 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     }
     asio::post(workers_, [this, c, balancer = std::move(balancer), entry = std::move(entry),
                           request = std::move(request)]() mutable {
-        auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
-        c->send(answer(request.id, std::move(result), request.module, request.function, c->spare_buffer()));
+        if (!skip_abandoned()) {
+            auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
+            c->send(answer(request.id, std::move(result), request.module, request.function, c->spare_buffer()));
+        }
         if (balancer) balancer->release_served();
         end_serving();
     });
@@ -196,14 +200,28 @@ void RpcServer::serve_cast(wire::Cast&& cast) {
     auto entry = find(cast.module, cast.function);
     const bool here = runs_inline(entry.get());
     auto run_cast = [this, entry = std::move(entry), cast = std::move(cast)] {
-        auto result = run(entry.get(), cast.module, cast.function, cast.args, nullptr);
-        if (!result)
-            RPCLB_LOG("rpc", debug) << "cast " << cast.module << "." << cast.function
-                                    << " failed: " << result.error().message;
+        if (!skip_abandoned()) {
+            auto result = run(entry.get(), cast.module, cast.function, cast.args, nullptr);
+            if (!result)
+                RPCLB_LOG("rpc", debug) << "cast " << cast.module << "." << cast.function
+                                        << " failed: " << result.error().message;
+        }
         end_serving();
     };
     if (here) return run_cast();
     asio::post(workers_, std::move(run_cast));
+}
+
+std::int64_t RpcServer::abandon_queued() noexcept {
+    abandoned_.store(true);
+    return serving_.load();
+}
+
+bool RpcServer::skip_abandoned() noexcept {
+    if (!abandoned_.load(std::memory_order_relaxed)) [[likely]]
+        return false;
+    abandoned_runs_.fetch_add(1, std::memory_order_relaxed);
+    return true;
 }
 
 void RpcServer::end_serving() {

@@ -54,6 +54,15 @@ public:
     /// Returns false on timeout.
     bool wait_idle(std::chrono::steady_clock::time_point deadline);
     std::int64_t serving() const noexcept { return serving_.load(); }
+    /// The node's stop gave up waiting (stop_timeout passed): from now on a handler queued
+    /// on the worker pool that has not started is not run. A request's answer would go to
+    /// a connection that is closing, whose caller has failed the call; a cast is dropped;
+    /// a local call completes with `service_unavailable` "node stopping". Handlers already
+    /// running finish. Returns how many were queued then (requests, casts and local calls
+    /// not yet started or still running).
+    std::int64_t abandon_queued() noexcept;
+    /// Handler runs skipped by abandon_queued, so far.
+    std::uint64_t abandoned_runs() const noexcept { return abandoned_runs_.load(); }
     std::uint64_t slow_inline_runs() const noexcept { return slow_inline_runs_.load(); }
 
 private:
@@ -80,6 +89,8 @@ private:
     std::string answer(std::uint64_t id, CallResult result, std::string_view module, std::string_view function,
                        std::string buffer) const;
     void begin_serving() noexcept { serving_.fetch_add(1); }
+    /// True (and counted) when abandon_queued was called: a queued handler skips its run.
+    bool skip_abandoned() noexcept;
     void end_serving();
 
     const ClusterOptions& options_;
@@ -90,6 +101,8 @@ private:
     std::atomic<std::int64_t> serving_{0};  // requests and casts received, not yet answered
     mutable std::atomic<std::uint64_t> slow_inline_runs_{0};
     std::atomic<int> idle_waiters_{0};  // threads in wait_idle
+    std::atomic<bool> abandoned_{false};  // abandon_queued was called
+    std::atomic<std::uint64_t> abandoned_runs_{0};
     std::mutex idle_mutex_;
     std::condition_variable idle_;
 };

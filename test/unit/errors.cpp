@@ -253,3 +253,48 @@ BOOST_FIXTURE_TEST_CASE(async_call_completes_through_callback, Fixture) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// Found by review: once a node's stop has waited stop_timeout for the calls it serves, the
+// handlers still queued on its worker pool are dropped, not run one by one for callers
+// whose calls already failed with the closing connection (100 queued 100 ms handlers kept
+// a stop with a 500 ms stop_timeout busy for 9.7 s). Local calls among them complete with
+// "node stopping"; every caller gets an answer or an error.
+BOOST_AUTO_TEST_CASE(stop_drops_handlers_still_queued_after_stop_timeout) {
+    std::atomic<int> ran{0};
+    auto so = node_options("busy@127.0.0.1");
+    so.stop_timeout = 300ms;
+    so.worker_threads = 1;
+    rpclb::Cluster server(so);
+    server.register_function("t", "sleep", [&ran](const boost::json::array&) -> rpclb::CallResult {
+        std::this_thread::sleep_for(100ms);
+        ++ran;
+        return nullptr;
+    });
+    server.start();
+    auto co = node_options("caller@127.0.0.1");
+    co.seeds = {"127.0.0.1:" + std::to_string(server.listen_endpoint()->port())};
+    rpclb::Cluster client(co);
+    client.start();
+    BOOST_REQUIRE(eventually([&] { return client.connected_nodes().size() == 1; }, 5s));
+
+    constexpr int remote = 60;
+    constexpr int local = 5;
+    std::atomic<int> completed{0};
+    std::atomic<int> local_stopping{0};
+    for (int i = 0; i < remote; ++i)
+        client.async_call("busy@127.0.0.1", "t", "sleep", {}, {.timeout = 30s}, [&](rpclb::CallResult) { ++completed; });
+    BOOST_REQUIRE(eventually([&] { return ran.load() >= 1; }, 5s));  // the rest queue behind the first
+    for (int i = 0; i < local; ++i)
+        server.async_call("busy@127.0.0.1", "t", "sleep", {}, {.timeout = 30s}, [&](rpclb::CallResult r) {
+            if (!r && r.error().is(rpclb::Failure::node_stopping)) ++local_stopping;
+            ++completed;
+        });
+    const auto began = std::chrono::steady_clock::now();
+    server.stop();
+    const auto took = std::chrono::steady_clock::now() - began;
+    // 300 ms of stop_timeout and the goodbye, not the 6.5 s the whole backlog would take.
+    BOOST_TEST(ran.load() < 30);
+    BOOST_TEST((took < 3s), std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+    BOOST_TEST(eventually([&] { return completed.load() == remote + local; }, 5s));
+    BOOST_TEST(local_stopping.load() == local);
+}
