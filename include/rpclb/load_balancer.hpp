@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -235,7 +236,9 @@ public:
     std::vector<std::pair<std::string, std::int64_t>> in_flight_by_member() const;
     /// Counts a call routed here by this balancer while this node runs it.
     void track_served() noexcept { serving_.fetch_add(1); }
-    void release_served() noexcept { serving_.fetch_sub(1); }
+    void release_served() noexcept {
+        if (serving_.fetch_sub(1) == 1) wake_drain();
+    }
 
     /// The announcement this balancer joins with: {"algorithm": ..., "algorithm_opts": ...}.
     boost::json::object announcement() const;
@@ -282,6 +285,12 @@ private:
     mutable std::mutex member_calls_mutex_;
     std::map<std::string, std::int64_t, std::less<>> member_calls_;
     std::atomic<std::int64_t> serving_{0};
+    // stop() waits on drained_ until in_flight_ + serving_ is 0; a release that brings
+    // either to 0 wakes it, taking the mutex only while a stop waits (drain_waiters_).
+    std::atomic<int> drain_waiters_{0};
+    std::mutex drain_mutex_;
+    std::condition_variable drained_;
+    void wake_drain() noexcept;
     std::vector<std::shared_ptr<Service>> services_;
     std::uint64_t monitor_id_ = 0;
     std::uint64_t announcement_monitor_id_ = 0;  // routing-only: Groups::monitor_announcements
