@@ -394,7 +394,8 @@ std::vector<std::string> hosting_nodes(Context& c, const std::string& balancer) 
 json::object json_object_argument(const std::string& text, std::string_view what) {
     boost::system::error_code ec;
     auto value = json::parse(text, ec);
-    if (ec || !value.is_object()) throw Usage{std::string(what) + " must be a JSON object"};
+    if (ec) throw Usage{std::string(what) + " is not JSON: " + ec.message()};
+    if (!value.is_object()) throw Usage{std::string(what) + " must be a JSON object"};
     // Boost.JSON reads 1e400 as infinity and would write it as `Infinity`, which is not
     // JSON: what does not read back is refused here, as the node would refuse it.
     json::parse(json::serialize(value), ec);

@@ -347,6 +347,13 @@ BOOST_FIXTURE_TEST_CASE(command_line_errors_exit_2, Harness) {
         const auto r = run_admin(dir(), args);
         BOOST_TEST(r.status == 2, slurp(r));
     }
+    // Text that is not JSON is called that, not "must be a JSON object" (found by review).
+    const auto cut = run_admin(dir(), {"--admin", "127.0.0.1:1", "balancer", "set-options", "w", R"({"a":)"});
+    BOOST_TEST(cut.status == 2, slurp(cut));
+    BOOST_TEST(cut.err.find("is not JSON") != std::string::npos, cut.err);
+    const auto array = run_admin(dir(), {"--admin", "127.0.0.1:1", "balancer", "set-options", "w", "[1]"});
+    BOOST_TEST(array.status == 2, slurp(array));
+    BOOST_TEST(array.err.find("must be a JSON object") != std::string::npos, array.err);
     const auto r = run_admin(dir(), {"--admin", "127.0.0.1:1", "nodes"});
     BOOST_TEST(r.status == 1, slurp(r));
     BOOST_TEST(r.err.find("cannot connect") != std::string::npos, r.err);

@@ -227,6 +227,8 @@ BOOST_AUTO_TEST_CASE(config_admin_section_errors_name_the_field) {
     BOOST_TEST(c.error().details.at("field") == "admin");
 }
 
+// The servers here are constructed, never started: the address is checked, nothing binds
+// (so 0.0.0.0 below opens no port).
 BOOST_AUTO_TEST_CASE(non_loopback_address_without_token_is_refused) {
     rpclb::ClusterOptions o;
     o.name = "a@127.0.0.1";
