@@ -53,7 +53,7 @@ public:
                              o.retry_sleep};
         // The seed's span covers direct and load-balanced calls from the start, retry
         // sleeps included; a random-node helper's span is its inner direct call's.
-        if (!spec_.filter) begin_span(spec_.node, spec_.options.load_balancer);
+        if (!spec_.filter && open_span(spec_.node, spec_.options.load_balancer)) emit_span_start();
     }
 
     // A blocking caller would otherwise wait forever for an operation dropped unrun (its
@@ -114,12 +114,12 @@ private:
     // Sends to `target`; `balancer` (if any) has counted the call and is released after.
     void dispatch(std::string target, std::shared_ptr<LoadBalancer> balancer, bool picked,
                   bool on_caller_thread) {
-        if (spec_.options.peer) *spec_.options.peer = target;
         auto release = [balancer, picked, target]() {
             if (!balancer) return;
             if (picked) balancer->release_node(target);
             balancer->release_call(target);
         };
+        if (!claim(target)) return release();  // cancelled on another thread meanwhile
         if (target == router_->options().name) {
             // Local: the handler runs here, never over the network, and is never refused.
             // Once the node closes (its worker pool is about to be joined), only a blocking
@@ -146,7 +146,6 @@ private:
                                      });
             return;
         }
-        if (spec_.filter) begin_span(target, {});
         // A load-balanced call may have to be sent again (after `draining`): keep the args.
         const bool may_resend = picked && spec_.kind == Spec::Kind::call;
         auto args = may_resend ? spec_.args : std::move(spec_.args);
@@ -229,8 +228,26 @@ private:
         });
     }
 
+    // Records `target` as this attempt's (CallOptions::peer; a random-node helper's span)
+    // unless the call has finished, e.g. cancelled on another thread: false then, and the
+    // attempt sends nothing. Only calls that record something take the lock; finish()
+    // takes it too, so these writes never overlap the completion that reads them.
+    bool claim(const std::string& target) {
+        if (!spec_.options.peer && !spec_.filter) return !finished_.load();
+        bool emit = false;
+        {
+            std::lock_guard lock(claim_mutex_);
+            if (finished_.load()) return false;
+            if (spec_.options.peer) *spec_.options.peer = target;
+            if (spec_.filter) emit = open_span(target, {});
+        }
+        if (emit) emit_span_start();
+        return true;
+    }
+
     void finish(CallResult result) {
         if (finished_.exchange(true)) return;  // cancelled first, or the other way round
+        if (spec_.options.peer || spec_.filter) std::lock_guard wait_for_claim(claim_mutex_);
         end_span(result);
         auto done = std::move(done_);
         done_ = nullptr;
@@ -238,13 +255,19 @@ private:
     }
 
     // rpc.start / rpc.stop / rpc.exception (seed §5.1), only while someone listens.
-    void begin_span(std::string_view node, std::string_view balancer) {
-        auto& bus = router_->bus();
-        if (!bus.active() || spanned_) return;
+    // Opens the span when someone listens and none is open; true when rpc.start is to be
+    // emitted (emit_span_start, with no lock held).
+    bool open_span(std::string_view node, std::string_view balancer) {
+        if (!router_->bus().active() || spanned_) return false;
         spanned_ = true;
         span_node_ = std::string(node);
         span_balancer_ = std::string(balancer);
         span_start_ = std::chrono::steady_clock::now();
+        return true;
+    }
+
+    void emit_span_start() {
+        auto& bus = router_->bus();
         Event e = span_event(EventName::rpc_start);
         e.system_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
@@ -282,6 +305,7 @@ private:
     Spec spec_;
     std::function<void(CallResult)> done_;
     std::atomic<bool> finished_{false};
+    std::mutex claim_mutex_;  // claim() against finish(), for calls with a peer or a filter
     bool call_directly_ = false;
     RetryPolicy retry_;
     int reselections_ = 0;
