@@ -5,12 +5,12 @@
 #include <rpclb/node_filter.hpp>
 #include <rpclb/selection_algorithm.hpp>
 #include <rpclb/service.hpp>
+#include <rpclb/detail/zero_waiter.hpp>
 
 #include <boost/json/object.hpp>
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -237,7 +237,7 @@ public:
     /// Counts a call routed here by this balancer while this node runs it.
     void track_served() noexcept { serving_.fetch_add(1); }
     void release_served() noexcept {
-        if (serving_.fetch_sub(1) == 1) wake_drain();
+        if (serving_.fetch_sub(1) == 1) drained_.wake();
     }
 
     /// The announcement this balancer joins with: {"algorithm": ..., "algorithm_opts": ...}.
@@ -285,12 +285,9 @@ private:
     mutable std::mutex member_calls_mutex_;
     std::map<std::string, std::int64_t, std::less<>> member_calls_;
     std::atomic<std::int64_t> serving_{0};
-    // stop() waits on drained_ until in_flight_ + serving_ is 0; a release that brings
-    // either to 0 wakes it, taking the mutex only while a stop waits (drain_waiters_).
-    std::atomic<int> drain_waiters_{0};
-    std::mutex drain_mutex_;
-    std::condition_variable drained_;
-    void wake_drain() noexcept;
+    // stop() waits until in_flight_ + serving_ is 0; a release that brings either to 0
+    // wakes it.
+    detail::ZeroWaiter drained_;
     std::vector<std::shared_ptr<Service>> services_;
     std::uint64_t monitor_id_ = 0;
     std::uint64_t announcement_monitor_id_ = 0;  // routing-only: Groups::monitor_announcements

@@ -144,13 +144,7 @@ void LoadBalancer::stop() noexcept {
     drain.in_flight = outstanding();
     if (bus.active()) bus.emit(drain);
     const auto deadline = began + options_.drain_timeout;
-    drain_waiters_.fetch_add(1);  // before the check: a release then sees it and wakes us
-    bool drained = false;
-    {
-        std::unique_lock lock(drain_mutex_);
-        drained = drained_.wait_until(lock, deadline, [&] { return outstanding() <= 0; });
-    }
-    drain_waiters_.fetch_sub(1);
+    const bool drained = drained_.wait_until(deadline, [&] { return outstanding() <= 0; });
     if (!drained)
         RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": " << in_flight_.load()
                                        << " calls sent and " << serving_.load()
@@ -384,16 +378,8 @@ void LoadBalancer::track_call(std::string_view node) {
     in_flight_.fetch_add(1);
 }
 
-void LoadBalancer::wake_drain() noexcept {
-    // Both counters and drain_waiters_ are sequentially consistent: either this sees the
-    // waiter, or the waiter, which counts itself before it checks, sees the count at 0.
-    if (drain_waiters_.load() == 0) return;
-    { std::lock_guard lock(drain_mutex_); }  // the waiter is checking or waiting, not between
-    drained_.notify_all();
-}
-
 void LoadBalancer::release_call(std::string_view node) noexcept {
-    if (in_flight_.fetch_sub(1) == 1) wake_drain();
+    if (in_flight_.fetch_sub(1) == 1) drained_.wake();
     std::lock_guard lock(member_calls_mutex_);
     const auto it = member_calls_.find(node);
     if (it == member_calls_.end()) return;

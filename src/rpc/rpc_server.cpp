@@ -217,30 +217,14 @@ std::int64_t RpcServer::abandon_queued() noexcept {
     return serving_.load();
 }
 
-bool RpcServer::skip_abandoned() noexcept {
-    if (!abandoned_.load(std::memory_order_relaxed)) [[likely]]
-        return false;
-    abandoned_runs_.fetch_add(1, std::memory_order_relaxed);
-    return true;
-}
+bool RpcServer::skip_abandoned() const noexcept { return abandoned_.load(std::memory_order_relaxed); }
 
 void RpcServer::end_serving() {
-    // The lock and the wake-up only when someone waits (a stop): not on every call. Both
-    // counters are sequentially consistent, so either this sees the waiter, or the
-    // waiter, which counts itself before it reads serving_, sees 0.
-    if (serving_.fetch_sub(1) != 1 || idle_waiters_.load() == 0) return;
-    {
-        std::lock_guard lock(idle_mutex_);  // wait_idle checks under this lock
-    }
-    idle_.notify_all();
+    if (serving_.fetch_sub(1) == 1) idle_.wake();
 }
 
 bool RpcServer::wait_idle(std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock lock(idle_mutex_);
-    idle_waiters_.fetch_add(1);
-    const bool idle = idle_.wait_until(lock, deadline, [this] { return serving_.load() <= 0; });
-    idle_waiters_.fetch_sub(1);
-    return idle;
+    return idle_.wait_until(deadline, [this] { return serving_.load() <= 0; });
 }
 
 }  // namespace rpclb::detail

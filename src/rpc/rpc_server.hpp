@@ -5,12 +5,12 @@
 #include "membership/mesh.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/detail/zero_waiter.hpp>
 
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -61,8 +61,6 @@ public:
     /// running finish. Returns how many were queued then (requests, casts and local calls
     /// not yet started or still running).
     std::int64_t abandon_queued() noexcept;
-    /// Handler runs skipped by abandon_queued, so far.
-    std::uint64_t abandoned_runs() const noexcept { return abandoned_runs_.load(); }
     std::uint64_t slow_inline_runs() const noexcept { return slow_inline_runs_.load(); }
 
 private:
@@ -89,8 +87,8 @@ private:
     std::string answer(std::uint64_t id, CallResult result, std::string_view module, std::string_view function,
                        std::string buffer) const;
     void begin_serving() noexcept { serving_.fetch_add(1); }
-    /// True (and counted) when abandon_queued was called: a queued handler skips its run.
-    bool skip_abandoned() noexcept;
+    /// True when abandon_queued was called: a queued handler skips its run.
+    bool skip_abandoned() const noexcept;
     void end_serving();
 
     const ClusterOptions& options_;
@@ -100,11 +98,8 @@ private:
     std::mutex edit_mutex_;  // serialises registrations (never taken when serving)
     std::atomic<std::int64_t> serving_{0};  // requests and casts received, not yet answered
     mutable std::atomic<std::uint64_t> slow_inline_runs_{0};
-    std::atomic<int> idle_waiters_{0};  // threads in wait_idle
     std::atomic<bool> abandoned_{false};  // abandon_queued was called
-    std::atomic<std::uint64_t> abandoned_runs_{0};
-    std::mutex idle_mutex_;
-    std::condition_variable idle_;
+    ZeroWaiter idle_;                     // wait_idle: serving_ at 0
 };
 
 }  // namespace rpclb::detail
