@@ -7,7 +7,9 @@
 //                     bench.echo(ARGS) in flight to a node serving it inline (--serve),
 //                     all on the one connection between them, through Cluster::async_call
 //                     with a plain callback that issues the next call when one completes
-//                     (no thread per call);
+//                     (no thread per call); the callback runs on the client's network
+//                     thread (CallOptions::run_completion_inline), or with `--completion
+//                     pool` on its worker pool (the default of async_call);
 //   raw_pipelined     the floor: ARGS as JSON text with a 4-byte length prefix, `--inflight`
 //                     of them outstanding on one socket, each sent with one write system
 //                     call, by one client thread; echoed by a blocking server that reads
@@ -188,11 +190,12 @@ private:
 };
 
 /// `inflight` rpclb calls kept in flight by completion callbacks: each completion (on the
-/// client's worker pool) issues the next call until the block's deadline, then the block
-/// ends when the last one completes. Lives as long as the Cluster's threads may call it.
+/// client's network thread, or with `pool` on its worker pool) issues the next call until
+/// the block's deadline, then the block ends when the last one completes. Lives as long as
+/// the Cluster's threads may call it.
 class RpclbPipeline {
 public:
-    explicit RpclbPipeline(rpclb::Cluster& cluster) : cluster_(cluster) {}
+    RpclbPipeline(rpclb::Cluster& cluster, bool pool) : cluster_(cluster) { options_.run_completion_inline = !pool; }
 
     Block run(const json::array& args, long inflight, std::chrono::milliseconds duration) {
         {
@@ -217,7 +220,7 @@ public:
 private:
     // issued_ was counted by the caller, under the lock.
     void issue() {
-        cluster_.async_call(server_node, "bench", "echo", args_, {},
+        cluster_.async_call(server_node, "bench", "echo", args_, options_,
                             [this](rpclb::CallResult result) { complete(std::move(result)); });
     }
 
@@ -247,6 +250,7 @@ private:
     }
 
     rpclb::Cluster& cluster_;
+    rpclb::CallOptions options_;
     std::mutex mutex_;
     std::condition_variable done_;
     json::array args_;  // written only while no call is in flight
@@ -264,6 +268,7 @@ struct Options {
     long inflight = 64;
     long tool_calls = 20000;
     bool tools = true;
+    bool pool = false;  // --completion pool
     std::string bin_dir;
     std::string payload = "all";  // small, 1k, 64k or all
     bool pin = true;
@@ -337,7 +342,8 @@ void print_cost(const char* label, std::size_t payload, const Tally& t) {
 int run_client(const Options& o) {
     bench::print_run_header("rpc_throughput",
                             "duration_ms=" + std::to_string(o.duration_ms) + " rounds=" +
-                                std::to_string(o.rounds) + " inflight=" + std::to_string(o.inflight),
+                                std::to_string(o.rounds) + " inflight=" + std::to_string(o.inflight) +
+                                " completion=" + (o.pool ? "pool" : "inline"),
                             o.pin);
     const std::optional<int> cpu = o.pin ? std::optional<int>(o.cpu) : std::nullopt;
 
@@ -370,7 +376,7 @@ int run_client(const Options& o) {
     rpclb::Cluster cluster(std::move(options));
     cluster.start();
     bench::wait_connected(cluster, server_node);
-    RpclbPipeline rpc(cluster);
+    RpclbPipeline rpc(cluster, o.pool);
 
     const std::chrono::milliseconds duration(o.duration_ms);
     std::vector<std::array<Tally, 2>> tallies(payloads.size());  // [0] raw, [1] rpclb
@@ -422,11 +428,14 @@ void usage() {
     std::puts(
         "rpc_throughput [--duration-ms N] [--rounds N] [--inflight N] [--pin|--no-pin] [--cpu N]\n"
         "               [--bin-dir DIR] [--tool-calls N] [--no-tools] [--payload P]\n"
+        "               [--completion inline|pool]\n"
         "  Calls per second with N calls in flight on one connection: rpclb (async_call,\n"
         "  inline echo) against a raw pipelined TCP echo, for three payload sizes.\n"
         "  --duration-ms N  length of each timed block (default 1000)\n"
         "  --rounds N       alternating raw/rpclb blocks per payload (default 3)\n"
         "  --inflight N     calls in flight (default 64)\n"
+        "  --completion C   where rpclb's completions run: inline (the network thread,\n"
+        "                   CallOptions::run_completion_inline; default) or pool (the worker pool)\n"
         "  --pin            pin client and servers to one CPU (default)\n"
         "  --no-pin         let the kernel place them\n"
         "  --cpu N          the CPU to pin to (default 0)\n"
@@ -456,6 +465,11 @@ int main(int argc, char** argv) {
             else if (a == "--tool-calls") o.tool_calls = bench::parse_count("--tool-calls", next(), 1);
             else if (a == "--bin-dir") o.bin_dir = next();
             else if (a == "--no-tools") o.tools = false;
+            else if (a == "--completion") {
+                const std::string c = next();
+                if (c != "inline" && c != "pool") die("--completion takes inline or pool, not " + c);
+                o.pool = c == "pool";
+            }
             else if (a == "--payload") {
                 o.payload = next();
                 if (o.payload != "all" && o.payload != "small" && o.payload != "1k" && o.payload != "64k")

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -88,15 +89,24 @@ inline bool read(const boost::json::value& v, boost::json::object& out) {
     return o != nullptr;
 }
 
+// Moves a container out of a decoded document. `out` is move-constructed, not
+// move-assigned: it then takes the document's storage (a large frame's is the
+// BlockCache), where an assignment between different storages would copy every element.
+template <class Container>
+void adopt(Container& out, Container& from) noexcept {
+    std::destroy_at(&out);
+    std::construct_at(&out, std::move(from));
+}
+
 inline bool read(boost::json::value& v, boost::json::object& out) {
     auto* o = v.if_object();
-    if (o) out = std::move(*o);
+    if (o) adopt(out, *o);
     return o != nullptr;
 }
 
 inline bool read(boost::json::value& v, boost::json::array& out) {
     auto* a = v.if_array();
-    if (a) out = std::move(*a);
+    if (a) adopt(out, *a);
     return a != nullptr;
 }
 

@@ -140,6 +140,22 @@ struct CallOptions {
     std::optional<std::size_t> retry_count;
     /// Wait between attempts. Default 5 s (seed; per call only).
     std::chrono::milliseconds retry_sleep{5000};
+    /// For async_call() and async_call_on_random_node(): run the completion handler on
+    /// the network thread that completes the call (the one that read the answer, or whose
+    /// deadline timer fired, or that saw the connection drop) instead of handing it to the
+    /// worker pool: no thread hand-off on the calling side, the client-side twin of
+    /// HandlerOptions::run_inline (gRPC's callback API runs its reactions on its own
+    /// threads the same way). Applies only to a handler with no executor of its own (an
+    /// associated executor is always used) and only to completions that happen on a
+    /// network thread; a call that completes inside async_call() (one that fails at once)
+    /// or on another thread is handed to the worker pool as usual, so a handler that
+    /// starts the next call never recurses. The handler must not block and must not
+    /// throw: while it runs, no other frame of that connection (nor, with one network
+    /// thread, of any connection) is read. A blocking call() from it fails at once with
+    /// `internal_server_error` "blocking call from a network thread would deadlock", as
+    /// from an inline handler. It may start
+    /// further async calls. Ignored by blocking calls. Default false.
+    bool run_completion_inline = false;
 };
 
 /// A registered function: takes the call's JSON array of arguments, returns a JSON value

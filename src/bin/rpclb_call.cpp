@@ -59,8 +59,10 @@ std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
 constexpr long max_concurrency = 65536;
 
 /// Keeps up to `concurrency` calls in flight with Cluster::async_call: each of that many
-/// slots issues its next call from the completion of its previous one (on the client's
-/// worker pool), so no thread waits per call. run() returns once `count` calls completed.
+/// slots issues its next call from the completion of its previous one, so no thread waits
+/// per call. The completions run on the client's network thread
+/// (CallOptions::run_completion_inline: they only count and start the next call), or on
+/// its worker pool when they happen elsewhere. run() returns once `count` calls completed.
 class CallLoop {
 public:
     struct Spec {
@@ -107,6 +109,7 @@ private:
         auto options = spec_.options;
         slot.peer.clear();
         options.peer = &slot.peer;
+        options.run_completion_inline = true;
         slot.start = steady_clock::now();
         cluster_.async_call(spec_.node, spec_.module, spec_.function, spec_.args, std::move(options),
                             [this, &slot](rpclb::CallResult result) { complete(slot, std::move(result)); });

@@ -227,6 +227,7 @@ void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec s
         asio::any_completion_executor work;
         Workers workers;
         bool on_workers = false;  // `work` is the node's worker pool
+        bool complete_inline = false;  // CallOptions::run_completion_inline, and on_workers
         std::atomic<bool> initiating{true};  // router.start() has not returned yet
         asio::cancellation_slot slot;
         std::atomic<std::shared_ptr<detail::CallOperation>> operation;
@@ -239,6 +240,7 @@ void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec s
                                                     : workers;
     auto executor = asio::get_associated_executor(handler, fallback);
     state->on_workers = executor == workers;
+    state->complete_inline = state->on_workers && spec.options.run_completion_inline;
     state->work = asio::prefer(std::move(executor), asio::execution::outstanding_work.tracked);
     // swap, not move-assignment: Boost 1.81's any_completion_handler::operator=(&&) wraps
     // the handler in itself (recursively) instead of moving it.
@@ -265,6 +267,10 @@ void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec s
             if (runtime.workers_stopped()) return asio::post(asio::system_executor(), std::move(f));
             asio::require(state->workers, asio::execution::blocking.never).execute(std::move(f));
         };
+        // Opted in: on the network thread that completes the call, where no rpclb lock is
+        // held (reply, deadline and drop are all handled on the connection's strand).
+        if (state->complete_inline && !state->initiating.load() && runtime.on_network_thread())
+            return complete();
         if (state->on_workers) return later(std::move(complete));
         // Another executor (the handler's own). Completing inside async_call, on the
         // caller's thread, it could run the handler in place: go round `later` first.

@@ -1,4 +1,5 @@
 #include "transport/connection.hpp"
+#include "transport/block_cache.hpp"
 #include "transport/tls.hpp"
 
 #include "json_fields.hpp"
@@ -256,13 +257,18 @@ void Connection::on_read(std::size_t) {
     std::string failure;
     if (established_) {
         // Once established a message may hold several frames (a batch, wire::Hello::batch):
-        // every frame it brought is handled before the next read.
+        // every frame it brought is handled before the next read, and the frames they
+        // queue go out together after the last (one write instead of one per frame, when
+        // inline handlers answer or inline completions start the next calls).
+        handling_read_ = true;
         while (failure.empty() && !closed_) {
             const auto end = text.find(wire::batch_separator);
             failure = on_frame_text(text.substr(0, end));
             if (end == std::string_view::npos) break;
             text.remove_prefix(end + 1);
         }
+        handling_read_ = false;
+        write_next();
     } else {
         failure = on_frame_text(text);
     }
@@ -363,7 +369,7 @@ ErrorMessage Connection::overloaded(std::string_view module, std::string_view fu
 }
 
 void Connection::write_next() {
-    if (queue_.writing() || !open_ || closed_) return;
+    if (queue_.writing() || !open_ || closed_ || handling_read_) return;
     if (queue_.idle()) {
         if (close_reason_) start_close();
         return;
@@ -589,6 +595,7 @@ std::chrono::milliseconds Connection::keepalive_ping_interval() const noexcept {
 void Connection::ping_next() {
     if (closed_) return;
     spares_.trim();  // large-frame buffers kept but not used for a keep-alive interval
+    BlockCache::instance().trim();  // the same for the process's decoded large values
     // One ping write at a time (Beast's rule); a ping still being written behind a large
     // message is simply not followed by another.
     if (!ping_writing_) {

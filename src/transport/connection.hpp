@@ -283,6 +283,9 @@ private:
     bool batch_ = false;  // the peer reads batches: several frames may share a message
     bool open_ = false;  // WebSocket handshake done: writes may start
     bool reading_ = false;  // a read is outstanding
+    // The frames of a read are being handled: what they queue (answers of inline handlers,
+    // requests of inline completions) is written together once the last is handled.
+    bool handling_read_ = false;
     std::optional<std::string> close_reason_;  // close() was called: close once the queue is empty
     bool close_started_ = false;
     bool refusing_cookie_ = false;  // acceptor: the close says cookie_refused_close_reason

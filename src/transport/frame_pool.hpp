@@ -34,8 +34,8 @@ class FramePool {
 public:
     static constexpr std::size_t min_capacity = 16 * 1024;
     static constexpr std::size_t max_capacity = 256 * 1024;
-    static constexpr std::size_t max_spares = 16;
-    static constexpr std::size_t max_bytes = 1024 * 1024;
+    static constexpr std::size_t max_spares = 64;
+    static constexpr std::size_t max_bytes = 4 * 1024 * 1024;
 
     /// A kept buffer, emptied (its capacity stays), or an empty string when none is kept.
     std::string take() {

@@ -1,6 +1,7 @@
 #include <rpclb/detail/wire.hpp>
 
 #include "json_fields.hpp"
+#include "transport/block_cache.hpp"
 #include "transport/json_text.hpp"
 
 #include <boost/json/parse.hpp>
@@ -216,7 +217,7 @@ void read(Members& m, Response& f) {
     if ((ok == nullptr) == (err == nullptr)) {
         m.fail_message("\"res\" frame: exactly one of members \"ok\" and \"err\" must be present");
     } else if (ok) {
-        f.result = CallResult(boost::system::in_place_value, std::move(*ok));
+        f.result.emplace(std::move(*ok));  // constructed: keeps the document's storage
     } else if (auto e = ErrorMessage::from_json(*err)) {
         f.result = CallResult(boost::system::in_place_error, std::move(*e));
     } else {
@@ -264,11 +265,15 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
 // thread's parser: a thread keeps at most about 1.2 MiB, and about 200 KiB for the texts
 // the limit is for (one long string). Larger texts get a parser of their own. Same
 // options and errors as json::parse.
+//
+// A text of BlockCache::min_block bytes or more is decoded into the process's BlockCache
+// (block_cache.hpp), where only it can hold blocks large enough to be worth keeping.
 json::value parse(std::string_view text, boost::system::error_code& ec) {
     constexpr std::size_t reuse_limit = 96 * 1024;
-    if (text.size() > reuse_limit) return json::parse(text, ec);
+    json::storage_ptr storage = text.size() >= BlockCache::min_block ? BlockCache::storage() : json::storage_ptr();
+    if (text.size() > reuse_limit) return json::parse(text, ec, std::move(storage));
     thread_local json::parser parser;
-    parser.reset();
+    parser.reset(std::move(storage));
     parser.write(text, ec);
     if (ec) return nullptr;
     return parser.release();

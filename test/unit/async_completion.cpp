@@ -210,3 +210,136 @@ BOOST_AUTO_TEST_CASE(a_call_failing_at_once_on_a_bound_executor_never_completes_
     BOOST_TEST(chain.failed.load() == 20000);
     a.stop();
 }
+
+// ---- CallOptions::run_completion_inline ------------------------------------------------
+
+namespace {
+
+rpclb::CallOptions inline_completion() {
+    rpclb::CallOptions options;
+    options.run_completion_inline = true;
+    return options;
+}
+
+// What a completion saw of its thread: a blocking call from it fails at once with
+// "would deadlock" only on a network thread.
+bool blocking_call_refused(rpclb::Cluster& node) {
+    auto r = node.call("b@127.0.0.1", "t", "echo", {1});
+    return !r && r.error().is(rpclb::Failure::would_deadlock);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_inline_completion_runs_on_the_network_thread_that_read_the_answer) {
+    Pair p;
+    std::promise<std::pair<rpclb::CallResult, bool>> inline_done, pool_done;
+    p.a.async_call("b@127.0.0.1", "t", "echo", {1, "abc"}, inline_completion(), [&](rpclb::CallResult r) {
+        inline_done.set_value({std::move(r), blocking_call_refused(p.a)});
+    });
+    auto [result, refused] = inline_done.get_future().get();
+    BOOST_REQUIRE(result.has_value());
+    BOOST_TEST(result.value() == (boost::json::array{1, "abc"}));
+    BOOST_TEST(refused);  // on a network thread
+
+    // Without the option: the worker pool, where a blocking call works.
+    p.a.async_call("b@127.0.0.1", "t", "echo", {1}, {}, [&](rpclb::CallResult r) {
+        pool_done.set_value({std::move(r), blocking_call_refused(p.a)});
+    });
+    auto [pool_result, pool_refused] = pool_done.get_future().get();
+    BOOST_TEST(pool_result.has_value());
+    BOOST_TEST(!pool_refused);
+}
+
+// A deadline that fires completes inline too, on the timer's network thread.
+BOOST_AUTO_TEST_CASE(an_inline_completion_of_a_timed_out_call_runs_on_the_network_thread) {
+    Pair p;
+    auto options = inline_completion();
+    options.timeout = 100ms;
+    std::promise<std::pair<rpclb::CallResult, bool>> done;
+    p.a.async_call("b@127.0.0.1", "t", "sleep", {1000}, options, [&](rpclb::CallResult r) {
+        done.set_value({std::move(r), blocking_call_refused(p.a)});
+    });
+    auto [result, refused] = done.get_future().get();
+    BOOST_REQUIRE(!result.has_value());
+    BOOST_TEST(result.error().code == rpclb::ErrorCode::request_timeout);
+    BOOST_TEST(refused);
+    BOOST_TEST(eventually([&] { return p.sleeps_done.load() == 1; }, 5s));
+}
+
+// Each completion starts the next call from the network thread, 64 at a time: the
+// pattern of rpclb-call and bench/rpc_throughput. Every call completes once, none inside
+// async_call.
+BOOST_AUTO_TEST_CASE(inline_completions_that_start_the_next_call_keep_64_in_flight) {
+    Pair p;
+    constexpr int total = 20000, width = 64;
+    std::atomic<int> started{0}, completed{0}, ok{0}, inside{0};
+    std::promise<void> all_done;
+    std::function<void()> issue = [&] {
+        if (started.fetch_add(1) >= total) return;
+        inside_async_call = true;
+        p.a.async_call("b@127.0.0.1", "t", "echo", {started.load()}, inline_completion(), [&](rpclb::CallResult r) {
+            if (inside_async_call) ++inside;
+            if (r) ++ok;
+            if (completed.fetch_add(1) + 1 == total) return all_done.set_value();
+            issue();
+        });
+        inside_async_call = false;
+    };
+    for (int i = 0; i < width; ++i) issue();
+    BOOST_REQUIRE(all_done.get_future().wait_for(120s) == std::future_status::ready);
+    BOOST_TEST(ok.load() == total);
+    BOOST_TEST(inside.load() == 0);
+}
+
+// A call that fails at once is handed to the pool even when opted in: a chain of them
+// never recurses.
+BOOST_AUTO_TEST_CASE(an_inline_completion_never_runs_inside_async_call) {
+    rpclb::Cluster a(rpclb::test::in_process_node_options("a@127.0.0.1"));
+    a.start();
+    FailingChain chain{a, {}, 20000};
+    chain.start = [&](std::function<void(rpclb::CallResult)> h) {
+        a.async_call("nobody@127.0.0.1", "t", "echo", {}, inline_completion(), std::move(h));
+    };
+    auto done = chain.done.get_future();
+    chain.next();
+    BOOST_REQUIRE(done.wait_for(60s) == std::future_status::ready);
+    BOOST_TEST(chain.inside.load() == 0);
+    BOOST_TEST(chain.failed.load() == 20000);
+    a.stop();
+}
+
+// A handler with an executor of its own completes there, option or not.
+BOOST_AUTO_TEST_CASE(an_associated_executor_wins_over_inline_completion) {
+    Pair p;
+    asio::io_context user;
+    std::thread::id ran_on;
+    p.a.async_call("b@127.0.0.1", "t", "echo", {1}, inline_completion(),
+                   asio::bind_executor(user, [&](rpclb::CallResult) { ran_on = std::this_thread::get_id(); }));
+    BOOST_TEST(user.run() == 1u);
+    BOOST_TEST((ran_on == std::this_thread::get_id()));
+}
+
+// The calling node stops with calls in flight: each completes exactly once, and the
+// call each starts from its completion (on a stopping node) completes once too.
+BOOST_AUTO_TEST_CASE(inline_completions_during_a_stop_each_run_once) {
+    Pair p;
+    constexpr int calls = 50;
+    std::atomic<int> first{0}, second{0}, failed{0};
+    std::promise<void> all_done;
+    const auto sent_before = p.a.stats().frames_sent;
+    for (int i = 0; i < calls; ++i) {
+        p.a.async_call("b@127.0.0.1", "t", "sleep", {300}, inline_completion(), [&](rpclb::CallResult r) {
+            ++first;
+            if (!r) ++failed;
+            p.a.async_call("b@127.0.0.1", "t", "echo", {}, inline_completion(), [&](rpclb::CallResult) {
+                if (second.fetch_add(1) + 1 == calls) all_done.set_value();
+            });
+        });
+    }
+    BOOST_REQUIRE(eventually([&] { return p.a.stats().frames_sent >= sent_before + calls; }, 5s));
+    p.a.stop();  // a goes away while its calls wait for their answers
+    BOOST_REQUIRE(all_done.get_future().wait_for(30s) == std::future_status::ready);
+    BOOST_TEST(first.load() == calls);
+    BOOST_TEST(second.load() == calls);
+    BOOST_TEST(failed.load() > 0);  // those still waiting when a closed its connections
+}
