@@ -136,3 +136,21 @@ BOOST_AUTO_TEST_CASE(max_batch_frames_is_checked) {
     o.max_batch_frames = 1025;
     BOOST_CHECK_THROW(rpclb::Cluster{o}, std::invalid_argument);
 }
+
+// The server handles every request of a message before it writes: the answers of inline
+// handlers to one message of requests go out as one message. Before, the first answer
+// went out alone, as soon as it was queued, and the others behind it: two messages each.
+BOOST_AUTO_TEST_CASE(the_answers_to_one_message_of_requests_go_out_together) {
+    Pair p(64, 64);
+    const auto client_before = p.client->stats();
+    const auto server_before = p.server->stats();
+    BOOST_TEST(p.burst(256) == 256);
+    const auto client = p.client->stats();
+    const auto server = p.server->stats();
+    const auto request_messages = client.messages_sent - client_before.messages_sent;
+    const auto answer_frames = server.frames_sent - server_before.frames_sent;
+    const auto answer_messages = server.messages_sent - server_before.messages_sent;
+    BOOST_TEST(answer_frames >= 256u);
+    BOOST_TEST(request_messages <= 8u);  // 256 requests, 64 to a message
+    BOOST_TEST(answer_messages <= request_messages);
+}
