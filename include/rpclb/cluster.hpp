@@ -146,15 +146,16 @@ struct CallOptions {
     /// worker pool: no thread hand-off on the calling side, the client-side twin of
     /// HandlerOptions::run_inline (gRPC's callback API runs its reactions on its own
     /// threads the same way). Applies only to a handler with no executor of its own (an
-    /// associated executor is always used) and only to completions that happen on a
-    /// network thread; a call that completes inside async_call() (one that fails at once)
-    /// or on another thread is handed to the worker pool as usual, so a handler that
-    /// starts the next call never recurses. The handler must not block and must not
-    /// throw: while it runs, no other frame of that connection (nor, with one network
-    /// thread, of any connection) is read. A blocking call() from it fails at once with
+    /// associated executor is always used) and no cancellation slot (whose signal is
+    /// emitted on the pool), and only to completions that happen on a network thread: a
+    /// call that completes inside async_call() (one that fails at once) or on another
+    /// thread is handed to the worker pool as usual, so a handler that starts the next
+    /// call never recurses. It may start further async calls. The handler must not block:
+    /// while it runs, no other frame of that connection (nor, with one network thread, of
+    /// any connection) is read; a blocking call() from it fails at once with
     /// `internal_server_error` "blocking call from a network thread would deadlock", as
-    /// from an inline handler. It may start
-    /// further async calls. Ignored by blocking calls. Default false.
+    /// from an inline handler. It must not throw (an exception ends the process through
+    /// std::terminate) and must not call stop(). Ignored by blocking calls. Default false.
     bool run_completion_inline = false;
 };
 

@@ -240,7 +240,9 @@ void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec s
                                                     : workers;
     auto executor = asio::get_associated_executor(handler, fallback);
     state->on_workers = executor == workers;
-    state->complete_inline = state->on_workers && spec.options.run_completion_inline;
+    // Not with a cancellation slot: its signal is emitted on the handler's executor (the
+    // pool), and completing elsewhere would clear the slot while it may be emitted.
+    state->complete_inline = state->on_workers && spec.options.run_completion_inline && !state->slot.is_connected();
     state->work = asio::prefer(std::move(executor), asio::execution::outstanding_work.tracked);
     // swap, not move-assignment: Boost 1.81's any_completion_handler::operator=(&&) wraps
     // the handler in itself (recursively) instead of moving it.

@@ -2,6 +2,12 @@
 
 namespace rpclb::detail {
 
+namespace {
+// Set on the network threads of every node of the process: a blocking call from any of
+// them may need the loop it blocks (two nodes in one process calling each other).
+thread_local bool network_thread = false;
+}  // namespace
+
 Runtime::Runtime(std::size_t network_threads, std::size_t worker_threads)
     : network_threads_(network_threads),
       network_(static_cast<int>(network_threads)),
@@ -9,7 +15,12 @@ Runtime::Runtime(std::size_t network_threads, std::size_t worker_threads)
 
 void Runtime::start() {
     work_.emplace(network_.get_executor());
-    for (std::size_t i = 0; i < network_threads_; ++i) threads_.emplace_back([this] { network_.run(); });
+    for (std::size_t i = 0; i < network_threads_; ++i) {
+        threads_.emplace_back([this] {
+            network_thread = true;
+            network_.run();
+        });
+    }
 }
 
 void Runtime::stop() {
@@ -28,7 +39,7 @@ void Runtime::stop() {
 }
 
 bool Runtime::on_network_thread() const noexcept {
-    return const_cast<boost::asio::io_context&>(network_).get_executor().running_in_this_thread();
+    return network_thread || const_cast<boost::asio::io_context&>(network_).get_executor().running_in_this_thread();
 }
 
 }  // namespace rpclb::detail

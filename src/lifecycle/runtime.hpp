@@ -30,7 +30,9 @@ public:
     /// Handlers still queued are destroyed unrun with the io_context.
     void stop();
 
-    /// True on a thread running the network loop (where nothing may block on a call).
+    /// True on a thread running this node's network loop, or the network loop of any
+    /// other node of the process (where nothing may block on a call: the call may need the
+    /// very loop it blocks, as when two nodes in one process call each other).
     bool on_network_thread() const noexcept;
 
     /// The worker pool has been joined (stop()): work posted to it would never run, so

@@ -1,6 +1,7 @@
 // Membership: the listener, dialling, gossip of known_ nodes, one connection per pair,
 // peer loss.
 #include "membership/mesh.hpp"
+#include "transport/block_cache.hpp"
 #include "transport/tls.hpp"
 
 #include <rpclb/detail/host_port.hpp>
@@ -508,15 +509,20 @@ void Mesh::close_all(std::chrono::milliseconds limit) {
         return true;
     };
     std::unique_lock lock(mutex_);
-    if (changed_.wait_for(lock, limit, all_closed)) return;
-    // A peer that does not answer (stopped, or cut off) would leave its connection open,
-    // and requests to it queued on a strand that no thread runs once the network threads
-    // stop: end such connections now, so that what waits on them fails.
+    if (!changed_.wait_for(lock, limit, all_closed)) {
+        // A peer that does not answer (stopped, or cut off) would leave its connection
+        // open, and requests to it queued on a strand that no thread runs once the network
+        // threads stop: end such connections now, so that what waits on them fails.
+        lock.unlock();
+        for (auto& c : all)
+            if (!c->closed()) c->abort("node stopping (the peer did not answer the close)");
+        lock.lock();
+        changed_.wait_for(lock, std::chrono::seconds(1), all_closed);
+    }
     lock.unlock();
-    for (auto& c : all)
-        if (!c->closed()) c->abort("node stopping (the peer did not answer the close)");
-    lock.lock();
-    changed_.wait_for(lock, std::chrono::seconds(1), all_closed);
+    // No keep-alive tick of this node's will free the decoded large values' kept blocks
+    // any more (another node of the process that uses them only refills them).
+    BlockCache::instance().trim(true);
 }
 
 ClusterStats Mesh::stats() const noexcept {

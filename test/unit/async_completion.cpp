@@ -343,3 +343,35 @@ BOOST_AUTO_TEST_CASE(inline_completions_during_a_stop_each_run_once) {
     BOOST_TEST(second.load() == calls);
     BOOST_TEST(failed.load() > 0);  // those still waiting when a closed its connections
 }
+
+// Found by review: the guard only knew the calling node's own network threads. From an
+// inline completion on a's network thread, b (in the same process) blocked on a call to a,
+// whose loop could not answer, for the call's whole timeout.
+BOOST_AUTO_TEST_CASE(a_blocking_call_on_any_nodes_network_thread_fails_at_once) {
+    Pair p;
+    std::promise<std::pair<rpclb::CallResult, std::chrono::steady_clock::duration>> done;
+    p.a.async_call("b@127.0.0.1", "t", "echo", {1}, inline_completion(), [&](rpclb::CallResult) {
+        rpclb::CallOptions options;
+        options.timeout = 3s;
+        const auto start = std::chrono::steady_clock::now();
+        auto r = p.b->call("a@127.0.0.1", "t", "echo", {1}, options);  // b calls a, from a's loop
+        done.set_value({std::move(r), std::chrono::steady_clock::now() - start});
+    });
+    auto [result, took] = done.get_future().get();
+    BOOST_REQUIRE(!result.has_value());
+    BOOST_TEST(result.error().is(rpclb::Failure::would_deadlock));
+    BOOST_TEST(took < 1s);
+}
+
+// Found by review: a cancellation slot's signal is emitted on the handler's executor (the
+// pool), so a handler with one completes there even when opted in.
+BOOST_AUTO_TEST_CASE(a_handler_with_a_cancellation_slot_completes_on_the_pool) {
+    Pair p;
+    asio::cancellation_signal signal;
+    std::promise<bool> done;
+    p.a.async_call("b@127.0.0.1", "t", "echo", {1}, inline_completion(),
+                   asio::bind_cancellation_slot(signal.slot(), [&](rpclb::CallResult) {
+                       done.set_value(blocking_call_refused(p.a));
+                   }));
+    BOOST_TEST(!done.get_future().get());  // not on a network thread
+}

@@ -4,11 +4,15 @@
 
 #include "../../src/transport/block_cache.hpp"
 
+#include <rpclb/cluster.hpp>
 #include <rpclb/detail/wire.hpp>
 
 #include <boost/json/array.hpp>
 #include <boost/json/string.hpp>
 #include <boost/test/unit_test.hpp>
+
+#include "support/node.hpp"
+#include "support/wait.hpp"
 
 #include <atomic>
 #include <string>
@@ -137,4 +141,23 @@ BOOST_AUTO_TEST_CASE(blocks_taken_on_one_thread_and_freed_on_another) {
     for (auto& t : threads) t.join();
     BOOST_TEST(bad.load() == 0);
     BOOST_TEST(BlockCache::instance().kept_bytes() <= BlockCache::max_bytes);
+}
+
+// A node's stop frees the kept blocks: no keep-alive tick of its own would any more.
+BOOST_AUTO_TEST_CASE(a_stopping_node_frees_the_kept_blocks) {
+    BlockCache::instance().trim(true);
+    rpclb::Cluster a(rpclb::test::in_process_node_options("a@127.0.0.1"));
+    a.start();
+    rpclb::Cluster b(rpclb::test::in_process_node_options(
+        "b@127.0.0.1", {"127.0.0.1:" + std::to_string(a.listen_endpoint()->port())}));
+    b.register_function("t", "echo", [](const json::array& args) -> rpclb::CallResult { return args; });
+    b.start();
+    BOOST_REQUIRE(rpclb::test::eventually([&] { return a.connected_nodes().size() == 1; }, std::chrono::seconds(5)));
+    auto r = a.call("b@127.0.0.1", "t", "echo", {std::string(64 * 1024, 'z')});
+    BOOST_REQUIRE(r.has_value());
+    r = rpclb::CallResult(json::value(nullptr));  // the answer's blocks go back to the cache
+    BOOST_TEST(BlockCache::instance().kept_bytes() > 0u);
+    a.stop();
+    BOOST_TEST(BlockCache::instance().kept_bytes() == 0u);
+    b.stop();
 }
