@@ -21,8 +21,9 @@ std::size_t BlockCache::class_index(std::size_t n) noexcept {
     return (p - 14) * 4 + (quarters - 4);
 }
 
-std::size_t BlockCache::class_size(std::size_t n) noexcept {
-    const std::size_t i = class_index(n);
+std::size_t BlockCache::class_size(std::size_t n) noexcept { return size_of_class(class_index(n)); }
+
+std::size_t BlockCache::size_of_class(std::size_t i) noexcept {
     if (i == 0) return min_block;
     const std::size_t p = 14 + (i - 1) / 4;
     return (5 + (i - 1) % 4) * (std::size_t(1) << (p - 2));
@@ -43,13 +44,13 @@ void* BlockCache::do_allocate(std::size_t n, std::size_t align) {
         if (!free_[i].empty()) {
             void* p = free_[i].back();
             free_[i].pop_back();
-            kept_bytes_.fetch_sub(class_size(n), std::memory_order_relaxed);
+            kept_bytes_.fetch_sub(size_of_class(i), std::memory_order_relaxed);
             reuses_.fetch_add(1, std::memory_order_relaxed);
             used_.store(true, std::memory_order_relaxed);
             return p;
         }
     }
-    return ::operator new(class_size(n));
+    return ::operator new(size_of_class(i));
 }
 
 void BlockCache::do_deallocate(void* p, std::size_t n, std::size_t align) noexcept {
@@ -57,12 +58,13 @@ void BlockCache::do_deallocate(void* p, std::size_t n, std::size_t align) noexce
         if (align > __STDCPP_DEFAULT_NEW_ALIGNMENT__) return ::operator delete(p, std::align_val_t(align));
         return ::operator delete(p);
     }
-    const std::size_t size = class_size(n);
+    const std::size_t i = class_index(n);
+    const std::size_t size = size_of_class(i);
     if (kept_bytes_.load(std::memory_order_relaxed) + size <= max_bytes) {
         std::lock_guard lock(mutex_);
         if (kept_bytes_.load(std::memory_order_relaxed) + size <= max_bytes) {
             try {
-                free_[class_index(n)].push_back(p);
+                free_[i].push_back(p);
             } catch (const std::bad_alloc&) {
                 return ::operator delete(p);
             }

@@ -26,7 +26,7 @@ namespace rpclb::detail {
 /// Size classes: quarter steps between powers of two (16, 20, 24, 28, 32, 40, ... KiB), so
 /// a block wastes at most a fifth of its size. At most `max_bytes` are kept in all.
 /// trim() frees them when no block was kept or reused since the previous trim(): every
-/// connection calls it at its keep-alive tick and when it closes, so memory kept after a
+/// connection calls it at its keep-alive tick, so memory kept after a
 /// burst of large calls goes back within two keep-alive intervals once the traffic stops;
 /// a node's stop frees them all (Mesh::stop). A process whose nodes have no connection
 /// left keeps them (4 MiB at most) until its next connection ticks or a node stops.
@@ -66,6 +66,7 @@ private:
     bool do_is_equal(const boost::json::memory_resource& other) const noexcept override { return this == &other; }
 
     static std::size_t class_index(std::size_t n) noexcept;
+    static std::size_t size_of_class(std::size_t i) noexcept;
     static bool cached(std::size_t n, std::size_t align) noexcept;
 
     std::mutex mutex_;

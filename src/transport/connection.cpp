@@ -624,7 +624,6 @@ void Connection::on_control(ws::frame_type kind, std::string_view payload) {
 void Connection::fail(const std::string& reason) {
     if (closed_.exchange(true)) return;
     spares_.trim(true);
-    BlockCache::instance().trim();  // as at a tick: the last connection to close may be this one
     handshake_timer_.cancel();
     armed_.reset();
     deadline_timer_.cancel();
