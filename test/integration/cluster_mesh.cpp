@@ -64,7 +64,10 @@ struct LeaveClock {
             });
     }
     ~LeaveClock() { cluster_.groups().demonitor(id_); }
+    // When the notification came. Monitors run after the change is visible to readers
+    // (groups.hpp), so a caller that has just seen the member go waits a little for it.
     std::optional<steady_clock::time_point> at() const {
+        eventually([&] { return at_->load() != 0; }, 1s);
         const auto v = at_->load();
         if (v == 0) return std::nullopt;
         return steady_clock::time_point(steady_clock::duration(v));
