@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <thread>
+#include <atomic>
 
 using namespace rpclb::test;
 using namespace std::chrono;
@@ -166,6 +168,29 @@ BOOST_FIXTURE_TEST_CASE(cluster_with_one_ca_serves_calls_through_a_balancer, Tls
     BOOST_TEST(summary->find("\"ok\":10") != std::string::npos, *summary);
     BOOST_TEST(!a->log_contains("TLS handshake"), a->log());
     BOOST_TEST(!b->log_contains("TLS handshake"), b->log());
+}
+
+// Frames larger than a TLS record and than the socket buffers: a 6 MiB argument goes out
+// in many records and writes that wait for the socket, and comes back whole, several
+// calls at once on the node's link and call channels.
+BOOST_FIXTURE_TEST_CASE(large_calls_over_tls_come_back_whole, TlsCluster) {
+    std::string big(6 << 20, '\0');
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
+    std::vector<std::thread> callers;
+    std::atomic<int> whole{0};
+    std::vector<std::string> errors(3);
+    for (int t = 0; t < 3; ++t)
+        callers.emplace_back([&, t] {
+            auto options = through_w();
+            options.timeout = 20s;
+            const auto r = client->call("demo", "echo", {t, big}, options);
+            if (!r) return void(errors[t] = r.error().message);
+            if (*r == boost::json::value(boost::json::array{t, big})) ++whole;
+        });
+    for (auto& c : callers) c.join();
+    for (const auto& e : errors) BOOST_TEST(e.empty(), e);
+    BOOST_TEST(whole.load() == 3);
+    BOOST_TEST(client->stats().tls_failures == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(certificate_from_another_ca_is_refused, TlsCluster) {
