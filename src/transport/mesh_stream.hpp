@@ -7,9 +7,9 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/stream_traits.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <boost/beast/websocket/stream.hpp>
-
-#include "transport/tls_stream.hpp"
 
 #include <utility>
 #include <variant>
@@ -18,7 +18,7 @@ namespace rpclb::detail {
 
 /// One of two concrete WebSocket streams, chosen when the connection is made: plain TCP
 /// (no TLS options: exactly the stream rpclb always had, with no layer in between) or
-/// TlsStream (OpenSSL reading and writing the socket itself) over the same socket. Connection runs the same code on either
+/// Beast's ssl_stream over the same socket. Connection runs the same code on either
 /// through visit(), so each operation is compiled for both types and the only cost added
 /// to the plain path is the variant's index test per operation.
 ///
@@ -27,7 +27,7 @@ class MeshStream {
 public:
     using Executor = boost::asio::strand<boost::asio::io_context::executor_type>;
     using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor>;
-    using TlsLayer = TlsStream<Socket>;
+    using TlsLayer = boost::beast::ssl_stream<Socket>;
     using Plain = boost::beast::websocket::stream<Socket>;
     using Tls = boost::beast::websocket::stream<TlsLayer>;
 
