@@ -32,6 +32,7 @@
 // plaintext inline median: what TLS adds to a call). Lines starting with '#' carry details: the beast_ws_json floor, more
 // percentiles, CPU time and context switches per call of every stack.
 #include "support/harness.hpp"
+#include "support/tls_records.hpp"
 
 #include <rpclb/cluster.hpp>
 #include <rpclb/log.hpp>
@@ -386,6 +387,10 @@ int run_client(const Options& o) {
     ws_server.stop();
     raw_server.stop();
 
+    // OpenSSL's record work alone, with the same certificate, in this (pinned) process.
+    const double record_work_us =
+        bench::tls_record_work_us(certificate.dir() / "bench.pem", certificate.dir() / "bench.key");
+
     std::array<Summary, kinds.size()> s;
     for (std::size_t i = 0; i < kinds.size(); ++i) s[i] = summarize(std::move(kinds[i].ns));
     const double calls = static_cast<double>(o.count);
@@ -408,6 +413,12 @@ int run_client(const Options& o) {
     std::printf("# ratio_inline_vs_beast_ws_json %.2f (rpclb_inline median / beast_ws_json median)\n",
                 s[inline_k].median_us / s[ws_k].median_us);
     for (const auto& k : kinds) print_cost(k.label, k.cost, o.count);
+    std::printf("# tls_record_work_us %.2f (OpenSSL alone: a 64-byte request and answer each encrypted and "
+                "decrypted once, in-process through a BIO pair)\n",
+                record_work_us);
+    std::printf("# ratio_tls_floor %.2f ((rpclb_inline median + tls_record_work_us) / rpclb_inline median: "
+                "ratio_tls if TLS added nothing but OpenSSL's record work)\n",
+                (s[inline_k].median_us + record_work_us) / s[inline_k].median_us);
     return 0;
 }
 
