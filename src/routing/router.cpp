@@ -174,6 +174,8 @@ private:
     // `done` runs here.
     void send_call(std::string target, boost::json::array args, const std::string& lb, bool on_caller_thread,
                    std::function<void(CallResult)> done) {
+        // A stopped node closed its connections itself: say so, not "noconnection".
+        if (router_->sending_stopped()) return done(stopping_error());
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
         wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};

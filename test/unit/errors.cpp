@@ -231,6 +231,30 @@ BOOST_FIXTURE_TEST_CASE(local_async_call_and_cast_after_stop_complete, Fixture) 
     BOOST_TEST(server.call("server@127.0.0.1", "t", "echo", {2}).has_value());
 }
 
+// After stop() a call or cast to another node says the node stopped (node_stopping, named
+// in the message), not "noconnection" as if the peer had gone: it is this node that closed
+// its connections, and retrying will not help.
+BOOST_FIXTURE_TEST_CASE(calls_to_a_peer_after_stop_say_this_node_stopped, Fixture) {
+    client->stop();
+    const auto r = client->call("server@127.0.0.1", "t", "echo", {1});
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST(r.error().is(rpclb::Failure::node_stopping), r.error().message);
+    BOOST_TEST(r.error().message.find("stopping") != std::string::npos, r.error().message);
+
+    std::promise<rpclb::CallResult> call_done;
+    client->async_call("server@127.0.0.1", "t", "echo", {1}, {},
+                       [&](rpclb::CallResult r) { call_done.set_value(std::move(r)); });
+    auto call = call_done.get_future();
+    BOOST_REQUIRE((call.wait_for(2s) == std::future_status::ready));
+    const auto a = call.get();
+    BOOST_REQUIRE(!a.has_value());
+    BOOST_TEST(a.error().is(rpclb::Failure::node_stopping), a.error().message);
+
+    const auto c = client->cast("server@127.0.0.1", "t", "echo", {1});
+    BOOST_REQUIRE(!c.has_value());
+    BOOST_TEST(c.error().is(rpclb::Failure::node_stopping), c.error().message);
+}
+
 BOOST_FIXTURE_TEST_CASE(local_call_runs_in_calling_thread_without_network, Fixture) {
     std::thread::id ran_on;
     server.register_function("t", "where", [&](const boost::json::array&) -> rpclb::CallResult {
