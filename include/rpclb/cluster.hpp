@@ -305,7 +305,8 @@ public:
     /// `internal_server_error` with the exception text when the handler threw; a handler's
     /// own ErrorMessage as is; `service_unavailable` "no members registered" {"load_balancer"}
     /// when the retries ran out; `service_unavailable` "node stopping" when this node stops
-    /// while the call waits for a route. Details always name node, module and function.
+    /// while the call waits for a route, and for any call to another node (direct, routed
+    /// or random-node) made after stop(). Details always name node, module and function.
     CallResult call(std::string_view node, std::string_view module, std::string_view function,
                     boost::json::array args = {}, const CallOptions& options = {});
 

@@ -223,7 +223,10 @@ private:
         // Waiting is pointless when every node this one could reach refused its cookie.
         if (auto refused_by = router_->mesh().shut_out())
             return finish(cookie_refused_error(*refused_by, router_->options().name, spec_.module, spec_.function));
-        if (router_->stopping() || !retry_.consume()) return finish(std::move(final_error));
+        // A stopping node has cleared its balancers and groups itself: that is why there
+        // is no route, so say the node stopped (not "no members registered").
+        if (router_->stopping()) return finish(stopping_error());
+        if (!retry_.consume()) return finish(std::move(final_error));
         router_->after(retry_.sleep, [self = shared_from_this()](bool fired) {
             if (fired) return self->attempt(false);
             self->finish(self->stopping_error());

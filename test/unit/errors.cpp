@@ -253,6 +253,17 @@ BOOST_FIXTURE_TEST_CASE(calls_to_a_peer_after_stop_say_this_node_stopped, Fixtur
     const auto c = client->cast("server@127.0.0.1", "t", "echo", {1});
     BOOST_REQUIRE(!c.has_value());
     BOOST_TEST(c.error().is(rpclb::Failure::node_stopping), c.error().message);
+
+    // Routed calls too: stop() cleared the balancers and groups, which is why no route is
+    // left (found by review: these said "no members registered").
+    rpclb::CallOptions routed;
+    routed.load_balancer = "anything";
+    const auto lb = client->call("t", "echo", {1}, routed);
+    BOOST_REQUIRE(!lb.has_value());
+    BOOST_TEST(lb.error().is(rpclb::Failure::node_stopping), lb.error().message);
+    const auto random = client->call_on_random_node(rpclb::NodeFilter::substring("server"), "t", "echo", {1});
+    BOOST_REQUIRE(!random.has_value());
+    BOOST_TEST(random.error().is(rpclb::Failure::node_stopping), random.error().message);
 }
 
 BOOST_FIXTURE_TEST_CASE(local_call_runs_in_calling_thread_without_network, Fixture) {
