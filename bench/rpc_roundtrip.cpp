@@ -33,6 +33,7 @@
 // percentiles, CPU time and context switches per call of every stack.
 #include "support/harness.hpp"
 #include "support/tls_records.hpp"
+#include "../src/transport/tls.hpp"
 
 #include <rpclb/cluster.hpp>
 #include <rpclb/log.hpp>
@@ -388,8 +389,8 @@ int run_client(const Options& o) {
     raw_server.stop();
 
     // OpenSSL's record work alone, with the same certificate, in this (pinned) process.
-    const double record_work_us =
-        bench::tls_record_work_us(certificate.dir() / "bench.pem", certificate.dir() / "bench.key");
+    const double record_work_us = bench::tls_record_work_us(
+        rpclb::detail::make_tls_context(tls_options(certificate.dir()))->native_handle());
 
     std::array<Summary, kinds.size()> s;
     for (std::size_t i = 0; i < kinds.size(); ++i) s[i] = summarize(std::move(kinds[i].ns));

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -15,24 +15,18 @@ namespace bench {
 
 /// Microseconds per round trip of OpenSSL's record work alone: the client encrypts a
 /// `record_bytes` request (SSL_write), the server decrypts it (SSL_read), encrypts an
-/// answer of the same size, and the client decrypts it. The two SSL objects talk
-/// TLS 1.3 with mutual verification through an in-memory BIO pair, with the
-/// certificate `cert` and key `key` on both ends (as rpc_roundtrip's TLS stack), so no
-/// socket, event loop or thread is involved. The least mean of `blocks` blocks of
-/// `per_block` round trips. Throws std::runtime_error when OpenSSL fails.
-inline double tls_record_work_us(const std::filesystem::path& cert, const std::filesystem::path& key,
-                                 std::size_t record_bytes = 64, int blocks = 5, int per_block = 20000) {
-    SSL_CTX* ctx = SSL_CTX_new(TLS_method());
-    if (!ctx) throw std::runtime_error("SSL_CTX_new failed");
-    SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
-    if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1 ||
-        SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_load_verify_locations(ctx, cert.c_str(), nullptr) != 1)
-        throw std::runtime_error("tls_record_work_us: cannot load the certificate");
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
-    SSL_CTX_set_num_tickets(ctx, 0);
-    SSL* client = SSL_new(ctx);
-    SSL* server = SSL_new(ctx);
+/// answer of the same size, and the client decrypts it. Both SSL objects come from
+/// `context` (the mesh's own, rpclb::detail::make_tls_context, so the same settings as
+/// rpc_roundtrip's TLS stack) and talk through an in-memory BIO pair: no socket, event
+/// loop or thread is involved. The least mean of `blocks` blocks of `per_block` round
+/// trips. Throws std::runtime_error when OpenSSL fails.
+inline double tls_record_work_us(SSL_CTX* context, std::size_t record_bytes = 64, int blocks = 5,
+                                 int per_block = 20000) {
+    const std::unique_ptr<SSL, decltype(&SSL_free)> client_ssl(SSL_new(context), SSL_free),
+        server_ssl(SSL_new(context), SSL_free);
+    SSL* client = client_ssl.get();
+    SSL* server = server_ssl.get();
+    if (!client || !server) throw std::runtime_error("tls_record_work_us: SSL_new failed");
     BIO *client_bio = nullptr, *server_bio = nullptr;
     BIO_new_bio_pair(&client_bio, 1 << 16, &server_bio, 1 << 16);
     SSL_set_bio(client, client_bio, client_bio);
@@ -64,9 +58,6 @@ inline double tls_record_work_us(const std::filesystem::path& cert, const std::f
         const std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - t0;
         best = std::min(best, took.count() / per_block);
     }
-    SSL_free(client);
-    SSL_free(server);
-    SSL_CTX_free(ctx);
     return best;
 }
 

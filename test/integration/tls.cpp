@@ -11,11 +11,11 @@
 #include "support/node.hpp"
 #include "support/serving.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <thread>
-#include <atomic>
 
 using namespace rpclb::test;
 using namespace std::chrono;

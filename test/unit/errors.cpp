@@ -14,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
+#include <optional>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -31,6 +33,18 @@ rpclb::ClusterOptions node_options(std::string name) {
 }
 
 // A serving node with handlers for every outcome, and a client connected to it.
+// The outcome of an asynchronous call or cast that `start(handler)` begins, or nullopt
+// when it has not completed within 2 s (the promise is shared: a late completion still
+// has somewhere to go).
+template <class R, class Start>
+std::optional<R> outcome_within_2s(Start start) {
+    auto done = std::make_shared<std::promise<R>>();
+    start([done](R r) { done->set_value(std::move(r)); });
+    auto outcome = done->get_future();
+    if (outcome.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return std::nullopt;
+    return outcome.get();
+}
+
 struct Fixture {
     /// How many t:sleep handlers have begun on the server (declared first: it outlives
     /// the server, whose handlers count here).
@@ -210,23 +224,17 @@ BOOST_FIXTURE_TEST_CASE(numbers_json_cannot_carry_are_refused_with_a_clear_error
 // pool is gone, and work posted there used to be lost with its completion.
 BOOST_FIXTURE_TEST_CASE(local_async_call_and_cast_after_stop_complete, Fixture) {
     server.stop();
-    std::promise<rpclb::CallResult> call_done;
-    server.async_call("server@127.0.0.1", "t", "echo", {1}, {},
-                      [&](rpclb::CallResult r) { call_done.set_value(std::move(r)); });
-    auto call = call_done.get_future();
-    BOOST_REQUIRE((call.wait_for(2s) == std::future_status::ready));
-    const auto r = call.get();
-    BOOST_REQUIRE(!r.has_value());
-    BOOST_TEST(r.error().is(rpclb::Failure::node_stopping), r.error().message);
+    const auto r = outcome_within_2s<rpclb::CallResult>(
+        [&](auto handler) { server.async_call("server@127.0.0.1", "t", "echo", {1}, {}, std::move(handler)); });
+    BOOST_REQUIRE(r.has_value());
+    BOOST_REQUIRE(!r->has_value());
+    BOOST_TEST(r->error().is(rpclb::Failure::node_stopping), r->error().message);
 
-    std::promise<rpclb::Result<void>> cast_done;
-    server.async_cast("server@127.0.0.1", "t", "echo", {1}, {},
-                      [&](rpclb::Result<void> c) { cast_done.set_value(std::move(c)); });
-    auto cast = cast_done.get_future();
-    BOOST_REQUIRE((cast.wait_for(2s) == std::future_status::ready));
-    const auto c = cast.get();
-    BOOST_REQUIRE(!c.has_value());
-    BOOST_TEST(c.error().is(rpclb::Failure::node_stopping), c.error().message);
+    const auto c = outcome_within_2s<rpclb::Result<void>>(
+        [&](auto handler) { server.async_cast("server@127.0.0.1", "t", "echo", {1}, {}, std::move(handler)); });
+    BOOST_REQUIRE(c.has_value());
+    BOOST_REQUIRE(!c->has_value());
+    BOOST_TEST(c->error().is(rpclb::Failure::node_stopping), c->error().message);
     // A blocking call still runs the handler on the caller's own thread.
     BOOST_TEST(server.call("server@127.0.0.1", "t", "echo", {2}).has_value());
 }
@@ -241,14 +249,11 @@ BOOST_FIXTURE_TEST_CASE(calls_to_a_peer_after_stop_say_this_node_stopped, Fixtur
     BOOST_TEST(r.error().is(rpclb::Failure::node_stopping), r.error().message);
     BOOST_TEST(r.error().message.find("stopping") != std::string::npos, r.error().message);
 
-    std::promise<rpclb::CallResult> call_done;
-    client->async_call("server@127.0.0.1", "t", "echo", {1}, {},
-                       [&](rpclb::CallResult r) { call_done.set_value(std::move(r)); });
-    auto call = call_done.get_future();
-    BOOST_REQUIRE((call.wait_for(2s) == std::future_status::ready));
-    const auto a = call.get();
-    BOOST_REQUIRE(!a.has_value());
-    BOOST_TEST(a.error().is(rpclb::Failure::node_stopping), a.error().message);
+    const auto a = outcome_within_2s<rpclb::CallResult>(
+        [&](auto handler) { client->async_call("server@127.0.0.1", "t", "echo", {1}, {}, std::move(handler)); });
+    BOOST_REQUIRE(a.has_value());
+    BOOST_REQUIRE(!a->has_value());
+    BOOST_TEST(a->error().is(rpclb::Failure::node_stopping), a->error().message);
 
     const auto c = client->cast("server@127.0.0.1", "t", "echo", {1});
     BOOST_REQUIRE(!c.has_value());
