@@ -71,8 +71,8 @@ void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
     // A node's call channels end with its mesh link.
     self->mesh.set_on_peer_lost([channels = std::weak_ptr<detail::CallChannels>(
                                      std::shared_ptr<detail::CallChannels>(self, &self->channels))](
-                                    const std::string& node) {
-        if (auto c = channels.lock()) c->drop(node);
+                                    const std::string& node, bool said_bye) {
+        if (auto c = channels.lock()) c->drop(node, said_bye);
     });
 }
 
@@ -111,13 +111,14 @@ void Cluster::Impl::stop() {
     const auto drain_deadline = std::chrono::steady_clock::now() + options.stop_timeout;
     rpc.wait_idle(drain_deadline);
     mesh.say_goodbye(std::chrono::seconds(2));
-    if (!rpc.wait_idle(drain_deadline))
+    const bool served_all = rpc.wait_idle(drain_deadline);
+    if (!served_all)
         RPCLB_LOG("rpc", warning) << rpc.abandon_queued()
                                   << " served calls still running or queued after stop_timeout: those not "
                                      "started yet are dropped, the running ones finish";
     router.stop_sending();  // new calls to other nodes fail at once from here
     channels.stop();        // calls still waiting on a channel fail now, as on a closing link
-    mesh.close_all(std::chrono::seconds(2));  // aborts what the peer does not close in time
+    mesh.close_all(std::chrono::seconds(2), served_all);  // aborts what the peer does not close in time
     runtime.stop();
     groups.set_broadcast({});
     groups.set_observer({});

@@ -162,8 +162,12 @@ void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
         std::lock_guard lock(mutex_);
         connecting_.erase(c);
         const auto it = peers_.find(peer.node);
-        keep = options_.call_channels && !stopping_ && it != peers_.end() && it->second->peer().incarnation == peer.incarnation &&
-               !it->second->going_away();
+        // A stopping node still takes a channel (the peer passed the cookie handshake): its
+        // caller may already be writing a request on it, and close_all() waits for the
+        // caller to close it, answering meanwhile (`draining` for a load-balanced request).
+        keep = options_.call_channels &&
+               (stopping_ || (it != peers_.end() && it->second->peer().incarnation == peer.incarnation &&
+                              !it->second->going_away()));
         if (keep) channels_.emplace(peer.node, c);
     }
     if (!keep) return c->close("a call channel from " + peer.node + ", which has no mesh link to this node");
@@ -379,9 +383,13 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
     ++peers_lost_;
     if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason;
     groups_.remove_node(c->peer().node);
-    // Call channels live with the pair's mesh link, both ways.
-    for (auto& channel : take_channels(c->peer().node)) channel->abort("the mesh link to " + c->peer().node + " was lost");
-    if (on_peer_lost_) on_peer_lost_(c->peer().node);
+    // Call channels live with the pair's mesh link, both ways; but a stopping node leaves
+    // the channels its peers opened to close_all(), which lets their callers close them, so
+    // that a request on one is read and answered rather than dropped unread.
+    if (!stopping_)
+        for (auto& channel : take_channels(c->peer().node))
+            channel->abort("the mesh link to " + c->peer().node + " was lost");
+    if (on_peer_lost_) on_peer_lost_(c->peer().node, c->going_away());
 }
 
 void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) {
@@ -487,7 +495,7 @@ void Mesh::say_goodbye(std::chrono::milliseconds limit) {
         RPCLB_LOG("mesh", warning) << "some peers did not answer bye in time";
 }
 
-void Mesh::close_all(std::chrono::milliseconds limit) {
+void Mesh::close_all(std::chrono::milliseconds limit, bool served_all) {
     stopping_ = true;
     asio::post(ioc_, [self = self_.lock()] {
         boost::system::error_code ignored;
@@ -495,24 +503,35 @@ void Mesh::close_all(std::chrono::milliseconds limit) {
         if (self->acceptor_) self->acceptor_->close(ignored);
     });
     std::vector<std::shared_ptr<Connection>> all;
+    std::size_t links = 0;
     {
         std::lock_guard lock(mutex_);
         for (auto& [name, c] : peers_) all.push_back(c);
-        for (auto& [name, c] : channels_) all.push_back(c);
         all.insert(all.end(), connecting_.begin(), connecting_.end());
+        for (auto& [name, c] : channels_) all.push_back(c);
+        links = served_all ? all.size() - channels_.size() : all.size();
     }
-    for (auto& c : all) c->close("node stopping");
-    // Each close first writes what is queued, then the close handshake; on_closed wakes us.
+    // The call channels peers opened to this node are theirs to close: each caller closes
+    // its channels when it sees the link close after our bye (an idle one at once, a busy
+    // one once its call is answered). Until then this node keeps reading and answering
+    // them, so a request written on a channel just before the caller saw the bye is never
+    // dropped unread (balancers have stopped by now: a load-balanced one gets `draining`).
+    // When served calls outlived stop_timeout, what waits on a channel would wait for
+    // nothing: the channels close with the links.
+    for (std::size_t i = 0; i < links; ++i) all[i]->close("node stopping");
+    // Each close first writes what is queued, then the close handshake; on_closed wakes us
+    // (and takes a closed channel out of channels_, where one accepted meanwhile appears).
     const auto all_closed = [&] {
         for (auto& c : all)
             if (!c->closed()) return false;
-        return true;
+        return channels_.empty();
     };
     std::unique_lock lock(mutex_);
     if (!changed_.wait_for(lock, limit, all_closed)) {
         // A peer that does not answer (stopped, or cut off) would leave its connection
         // open, and requests to it queued on a strand that no thread runs once the network
         // threads stop: end such connections now, so that what waits on them fails.
+        for (auto& [name, c] : channels_) all.push_back(c);
         lock.unlock();
         for (auto& c : all)
             if (!c->closed()) c->abort("node stopping (the peer did not answer the close)");

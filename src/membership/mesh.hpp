@@ -61,9 +61,12 @@ public:
     /// Sends "bye" to every peer and waits until each has answered or closed, up to
     /// `limit` (wire::Bye).
     void say_goodbye(std::chrono::milliseconds limit);
-    /// Stops accepting and redialling, closes every connection after its queued frames,
-    /// and waits up to `limit` for them to close.
-    void close_all(std::chrono::milliseconds limit);
+    /// Stops accepting and redialling, closes every mesh link after its queued frames, and
+    /// waits up to `limit` for every connection to close. The call channels peers opened
+    /// here are left for their callers to close (they do once the link closes after our
+    /// bye), and answered until then, unless `served_all` is false (calls this node was
+    /// serving outlived stop_timeout): then they are closed with the links.
+    void close_all(std::chrono::milliseconds limit, bool served_all = true);
 
     /// The connection to `node` that may carry a new request, or null (unknown, not
     /// connected, or the peer said bye).
@@ -93,9 +96,10 @@ public:
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
     /// (Router::wake). Set before start().
     void set_on_cookie_refused(std::function<void()> f) { on_cookie_refused_ = std::move(f); }
-    /// Runs (on a network thread) when the mesh link to a node is lost, with its name, so
-    /// that this node's call channels to it end too (CallChannels::drop). Set before start().
-    void set_on_peer_lost(std::function<void(const std::string&)> f) { on_peer_lost_ = std::move(f); }
+    /// Runs (on a network thread) when the mesh link to a node is lost, with its name and
+    /// whether it said bye first (a graceful stop), so that this node's call channels to it
+    /// end too (CallChannels::drop). Set before start().
+    void set_on_peer_lost(std::function<void(const std::string&, bool said_bye)> f) { on_peer_lost_ = std::move(f); }
     /// The settings every connection of this node uses (CallChannels copies them).
     const ConnectionSettings& settings() const noexcept { return settings_; }
     /// Call channels that peers opened to this node and that are open now.
@@ -142,7 +146,7 @@ private:
     // dialled again (the refusal is explicit, see cookie_refused_close_reason).
     std::map<std::string, std::string, std::less<>> refused_;
     std::function<void()> on_cookie_refused_;
-    std::function<void(const std::string&)> on_peer_lost_;
+    std::function<void(const std::string&, bool)> on_peer_lost_;
     // Call channels peers opened to this node, by the peer's name (doc/architecture.md
     // "Call channels"); each is closed when that peer's mesh link goes.
     std::multimap<std::string, std::shared_ptr<Connection>, std::less<>> channels_;

@@ -156,12 +156,14 @@ private:
             return finish(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
         }
         send_call(std::move(target), std::move(args), lb, on_caller_thread,
-                           [self = shared_from_this(), release](CallResult result) {
+                           [self = shared_from_this(), release, may_resend](CallResult result) {
                                release();
-                               if (!result && is_draining(result.error()) &&
-                                   !self->spec_.options.load_balancer.empty() &&
+                               if (may_resend && !result &&
+                                   (is_draining(result.error()) || never_sent(result.error())) &&
                                    self->reselections_ < max_reselections) {
-                                   // Never executed there: choose again (doc/explanation/draining-and-retries.md).
+                                   // Never executed there (refused while draining, or never sent
+                                   // because the member had just said bye or gone): choose again
+                                   // (doc/explanation/draining-and-retries.md).
                                    ++self->reselections_;
                                    return self->attempt(false);
                                }

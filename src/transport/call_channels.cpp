@@ -63,6 +63,7 @@ struct CallChannels::Channel final : ConnectionOwner {
     bool established() const noexcept { return connection->established(); }
     bool closed() const noexcept { return connection->closed(); }
     std::string close_reason;  // for the log, when a dial fails
+    bool retired = false;      // its node's link closed after a bye: closed after this call (under mutex_)
     asio::io_context ioc{1};
     std::shared_ptr<Connection> connection;
 };
@@ -76,7 +77,7 @@ CallChannels::~CallChannels() { stop(); }
 
 std::optional<CallResult> CallChannels::call(const Connection& link, wire::Request& request,
                                              std::chrono::milliseconds timeout) {
-    if (!enabled_ || !link.peer_accepts_channels()) return std::nullopt;
+    if (!enabled_ || !link.peer_accepts_channels() || link.going_away()) return std::nullopt;
     const auto now = Clock::now();
     // A channel is only a faster road: dialling one may take a quarter of the call's time
     // at most (never longer than a handshake may), and the caller sends on the mesh link
@@ -85,6 +86,12 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
         timeout / 4, std::chrono::duration_cast<std::chrono::milliseconds>(settings_.handshake_timeout));
     auto channel = take(link, now + dial_limit);
     if (!channel) return std::nullopt;
+    // Once the peer has said bye on the link it may close its channels at any moment: the
+    // request goes to the link, which refuses it unsent (never_sent()), as late as we can tell.
+    if (link.going_away()) {
+        give_back(std::move(channel));
+        return std::nullopt;
+    }
     calls_.fetch_add(1, std::memory_order_relaxed);
     std::optional<CallResult> result;
     channel->connection->request(std::move(request), timeout, [&result](CallResult r) { result = std::move(r); });
@@ -203,7 +210,7 @@ std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link
 void CallChannels::give_back(std::unique_ptr<Channel> channel, bool keep) {
     std::unique_lock lock(mutex_);
     mark_idle(channel.get());
-    if (keep && !channel->closed() && !stopped_) {
+    if (keep && !channel->closed() && !channel->retired && !stopped_) {
         idle_[channel->node].push_back(std::move(channel));
         return;
     }
@@ -213,7 +220,7 @@ void CallChannels::give_back(std::unique_ptr<Channel> channel, bool keep) {
 }
 
 std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::string_view node,
-                                                                         const std::string& reason) {
+                                                                         const std::string& reason, bool retire) {
     std::vector<std::unique_ptr<Channel>> idle;
     std::lock_guard lock(mutex_);
     for (auto it = idle_.begin(); it != idle_.end();) {
@@ -229,14 +236,19 @@ std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::st
         it = idle_.erase(it);
     }
     // A busy channel is its caller's: the abort wakes it, its call fails, and give_back
-    // then destroys the channel.
+    // then destroys the channel. Retired, it carries its call to the end first.
     for (auto* channel : busy_)
-        if (node.empty() || channel->node == node) channel->connection->abort(reason);
+        if (node.empty() || channel->node == node) {
+            if (retire)
+                channel->retired = true;
+            else
+                channel->connection->abort(reason);
+        }
     return idle;
 }
 
-void CallChannels::drop(const std::string& node) {
-    auto idle = detach(node, "the mesh link to " + node + " was lost");
+void CallChannels::drop(const std::string& node, bool said_bye) {
+    auto idle = detach(node, "the mesh link to " + node + " was lost", said_bye);
     std::lock_guard lock(mutex_);
     no_dial_until_.erase(node);
 }

@@ -62,9 +62,12 @@ public:
     std::optional<CallResult> call(const Connection& link, wire::Request& request,
                                    std::chrono::milliseconds timeout);
 
-    /// The mesh link to `node` was lost: its idle channels close and calls waiting on its
-    /// busy ones fail now (`service_unavailable`, as on the link).
-    void drop(const std::string& node);
+    /// The mesh link to `node` was lost: its idle channels close. Calls waiting on its busy
+    /// ones fail now (`service_unavailable`, as on the link), unless the node said bye
+    /// first (`said_bye`): a stopping node keeps reading and answering its channels until
+    /// their callers close them (Mesh::close_all), so those calls get their answers, and
+    /// their channels close after them.
+    void drop(const std::string& node, bool said_bye = false);
     /// The node is stopping: every channel closes as drop() does, and none opens again.
     void stop();
 
@@ -90,8 +93,10 @@ private:
     void mark_busy(Channel* channel) { busy_.push_back(channel); }
     void mark_idle(Channel* channel) { std::erase(busy_, channel); }
     /// Removes the idle channels of `node` (every node's when empty) and aborts the busy
-    /// ones; returns the idle ones, to be destroyed outside the lock.
-    std::vector<std::unique_ptr<Channel>> detach(std::string_view node, const std::string& reason);
+    /// ones, or with `retire` lets them finish their calls and be closed after; returns the
+    /// idle ones, to be destroyed outside the lock.
+    std::vector<std::unique_ptr<Channel>> detach(std::string_view node, const std::string& reason,
+                                                 bool retire = false);
 
     ConnectionSettings settings_;
     const bool enabled_;

@@ -450,9 +450,10 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     // Encoding happens on the caller's thread, off the connection's strand.
     if (auto error = not_json("request", request.args, request.module, request.function))
         return done(std::move(*error));
-    // Closed already (the node may be stopping, its strand about to run no more): fail now
-    // rather than queue what may never be looked at.
-    if (closed_) return done(call_failure(Failure::no_connection, peer().node, request.module, request.function));
+    // Closed already (the node may be stopping, its strand about to run no more), or the
+    // peer said bye: fail now, unsent, rather than queue what may never be looked at.
+    if (closed_ || going_away())
+        return done(call_failure(Failure::no_connection, peer().node, request.module, request.function));
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
     auto frame = wire::encode(request, spares_.take());
@@ -478,7 +479,9 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
 }
 
 void Connection::start_request(std::uint64_t id, std::string frame, Pending pending) {
-    if (closed_) {
+    // After the peer's bye (handled on this strand) nothing new goes out: the peer may
+    // close once it has our answering bye, and would never read this request.
+    if (closed_ || going_away()) {
         release(frame.size());
         return pending.done(call_failure(Failure::no_connection, peer().node, pending.module, pending.function));
     }

@@ -131,7 +131,10 @@ public:
 
     /// Sends a request and completes `done` with its response, `request_timeout` after
     /// `timeout`, or `service_unavailable` when the connection closes first or, at once,
-    /// when the send queue is full (Failure::overloaded). Any thread; on a call channel's
+    /// when the send queue is full (Failure::overloaded). A request refused unsent because
+    /// the connection had closed or the peer had said bye fails with Failure::no_connection
+    /// and no `reason` detail (never_sent() is true); one that was queued and then lost its
+    /// connection names the close in `details.reason`. Any thread; on a call channel's
     /// dialer (ConnectionSettings::channel) only the thread that drives it, outside its
     /// handlers (CallChannels::call), which starts the request at once.
     void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
@@ -310,5 +313,12 @@ private:
     std::atomic<bool> going_away_{false};
     std::atomic<bool> bye_sent_{false};
 };
+
+/// True when `error` says a request never left this node: `no_connection` without the
+/// `reason` detail that a queued request's failure carries (Connection::request; the
+/// router's own "not connected"). Such a call ran nowhere, so a balancer may pick again.
+inline bool never_sent(const ErrorMessage& error) {
+    return error.is(Failure::no_connection) && !error.details.contains("reason");
+}
 
 }  // namespace rpclb::detail

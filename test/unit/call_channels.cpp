@@ -158,6 +158,31 @@ BOOST_AUTO_TEST_CASE(a_peer_that_stops_fails_a_call_waiting_on_its_channel) {
     stopping.get();
 }
 
+// A stopping node still takes and answers the channels its peers open (it used to close
+// one right after its handshake, and a request the caller had written on it was lost as
+// "noconnection" during a rolling restart). b is stopping: it has left group w and waits
+// for the call it serves; a call from a on a second channel is answered there.
+BOOST_AUTO_TEST_CASE(a_stopping_peer_answers_on_a_channel_opened_while_it_drains) {
+    Pair p;
+    p.b->start_balancer(rpclb::test::balancer_options("w", "round_robin"));
+    BOOST_TEST_REQUIRE(eventually([&] { return p.a->get_members("w").has_value(); }, 5s));
+    rpclb::CallOptions o;
+    o.timeout = 20s;
+    auto serving = std::async(std::launch::async, [&] { return p.a->call(b_name, "t", "sleep", boost::json::array{1500}, o); });
+    BOOST_TEST_REQUIRE(eventually([&] { return p.a->stats().channel_calls == 1u && p.sleeps_begun == 1; }, 2s));
+    auto stopping = std::async(std::launch::async, [&] { p.b->stop(); });
+    // b has begun to stop: it left w, and now waits for its sleep call to end.
+    BOOST_TEST_REQUIRE(eventually([&] { return !p.a->get_members("w").has_value(); }, 2s));
+    auto r = p.echo(7);  // the first channel is busy: a dials a second one
+    BOOST_TEST_REQUIRE(r.has_value(), r.error().message << " " << boost::json::serialize(r.error().details));
+    BOOST_TEST((r.value() == boost::json::array{7, "abc"}));
+    BOOST_TEST(p.a->stats().channel_calls == 2u);  // on the new channel, not on the link
+    BOOST_TEST(serving.get().has_value());
+    stopping.get();
+    // a closed both channels once b's link closed after its bye: b's stop did not have to.
+    BOOST_TEST(eventually([&] { return p.a->stats().channels_open == 0u; }, 2s));
+}
+
 BOOST_AUTO_TEST_CASE(a_restarted_peer_gets_new_channels) {
     Pair p;
     BOOST_TEST_REQUIRE(p.echo(1).has_value());
