@@ -162,12 +162,11 @@ void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
         std::lock_guard lock(mutex_);
         connecting_.erase(c);
         const auto it = peers_.find(peer.node);
-        // A stopping node still takes a channel (the peer passed the cookie handshake): its
-        // caller may already be writing a request on it, and close_all() waits for the
-        // caller to close it, answering meanwhile (`draining` for a load-balanced request).
-        keep = options_.call_channels &&
-               (stopping_ || (it != peers_.end() && it->second->peer().incarnation == peer.incarnation &&
-                              !it->second->going_away()));
+        // A stopping node still takes a channel from a linked peer that has answered its
+        // bye: the caller may already be writing a request on it, and close_all() waits for
+        // the caller to close it, answering meanwhile (`draining` for a load-balanced request).
+        keep = options_.call_channels && it != peers_.end() && it->second->peer().incarnation == peer.incarnation &&
+               (stopping_ || !it->second->going_away());
         if (keep) channels_.emplace(peer.node, c);
     }
     if (!keep) return c->close("a call channel from " + peer.node + ", which has no mesh link to this node");
@@ -383,13 +382,15 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
     ++peers_lost_;
     if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason;
     groups_.remove_node(c->peer().node);
-    // Call channels live with the pair's mesh link, both ways; but a stopping node leaves
-    // the channels its peers opened to close_all(), which lets their callers close them, so
-    // that a request on one is read and answered rather than dropped unread.
-    if (!stopping_)
+    // Call channels live with the pair's mesh link, both ways. One exception: a link that
+    // a stopping node closed cleanly after the byes leaves the channels its peer opened to
+    // close_all(), which lets their callers close them, so that a request on one is read
+    // and answered rather than dropped unread.
+    const bool clean = c->going_away() && reason == closed_by_peer;
+    if (!(stopping_ && clean))
         for (auto& channel : take_channels(c->peer().node))
             channel->abort("the mesh link to " + c->peer().node + " was lost");
-    if (on_peer_lost_) on_peer_lost_(c->peer().node, c->going_away());
+    if (on_peer_lost_) on_peer_lost_(c->peer().node, clean);
 }
 
 void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) {

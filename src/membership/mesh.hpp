@@ -97,8 +97,9 @@ public:
     /// (Router::wake). Set before start().
     void set_on_cookie_refused(std::function<void()> f) { on_cookie_refused_ = std::move(f); }
     /// Runs (on a network thread) when the mesh link to a node is lost, with its name and
-    /// whether it said bye first (a graceful stop), so that this node's call channels to it
-    /// end too (CallChannels::drop). Set before start().
+    /// whether the link ended cleanly after the node's bye (its WebSocket close, not a
+    /// drop), so that this node's call channels to it end too (CallChannels::drop). Set
+    /// before start().
     void set_on_peer_lost(std::function<void(const std::string&, bool said_bye)> f) { on_peer_lost_ = std::move(f); }
     /// The settings every connection of this node uses (CallChannels copies them).
     const ConnectionSettings& settings() const noexcept { return settings_; }

@@ -14,9 +14,10 @@ namespace asio = boost::asio;
 // the connection on it. The channel is the connection's owner; its callbacks run inside
 // that io_context, so on the holding thread.
 struct CallChannels::Channel final : ConnectionOwner {
-    Channel(const ConnectionSettings& settings, const wire::PeerInfo& peer, std::string target)
-        : node(peer.node),
-          incarnation(peer.incarnation),
+    Channel(const ConnectionSettings& settings, const Connection& link, std::string target)
+        : node(link.peer().node),
+          incarnation(link.peer().incarnation),
+          link(link.weak_from_this()),
           connection(std::make_shared<Connection>(asio::make_strand(ioc), std::move(target), *this, settings)) {}
 
     ~Channel() override {
@@ -59,6 +60,13 @@ struct CallChannels::Channel final : ConnectionOwner {
 
     const std::string node;
     const std::string incarnation;
+    // The mesh link it was dialled beside: once that is closed the channel is not pooled
+    // again (drop() may have run before the dial marked it busy).
+    const std::weak_ptr<const Connection> link;
+    bool link_closed() const {
+        auto l = link.lock();
+        return !l || l->closed();
+    }
     // Open and closed are the connection's own flags (established(), closed()).
     bool established() const noexcept { return connection->established(); }
     bool closed() const noexcept { return connection->closed(); }
@@ -104,8 +112,11 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
         channel->run_until([&] { return result.has_value(); }, Clock::now() + std::chrono::seconds(1));
     }
     give_back(std::move(channel));
-    if (!result)  // cannot happen: the connection completes every request it takes (moved from: no names)
-        return call_failure(Failure::no_connection, link.peer().node, {}, {});
+    if (!result) {  // cannot happen: the connection completes every request it takes (moved from: no names)
+        auto error = call_failure(Failure::no_connection, link.peer().node, {}, {});
+        error.details["reason"] = "the call channel gave no outcome";  // it may have been sent: not never_sent()
+        return error;
+    }
     return result;
 }
 
@@ -184,7 +195,7 @@ std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link
     // The address the link was dialled at, else the one the peer listens on.
     const auto& target = link.target().empty() ? peer.listen : link.target();
     if (target.empty()) return nullptr;
-    auto channel = std::make_unique<Channel>(settings_, peer, target);
+    auto channel = std::make_unique<Channel>(settings_, link, target);
     {
         std::lock_guard lock(mutex_);
         if (stopped_) return nullptr;
@@ -210,7 +221,7 @@ std::unique_ptr<CallChannels::Channel> CallChannels::dial(const Connection& link
 void CallChannels::give_back(std::unique_ptr<Channel> channel, bool keep) {
     std::unique_lock lock(mutex_);
     mark_idle(channel.get());
-    if (keep && !channel->closed() && !channel->retired && !stopped_) {
+    if (keep && !channel->closed() && !channel->retired && !channel->link_closed() && !stopped_) {
         idle_[channel->node].push_back(std::move(channel));
         return;
     }

@@ -244,7 +244,7 @@ void Connection::do_read() {
                         std::string_view(why.reason.data(), why.reason.size()) == cookie_refused_close_reason)
                         self->cookie_refused_ = true;
                 }
-                return self->fail(normal ? std::string("closed by peer") : ec.message());
+                return self->fail(normal ? std::string(closed_by_peer) : ec.message());
             }
             self->on_read(bytes);
         });

@@ -314,6 +314,10 @@ private:
     std::atomic<bool> bye_sent_{false};
 };
 
+/// The reason a connection reports (ConnectionOwner::on_closed) when the peer closed it
+/// with a WebSocket close: a clean end, not a drop.
+inline constexpr std::string_view closed_by_peer = "closed by peer";
+
 /// True when `error` says a request never left this node: `no_connection` without the
 /// `reason` detail that a queued request's failure carries (Connection::request; the
 /// router's own "not connected"). Such a call ran nowhere, so a balancer may pick again.
