@@ -349,6 +349,9 @@ BOOST_AUTO_TEST_CASE(inline_completions_during_a_stop_each_run_once) {
 // whose loop could not answer, for the call's whole timeout.
 BOOST_AUTO_TEST_CASE(a_blocking_call_on_any_nodes_network_thread_fails_at_once) {
     Pair p;
+    // a to b answers first: the completion below must come from a's network thread (a
+    // call that failed at once would complete on this thread instead; seen once in CI).
+    BOOST_REQUIRE(eventually([&] { return p.a.call("b@127.0.0.1", "t", "echo", {1}).has_value(); }, 5s));
     std::promise<std::pair<rpclb::CallResult, std::chrono::steady_clock::duration>> done;
     p.a.async_call("b@127.0.0.1", "t", "echo", {1}, inline_completion(), [&](rpclb::CallResult) {
         rpclb::CallOptions options;
