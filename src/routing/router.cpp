@@ -211,7 +211,7 @@ private:
     ErrorMessage unreachable(const std::string& target) const {
         if (auto refused_by = router_->mesh().refused_by(target))
             return cookie_refused_error(*refused_by, target, spec_.module, spec_.function);
-        return call_failure(Failure::no_connection, target, spec_.module, spec_.function);
+        return unsent_error(target, spec_.module, spec_.function);
     }
 
     // The short-circuits of seed §4.4: no selection, no retry, no drainer.

@@ -452,8 +452,7 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
         return done(std::move(*error));
     // Closed already (the node may be stopping, its strand about to run no more), or the
     // peer said bye: fail now, unsent, rather than queue what may never be looked at.
-    if (closed_ || going_away())
-        return done(call_failure(Failure::no_connection, peer().node, request.module, request.function));
+    if (closed_ || going_away()) return done(unsent_error(peer().node, request.module, request.function));
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
     auto frame = wire::encode(request, spares_.take());
@@ -483,7 +482,7 @@ void Connection::start_request(std::uint64_t id, std::string frame, Pending pend
     // close once it has our answering bye, and would never read this request.
     if (closed_ || going_away()) {
         release(frame.size());
-        return pending.done(call_failure(Failure::no_connection, peer().node, pending.module, pending.function));
+        return pending.done(unsent_error(peer().node, pending.module, pending.function));
     }
     const auto deadline = pending.deadline;
     pending_.emplace(id, std::move(pending));

@@ -325,4 +325,10 @@ inline bool never_sent(const ErrorMessage& error) {
     return error.is(Failure::no_connection) && !error.details.contains("reason");
 }
 
+/// The error of a call to `node` that was refused before anything was sent (never_sent()
+/// is true of it): `service_unavailable`, "noconnection".
+inline ErrorMessage unsent_error(std::string_view node, std::string_view module, std::string_view function) {
+    return call_failure(Failure::no_connection, node, module, function);
+}
+
 }  // namespace rpclb::detail
