@@ -378,9 +378,7 @@ void Connection::write_next() {
     // peer that reads batches (never past the size limit; see WriteQueue::begin_write).
     const auto count = queue_.begin_write(batch_ ? settings_.max_batch_frames : 1,
                                           std::min(settings_.max_message_size, wire::max_batch_bytes));
-    auto& counters = *settings_.counters;
-    counters.frames_sent.fetch_add(count, std::memory_order_relaxed);
-    counters.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    count_written(count);
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };
     ws_.visit([&](auto& ws) {
         if (count == 1) return ws.async_write(asio::buffer(queue_.at(0)), std::move(done));
@@ -468,9 +466,9 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     Pending pending{std::move(done), deadline, std::move(request.module), std::move(request.function)};
     // A call channel's dialer is driven by the one thread that runs its io_context, and
     // that thread is here, outside every handler (CallChannels::call): no handler can run
-    // meanwhile, so the request starts right away instead of by a round through the
-    // strand and the io_context's queue.
-    if (settings_.channel) return start_request(id, std::move(frame), std::move(pending));
+    // meanwhile, so the call is made right here, with blocking socket calls when it can
+    // be (channel_call.cpp), instead of by a round through the strand and the io_context.
+    if (settings_.channel) return call_in_place(id, std::move(frame), std::move(pending));
     asio::dispatch(ws_.get_executor(),
                    [self = shared_from_this(), id, frame = std::move(frame), pending = std::move(pending)]() mutable {
                        self->start_request(id, std::move(frame), std::move(pending));
@@ -558,6 +556,7 @@ void Connection::read_waiting_input() {
 }
 
 void Connection::abort(std::string reason) {
+    if (settings_.channel) interrupt_wait(reason);
     asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)] { self->fail(reason); });
 }
 

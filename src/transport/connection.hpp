@@ -18,6 +18,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -142,7 +143,9 @@ public:
     /// Closes the connection (idempotent); `reason` is logged and reported.
     void close(std::string reason);
     /// Ends the connection now, without the close handshake: pending requests fail at
-    /// once with `reason` (idempotent; any thread).
+    /// once with `reason` (idempotent; any thread). On a call channel's dialer it also
+    /// wakes a caller blocked in the connection's socket (call_in_place), which then fails
+    /// its call with `reason`.
     void abort(std::string reason);
 
     /// A call channel (wire::Hello::channel) rather than a mesh link: this side dialled
@@ -211,6 +214,29 @@ private:
     /// On the strand (or, for a call channel's dialer, on its one thread outside every
     /// handler): registers the request's deadline and queues its frame.
     void start_request(std::uint64_t id, std::string frame, Pending pending);
+
+    // ---- the in-place call of a call channel's dialer (channel_call.cpp) ----
+    /// Call channel, dialer, on the thread that drives it, outside its handlers: when the
+    /// connection is plain TCP, idle and the frame small, writes the request and reads its
+    /// answer with blocking socket calls on this thread (no io_context round), completing
+    /// `pending` before it returns; otherwise, or when what comes back is not one whole
+    /// data frame, the call goes on through start_request and the io_context, as before.
+    void call_in_place(std::uint64_t id, std::string frame, Pending pending);
+    /// What the socket holds for the in-place call: one whole unfragmented data frame
+    /// (`frame`), nothing yet (`nothing`), or anything else, which Beast's reads take
+    /// (`other`: part of a frame, a control frame, a fragment, the end of the stream).
+    enum class Waiting { frame, nothing, other };
+    Waiting peek_answer();
+    /// Blocks in poll(2) until the socket is readable, `deadline` passes (false) or
+    /// interrupt_wait() wakes it (false, interrupted_ set).
+    bool wait_readable(Clock::time_point deadline);
+    /// Any thread: makes the in-place call fail with `reason`, now if it is blocked.
+    void interrupt_wait(const std::string& reason);
+    /// Counts a write of `count` frames in one message into WireCounters.
+    void count_written(std::size_t count) noexcept {
+        settings_.counters->frames_sent.fetch_add(count, std::memory_order_relaxed);
+        settings_.counters->messages_sent.fetch_add(1, std::memory_order_relaxed);
+    }
 
     /// The `bad_request` error (Failure::not_json) of a `what` ("request", "cast") whose
     /// `args` hold NaN or infinity, which no JSON text can carry; nullopt when they do not.
@@ -306,6 +332,13 @@ private:
     Clock::time_point ping_sent_{};
     bool ping_writing_ = false;
     std::atomic<std::int64_t> rtt_us_{-1};
+    // The in-place call's wait (call channel, dialer): the socket it polls while it
+    // blocks (-1: not blocked) and why it must stop waiting, under wait_mutex_, so that
+    // abort() from another thread shuts the socket down only while the caller polls it
+    // (never after the caller closed it).
+    std::mutex wait_mutex_;
+    int waiting_fd_ = -1;
+    std::optional<std::string> interrupted_;
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<bool> established_{false};
     std::atomic<bool> channel_{false};

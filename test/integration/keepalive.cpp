@@ -52,4 +52,32 @@ BOOST_AUTO_TEST_CASE(frozen_peer_leaves_after_idle_timeout_and_fails_pending_cal
     b->process().signal(SIGCONT);
 }
 
+BOOST_AUTO_TEST_CASE(a_blocking_call_waiting_in_its_callers_socket_fails_when_the_frozen_peer_leaves) {
+    // A blocking call on a call channel waits in poll(2) on the caller's own thread
+    // (doc/architecture.md, "Call channels"). The frozen peer keeps the channel's socket
+    // open, so only the loss of the mesh link can end that wait: it must, at once.
+    auto b = start_node({.name = "b", .extra_args = {"--idle-timeout", "1000"}});
+    rpclb::ClusterOptions options;
+    options.idle_timeout = 1000ms;
+    auto client = start_client({b->address()}, options);
+    BOOST_REQUIRE(eventually([&] { return client->connected_nodes().size() == 1; }, 5s));
+    rpclb::CallOptions call_options;
+    call_options.timeout = 20s;
+    BOOST_REQUIRE(eventually([&] { return client->call("b@127.0.0.1", "demo", "echo", {1}, call_options).has_value(); }, 5s));
+    BOOST_REQUIRE(client->stats().channel_calls >= 1u);  // the channel is open and pooled
+
+    b->process().signal(SIGSTOP);
+    const auto frozen = std::chrono::steady_clock::now();
+    auto waiting = std::async(std::launch::async, [&] {
+        return client->call("b@127.0.0.1", "demo", "echo", {2}, call_options);
+    });
+    BOOST_REQUIRE((waiting.wait_for(6s) == std::future_status::ready));
+    const auto failed_after = std::chrono::steady_clock::now() - frozen;
+    auto result = waiting.get();
+    BOOST_REQUIRE(!result.has_value());
+    BOOST_TEST((result.error().code == rpclb::ErrorCode::service_unavailable), result.error().message);
+    BOOST_TEST((failed_after < 4s));  // the 1 s idle timeout and a margin, not the 20 s deadline
+    b->process().signal(SIGCONT);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

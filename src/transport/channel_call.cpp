@@ -1,0 +1,151 @@
+// The in-place call of a call channel's dialer: the caller's own thread writes the request
+// and reads the answer with blocking socket calls (doc/architecture.md, "Call channels").
+#include "transport/connection.hpp"
+
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/websocket/error.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <mutex>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+namespace rpclb::detail {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace ws = beast::websocket;
+
+namespace {
+// Requests up to this size are written in place. An idle channel has nothing unread by the
+// peer (each earlier request was answered, or the channel was not kept), so a write this
+// small fits the socket's buffers at once and cannot block on a peer that stopped reading
+// (an Asio blocking write would wait without a deadline). Larger ones take the strand.
+constexpr std::size_t max_in_place_frame = 16 * 1024;
+// Answers up to this size are read in place once they are whole in the socket.
+constexpr std::size_t max_in_place_answer = 64 * 1024;
+}  // namespace
+
+void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pending) {
+    // Beast's reads and writes may be used synchronously only while no asynchronous one is
+    // in progress; over TLS the socket's bytes are records, not WebSocket frames.
+    if (closed_ || going_away() || ws_.tls() || !open_ || !established_ || reading_ || !queue_.idle() ||
+        close_reason_ || frame.size() > max_in_place_frame)
+        return start_request(id, std::move(frame), std::move(pending));
+    const auto deadline = pending.deadline;
+    pending_.emplace(id, std::move(pending));
+    deadlines_.emplace(deadline, id);
+    {
+        std::unique_lock lock(wait_mutex_);
+        if (interrupted_) {
+            auto why = *interrupted_;
+            lock.unlock();
+            release(frame.size());
+            return fail(why);
+        }
+    }
+    count_written(1);
+    beast::error_code ec;
+    ws_.visit([&](auto& ws) { ws.write(asio::buffer(frame), ec); });
+    release(frame.size());
+    if (ec) return fail("write: " + ec.message());
+    for (;;) {
+        switch (peek_answer()) {
+        case Waiting::frame: {
+            const auto bytes = ws_.visit([&](auto& ws) { return ws.read(buffer_, ec); });
+            if (ec) return fail(ec == ws::error::closed ? std::string(closed_by_peer) : ec.message());
+            on_read(bytes);  // completes the call when this is its answer
+            if (closed_ || !pending_.contains(id)) return;
+            // Another frame (a late answer to an earlier call): on_read started a read, and
+            // the io_context carries the call on.
+            arm_deadline(deadline);
+            return;
+        }
+        case Waiting::nothing:
+            if (wait_readable(deadline) || Clock::now() < deadline) continue;
+            {
+                std::unique_lock lock(wait_mutex_);
+                if (interrupted_) {
+                    auto why = *interrupted_;
+                    lock.unlock();
+                    return fail(why);
+                }
+            }
+            return on_deadline();  // fails the call with `timeout`
+        case Waiting::other:
+            arm_deadline(deadline);
+            if (!reading_) do_read();
+            return;
+        }
+    }
+}
+
+Connection::Waiting Connection::peek_answer() {
+    // The header of a frame from the acceptor: FIN, no RSV bits, opcode 1 or 2, unmasked,
+    // then a 7-bit, 16-bit or 64-bit length (RFC 6455, section 5.2).
+    std::array<unsigned char, 512> head;
+    const int fd = ws_.socket().native_handle();
+    const auto n = ::recv(fd, head.data(), head.size(), MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Waiting::nothing : Waiting::other;
+    const auto have = static_cast<std::size_t>(n);
+    if (have < 2 || (head[0] & 0xF0) != 0x80 || ((head[0] & 0x0F) != 1 && (head[0] & 0x0F) != 2) || (head[1] & 0x80))
+        return Waiting::other;
+    std::uint64_t length = head[1] & 0x7F;
+    std::size_t header = 2;
+    if (length == 126) {
+        if (have < 4) return Waiting::other;
+        length = (std::uint64_t(head[2]) << 8) | head[3];
+        header = 4;
+    } else if (length == 127) {
+        if (have < 10) return Waiting::other;
+        length = 0;
+        for (int i = 2; i < 10; ++i) length = (length << 8) | head[i];
+        header = 10;
+    }
+    if (length > max_in_place_answer) return Waiting::other;
+    const auto whole = header + static_cast<std::size_t>(length);
+    // Exactly one frame: Beast's blocking read then takes it without waiting, and leaves
+    // nothing of a next frame in its own buffer, where no peek would see it.
+    std::size_t available = have;
+    if (have == head.size()) {
+        int queued = 0;
+        if (::ioctl(fd, FIONREAD, &queued) != 0) return Waiting::other;
+        available = static_cast<std::size_t>(queued);
+    }
+    return available == whole ? Waiting::frame : Waiting::other;
+}
+
+bool Connection::wait_readable(Clock::time_point deadline) {
+    const int fd = ws_.socket().native_handle();
+    {
+        std::lock_guard lock(wait_mutex_);
+        if (interrupted_) return false;
+        waiting_fd_ = fd;
+    }
+    int timeout_ms = -1;
+    if (deadline != Clock::time_point::max()) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::clamp<std::int64_t>(left, 0, INT_MAX));
+    }
+    pollfd watch{fd, POLLIN, 0};
+    const int ready = ::poll(&watch, 1, timeout_ms);
+    std::lock_guard lock(wait_mutex_);
+    waiting_fd_ = -1;
+    if (interrupted_) return false;
+    return ready > 0 || (ready < 0 && errno == EINTR);
+}
+
+void Connection::interrupt_wait(const std::string& reason) {
+    std::lock_guard lock(wait_mutex_);
+    if (!interrupted_) interrupted_ = reason;
+    // The caller is blocked in poll() on this socket, and it closes the socket only after
+    // it has taken this lock again: shutting it down here wakes it, and the socket is its.
+    if (waiting_fd_ >= 0) ::shutdown(waiting_fd_, SHUT_RDWR);
+}
+
+}  // namespace rpclb::detail
