@@ -22,11 +22,6 @@ namespace beast = boost::beast;
 namespace ws = beast::websocket;
 
 namespace {
-// Requests up to this size are written in place. An idle channel has nothing unread by the
-// peer (each earlier request was answered, or the channel was not kept), so a write this
-// small fits the socket's buffers at once and cannot block on a peer that stopped reading
-// (an Asio blocking write would wait without a deadline). Larger ones take the strand.
-constexpr std::size_t max_in_place_frame = 16 * 1024;
 // Answers up to this size are read in place once they are whole in the socket.
 constexpr std::size_t max_in_place_answer = 64 * 1024;
 }  // namespace

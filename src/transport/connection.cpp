@@ -379,6 +379,16 @@ void Connection::write_next() {
     const auto count = queue_.begin_write(batch_ ? settings_.max_batch_frames : 1,
                                           std::min(settings_.max_message_size, wire::max_batch_bytes));
     count_written(count);
+    // An accepted call channel answers one blocking caller, which is waiting to read this
+    // answer: with no read outstanding (in on_read, before the next starts) a small one is
+    // written at once with a blocking write, as the caller's side does (channel_call.cpp),
+    // saving the asynchronous write's posted completion and the scheduler's extra poll.
+    if (count == 1 && channel_ && role() == Role::acceptor && !reading_ && !close_started_ &&
+        queue_.at(0).size() <= max_in_place_frame) {
+        beast::error_code ec;
+        ws_.visit([&](auto& ws) { ws.write(asio::buffer(queue_.at(0)), ec); });
+        return on_written(ec);
+    }
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };
     ws_.visit([&](auto& ws) {
         if (count == 1) return ws.async_write(asio::buffer(queue_.at(0)), std::move(done));

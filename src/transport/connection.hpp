@@ -216,6 +216,13 @@ private:
     void start_request(std::uint64_t id, std::string frame, Pending pending);
 
     // ---- the in-place call of a call channel's dialer (channel_call.cpp) ----
+    /// Frames up to this size are written in place on a call channel (blocking writes, by
+    /// the dialer's caller and by the acceptor's network thread). A channel carries one call
+    /// at a time, so its peer has read all but at most a few earlier frames: a write this
+    /// small fits the socket's buffers at once and cannot block on a peer that stopped
+    /// reading (an Asio blocking write would wait without a deadline). Larger ones are
+    /// written asynchronously.
+    static constexpr std::size_t max_in_place_frame = 16 * 1024;
     /// Call channel, dialer, on the thread that drives it, outside its handlers: when the
     /// connection is plain TCP, idle and the frame small, writes the request and reads its
     /// answer with blocking socket calls on this thread (no io_context round), completing
