@@ -35,14 +35,9 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
     const auto deadline = pending.deadline;
     pending_.emplace(id, std::move(pending));
     deadlines_.emplace(deadline, id);
-    {
-        std::unique_lock lock(wait_mutex_);
-        if (interrupted_) {
-            auto why = *interrupted_;
-            lock.unlock();
-            release(frame.size());
-            return fail(why);
-        }
+    if (auto why = interruption()) {
+        release(frame.size());
+        return fail(*why);
     }
     count_written(1);
     beast::error_code ec;
@@ -62,15 +57,9 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
             return;
         }
         case Waiting::nothing:
-            if (wait_readable(deadline) || Clock::now() < deadline) continue;
-            {
-                std::unique_lock lock(wait_mutex_);
-                if (interrupted_) {
-                    auto why = *interrupted_;
-                    lock.unlock();
-                    return fail(why);
-                }
-            }
+            if (wait_readable(deadline)) continue;
+            if (auto why = interruption()) return fail(*why);
+            if (Clock::now() < deadline) continue;
             return on_deadline();  // fails the call with `timeout`
         case Waiting::other:
             arm_deadline(deadline);
@@ -133,6 +122,11 @@ bool Connection::wait_readable(Clock::time_point deadline) {
     waiting_fd_ = -1;
     if (interrupted_) return false;
     return ready > 0 || (ready < 0 && errno == EINTR);
+}
+
+std::optional<std::string> Connection::interruption() {
+    std::lock_guard lock(wait_mutex_);
+    return interrupted_;
 }
 
 void Connection::interrupt_wait(const std::string& reason) {

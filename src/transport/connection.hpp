@@ -239,6 +239,8 @@ private:
     bool wait_readable(Clock::time_point deadline);
     /// Any thread: makes the in-place call fail with `reason`, now if it is blocked.
     void interrupt_wait(const std::string& reason);
+    /// The reason interrupt_wait() gave, if it ran.
+    std::optional<std::string> interruption();
     /// Counts a write of `count` frames in one message into WireCounters.
     void count_written(std::size_t count) noexcept {
         settings_.counters->frames_sent.fetch_add(count, std::memory_order_relaxed);
