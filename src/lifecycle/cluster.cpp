@@ -218,6 +218,13 @@ Result<void> to_void(CallResult r) {
 // thousand calls to a killed node). `any_completion_executor` cannot require
 // blocking.never (its prefer is a no-op, so a worker running the pool's executor ran the
 // completion in place); the worker pool's own executor type can.
+// How many initiate() calls this thread is inside. An opted-in completion runs inline on a
+// network thread unless that thread is inside async_call itself (the recursion above). It
+// is per thread: an answer read on a network thread while the calling thread has not yet
+// left async_call (it was preempted right after sending) still completes inline there;
+// with one flag per call it went to the pool (seen under load: unit.async_completion).
+thread_local int initiating_here = 0;
+
 template <class R, class Convert>
 void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec spec,
               asio::any_completion_handler<void(R)> handler, Convert convert) {
@@ -255,6 +262,10 @@ void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec s
         });
     }
     // `runtime` lives as long as the node's Impl, which the operation keeps (its Router).
+    struct Initiating {
+        Initiating() noexcept { ++initiating_here; }
+        ~Initiating() { --initiating_here; }
+    } initiating;
     auto operation = router.start(std::move(spec), [state, convert, &runtime](CallResult result) {
         // Posted (never run inside this call), with the work counted until it runs.
         auto work = std::move(state->work);
@@ -272,7 +283,7 @@ void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec s
         };
         // Opted in: on the network thread that completes the call, where no rpclb lock is
         // held (reply, deadline and drop are all handled on the connection's strand).
-        if (state->complete_inline && !state->initiating.load() && runtime.on_network_thread())
+        if (state->complete_inline && initiating_here == 0 && runtime.on_network_thread())
             return complete();
         if (state->on_workers) return later(std::move(complete));
         // Another executor (the handler's own). Completing inside async_call, on the

@@ -362,7 +362,8 @@ BOOST_AUTO_TEST_CASE(a_blocking_call_on_any_nodes_network_thread_fails_at_once) 
     });
     auto [result, took] = done.get_future().get();
     BOOST_REQUIRE(!result.has_value());
-    BOOST_TEST(result.error().is(rpclb::Failure::would_deadlock));
+    BOOST_TEST(result.error().is(rpclb::Failure::would_deadlock),
+               result.error().message << " " << boost::json::serialize(result.error().details));
     BOOST_TEST(took < 1s);
 }
 
