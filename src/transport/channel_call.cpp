@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <mutex>
 #include <poll.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -30,7 +31,7 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
     // Beast's reads and writes may be used synchronously only while no asynchronous one is
     // in progress; over TLS the socket's bytes are records, not WebSocket frames.
     if (closed_ || going_away() || ws_.tls() || !open_ || !established_ || reading_ || !queue_.idle() ||
-        close_reason_ || frame.size() > max_in_place_frame)
+        close_reason_ || frame.size() > max_in_place_frame || !send_queue_empty())
         return start_request(id, std::move(frame), std::move(pending));
     const auto deadline = pending.deadline;
     pending_.emplace(id, std::move(pending));
@@ -102,6 +103,11 @@ Connection::Waiting Connection::peek_answer() {
         available = static_cast<std::size_t>(queued);
     }
     return available == whole ? Waiting::frame : Waiting::other;
+}
+
+bool Connection::send_queue_empty() noexcept {
+    int queued = 0;
+    return ::ioctl(ws_.socket().native_handle(), SIOCOUTQ, &queued) == 0 && queued == 0;
 }
 
 bool Connection::wait_readable(Clock::time_point deadline) {

@@ -384,7 +384,7 @@ void Connection::write_next() {
     // written at once with a blocking write, as the caller's side does (channel_call.cpp),
     // saving the asynchronous write's posted completion and the scheduler's extra poll.
     if (count == 1 && channel_ && role() == Role::acceptor && !reading_ && !close_started_ &&
-        queue_.at(0).size() <= max_in_place_frame) {
+        queue_.at(0).size() <= max_in_place_frame && send_queue_empty()) {
         beast::error_code ec;
         ws_.visit([&](auto& ws) { ws.write(asio::buffer(queue_.at(0)), ec); });
         return on_written(ec);

@@ -217,12 +217,15 @@ private:
 
     // ---- the in-place call of a call channel's dialer (channel_call.cpp) ----
     /// Frames up to this size are written in place on a call channel (blocking writes, by
-    /// the dialer's caller and by the acceptor's network thread). A channel carries one call
-    /// at a time, so its peer has read all but at most a few earlier frames: a write this
-    /// small fits the socket's buffers at once and cannot block on a peer that stopped
-    /// reading (an Asio blocking write would wait without a deadline). Larger ones are
-    /// written asynchronously.
-    static constexpr std::size_t max_in_place_frame = 16 * 1024;
+    /// the dialer's caller and by the acceptor's network thread), and only when the
+    /// socket's send queue is empty (send_queue_empty()). An Asio blocking write waits
+    /// without a deadline when the socket's buffer is full; a frame this small always fits
+    /// an empty one, so the write cannot block on a peer that stopped reading (timed-out
+    /// calls to a frozen peer leave their requests in the buffers). Larger ones, and any
+    /// when bytes are still queued, are written asynchronously.
+    static constexpr std::size_t max_in_place_frame = 8 * 1024;
+    /// Nothing this side wrote is still unacknowledged in the socket (SIOCOUTQ is 0).
+    bool send_queue_empty() noexcept;
     /// Call channel, dialer, on the thread that drives it, outside its handlers: when the
     /// connection is plain TCP, idle and the frame small, writes the request and reads its
     /// answer with blocking socket calls on this thread (no io_context round), completing

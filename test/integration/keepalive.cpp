@@ -26,7 +26,7 @@ BOOST_AUTO_TEST_CASE(frozen_peer_leaves_after_idle_timeout_and_fails_pending_cal
     std::promise<rpclb::CallResult> pending;
     rpclb::CallOptions call_options;
     call_options.timeout = 20s;
-    b->process().signal(SIGSTOP);
+    BOOST_REQUIRE(b->process().freeze());
     const auto frozen = std::chrono::steady_clock::now();
     client->async_call("b@127.0.0.1", "demo", "echo", {1}, call_options,
                        [&](rpclb::CallResult r) { pending.set_value(std::move(r)); });
@@ -66,7 +66,7 @@ BOOST_AUTO_TEST_CASE(a_blocking_call_waiting_in_its_callers_socket_fails_when_th
     BOOST_REQUIRE(eventually([&] { return client->call("b@127.0.0.1", "demo", "echo", {1}, call_options).has_value(); }, 5s));
     BOOST_REQUIRE(client->stats().channel_calls >= 1u);  // the channel is open and pooled
 
-    b->process().signal(SIGSTOP);
+    BOOST_REQUIRE(b->process().freeze());
     const auto frozen = std::chrono::steady_clock::now();
     auto waiting = std::async(std::launch::async, [&] {
         return client->call("b@127.0.0.1", "demo", "echo", {2}, call_options);
@@ -78,6 +78,37 @@ BOOST_AUTO_TEST_CASE(a_blocking_call_waiting_in_its_callers_socket_fails_when_th
     BOOST_TEST((result.error().code == rpclb::ErrorCode::service_unavailable), result.error().message);
     BOOST_TEST((failed_after < 4s));  // the 1 s idle timeout and a margin, not the 20 s deadline
     b->process().signal(SIGCONT);
+}
+
+BOOST_AUTO_TEST_CASE(blocking_calls_to_a_frozen_peer_each_end_by_their_deadline) {
+    // Each timed-out call leaves its request unread in the frozen peer's socket. A blocking
+    // write from the caller's thread would wait without a deadline once the buffers are
+    // full; the call channel must write in place only while nothing is queued, and every
+    // call must still end by its deadline. Long idle timeouts: the link is not lost here.
+    auto b = start_node({.name = "b", .extra_args = {"--idle-timeout", "30000"}});
+    rpclb::ClusterOptions options;
+    options.idle_timeout = 30000ms;
+    auto client = start_client({b->address()}, options);
+    BOOST_REQUIRE(eventually([&] { return client->connected_nodes().size() == 1; }, 5s));
+    BOOST_REQUIRE(eventually([&] { return client->call("b@127.0.0.1", "demo", "echo", {1}).has_value(); }, 5s));
+
+    BOOST_REQUIRE(b->process().freeze());
+    rpclb::CallOptions call_options;
+    call_options.timeout = 5ms;
+    const std::string payload(7000, 'x');  // under the in-place limit, so only the queue check saves it
+    auto calls = std::async(std::launch::async, [&] {
+        int late = 0;
+        for (int i = 0; i < 900; ++i) {  // 6.3 MB: more than loopback's 4 MiB send buffer
+            const auto start = std::chrono::steady_clock::now();
+            auto r = client->call("b@127.0.0.1", "demo", "echo", {payload}, call_options);
+            if (r.has_value() || std::chrono::steady_clock::now() - start > 1s) ++late;
+        }
+        return late;
+    });
+    const bool ended = calls.wait_for(20s) == std::future_status::ready;
+    b->process().signal(SIGCONT);  // also frees a call stuck in a write, so the test can end
+    BOOST_TEST(ended);
+    BOOST_TEST(calls.get() == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

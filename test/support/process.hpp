@@ -252,6 +252,17 @@ public:
         return ::kill(pid_, signal) == 0;
     }
 
+    /// Sends SIGSTOP and waits until every thread of the child has stopped (kill() returns
+    /// before they all have: a thread on another CPU may still answer a request). The child
+    /// is not reaped (WNOWAIT). False when it was reaped already or is gone.
+    bool freeze() {
+        if (!signal(SIGSTOP)) return false;
+        siginfo_t info{};
+        while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WSTOPPED | WEXITED | WNOWAIT) < 0)
+            if (errno != EINTR) return false;
+        return info.si_code == CLD_STOPPED;
+    }
+
     /// Waits until the child exits and reaps it; its wait status (decode with WIFEXITED
     /// and friends), or nullopt if it is still running at `deadline`. Once reaped, returns
     /// the same status at once.
