@@ -3,6 +3,7 @@
 #include "transport/connection.hpp"
 
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/beast/websocket/error.hpp>
 
 #include <algorithm>
@@ -13,7 +14,6 @@
 #include <cstdint>
 #include <mutex>
 #include <poll.h>
-#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -31,7 +31,7 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
     // Beast's reads and writes may be used synchronously only while no asynchronous one is
     // in progress; over TLS the socket's bytes are records, not WebSocket frames.
     if (closed_ || going_away() || ws_.tls() || !open_ || !established_ || reading_ || !queue_.idle() ||
-        close_reason_ || frame.size() > max_in_place_frame || !send_queue_empty())
+        close_reason_ || frame.size() > max_in_place_frame)
         return start_request(id, std::move(frame), std::move(pending));
     const auto deadline = pending.deadline;
     pending_.emplace(id, std::move(pending));
@@ -44,7 +44,7 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
     beast::error_code ec;
     ws_.visit([&](auto& ws) { ws.write(asio::buffer(frame), ec); });
     release(frame.size());
-    if (ec) return fail("write: " + ec.message());
+    if (ec) return fail(in_place_write_failure(ec));
     for (;;) {
         switch (peek_answer()) {
         case Waiting::frame: {
@@ -105,9 +105,11 @@ Connection::Waiting Connection::peek_answer() {
     return available == whole ? Waiting::frame : Waiting::other;
 }
 
-bool Connection::send_queue_empty() noexcept {
-    int queued = 0;
-    return ::ioctl(ws_.socket().native_handle(), SIOCOUTQ, &queued) == 0 && queued == 0;
+std::string Connection::in_place_write_failure(const boost::system::error_code& ec) {
+    // The socket is in non-blocking mode (handle_step): a full buffer fails the write.
+    if (ec == asio::error::would_block || ec == asio::error::try_again)
+        return "the peer is not reading its call channel (the socket's buffers are full)";
+    return "write: " + ec.message();
 }
 
 bool Connection::wait_readable(Clock::time_point deadline) {

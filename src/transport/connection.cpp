@@ -335,6 +335,12 @@ void Connection::handle_step(Handshake::Step step) {
             t.keep_alive_pings = false;
             ws_.visit([&](auto& ws) { ws.set_option(t); });
         }
+        if (channel_) {
+            // In-place writes and reads must never wait (max_in_place_frame); Asio's
+            // asynchronous operations behave the same in either mode.
+            beast::error_code ignored;
+            ws_.socket().non_blocking(true, ignored);
+        }
         established_ = true;
         owner_.on_established(shared_from_this());
         if (!channel_) ping_next();
@@ -384,9 +390,13 @@ void Connection::write_next() {
     // written at once with a blocking write, as the caller's side does (channel_call.cpp),
     // saving the asynchronous write's posted completion and the scheduler's extra poll.
     if (count == 1 && channel_ && role() == Role::acceptor && !reading_ && !close_started_ &&
-        queue_.at(0).size() <= max_in_place_frame && send_queue_empty()) {
+        queue_.at(0).size() <= max_in_place_frame) {
         beast::error_code ec;
         ws_.visit([&](auto& ws) { ws.write(asio::buffer(queue_.at(0)), ec); });
+        if (ec) {
+            release(queue_.end_write([](std::string&&) {}));
+            return fail(in_place_write_failure(ec));
+        }
         return on_written(ec);
     }
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };

@@ -216,16 +216,17 @@ private:
     void start_request(std::uint64_t id, std::string frame, Pending pending);
 
     // ---- the in-place call of a call channel's dialer (channel_call.cpp) ----
-    /// Frames up to this size are written in place on a call channel (blocking writes, by
-    /// the dialer's caller and by the acceptor's network thread), and only when the
-    /// socket's send queue is empty (send_queue_empty()). An Asio blocking write waits
-    /// without a deadline when the socket's buffer is full; a frame this small always fits
-    /// an empty one, so the write cannot block on a peer that stopped reading (timed-out
-    /// calls to a frozen peer leave their requests in the buffers). Larger ones, and any
-    /// when bytes are still queued, are written asynchronously.
+    /// Frames up to this size are written in place on a call channel (Beast's blocking
+    /// write, by the dialer's caller and by the acceptor's network thread); larger ones
+    /// asynchronously. A channel's socket is in Asio's non-blocking mode once established,
+    /// so an in-place write never waits: an Asio blocking write would wait without a
+    /// deadline on a full buffer (timed-out calls to a frozen peer leave their requests in
+    /// the buffers). A frame this small fits the buffers of a peer that reads; when it does
+    /// not, the peer has stopped reading, and the channel fails
+    /// (in_place_write_failure()), failing its call at once instead of hanging it.
     static constexpr std::size_t max_in_place_frame = 8 * 1024;
-    /// Nothing this side wrote is still unacknowledged in the socket (SIOCOUTQ is 0).
-    bool send_queue_empty() noexcept;
+    /// The reason a failed in-place write closes the channel with.
+    static std::string in_place_write_failure(const boost::system::error_code& ec);
     /// Call channel, dialer, on the thread that drives it, outside its handlers: when the
     /// connection is plain TCP, idle and the frame small, writes the request and reads its
     /// answer with blocking socket calls on this thread (no io_context round), completing
