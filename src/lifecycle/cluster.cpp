@@ -236,7 +236,6 @@ void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec s
         Workers workers;
         bool on_workers = false;  // `work` is the node's worker pool
         bool complete_inline = false;  // CallOptions::run_completion_inline, and on_workers
-        std::atomic<bool> initiating{true};  // router.start() has not returned yet
         asio::cancellation_slot slot;
         std::atomic<std::shared_ptr<detail::CallOperation>> operation;
     };
@@ -288,13 +287,12 @@ void initiate(detail::Router& router, const detail::Runtime& runtime, CallSpec s
         if (state->on_workers) return later(std::move(complete));
         // Another executor (the handler's own). Completing inside async_call, on the
         // caller's thread, it could run the handler in place: go round `later` first.
-        if (state->initiating.load())
+        if (initiating_here > 0)
             return later([work = std::move(work), complete = std::move(complete)]() mutable {
                 asio::prefer(work, asio::execution::blocking.never).execute(std::move(complete));
             });
         asio::prefer(work, asio::execution::blocking.never).execute(std::move(complete));
     });
-    state->initiating.store(false);
     // For the cancellation slot; the completion drops it (a call that completed before
     // this store is kept until `state` goes, which cancelling then finds finished).
     state->operation.store(std::move(operation));

@@ -44,7 +44,7 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
     beast::error_code ec;
     ws_.visit([&](auto& ws) { ws.write(asio::buffer(frame), ec); });
     release(frame.size());
-    if (ec) return fail(in_place_write_failure(ec));
+    if (ec) return fail(write_failure(ec));
     for (;;) {
         switch (peek_answer()) {
         case Waiting::frame: {
@@ -105,8 +105,9 @@ Connection::Waiting Connection::peek_answer() {
     return available == whole ? Waiting::frame : Waiting::other;
 }
 
-std::string Connection::in_place_write_failure(const boost::system::error_code& ec) {
-    // The socket is in non-blocking mode (handle_step): a full buffer fails the write.
+std::string Connection::write_failure(const boost::system::error_code& ec) {
+    // A call channel's socket is in non-blocking mode (handle_step): a full buffer fails an
+    // in-place write.
     if (ec == asio::error::would_block || ec == asio::error::try_again)
         return "the peer is not reading its call channel (the socket's buffers are full)";
     return "write: " + ec.message();

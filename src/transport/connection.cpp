@@ -393,10 +393,6 @@ void Connection::write_next() {
         queue_.at(0).size() <= max_in_place_frame) {
         beast::error_code ec;
         ws_.visit([&](auto& ws) { ws.write(asio::buffer(queue_.at(0)), ec); });
-        if (ec) {
-            release(queue_.end_write([](std::string&&) {}));
-            return fail(in_place_write_failure(ec));
-        }
         return on_written(ec);
     }
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };
@@ -426,7 +422,7 @@ void Connection::on_written(boost::system::error_code ec) {
         if (!closed_) spares_.give(std::move(frame), keep);
     }));
     if (closed_) return;
-    if (ec) return fail("write: " + ec.message());
+    if (ec) return fail(write_failure(ec));
     write_next();
 }
 

@@ -223,10 +223,11 @@ private:
     /// deadline on a full buffer (timed-out calls to a frozen peer leave their requests in
     /// the buffers). A frame this small fits the buffers of a peer that reads; when it does
     /// not, the peer has stopped reading, and the channel fails
-    /// (in_place_write_failure()), failing its call at once instead of hanging it.
+    /// (write_failure()), failing its call at once instead of hanging it.
     static constexpr std::size_t max_in_place_frame = 8 * 1024;
-    /// The reason a failed in-place write closes the channel with.
-    static std::string in_place_write_failure(const boost::system::error_code& ec);
+    /// The reason a failed write closes the connection with (an in-place write on a full
+    /// buffer says the peer is not reading; asynchronous writes never fail that way).
+    static std::string write_failure(const boost::system::error_code& ec);
     /// Call channel, dialer, on the thread that drives it, outside its handlers: when the
     /// connection is plain TCP, idle and the frame small, writes the request and reads its
     /// answer with blocking socket calls on this thread (no io_context round), completing
