@@ -209,6 +209,12 @@ struct ClusterStats {
     std::uint64_t channel_calls = 0;
     /// Call channels open now: dialled by this node, plus accepted from peers. A size.
     std::uint64_t channels_open = 0;
+    /// Answers of worker-pool handlers (not run_inline) that the worker wrote itself, on a
+    /// call channel a peer opened to this node, instead of handing them to a network
+    /// thread: one thread hand-off less before the caller has its answer. Most such
+    /// answers are; the others (large ones, over 8 KiB, or one that meets a close) go
+    /// through the network thread as before. Also counted in `frames_sent`.
+    std::uint64_t worker_written_answers = 0;
 };
 
 /// One node of a cluster.

@@ -184,11 +184,15 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
         if (balancer) balancer->release_served();
         return end_serving();
     }
+    // On an accepted call channel the worker writes the answer itself (Connection::answer).
+    c->answer_later();
     asio::post(workers_, [this, c, balancer = std::move(balancer), entry = std::move(entry),
                           request = std::move(request)]() mutable {
         if (!skip_abandoned()) {
             auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
-            c->send(answer(request.id, std::move(result), request.module, request.function, c->spare_buffer()));
+            c->answer(answer(request.id, std::move(result), request.module, request.function, c->spare_buffer()));
+        } else {
+            c->forgo_answer();
         }
         if (balancer) balancer->release_served();
         end_serving();

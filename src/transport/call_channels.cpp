@@ -111,7 +111,11 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
         channel->connection->abort("the call's wait ended without an outcome");
         channel->run_until([&] { return result.has_value(); }, Clock::now() + std::chrono::seconds(1));
     }
-    give_back(std::move(channel));
+    // A call that timed out leaves its answer owed: the peer reads nothing more on this
+    // channel until its worker has written it (Connection::answer_later), so the next call
+    // would queue behind a handler it never asked for. Such a channel is closed, not pooled.
+    const bool timed_out = result && !result->has_value() && result->error().is(Failure::timeout);
+    give_back(std::move(channel), !timed_out);
     if (!result) {  // cannot happen: the connection completes every request it takes (moved from: no names)
         auto error = call_failure(Failure::no_connection, link.peer().node, {}, {});
         error.details["reason"] = "the call channel gave no outcome";  // it may have been sent: not never_sent()

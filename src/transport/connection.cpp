@@ -279,6 +279,9 @@ void Connection::on_read(std::size_t) {
     if (closed_) return;
     // A call channel's dialer reads only while a call waits (input_waiting()).
     if (settings_.channel && established_ && pending_.empty()) return;
+    // An accepted call channel whose answer a worker owes reads again once it is out
+    // (answer_delivered).
+    if (answers_owed_ > 0) return;
     do_read();
 }
 
@@ -376,10 +379,10 @@ ErrorMessage Connection::overloaded(std::string_view module, std::string_view fu
 
 void Connection::write_next() {
     if (queue_.writing() || !open_ || closed_ || handling_read_) return;
-    if (queue_.idle()) {
-        if (close_reason_) start_close();
-        return;
-    }
+    if (queue_.idle() && !close_reason_) return;
+    // This thread writes on the stream now: a worker may no longer (channel_answer.cpp).
+    if (accepted_channel()) take_stream_back();
+    if (queue_.idle()) return start_close();
     // Frames that queued up behind the last write go out together, as one message, to a
     // peer that reads batches (never past the size limit; see WriteQueue::begin_write).
     const auto count = queue_.begin_write(batch_ ? settings_.max_batch_frames : 1,
@@ -640,6 +643,7 @@ void Connection::on_control(ws::frame_type kind, std::string_view payload) {
 
 void Connection::fail(const std::string& reason) {
     if (closed_.exchange(true)) return;
+    if (accepted_channel()) take_stream_back();  // before the socket closes under a worker's write
     spares_.trim(true);
     handshake_timer_.cancel();
     armed_.reset();

@@ -62,6 +62,7 @@ struct WireCounters {
     std::atomic<std::uint64_t> frames_sent{0};    ///< frames written, batched or not
     std::atomic<std::uint64_t> messages_sent{0};  ///< WebSocket messages written
     std::atomic<std::uint64_t> overloaded{0};     ///< requests and casts refused: send queue full
+    std::atomic<std::uint64_t> worker_answers{0}; ///< answers a worker wrote itself (Connection::answer)
 };
 
 /// The reason text of the WebSocket close (code 1008, policy violation) by which an
@@ -139,6 +140,24 @@ public:
     /// dialer (ConnectionSettings::channel) only the thread that drives it, outside its
     /// handlers (CallChannels::call), which starts the request at once.
     void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
+
+    /// On the strand, while the frame of a request this connection delivered
+    /// (ConnectionOwner::on_frame) is handled: its answer will come later from another
+    /// thread, through answer() (or forgo_answer() when there is none). On an accepted
+    /// call channel the connection then reads nothing more until it has come (the dialer
+    /// sends one call at a time), and when nothing else is in progress on the channel it
+    /// lends the stream to the thread that brings the answer, which writes it itself (no
+    /// hand-off to the strand before the caller has it). Elsewhere it does nothing.
+    void answer_later();
+    /// Sends the answer promised by answer_later() (a Response frame). Any thread. On an
+    /// accepted call channel a frame of at most max_in_place_frame bytes is written right
+    /// here with a blocking write when the channel is idle (it never waits: the socket is
+    /// non-blocking; a full buffer fails the channel, write_failure()); otherwise, and on
+    /// other connections, it is queued as send() would.
+    void answer(std::string frame);
+    /// No answer will come for a request answer_later() promised one for (the call was
+    /// skipped): the channel reads again. Any thread.
+    void forgo_answer();
 
     /// Closes the connection (idempotent); `reason` is logged and reported.
     void close(std::string reason);
@@ -246,6 +265,16 @@ private:
     void interrupt_wait(const std::string& reason);
     /// The reason interrupt_wait() gave, if it ran.
     std::optional<std::string> interruption();
+    // ---- the answers of an accepted call channel (channel_answer.cpp) ----
+    /// A call channel this side accepted (answers of its workers may be written in place).
+    bool accepted_channel() const noexcept { return channel_ && role() == Role::acceptor; }
+    /// On the strand: an answer promised by answer_later() went out (`ec`: how its
+    /// in-place write ended) or was forgone; the channel reads again once none is owed.
+    void answer_delivered(boost::system::error_code ec);
+    /// On the strand, before it touches the stream of an accepted channel: ends a loan
+    /// (answer_later), waiting for the borrower's write if it is in progress (short: the
+    /// socket never blocks).
+    void take_stream_back();
     /// Counts a write of `count` frames in one message into WireCounters.
     void count_written(std::size_t count) noexcept {
         settings_.counters->frames_sent.fetch_add(count, std::memory_order_relaxed);
@@ -353,6 +382,14 @@ private:
     std::mutex wait_mutex_;
     int waiting_fd_ = -1;
     std::optional<std::string> interrupted_;
+    // Accepted call channel: answers promised by answer_later() and not yet delivered
+    // (strand only; no read is started while there are any), and whether the stream is
+    // lent to the worker that brings the answer (answer_later): under answer_mutex_, which
+    // the worker holds while it writes, and which the strand takes before it touches the
+    // stream again (take_stream_back).
+    int answers_owed_ = 0;
+    std::mutex answer_mutex_;
+    bool stream_lent_ = false;
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<bool> established_{false};
     std::atomic<bool> channel_{false};

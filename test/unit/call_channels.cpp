@@ -38,6 +38,8 @@ struct Pair {
             ++sleeps_ended;
             return "slept";
         });
+        // A worker-pool echo: its answers on a channel are written by the worker itself.
+        b->register_function("t", "work", [](const boost::json::array& args) -> rpclb::CallResult { return args; });
         b->start();
         auto ao = rpclb::test::in_process_node_options(
             "a@127.0.0.1", {"127.0.0.1:" + std::to_string(b->listen_endpoint()->port())});
@@ -206,7 +208,9 @@ BOOST_AUTO_TEST_CASE(a_restarted_peer_gets_new_channels) {
 // Found by review: the caller's end reads only while a call waits. A call times out, the
 // next call on the same channel is answered first (worker-pool handlers finish in any
 // order), and the late answer then arrives while the channel sits idle. The next call must
-// read and drop it, not loop on the channel (a stack overflow before the fix).
+// read and drop it, not loop on the channel (a stack overflow before the fix). Since
+// workers write their answers themselves, a timed-out call's channel is closed instead
+// (the next case), so its late answer goes nowhere; the next calls must still succeed.
 BOOST_AUTO_TEST_CASE(a_late_answer_that_arrives_while_the_channel_is_idle_is_dropped) {
     Pair p;
     rpclb::CallOptions quick;
@@ -272,4 +276,74 @@ BOOST_AUTO_TEST_CASE(a_call_whose_channel_dial_stalls_keeps_its_deadline) {
     BOOST_TEST_REQUIRE(!r.has_value());
     BOOST_TEST(r.error().code == rpclb::ErrorCode::request_timeout, r.error().message);
     BOOST_TEST(took.count() < 1400, "the call took " << took.count() << " ms with a 1000 ms timeout");
+}
+
+// A worker-pool handler's answer to a call on a channel is written by the worker itself
+// (Connection::answer): the acceptor reads nothing while the answer is owed, so nothing
+// else uses the stream. Inline handlers' answers are written by the network thread.
+BOOST_AUTO_TEST_CASE(a_worker_writes_the_answer_of_a_call_on_a_channel_itself) {
+    Pair p;
+    // The first call dials the channel; the acceptor's last handshake frame may still be
+    // in its write when the request comes (under load), and then the strand writes the answer.
+    BOOST_TEST_REQUIRE(p.a->call(b_name, "t", "work", boost::json::array{}).has_value());
+    const auto before = p.b->stats().worker_written_answers;
+    for (int i = 0; i < 20; ++i) {
+        auto r = p.a->call(b_name, "t", "work", boost::json::array{i});
+        BOOST_TEST_REQUIRE(r.has_value(), r.error().message);
+        BOOST_TEST((r.value() == boost::json::array{i}));
+    }
+    BOOST_TEST(p.a->stats().channel_calls == 21u);
+    BOOST_TEST(p.b->stats().worker_written_answers - before == 20u);
+    for (int i = 0; i < 5; ++i) BOOST_TEST_REQUIRE(p.echo(i).has_value());
+    BOOST_TEST(p.b->stats().worker_written_answers - before == 20u);
+}
+
+// Found when workers began to write their answers: a call that times out leaves its
+// answer owed, and the peer reads nothing more on that channel until it is written. The
+// next call must not queue behind a handler it never asked for: the timed-out call's
+// channel is closed, not pooled.
+BOOST_AUTO_TEST_CASE(a_call_after_one_that_timed_out_does_not_wait_behind_its_handler) {
+    Pair p;
+    rpclb::CallOptions quick;
+    quick.timeout = 100ms;
+    auto first = p.a->call(b_name, "t", "sleep", boost::json::array{2000}, quick);
+    BOOST_TEST_REQUIRE(!first.has_value());
+    BOOST_TEST(first.error().code == rpclb::ErrorCode::request_timeout);
+    const auto began = std::chrono::steady_clock::now();
+    auto next = p.a->call(b_name, "t", "work", boost::json::array{1});
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
+    BOOST_TEST_REQUIRE(next.has_value(), next.error().message);
+    BOOST_TEST(took.count() < 1000, "the next call took " << took.count() << " ms; the handler before it sleeps 2000");
+    BOOST_TEST(p.a->stats().channel_calls == 2u);
+}
+
+// Several callers, each on its own channel, get their own answers from workers that write
+// them, while the peer stops under them: every call ends with its answer or, once the peer
+// said bye, an error at once; none waits for its deadline.
+BOOST_AUTO_TEST_CASE(worker_answers_on_channels_reach_their_callers_while_the_peer_stops) {
+    Pair p;
+    constexpr int callers = 4;
+    std::atomic<int> answered{0};
+    std::vector<std::future<std::string>> outcomes;
+    rpclb::CallOptions o;
+    o.timeout = 10s;
+    for (int t = 0; t < callers; ++t)
+        outcomes.push_back(std::async(std::launch::async, [&, t]() -> std::string {
+            for (int i = 0;; ++i) {
+                auto r = p.a->call(b_name, "t", "work", boost::json::array{t, i}, o);
+                if (!r) return r.error().code == rpclb::ErrorCode::request_timeout ? "timed out: " + r.error().message
+                                                                                    : std::string();
+                if (r.value() != boost::json::array{t, i}) return "a wrong answer: " + boost::json::serialize(r.value());
+                ++answered;
+            }
+        }));
+    BOOST_TEST_REQUIRE(eventually([&] { return answered >= 400; }, 10s));
+    const auto stopping = std::chrono::steady_clock::now();
+    p.b->stop();
+    for (auto& outcome : outcomes) {
+        BOOST_TEST_REQUIRE((outcome.wait_for(5s) == std::future_status::ready));
+        BOOST_TEST(outcome.get() == "");
+    }
+    BOOST_TEST((std::chrono::steady_clock::now() - stopping < 5s));
+    BOOST_TEST(p.b->stats().worker_written_answers > 0u);
 }
