@@ -51,9 +51,7 @@ void Connection::answer(std::string frame) {
     }
     reserve(frame.size(), false);
     asio::post(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
-        const auto bytes = f.size();
-        if (self->closed_ || !self->queue_.push(std::move(f))) self->release(bytes);
-        self->write_next();
+        self->queue_frame(std::move(f));
         self->answer_delivered({});
     });
 }

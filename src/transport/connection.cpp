@@ -356,11 +356,14 @@ void Connection::send(std::string frame) {
 }
 
 void Connection::enqueue(std::string frame) {
-    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
-        const auto bytes = f.size();
-        if (self->closed_ || !self->queue_.push(std::move(f))) return self->release(bytes);
-        self->write_next();
-    });
+    asio::dispatch(ws_.get_executor(),
+                   [self = shared_from_this(), f = std::move(frame)]() mutable { self->queue_frame(std::move(f)); });
+}
+
+void Connection::queue_frame(std::string frame) {
+    const auto bytes = frame.size();
+    if (closed_ || !queue_.push(std::move(frame))) return release(bytes);
+    write_next();
 }
 
 bool Connection::reserve(std::size_t bytes, bool refusable) {

@@ -314,6 +314,9 @@ private:
     /// Queues a frame whose bytes are reserved (see reserve) on the strand; releases them
     /// when the connection has closed.
     void enqueue(std::string frame);
+    /// On the strand: queues a reserved frame and writes it when it can (released instead
+    /// when the connection has closed).
+    void queue_frame(std::string frame);
     /// Counts `bytes` into the send queue; with `refusable`, refuses (false) when they
     /// would pass max_send_queue_bytes and the queue is not empty. Any thread.
     bool reserve(std::size_t bytes, bool refusable);
