@@ -37,7 +37,7 @@ bool dials_first(const std::string& a, const std::string& b) { return a < b; }
 
 Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::io_context& ioc,
            Groups& groups, RequestSink& sink)
-    : options_(options), ioc_(ioc), groups_(groups), sink_(sink), reconnect_timer_(ioc) {
+    : options_(options), ioc_(ioc), groups_(groups), sink_(sink), reconnect_timer_(ioc), accept_retry_timer_(ioc) {
     settings_.local = wire::PeerInfo{options.name, incarnation, "", options.client};
     settings_.cookie = options.cookie;
     settings_.max_message_size = options.max_message_size;
@@ -91,15 +91,24 @@ void Mesh::do_accept() {
                                                                                Connection::Socket socket) {
         if (ec) {
             if (ec == asio::error::operation_aborted || self->stopping_) return;
-            RPCLB_LOG("mesh", warning) << "accept failed: " << ec.message();
-        } else {
-            auto c = std::make_shared<Connection>(std::move(socket), *self, self->settings_);
-            {
-                std::lock_guard lock(self->mutex_);
-                self->connecting_.insert(c);
-            }
-            c->start();
+            if (!self->accept_failing_)
+                RPCLB_LOG("mesh", warning) << "accept failed: " << ec.message()
+                                           << "; retrying every 100 ms until an accept succeeds";
+            self->accept_failing_ = true;
+            self->accept_retry_timer_.expires_after(std::chrono::milliseconds(100));
+            self->accept_retry_timer_.async_wait([self](boost::system::error_code ec) {
+                if (!ec && !self->stopping_) self->do_accept();
+            });
+            return;
         }
+        if (self->accept_failing_) RPCLB_LOG("mesh", info) << "accepting connections again";
+        self->accept_failing_ = false;
+        auto c = std::make_shared<Connection>(std::move(socket), *self, self->settings_);
+        {
+            std::lock_guard lock(self->mutex_);
+            self->connecting_.insert(c);
+        }
+        c->start();
         if (!self->stopping_) self->do_accept();
     });
 }
@@ -501,6 +510,7 @@ void Mesh::close_all(std::chrono::milliseconds limit, bool served_all) {
     asio::post(ioc_, [self = self_.lock()] {
         boost::system::error_code ignored;
         self->reconnect_timer_.cancel();
+        self->accept_retry_timer_.cancel();
         if (self->acceptor_) self->acceptor_->close(ignored);
     });
     std::vector<std::shared_ptr<Connection>> all;

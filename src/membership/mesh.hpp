@@ -136,6 +136,11 @@ private:
     std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
     std::optional<boost::asio::ip::tcp::endpoint> bound_;
     boost::asio::steady_timer reconnect_timer_;
+    // After a failed accept (out of descriptors: the connection stays in the backlog, so
+    // accepting again at once fails again at once), the next accept waits on this timer;
+    // a run of failures is logged once. Both used only by the accept loop.
+    boost::asio::steady_timer accept_retry_timer_;
+    bool accept_failing_ = false;
 
     mutable std::mutex mutex_;
     std::condition_variable changed_;  // a peer closed or said bye (say_goodbye, close_all)

@@ -111,11 +111,7 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
         channel->connection->abort("the call's wait ended without an outcome");
         channel->run_until([&] { return result.has_value(); }, Clock::now() + std::chrono::seconds(1));
     }
-    // A call that timed out leaves its answer owed: the peer reads nothing more on this
-    // channel until its worker has written it (Connection::answer_later), so the next call
-    // would queue behind a handler it never asked for. Such a channel is closed, not pooled.
-    const bool timed_out = result && !result->has_value() && result->error().is(Failure::timeout);
-    give_back(std::move(channel), !timed_out);
+    give_back(std::move(channel));
     if (!result) {  // cannot happen: the connection completes every request it takes (moved from: no names)
         auto error = call_failure(Failure::no_connection, link.peer().node, {}, {});
         error.details["reason"] = "the call channel gave no outcome";  // it may have been sent: not never_sent()
@@ -126,6 +122,7 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
 
 std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link, Clock::time_point deadline) {
     const auto& peer = link.peer();
+    std::size_t skipped = 0;
     for (;;) {
         std::vector<std::unique_ptr<Channel>> stale;
         std::unique_ptr<Channel> found;
@@ -134,13 +131,20 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
             if (stopped_) return nullptr;
             if (auto it = idle_.find(peer.node); it != idle_.end()) {
                 auto& pool = it->second;
-                while (!pool.empty() && !found) {
-                    auto candidate = std::move(pool.back());
-                    pool.pop_back();
+                for (auto i = pool.size(); i-- > 0 && !found;) {
+                    auto& candidate = pool[i];
+                    // A channel whose timed-out call's answer has not come stays in the pool,
+                    // counted: the peer reads nothing on it until its worker has answered
+                    // (Connection::answer_later), so a call sent there would wait behind a
+                    // handler it never asked for. Once the answer is in, usable() drops it.
+                    if (candidate->incarnation == peer.incarnation && candidate->connection->late_answers_owed() > 0 &&
+                        !candidate->connection->input_waiting())
+                        continue;
                     if (candidate->incarnation == peer.incarnation)
                         found = std::move(candidate);
                     else
                         stale.push_back(std::move(candidate));
+                    pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
                 }
                 if (pool.empty()) idle_.erase(it);
             }
@@ -149,8 +153,15 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
         }
         stale.clear();  // outside the lock: their destructors run their connections' last handlers
         if (!found) break;
-        if (usable(*found)) return found;
-        give_back(std::move(found), false);
+        if (!usable(*found)) {
+            give_back(std::move(found), false);
+            continue;
+        }
+        if (found->connection->late_answers_owed() == 0) return found;
+        // Input came, but not (all of) the late answers: back to the pool, and the next
+        // round skips it unless more has come.
+        give_back(std::move(found));
+        if (++skipped > max_per_node) break;
     }
     {
         std::lock_guard lock(mutex_);

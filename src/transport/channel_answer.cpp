@@ -62,6 +62,8 @@ void Connection::forgo_answer() {
 }
 
 void Connection::answer_delivered(boost::system::error_code ec) {
+    // A loan no worker used (the answer came through the strand, or none came) ends here.
+    take_stream_back();
     --answers_owed_;
     if (closed_) return;
     if (ec) return fail(write_failure(ec));

@@ -546,13 +546,16 @@ void Connection::on_deadline() {
             deadlines_.erase(deadlines_.begin());
             continue;
         }
+        if (settings_.channel) ++late_answers_owed_;
         p->done(call_failure(Failure::timeout, peer().node, p->module, p->function));
     }
     if (!deadlines_.empty() && !closed_) arm_deadline(deadlines_.begin()->first);
 }
 
 void Connection::complete(wire::Response&& response) {
-    if (auto p = take_pending(response.id)) p->done(std::move(response.result));  // else timed out already
+    if (auto p = take_pending(response.id)) return p->done(std::move(response.result));
+    // Else it timed out already: a late answer.
+    if (settings_.channel && late_answers_owed_ > 0) --late_answers_owed_;
 }
 
 void Connection::close(std::string reason) {

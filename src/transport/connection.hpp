@@ -175,6 +175,11 @@ public:
     /// calls this tells whether the peer sent anything (a late answer, a close). Only on
     /// the thread that drives the connection, while none of its handlers runs.
     bool input_waiting() noexcept;
+    /// Call channel, dialer: answers to calls that timed out that have not come yet. The
+    /// acceptor reads nothing more on the channel until they have (answer_later), so a
+    /// request sent meanwhile would wait behind them. Only on the thread that drives the
+    /// connection, or while the channel sits in its pool (CallChannels, under its lock).
+    std::size_t late_answers_owed() const noexcept { return late_answers_owed_; }
     /// Call channel, dialer: starts a read when none is outstanding, so that what
     /// input_waiting() found is taken (a late answer is dropped, a close ends the
     /// connection) when the connection's io_context next runs. Any thread.
@@ -391,6 +396,7 @@ private:
     // the worker holds while it writes, and which the strand takes before it touches the
     // stream again (take_stream_back).
     int answers_owed_ = 0;
+    std::size_t late_answers_owed_ = 0;  // call channel, dialer: see late_answers_owed()
     std::mutex answer_mutex_;
     bool stream_lent_ = false;
     std::atomic<std::uint64_t> next_id_{1};
