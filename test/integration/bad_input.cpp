@@ -299,13 +299,28 @@ std::size_t count_of(const std::string& text, std::string_view what) {
     for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
     return n;
 }
+
+// UBSan checks a virtual call's object by reading its memory through a pipe (the sanitizer
+// runtime's IsAccessibleMemoryRange); in a node with no descriptor left that pipe cannot be
+// made and UBSan reports a false "invalid vptr" on boost::system::error_category. The case
+// runs in every build except the UBSan one (scripts/asan.sh).
+boost::test_tools::assertion_result not_under_ubsan(boost::unit_test::test_unit_id) {
+#ifdef RPCLB_TEST_UNDER_UBSAN
+    boost::test_tools::assertion_result skip(false);
+    skip.message() << "UBSan's vptr check needs free descriptors; runs in the normal build";
+    return skip;
+#else
+    return true;
+#endif
+}
 }  // namespace
 
 // Found by review: a node out of file descriptors (EMFILE) retried its accept at once, in a
 // loop, since the connection stays in the backlog: about 340,000 warnings in 5 s at 30-40 %
 // CPU. It now waits 100 ms between tries, logs a run of failures once, and accepts again
 // once descriptors are free.
-BOOST_FIXTURE_TEST_CASE(a_node_out_of_descriptors_retries_its_accepts_calmly, Harness) {
+BOOST_FIXTURE_TEST_CASE(a_node_out_of_descriptors_retries_its_accepts_calmly, Harness,
+                        *boost::unit_test::precondition(not_under_ubsan)) {
     // The node inherits this process's descriptor limit: lowered only around its spawn.
     rlimit saved{};
     BOOST_TEST_REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
