@@ -114,10 +114,12 @@ private:
     // Sends to `target`; `balancer` (if any) has counted the call and is released after.
     void dispatch(std::string target, std::shared_ptr<LoadBalancer> balancer, bool picked,
                   bool on_caller_thread) {
-        auto release = [balancer, picked, target]() {
+        // Holds the target's name only when a balancer counted the call (a direct call
+        // copies no string for it).
+        auto release = [balancer, picked, counted = balancer ? target : std::string()]() {
             if (!balancer) return;
-            if (picked) balancer->release_node(target);
-            balancer->release_call(target);
+            if (picked) balancer->release_node(counted);
+            balancer->release_call(counted);
         };
         if (!claim(target)) return release();  // cancelled on another thread meanwhile
         if (target == router_->options().name) {

@@ -257,6 +257,15 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
     return DecodeError{kind, std::move(message), std::nullopt};
 }
 
+// Texts up to this size are parsed by a parser kept per thread (parse(), below).
+constexpr std::size_t reuse_limit = 96 * 1024;
+
+// A text of BlockCache::min_block bytes or more is decoded into the process's BlockCache
+// (block_cache.hpp), where only it can hold blocks large enough to be worth keeping.
+json::storage_ptr storage_for(std::string_view text) {
+    return text.size() >= BlockCache::min_block ? BlockCache::storage() : json::storage_ptr();
+}
+
 // json::parse with a parser kept per thread. A parser gathers a string on its own stack
 // before it makes the value's string, and keeps that stack's memory across reset(): a
 // fresh parser allocated (and glibc mapped, then unmapped) a 128 KiB stack for each 64 KiB
@@ -265,27 +274,165 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
 // thread's parser: a thread keeps at most about 1.2 MiB, and about 200 KiB for the texts
 // the limit is for (one long string). Larger texts get a parser of their own. Same
 // options and errors as json::parse.
-//
-// A text of BlockCache::min_block bytes or more is decoded into the process's BlockCache
-// (block_cache.hpp), where only it can hold blocks large enough to be worth keeping.
-json::value parse(std::string_view text, boost::system::error_code& ec) {
-    constexpr std::size_t reuse_limit = 96 * 1024;
-    json::storage_ptr storage = text.size() >= BlockCache::min_block ? BlockCache::storage() : json::storage_ptr();
-    if (text.size() > reuse_limit) return json::parse(text, ec, std::move(storage));
+json::parser& thread_parser() {
     thread_local json::parser parser;
+    return parser;
+}
+
+json::value parse(std::string_view text, boost::system::error_code& ec) {
+    json::storage_ptr storage = storage_for(text);
+    if (text.size() > reuse_limit) return json::parse(text, ec, std::move(storage));
+    auto& parser = thread_parser();
     parser.reset(std::move(storage));
     parser.write(text, ec);
     if (ec) return nullptr;
     return parser.release();
 }
 
-Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
+// ---- the frames of a call, read without a document for the frame -------------------------
+//
+// encode() writes a call as {"t":"req","id":N,"m":"M","f":"F","a":[...]} (then ,"lb":"L" when
+// it was load-balanced) and its answer as {"t":"res","id":N,"ok":V}. A text of exactly that
+// shape, with names of printable ASCII without escapes, is read here: only the arguments
+// (or V) go through the JSON parser, so no object, no keys and no name strings are built
+// and freed for the frame around them (most of the instructions of decoding a small call:
+// bench/README.md, "Calls and answers without a frame document"). Anything else (another order, whitespace, escapes, an error answer, a
+// malformed text) gives nullopt and goes through the full decoder, which stays the
+// reference: whatever is read here reads the same there (fuzz/wire.cpp checks both agree,
+// through decode_in_full).
+
+// The one JSON value at the start of `text` (`used`: the characters it took), or nullopt,
+// with the same parser and limits as parse().
+std::optional<json::value> parse_prefix(std::string_view text, std::size_t& used) {
+    auto run = [&](json::parser& p) -> std::optional<json::value> {
+        boost::system::error_code ec;
+        p.reset(storage_for(text));
+        used = p.write_some(text.data(), text.size(), ec);
+        if (ec) {
+            p.reset();
+            return std::nullopt;
+        }
+        return p.release();
+    };
+    if (text.size() > reuse_limit) {
+        json::parser own;
+        return run(own);
+    }
+    return run(thread_parser());
+}
+
+// Whether all numbers in `v` are finite and its arrays and objects nest at most `depth`
+// deep (the full decoder's limits for a value inside the frame's object, which is one
+// level of Boost.JSON's max_depth itself).
+bool finite_within(const json::value& v, int depth) noexcept {
+    switch (v.kind()) {
+    case json::kind::double_: return std::isfinite(v.get_double());
+    case json::kind::array:
+        if (depth == 0) return false;
+        for (const auto& e : v.get_array())
+            if (!finite_within(e, depth - 1)) return false;
+        return true;
+    case json::kind::object:
+        if (depth == 0) return false;
+        for (const auto& m : v.get_object())
+            if (!finite_within(m.value(), depth - 1)) return false;
+        return true;
+    default: return true;
+    }
+}
+
+class CallText {
+public:
+    explicit CallText(std::string_view text) : rest_(text) {}
+
+    bool literal(std::string_view s) {
+        if (!rest_.starts_with(s)) return false;
+        rest_.remove_prefix(s.size());
+        return true;
+    }
+    // JSON's grammar for a non-negative integer below 10^19 (uint64, as the full decoder's
+    // non_negative_integer reads it): no sign, no leading zero, no fraction or exponent.
+    std::optional<std::uint64_t> id() {
+        std::size_t n = 0;
+        std::uint64_t v = 0;
+        while (n < rest_.size() && n < 19 && rest_[n] >= '0' && rest_[n] <= '9')
+            v = v * 10 + static_cast<std::uint64_t>(rest_[n++] - '0');
+        if (n == 0 || (n > 1 && rest_[0] == '0') || (n < rest_.size() && rest_[n] >= '0' && rest_[n] <= '9'))
+            return std::nullopt;
+        rest_.remove_prefix(n);
+        return v;
+    }
+    // The characters of a string up to its closing quote when all are printable ASCII and
+    // none is a backslash: the string's value is then its text.
+    bool name(std::string& out) {
+        std::size_t n = 0;
+        while (n < rest_.size() && rest_[n] != '"') {
+            const auto c = static_cast<unsigned char>(rest_[n]);
+            if (c < 0x20 || c > 0x7E || c == '\\') return false;
+            ++n;
+        }
+        if (n == rest_.size()) return false;
+        out.assign(rest_.data(), n);
+        rest_.remove_prefix(n + 1);
+        return true;
+    }
+    // One JSON value that the full decoder would take inside the frame's object.
+    std::optional<json::value> value() {
+        static const int depth = static_cast<int>(json::parse_options{}.max_depth) - 1;
+        std::size_t used = 0;
+        auto v = parse_prefix(rest_, used);
+        if (!v || !finite_within(*v, depth)) return std::nullopt;
+        rest_.remove_prefix(used);
+        return v;
+    }
+    bool at_end() const noexcept { return rest_.empty(); }
+
+private:
+    std::string_view rest_;
+};
+
+std::optional<Frame> read_request(CallText& in) {
+    Request f;
+    auto id = in.id();
+    if (!id || !in.literal(R"(,"m":")") || !in.name(f.module) || !in.literal(R"(,"f":")") ||
+        !in.name(f.function) || !in.literal(R"(,"a":)"))
+        return std::nullopt;
+    auto args = in.value();
+    if (!args || !args->is_array()) return std::nullopt;
+    if (in.literal(R"(,"lb":")") && !in.name(f.load_balancer)) return std::nullopt;
+    if (!in.literal("}") || !in.at_end()) return std::nullopt;
+    f.id = *id;
+    f.args = std::move(args->get_array());
+    return Frame(std::move(f));
+}
+
+std::optional<Frame> read_answer(CallText& in) {
+    auto id = in.id();
+    if (!id || !in.literal(R"(,"ok":)")) return std::nullopt;
+    auto ok = in.value();
+    if (!ok || !in.literal("}") || !in.at_end()) return std::nullopt;
+    Response f;
+    f.id = *id;
+    f.result.emplace(std::move(*ok));
+    return Frame(std::move(f));
+}
+
+std::optional<Frame> read_call_frame(std::string_view text) {
+    CallText in(text);
+    if (in.literal(R"({"t":"req","id":)")) return read_request(in);
+    if (in.literal(R"({"t":"res","id":)")) return read_answer(in);
+    return std::nullopt;
+}
+
+Decoded decode_unchecked(std::string_view text, std::size_t max_size, bool fast) {
     if (text.size() > max_size)
         return DecodeError{DecodeErrorKind::too_large,
                            "frame of " + std::to_string(text.size()) +
                                " bytes exceeds the limit of " + std::to_string(max_size) + " bytes",
                            peek_frame_id(text, "req")};
 
+    if (fast)
+        if (auto frame = read_call_frame(text)) return Decoded(boost::system::in_place_value, std::move(*frame));
     boost::system::error_code ec;
     json::value doc = parse(text, ec);
     if (ec) return decode_error(DecodeErrorKind::bad_json, "invalid JSON: " + ec.message());
@@ -499,13 +646,23 @@ std::string_view to_string(DecodeErrorKind kind) noexcept {
     return "unknown";
 }
 
-boost::system::result<Frame, DecodeError> decode(std::string_view text, std::size_t max_size) {
+namespace {
+boost::system::result<Frame, DecodeError> decode_safely(std::string_view text, std::size_t max_size, bool fast) {
     try {
-        return decode_unchecked(text, max_size);
+        return decode_unchecked(text, max_size, fast);
     } catch (const std::exception& e) {
         // Only allocation failure can get here; the promise is that decode never throws.
         return decode_error(DecodeErrorKind::bad_json, std::string("frame could not be decoded: ") + e.what());
     }
+}
+}  // namespace
+
+boost::system::result<Frame, DecodeError> decode(std::string_view text, std::size_t max_size) {
+    return decode_safely(text, max_size, true);
+}
+
+boost::system::result<Frame, DecodeError> decode_in_full(std::string_view text, std::size_t max_size) {
+    return decode_safely(text, max_size, false);
 }
 
 namespace {

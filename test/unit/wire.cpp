@@ -425,3 +425,73 @@ BOOST_AUTO_TEST_CASE(numbers_too_large_for_a_double_are_refused) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// decode() reads calls and answers of encode()'s exact shape without a document for the
+// frame; decode_in_full() reads every frame through one. Both must give the same frame, or
+// the same error, for texts on either side of that shape's edges.
+BOOST_AUTO_TEST_CASE(the_shortcut_for_calls_and_answers_reads_what_the_full_decoder_reads) {
+    std::string deep_args;
+    for (int i = 0; i < 31; ++i) deep_args += '[';
+    deep_args += std::string(31, ']');
+    const std::vector<std::string> texts = {
+        // encode()'s shape: taken by the shortcut
+        R"({"t":"req","id":1,"m":"bench","f":"echo","a":[1,"abc"]})",
+        R"({"t":"req","id":0,"m":"","f":"","a":[]})",
+        R"({"t":"req","id":9999999999999999999,"m":"m","f":"f","a":[{"k":[1,2,{"x":null}]}],"lb":"workers"})",
+        R"({"t":"req","id":5,"m":"m","f":"f","a":[1],"lb":""})",
+        R"({"t":"res","id":7,"ok":[1,"abc"]})",
+        R"({"t":"res","id":7,"ok":3})",
+        R"({"t":"res","id":7,"ok":"text"})",
+        R"({"t":"res","id":7,"ok":null})",
+        R"({"t":"res","id":7,"ok":{"a":1.5e3}})",
+        R"({"t":"req","id":3,"m":"m","f":"f","a":)" + deep_args + "}",
+        R"({"t":"req","id":3,"m":"m","f":"f","a":[)" + deep_args + "]}",
+        // next to it: the full decoder decides
+        R"({"t":"req","id":01,"m":"m","f":"f","a":[]})",
+        R"({"t":"req","id":-1,"m":"m","f":"f","a":[]})",
+        R"({"t":"req","id":1.0,"m":"m","f":"f","a":[]})",
+        R"({"t":"req","id":18446744073709551615,"m":"m","f":"f","a":[]})",
+        R"({"t":"req","id":18446744073709551616,"m":"m","f":"f","a":[]})",
+        R"({"t":"req","id":1,"m":"m\"x","f":"f","a":[]})",
+        R"({"t":"req","id":1,"m":"m\u0041","f":"f","a":[]})",
+        "{\"t\":\"req\",\"id\":1,\"m\":\"caf\xc3\xa9\",\"f\":\"f\",\"a\":[]}",
+        "{\"t\":\"req\",\"id\":1,\"m\":\"bad\xff\",\"f\":\"f\",\"a\":[]}",
+        "{\"t\":\"req\",\"id\":1,\"m\":\"tab\there\",\"f\":\"f\",\"a\":[]}",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":{}})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1e999]})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1,]})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1]})" " ",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1] })",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"x":2})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"lb":"w","lb":"v"})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"a":[2]})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1]}})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1])",
+        R"({"t":"req","id":1,"m":"m","f":"f"})",
+        R"({"t":"req","id":1,"f":"f","m":"m","a":[]})",
+        R"({"t":"res","id":7,"ok":1,"err":{"code":"not_found","message":"x"}})",
+        R"({"t":"res","id":7,"ok":1,"ok":2})",
+        R"({"t":"res","id":7,"ok":})",
+        R"({"t":"res","id":7,"ok":tru})",
+        R"({"t":"res","id":7,"ok":-1e999})",
+        R"({"t":"res","id":7,"ok":1} )",
+        R"({"t":"res","id":7,"err":{"code":"not_found","message":"x"}})",
+        R"({"t":"res","id":7,"ok":)" + deep_args + "}",
+        R"({"t":"res","id":7,"ok":[)" + deep_args + "]}",
+    };
+    std::size_t accepted = 0;
+    for (const auto& text : texts) {
+        const auto quick = proto::decode(text);
+        const auto full = proto::decode_in_full(text);
+        BOOST_TEST_REQUIRE(quick.has_value() == full.has_value(), text);
+        if (full.has_value()) {
+            ++accepted;
+            BOOST_TEST(same(*quick, *full), text);
+            BOOST_TEST(proto::encode(*quick) == proto::encode(*full), text);
+        } else {
+            BOOST_TEST(quick.error().message == full.error().message, text);
+            BOOST_TEST((quick.error().kind == full.error().kind), text);
+        }
+    }
+    BOOST_TEST(accepted > 10u);
+}
