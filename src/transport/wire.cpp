@@ -392,18 +392,19 @@ private:
 };
 
 std::optional<Frame> read_request(CallText& in) {
-    Request f;
+    std::string module, function, load_balancer;
     auto id = in.id();
-    if (!id || !in.literal(R"(,"m":")") || !in.name(f.module) || !in.literal(R"(,"f":")") ||
-        !in.name(f.function) || !in.literal(R"(,"a":)"))
+    if (!id || !in.literal(R"(,"m":")") || !in.name(module) || !in.literal(R"(,"f":")") || !in.name(function) ||
+        !in.literal(R"(,"a":)"))
         return std::nullopt;
     auto args = in.value();
     if (!args || !args->is_array()) return std::nullopt;
-    if (in.literal(R"(,"lb":")") && !in.name(f.load_balancer)) return std::nullopt;
+    if (in.literal(R"(,"lb":")") && !in.name(load_balancer)) return std::nullopt;
     if (!in.literal("}") || !in.at_end()) return std::nullopt;
-    f.id = *id;
-    f.args = std::move(args->get_array());
-    return Frame(std::move(f));
+    // Constructed from the parsed array, which keeps its storage (a BlockCache for a large
+    // text); assigning it to a default Request's would copy it.
+    return Frame(std::in_place_type<Request>, *id, std::move(module), std::move(function),
+                 json::array(std::move(args->get_array())), std::move(load_balancer));
 }
 
 std::optional<Frame> read_answer(CallText& in) {
