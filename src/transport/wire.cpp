@@ -403,8 +403,9 @@ std::optional<Frame> read_request(CallText& in) {
     if (!in.literal("}") || !in.at_end()) return std::nullopt;
     // Constructed from the parsed array, which keeps its storage (a BlockCache for a large
     // text); assigning it to a default Request's would copy it.
-    return Frame(std::in_place_type<Request>, *id, std::move(module), std::move(function),
-                 json::array(std::move(args->get_array())), std::move(load_balancer));
+    Request f{*id, std::move(module), std::move(function), json::array(std::move(args->get_array())),
+              std::move(load_balancer)};
+    return Frame(std::move(f));
 }
 
 std::optional<Frame> read_answer(CallText& in) {
