@@ -296,49 +296,33 @@ json::value parse(std::string_view text, boost::system::error_code& ec) {
 // shape, with names of printable ASCII without escapes, is read here: only the arguments
 // (or V) go through the JSON parser, so no object, no keys and no name strings are built
 // and freed for the frame around them (most of the instructions of decoding a small call:
-// bench/README.md, "Calls and answers without a frame document"). Anything else (another order, whitespace, escapes, an error answer, a
-// malformed text) gives nullopt and goes through the full decoder, which stays the
-// reference: whatever is read here reads the same there (fuzz/wire.cpp checks both agree,
-// through decode_in_full).
+// bench/README.md, "Calls and answers without a frame document"). Anything else (another
+// order, whitespace, escapes, an error answer, a malformed text, a text of
+// BlockCache::min_block bytes or more) gives nullopt and goes through the full decoder,
+// which stays the reference: whatever is read here reads the same there (unit.wire and
+// fuzz/wire.cpp check both agree, through decode_in_full).
 
-// The one JSON value at the start of `text` (`used`: the characters it took), or nullopt,
-// with the same parser and limits as parse().
+// The one JSON value at the start of `text` (`used`: the characters it took), or nullopt.
+// Its parser allows one level of nesting less than parse()'s, since there the frame's
+// object is the first level; the limit must hold while parsing, not be checked after, as a
+// value under a duplicate key is dropped from the document but was still parsed (found by
+// review: a too-deep value followed by its key again). Only for texts below
+// BlockCache::min_block (read_call_frame), so the parser's stack stays small and the
+// values have the default storage, as parse() gives such texts.
 std::optional<json::value> parse_prefix(std::string_view text, std::size_t& used) {
-    auto run = [&](json::parser& p) -> std::optional<json::value> {
-        boost::system::error_code ec;
-        p.reset(storage_for(text));
-        used = p.write_some(text.data(), text.size(), ec);
-        if (ec) {
-            p.reset();
-            return std::nullopt;
-        }
-        return p.release();
-    };
-    if (text.size() > reuse_limit) {
-        json::parser own;
-        return run(own);
+    thread_local json::parser parser({}, [] {
+        json::parse_options o;
+        o.max_depth -= 1;
+        return o;
+    }());
+    boost::system::error_code ec;
+    parser.reset();
+    used = parser.write_some(text.data(), text.size(), ec);
+    if (ec) {
+        parser.reset();
+        return std::nullopt;
     }
-    return run(thread_parser());
-}
-
-// Whether all numbers in `v` are finite and its arrays and objects nest at most `depth`
-// deep (the full decoder's limits for a value inside the frame's object, which is one
-// level of Boost.JSON's max_depth itself).
-bool finite_within(const json::value& v, int depth) noexcept {
-    switch (v.kind()) {
-    case json::kind::double_: return std::isfinite(v.get_double());
-    case json::kind::array:
-        if (depth == 0) return false;
-        for (const auto& e : v.get_array())
-            if (!finite_within(e, depth - 1)) return false;
-        return true;
-    case json::kind::object:
-        if (depth == 0) return false;
-        for (const auto& m : v.get_object())
-            if (!finite_within(m.value(), depth - 1)) return false;
-        return true;
-    default: return true;
-    }
+    return parser.release();
 }
 
 class CallText {
@@ -378,10 +362,9 @@ public:
     }
     // One JSON value that the full decoder would take inside the frame's object.
     std::optional<json::value> value() {
-        static const int depth = static_cast<int>(json::parse_options{}.max_depth) - 1;
         std::size_t used = 0;
         auto v = parse_prefix(rest_, used);
-        if (!v || !finite_within(*v, depth)) return std::nullopt;
+        if (!v || !json_fields::all_finite(*v)) return std::nullopt;
         rest_.remove_prefix(used);
         return v;
     }
@@ -401,8 +384,7 @@ std::optional<Frame> read_request(CallText& in) {
     if (!args || !args->is_array()) return std::nullopt;
     if (in.literal(R"(,"lb":")") && !in.name(load_balancer)) return std::nullopt;
     if (!in.literal("}") || !in.at_end()) return std::nullopt;
-    // Constructed from the parsed array, which keeps its storage (a BlockCache for a large
-    // text); assigning it to a default Request's would copy it.
+    // Constructed from the parsed array, which keeps its storage (moved, not assigned).
     Request f{*id, std::move(module), std::move(function), json::array(std::move(args->get_array())),
               std::move(load_balancer)};
     return Frame(std::move(f));
@@ -420,6 +402,7 @@ std::optional<Frame> read_answer(CallText& in) {
 }
 
 std::optional<Frame> read_call_frame(std::string_view text) {
+    if (text.size() >= BlockCache::min_block) return std::nullopt;  // large: the full decoder
     CallText in(text);
     if (in.literal(R"({"t":"req","id":)")) return read_request(in);
     if (in.literal(R"({"t":"res","id":)")) return read_answer(in);

@@ -478,6 +478,13 @@ BOOST_AUTO_TEST_CASE(the_shortcut_for_calls_and_answers_reads_what_the_full_deco
         R"({"t":"res","id":7,"err":{"code":"not_found","message":"x"}})",
         R"({"t":"res","id":7,"ok":)" + deep_args + "}",
         R"({"t":"res","id":7,"ok":[)" + deep_args + "]}",
+        // found by review: a value too deep under a key that comes again (the document
+        // keeps the last one, but the parser saw the first)
+        R"({"t":"res","id":1,"ok":{"a":)" + deep_args + R"(,"a":1}})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[{"k":)" + deep_args.substr(1, 60) + R"(,"k":1}]})",
+        R"({"t":"res","id":1,"ok":{"a":1e999,"a":1}})",
+        // large texts are the full decoder's
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[")" + std::string(20000, 'x') + R"("]})",
     };
     std::size_t accepted = 0;
     for (const auto& text : texts) {
