@@ -146,6 +146,8 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
                         stale.push_back(std::move(candidate));
                     pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
                 }
+                // An emptied pool stays in the map (detach() removes it): a call does not
+                // free the entry and its vector for give_back to make them again.
             }
             if (!stale.empty()) count_[peer.node] -= stale.size();
             if (found) mark_busy(found.get());
@@ -236,11 +238,7 @@ void CallChannels::give_back(std::unique_ptr<Channel> channel, bool keep) {
     std::unique_lock lock(mutex_);
     mark_idle(channel.get());
     if (keep && !channel->closed() && !channel->retired && !channel->link_closed() && !stopped_) {
-        // A node's pool stays in the map while empty (so that a call does not free and
-        // make its entry again each time); detach() removes it.
-        auto it = idle_.find(channel->node);
-        if (it == idle_.end()) it = idle_.emplace(channel->node, std::vector<std::unique_ptr<Channel>>{}).first;
-        it->second.push_back(std::move(channel));
+        idle_[channel->node].push_back(std::move(channel));
         return;
     }
     if (auto it = count_.find(channel->node); it != count_.end() && --it->second == 0) count_.erase(it);

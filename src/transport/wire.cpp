@@ -257,15 +257,6 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
     return DecodeError{kind, std::move(message), std::nullopt};
 }
 
-// Texts up to this size are parsed by a parser kept per thread (parse(), below).
-constexpr std::size_t reuse_limit = 96 * 1024;
-
-// A text of BlockCache::min_block bytes or more is decoded into the process's BlockCache
-// (block_cache.hpp), where only it can hold blocks large enough to be worth keeping.
-json::storage_ptr storage_for(std::string_view text) {
-    return text.size() >= BlockCache::min_block ? BlockCache::storage() : json::storage_ptr();
-}
-
 // json::parse with a parser kept per thread. A parser gathers a string on its own stack
 // before it makes the value's string, and keeps that stack's memory across reset(): a
 // fresh parser allocated (and glibc mapped, then unmapped) a 128 KiB stack for each 64 KiB
@@ -274,15 +265,14 @@ json::storage_ptr storage_for(std::string_view text) {
 // thread's parser: a thread keeps at most about 1.2 MiB, and about 200 KiB for the texts
 // the limit is for (one long string). Larger texts get a parser of their own. Same
 // options and errors as json::parse.
-json::parser& thread_parser() {
-    thread_local json::parser parser;
-    return parser;
-}
-
+//
+// A text of BlockCache::min_block bytes or more is decoded into the process's BlockCache
+// (block_cache.hpp), where only it can hold blocks large enough to be worth keeping.
 json::value parse(std::string_view text, boost::system::error_code& ec) {
-    json::storage_ptr storage = storage_for(text);
+    constexpr std::size_t reuse_limit = 96 * 1024;
+    json::storage_ptr storage = text.size() >= BlockCache::min_block ? BlockCache::storage() : json::storage_ptr();
     if (text.size() > reuse_limit) return json::parse(text, ec, std::move(storage));
-    auto& parser = thread_parser();
+    thread_local json::parser parser;
     parser.reset(std::move(storage));
     parser.write(text, ec);
     if (ec) return nullptr;
@@ -325,6 +315,33 @@ std::optional<json::value> parse_prefix(std::string_view text, std::size_t& used
     return parser.release();
 }
 
+// The head this codec writes for a frame of type `type`, up to the digits of its id
+// (`{"t":"req","id":`): the text after it, or nullopt.
+std::optional<std::string_view> after_head(std::string_view text, std::string_view type) noexcept {
+    constexpr std::string_view open = R"({"t":")", middle = R"(","id":)";
+    if (!text.starts_with(open)) return std::nullopt;
+    text.remove_prefix(open.size());
+    if (!text.starts_with(type)) return std::nullopt;
+    text.remove_prefix(type.size());
+    if (!text.starts_with(middle)) return std::nullopt;
+    return text.substr(middle.size());
+}
+
+// The 1 to 19 digits that start `text` (an id below 10^19 always fits a uint64), and how
+// many there were; nullopt for none or for 20 and more.
+struct IdDigits {
+    std::uint64_t value;
+    std::size_t count;
+};
+std::optional<IdDigits> id_digits(std::string_view text) noexcept {
+    std::size_t n = 0;
+    std::uint64_t v = 0;
+    for (; n < text.size() && n < 20 && text[n] >= '0' && text[n] <= '9'; ++n)
+        v = v * 10 + static_cast<std::uint64_t>(text[n] - '0');
+    if (n == 0 || n == 20) return std::nullopt;
+    return IdDigits{v, n};
+}
+
 class CallText {
 public:
     explicit CallText(std::string_view text) : rest_(text) {}
@@ -337,14 +354,10 @@ public:
     // JSON's grammar for a non-negative integer below 10^19 (uint64, as the full decoder's
     // non_negative_integer reads it): no sign, no leading zero, no fraction or exponent.
     std::optional<std::uint64_t> id() {
-        std::size_t n = 0;
-        std::uint64_t v = 0;
-        while (n < rest_.size() && n < 19 && rest_[n] >= '0' && rest_[n] <= '9')
-            v = v * 10 + static_cast<std::uint64_t>(rest_[n++] - '0');
-        if (n == 0 || (n > 1 && rest_[0] == '0') || (n < rest_.size() && rest_[n] >= '0' && rest_[n] <= '9'))
-            return std::nullopt;
-        rest_.remove_prefix(n);
-        return v;
+        const auto digits = id_digits(rest_);
+        if (!digits || (digits->count > 1 && rest_[0] == '0')) return std::nullopt;
+        rest_.remove_prefix(digits->count);
+        return digits->value;
     }
     // The characters of a string up to its closing quote when all are printable ASCII and
     // none is a backslash: the string's value is then its text.
@@ -403,21 +416,24 @@ std::optional<Frame> read_answer(CallText& in) {
 
 std::optional<Frame> read_call_frame(std::string_view text) {
     if (text.size() >= BlockCache::min_block) return std::nullopt;  // large: the full decoder
-    CallText in(text);
-    if (in.literal(R"({"t":"req","id":)")) return read_request(in);
-    if (in.literal(R"({"t":"res","id":)")) return read_answer(in);
+    if (const auto rest = after_head(text, "req")) {
+        CallText in(*rest);
+        return read_request(in);
+    }
+    if (const auto rest = after_head(text, "res")) {
+        CallText in(*rest);
+        return read_answer(in);
+    }
     return std::nullopt;
 }
 
-Decoded decode_unchecked(std::string_view text, std::size_t max_size, bool fast) {
+Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
     if (text.size() > max_size)
         return DecodeError{DecodeErrorKind::too_large,
                            "frame of " + std::to_string(text.size()) +
                                " bytes exceeds the limit of " + std::to_string(max_size) + " bytes",
                            peek_frame_id(text, "req")};
 
-    if (fast)
-        if (auto frame = read_call_frame(text)) return Decoded(boost::system::in_place_value, std::move(*frame));
     boost::system::error_code ec;
     json::value doc = parse(text, ec);
     if (ec) return decode_error(DecodeErrorKind::bad_json, "invalid JSON: " + ec.message());
@@ -606,19 +622,11 @@ void write(Writer&, const Bye&) {}
 }  // namespace
 
 std::optional<std::uint64_t> peek_frame_id(std::string_view text, std::string_view type) noexcept {
-    constexpr std::string_view open = R"({"t":")", middle = R"(","id":)";
-    if (text.substr(0, open.size()) != open) return std::nullopt;
-    text.remove_prefix(open.size());
-    if (text.substr(0, type.size()) != type) return std::nullopt;
-    text.remove_prefix(type.size());
-    if (text.substr(0, middle.size()) != middle) return std::nullopt;
-    text.remove_prefix(middle.size());
-    std::uint64_t id = 0;
-    std::size_t digits = 0;
-    for (; digits < text.size() && digits < 20 && text[digits] >= '0' && text[digits] <= '9'; ++digits)
-        id = id * 10 + static_cast<std::uint64_t>(text[digits] - '0');
-    if (digits == 0 || digits == 20 || digits >= text.size() || text[digits] != ',') return std::nullopt;
-    return id;
+    const auto rest = after_head(text, type);
+    if (!rest) return std::nullopt;
+    const auto digits = id_digits(*rest);
+    if (!digits || digits->count >= rest->size() || (*rest)[digits->count] != ',') return std::nullopt;
+    return digits->value;
 }
 
 std::string_view to_string(DecodeErrorKind kind) noexcept {
@@ -631,23 +639,23 @@ std::string_view to_string(DecodeErrorKind kind) noexcept {
     return "unknown";
 }
 
-namespace {
-boost::system::result<Frame, DecodeError> decode_safely(std::string_view text, std::size_t max_size, bool fast) {
+boost::system::result<Frame, DecodeError> decode_in_full(std::string_view text, std::size_t max_size) {
     try {
-        return decode_unchecked(text, max_size, fast);
+        return decode_unchecked(text, max_size);
     } catch (const std::exception& e) {
         // Only allocation failure can get here; the promise is that decode never throws.
         return decode_error(DecodeErrorKind::bad_json, std::string("frame could not be decoded: ") + e.what());
     }
 }
-}  // namespace
 
 boost::system::result<Frame, DecodeError> decode(std::string_view text, std::size_t max_size) {
-    return decode_safely(text, max_size, true);
-}
-
-boost::system::result<Frame, DecodeError> decode_in_full(std::string_view text, std::size_t max_size) {
-    return decode_safely(text, max_size, false);
+    try {
+        if (text.size() <= max_size)
+            if (auto frame = read_call_frame(text)) return Decoded(boost::system::in_place_value, std::move(*frame));
+    } catch (const std::exception&) {
+        // Allocation failure: the full decoder tries again and reports it.
+    }
+    return decode_in_full(text, max_size);
 }
 
 namespace {
