@@ -72,6 +72,7 @@ struct CallChannels::Channel final : ConnectionOwner {
     bool closed() const noexcept { return connection->closed(); }
     std::string close_reason;  // for the log, when a dial fails
     bool retired = false;      // its node's link closed after a bye: closed after this call (under mutex_)
+    Clock::time_point idle_since;  // when it was last pooled (under mutex_)
     asio::io_context ioc{1};
     std::shared_ptr<Connection> connection;
 };
@@ -154,6 +155,11 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
         }
         stale.clear();  // outside the lock: their destructors run their connections' last handlers
         if (!found) break;
+        // Given back a moment ago with no answer owed: the peer has had no time worth a
+        // system call to send anything (see idle_recheck).
+        if (found->connection->late_answers_owed() == 0 && !found->closed() &&
+            Clock::now() - found->idle_since < idle_recheck)
+            return found;
         if (!usable(*found)) {
             give_back(std::move(found), false);
             continue;
@@ -238,6 +244,7 @@ void CallChannels::give_back(std::unique_ptr<Channel> channel, bool keep) {
     std::unique_lock lock(mutex_);
     mark_idle(channel.get());
     if (keep && !channel->closed() && !channel->retired && !channel->link_closed() && !stopped_) {
+        channel->idle_since = Clock::now();
         idle_[channel->node].push_back(std::move(channel));
         return;
     }

@@ -45,6 +45,14 @@ public:
     static constexpr std::size_t max_per_node = 16;
     /// After a failed dial, how long calls to that node use the mesh link only.
     static constexpr std::chrono::milliseconds redial_backoff{1000};
+    /// A pooled channel is checked for input the peer sent while it sat idle (a close, the
+    /// end of the stream, a late answer) before a request goes out on it, unless it was
+    /// given back less than this long ago and owes no late answer: then the check, one
+    /// system call, is skipped. A peer that closes the channel inside that window (it
+    /// crashed; a stopping node keeps its channels open until their callers close them)
+    /// fails that one call as closed by the peer instead of having it sent elsewhere. The
+    /// same trade as HikariCP's `aliveBypassWindowMs` (500 ms there) for pooled connections.
+    static constexpr std::chrono::microseconds idle_recheck{1000};
 
     /// `settings`: the node's connection settings (Mesh::settings()), copied with
     /// `channel` set. `enabled`: ClusterOptions::call_channels.

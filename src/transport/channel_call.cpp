@@ -45,8 +45,19 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
     ws_.visit([&](auto& ws) { ws.write(asio::buffer(frame), ec); });
     release(frame.size());
     if (ec) return fail(write_failure(ec));
+    // Look first, or wait first (answer_at_once_): either costs one system call that
+    // finds nothing when it guesses wrong.
+    bool look_first = answer_at_once_ || (++in_place_calls_ % 8) == 0;
     for (;;) {
-        switch (peek_answer()) {
+        if (!look_first && !wait_readable(deadline)) {
+            if (auto why = interruption()) return fail(*why);
+            if (Clock::now() < deadline) continue;
+            return on_deadline();  // fails the call with `timeout`
+        }
+        const auto waiting = peek_answer();
+        if (look_first) answer_at_once_ = waiting == Waiting::frame;
+        look_first = false;
+        switch (waiting) {
         case Waiting::frame: {
             const auto bytes = ws_.visit([&](auto& ws) { return ws.read(buffer_, ec); });
             if (ec) return fail(ec == ws::error::closed ? std::string(closed_by_peer) : ec.message());
@@ -57,11 +68,8 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
             arm_deadline(deadline);
             return;
         }
-        case Waiting::nothing:
-            if (wait_readable(deadline)) continue;
-            if (auto why = interruption()) return fail(*why);
-            if (Clock::now() < deadline) continue;
-            return on_deadline();  // fails the call with `timeout`
+        case Waiting::nothing:  // not yet: wait
+            continue;
         case Waiting::other:
             arm_deadline(deadline);
             if (!reading_) do_read();

@@ -390,6 +390,13 @@ private:
     std::mutex wait_mutex_;
     int waiting_fd_ = -1;
     std::optional<std::string> interrupted_;
+    // Whether the in-place call looks for its answer before it waits (only the calling
+    // thread uses these): it does while the answer was there at once last time (the peer
+    // ran while this thread wrote, e.g. on the same CPU), and on every eighth call to find
+    // out again; otherwise it waits first, since a look that finds nothing costs a system
+    // call.
+    bool answer_at_once_ = true;
+    std::uint8_t in_place_calls_ = 0;
     // Accepted call channel: answers promised by answer_later() and not yet delivered
     // (strand only; no read is started while there are any), and whether the stream is
     // lent to the worker that brings the answer (answer_later): under answer_mutex_, which
