@@ -157,7 +157,7 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
         if (!found) break;
         // Given back a moment ago with no answer owed: the peer has had no time worth a
         // system call to send anything (see idle_recheck).
-        if (found->connection->late_answers_owed() == 0 && !found->closed() &&
+        if (found->connection->late_answers_owed() == 0 && !found->closed() && !found->connection->input_ahead() &&
             Clock::now() - found->idle_since < idle_recheck)
             return found;
         if (!usable(*found)) {

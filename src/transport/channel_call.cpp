@@ -7,14 +7,13 @@
 #include <boost/beast/websocket/error.hpp>
 
 #include <algorithm>
-#include <array>
+#include <optional>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdint>
 #include <mutex>
 #include <poll.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 namespace rpclb::detail {
@@ -25,6 +24,8 @@ namespace ws = beast::websocket;
 namespace {
 // Answers up to this size are read in place once they are whole in the socket.
 constexpr std::size_t max_in_place_answer = 64 * 1024;
+// The first receive of an answer asks for this much: a usual answer comes whole in it.
+constexpr std::size_t first_answer_read = 4096;
 }  // namespace
 
 void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pending) {
@@ -54,7 +55,7 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
             if (Clock::now() < deadline) continue;
             return on_deadline();  // fails the call with `timeout`
         }
-        const auto waiting = peek_answer();
+        const auto waiting = take_answer();
         if (look_first) answer_at_once_ = waiting == Waiting::frame;
         look_first = false;
         switch (waiting) {
@@ -78,39 +79,48 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
     }
 }
 
-Connection::Waiting Connection::peek_answer() {
-    // The header of a frame from the acceptor: FIN, no RSV bits, opcode 1 or 2, unmasked,
-    // then a 7-bit, 16-bit or 64-bit length (RFC 6455, section 5.2).
-    std::array<unsigned char, 512> head;
-    const int fd = ws_.socket().native_handle();
-    const auto n = ::recv(fd, head.data(), head.size(), MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Waiting::nothing : Waiting::other;
-    const auto have = static_cast<std::size_t>(n);
+namespace {
+
+// The size of the frame at the start of `head` when it is one whole-message data frame from
+// the acceptor: FIN, no RSV bits, opcode 1 or 2, unmasked, then a 7-bit, 16-bit or 64-bit
+// length (RFC 6455, section 5.2), of at most max_in_place_answer bytes of payload; nullopt
+// for anything else, or when its header is not all there.
+std::optional<std::size_t> whole_data_frame(const unsigned char* head, std::size_t have) {
     if (have < 2 || (head[0] & 0xF0) != 0x80 || ((head[0] & 0x0F) != 1 && (head[0] & 0x0F) != 2) || (head[1] & 0x80))
-        return Waiting::other;
+        return std::nullopt;
     std::uint64_t length = head[1] & 0x7F;
     std::size_t header = 2;
     if (length == 126) {
-        if (have < 4) return Waiting::other;
+        if (have < 4) return std::nullopt;
         length = (std::uint64_t(head[2]) << 8) | head[3];
         header = 4;
     } else if (length == 127) {
-        if (have < 10) return Waiting::other;
+        if (have < 10) return std::nullopt;
         length = 0;
         for (int i = 2; i < 10; ++i) length = (length << 8) | head[i];
         header = 10;
     }
-    if (length > max_in_place_answer) return Waiting::other;
-    const auto whole = header + static_cast<std::size_t>(length);
-    // Exactly one frame: Beast's blocking read then takes it without waiting, and leaves
-    // nothing of a next frame in its own buffer, where no peek would see it.
-    std::size_t available = have;
-    if (have == head.size()) {
-        int queued = 0;
-        if (::ioctl(fd, FIONREAD, &queued) != 0) return Waiting::other;
-        available = static_cast<std::size_t>(queued);
+    if (length > max_in_place_answer) return std::nullopt;
+    return header + static_cast<std::size_t>(length);
+}
+
+}  // namespace
+
+Connection::Waiting Connection::take_answer() {
+    auto* socket = ws_.plain_socket();
+    if (!socket) return Waiting::other;
+    auto& ahead = socket->ahead();
+    if (ahead.size() == 0) {
+        const auto n = socket->receive_ahead(first_answer_read);
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Waiting::nothing : Waiting::other;
+        if (n == 0) return Waiting::other;  // the end of the stream, which Beast's read reports
     }
-    return available == whole ? Waiting::frame : Waiting::other;
+    const auto* head = static_cast<const unsigned char*>(ahead.data().data());
+    const auto whole = whole_data_frame(head, ahead.size());
+    if (!whole || ahead.size() > *whole) return Waiting::other;  // Beast's reads take it, from ahead() first
+    // A larger answer: its rest, exactly, if it is all in the socket by now.
+    if (ahead.size() < *whole && socket->receive_ahead(*whole - ahead.size()) <= 0) return Waiting::other;
+    return ahead.size() == *whole ? Waiting::frame : Waiting::other;
 }
 
 std::string Connection::write_failure(const boost::system::error_code& ec) {

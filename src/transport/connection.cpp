@@ -568,7 +568,13 @@ void Connection::close(std::string reason) {
     });
 }
 
+bool Connection::input_ahead() noexcept {
+    auto* socket = ws_.plain_socket();
+    return socket && socket->ahead().size() > 0;
+}
+
 bool Connection::input_waiting() noexcept {
+    if (input_ahead()) return true;
     char byte;
     const auto n = ::recv(ws_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);

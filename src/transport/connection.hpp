@@ -175,6 +175,9 @@ public:
     /// calls this tells whether the peer sent anything (a late answer, a close). Only on
     /// the thread that drives the connection, while none of its handlers runs.
     bool input_waiting() noexcept;
+    /// Call channel, dialer: bytes an in-place call received beyond its answer wait in the
+    /// socket's read-ahead buffer (no system call). As input_waiting().
+    bool input_ahead() noexcept;
     /// Call channel, dialer: answers to calls that timed out that have not come yet. The
     /// acceptor reads nothing more on the channel until they have (answer_later), so a
     /// request sent meanwhile would wait behind them. Only on the thread that drives the
@@ -258,11 +261,13 @@ private:
     /// `pending` before it returns; otherwise, or when what comes back is not one whole
     /// data frame, the call goes on through start_request and the io_context, as before.
     void call_in_place(std::uint64_t id, std::string frame, Pending pending);
-    /// What the socket holds for the in-place call: one whole unfragmented data frame
-    /// (`frame`), nothing yet (`nothing`), or anything else, which Beast's reads take
-    /// (`other`: part of a frame, a control frame, a fragment, the end of the stream).
+    /// What came for the in-place call, received into the socket's read-ahead buffer
+    /// (MeshStream::plain_socket): one whole unfragmented data frame and nothing after it
+    /// (`frame`), nothing yet (`nothing`), or anything else, which Beast's reads then take,
+    /// from the read-ahead buffer first (`other`: part of a frame, a control frame, a
+    /// fragment, more than one frame, the end of the stream).
     enum class Waiting { frame, nothing, other };
-    Waiting peek_answer();
+    Waiting take_answer();
     /// Blocks in poll(2) until the socket is readable, `deadline` passes (false) or
     /// interrupt_wait() wakes it (false, interrupted_ set).
     bool wait_readable(Clock::time_point deadline);
