@@ -381,3 +381,23 @@ BOOST_AUTO_TEST_CASE(calls_that_keep_timing_out_hold_at_most_sixteen_channels) {
     BOOST_TEST(p.a->stats().channels_open <= 16u);
     BOOST_TEST(p.b->stats().channels_open <= 16u);
 }
+
+// The caller receives an answer into its socket's read-ahead buffer (ReadAheadSocket): a
+// first receive of 4 KiB, then the rest of a larger one, and answers over 64 KiB, or not
+// yet whole, left to Beast's reads from that buffer on. Every size comes back whole, from
+// inline and worker handlers alike.
+BOOST_AUTO_TEST_CASE(answers_of_every_size_come_back_whole_on_a_channel) {
+    Pair p;
+    const auto before = p.a->stats().channel_calls;
+    int calls = 0;
+    for (std::size_t size : {0, 10, 4000, 4084, 4086, 4096, 5000, 60000, 65526, 65536, 70000, 300000}) {
+        for (const char* function : {"echo", "work"}) {
+            auto r = p.a->call(b_name, "t", function, boost::json::array{std::string(size, 'x'), size});
+            BOOST_TEST_REQUIRE(r.has_value(), function << " " << size << ": " << r.error().message);
+            BOOST_TEST(r.value().as_array().at(0).as_string().size() == size);
+            BOOST_TEST(r.value().as_array().at(1).to_number<std::size_t>() == size);
+            ++calls;
+        }
+    }
+    BOOST_TEST(p.a->stats().channel_calls - before == static_cast<std::uint64_t>(calls));
+}
