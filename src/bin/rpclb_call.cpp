@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
@@ -209,7 +211,7 @@ int main(int argc, char** argv) {
     positional.add("module", 1).add("function", 1).add("args", 1);
     po::variables_map vm;
     boost::json::array args;
-    rpclb::TlsOptions tls;
+    rpclb::ClusterOptions options;
     try {
         po::store(po::command_line_parser(argc, argv).options(desc).positional(positional).run(), vm);
         po::notify(vm);
@@ -233,6 +235,8 @@ int main(int argc, char** argv) {
         if (retry_count < -1) throw std::invalid_argument("--retry-count must be -1 (unlimited) or more");
         if (retry_sleep_ms < 0 || retry_sleep_ms > 4'294'967'295L)
             throw std::invalid_argument("--retry-sleep must be in 0..4294967295 milliseconds");
+        if (wait_ms < 0 || wait_ms > 4'294'967'295L)
+            throw std::invalid_argument("--wait must be in 0..4294967295 milliseconds");
         if (vm.count("args-file")) {
             if (vm.count("args")) throw std::invalid_argument("give JSON-ARGS or --args-file, not both");
             args_text = read_args_file(args_file);
@@ -248,24 +252,25 @@ int main(int argc, char** argv) {
         }
         if (!tls_min_version.empty() && !rpclb::parse_tls_version(tls_min_version))
             throw std::invalid_argument("--tls-min-version must be 1.2 or 1.3, got \"" + tls_min_version + "\"");
-        tls = {tls_cert, tls_key, tls_ca,
-               rpclb::parse_tls_version(tls_min_version).value_or(rpclb::TlsVersion::v1_3)};
-        if (auto problem = rpclb::detail::check_tls(tls))
+        options.tls = {tls_cert, tls_key, tls_ca,
+                       rpclb::parse_tls_version(tls_min_version).value_or(rpclb::TlsVersion::v1_3)};
+        if (auto problem = rpclb::detail::check_tls(options.tls))
+            throw std::invalid_argument(problem->flag() + ": " + problem->reason);
+        options.name = name.empty() ? "client" + std::to_string(::getpid()) + "@127.0.0.1" : name;
+        options.client = true;
+        options.seeds = seeds;
+        options.cookie = cookie;
+        options.worker_threads = 1;
+        for (const auto& dir : plugin_dirs) options.plugin_path.emplace_back(dir);
+        // What the Cluster constructor would refuse (a --name without '@', say) is a bad
+        // command line too: exit 2, naming the flag.
+        if (auto problem = rpclb::detail::check(options))
             throw std::invalid_argument(problem->flag() + ": " + problem->reason);
     } catch (const std::exception& e) {
         std::cerr << "rpclb-call: " << e.what() << "\n" << desc;
         return 2;
     }
-    if (name.empty()) name = "client" + std::to_string(::getpid()) + "@127.0.0.1";
 
-    rpclb::ClusterOptions options;
-    options.name = name;
-    options.client = true;
-    options.seeds = seeds;
-    options.cookie = cookie;
-    options.worker_threads = 1;
-    options.tls = tls;
-    for (const auto& dir : plugin_dirs) options.plugin_path.emplace_back(dir);
     try {
         rpclb::Cluster cluster(options);
         cluster.start();
@@ -312,7 +317,11 @@ int main(int argc, char** argv) {
                                                 {"p99", percentile(latencies, 0.99)},
                                                 {"max", latencies.empty() ? 0 : latencies.back()}};
         const double wall_s = duration<double>(wall).count();
-        out["calls_per_s"] = wall_s > 0 ? static_cast<double>(count) / wall_s : 0.0;
+        // Whole calls per second once there is at least one (Boost.JSON writes every double
+        // with an exponent: 2.6765561251960913E4).
+        const double rate = wall_s > 0 ? static_cast<double>(count) / wall_s : 0.0;
+        if (rate >= 1) out["calls_per_s"] = static_cast<std::int64_t>(std::llround(rate));
+        else out["calls_per_s"] = rate;
         // One call is a call, not a load run: say what it returned.
         if (count == 1 && loop.first()) {
             if (const auto& r = *loop.first()) out["result"] = *r;

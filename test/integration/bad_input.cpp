@@ -253,6 +253,24 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_reads_arguments_from_a_file_and_prints_a_sing
     BOOST_TEST(!run.summary.as_object().contains("result"));
 }
 
+// Found by a newcomer run: `--name noat` exited 1 (the Cluster constructor refused it after
+// parsing), `--wait -1` was taken ("no node answered within -1 ms"), and calls_per_s came
+// out as 2.6765561251960913E4.
+BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_name_or_wait_and_prints_whole_calls_per_second, RawNode) {
+    auto run = run_call(*this, *a, {"--name", "noat", "demo", "echo"}, "call-name.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("rpclb-call: --name: must be short@host") == 0u, run.err);
+    run = run_call(*this, *a, {"--wait", "-1", "demo", "echo"}, "call-wait.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("--wait must be in 0..4294967295 milliseconds") != std::string::npos, run.err);
+    run = run_call(*this, *a, {"--count", "20", "demo", "echo", "[1]"}, "call-rate.log");
+    BOOST_TEST(run.status == 0, run.err);
+    BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
+    BOOST_TEST(run.summary.as_object().at("calls_per_s").is_int64());
+    BOOST_TEST(run.summary.as_object().at("calls_per_s").as_int64() > 0);
+    check_node_serves();
+}
+
 BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_arguments_file, RawNode) {
     auto run = run_call(*this, *a, {"--args-file", (dir() / "missing.json").string(), "demo", "echo"},
                         "call-missing.log");
