@@ -155,11 +155,6 @@ std::unique_ptr<CallChannels::Channel> CallChannels::take(const Connection& link
         }
         stale.clear();  // outside the lock: their destructors run their connections' last handlers
         if (!found) break;
-        // Given back a moment ago with no answer owed: the peer has had no time worth a
-        // system call to send anything (see idle_recheck).
-        if (found->connection->late_answers_owed() == 0 && !found->closed() && !found->connection->input_ahead() &&
-            Clock::now() - found->idle_since < idle_recheck)
-            return found;
         if (!usable(*found)) {
             give_back(std::move(found), false);
             continue;
@@ -202,6 +197,11 @@ bool CallChannels::usable(Channel& channel) {
     // on a channel the peer closed.
     // One peek when nothing came (the usual case); a few rounds of reading when something
     // did, and the channel is kept only if it then holds nothing more.
+    // Given back a moment ago with no answer owed and nothing received ahead: the peer has
+    // had no time worth a system call to send anything (see idle_recheck).
+    if (channel.connection->late_answers_owed() == 0 && !channel.connection->input_ahead() &&
+        Clock::now() - channel.idle_since < idle_recheck)
+        return !channel.closed();
     for (int round = 0; round < 4; ++round) {
         if (channel.closed()) return false;
         if (!channel.connection->input_waiting()) return true;

@@ -50,6 +50,7 @@ public:
         return static_cast<long>(n);
     }
 
+    /// As the socket's (the form Beast's blocking reads use), but from ahead() first.
     template <class MutableBuffers>
     std::size_t read_some(const MutableBuffers& buffers, boost::system::error_code& ec) {
         if (ahead_.size() == 0) return Base::read_some(buffers, ec);
@@ -57,6 +58,7 @@ public:
         return take_ahead(buffers);
     }
 
+    /// The throwing form: Beast's SyncStream check requires it.
     template <class MutableBuffers>
     std::size_t read_some(const MutableBuffers& buffers) {
         if (ahead_.size() == 0) return Base::read_some(buffers);
