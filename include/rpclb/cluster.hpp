@@ -215,6 +215,13 @@ struct ClusterStats {
     /// answers are; the others (large ones, over 8 KiB, or one that meets a close) go
     /// through the network thread as before. Also counted in `frames_sent`.
     std::uint64_t worker_written_answers = 0;
+    /// Requests on a call channel a peer opened to this node that the worker which had
+    /// just written the previous answer there took from the channel itself and ran
+    /// (leader/follower): a network thread neither read them nor handed them to a worker.
+    /// A worker waits up to 200 us for such a request, only while the pool keeps a worker
+    /// free for other work and only while waiting has paid off on that channel
+    /// (doc/architecture.md, "Call channels").
+    std::uint64_t worker_taken_requests = 0;
 };
 
 /// One node of a cluster.

@@ -162,41 +162,76 @@ std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_v
                        options_.name, module, function)});
 }
 
-void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Request&& request) {
-    std::shared_ptr<LoadBalancer> balancer;
-    if (!request.load_balancer.empty()) {
-        balancer = balancers_.accepting(request.load_balancer);
-        if (!balancer) {
+RpcServer::Served RpcServer::admit(wire::Request&& request) {
+    Served served;
+    served.request = std::move(request);
+    auto& r = served.request;
+    if (!r.load_balancer.empty()) {
+        served.balancer = balancers_.accepting(r.load_balancer);
+        if (!served.balancer) {
             // Routed here by a balancer this node has left or is draining: refuse it unrun,
             // so that the caller picks another member.
-            c->send(wire::encode(wire::Response{
-                request.id, draining_error(options_.name, request.module, request.function, request.load_balancer)}));
-            return;
+            served.refusal = wire::encode(
+                wire::Response{r.id, draining_error(options_.name, r.module, r.function, r.load_balancer)});
+            return served;
         }
-        balancer->track_served();  // its drain waits for this call too
+        served.balancer->track_served();  // its drain waits for this call too
     }
     begin_serving();
-    auto entry = find(request.module, request.function);
-    if (runs_inline(entry.get())) {
+    served.entry = find(r.module, r.function);
+    return served;
+}
+
+void RpcServer::finish(Served& served) {
+    if (served.refusal) return;
+    if (served.balancer) served.balancer->release_served();
+    end_serving();
+}
+
+void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Request&& request) {
+    auto served = admit(std::move(request));
+    if (served.refusal) return c->send(std::move(*served.refusal));
+    if (runs_inline(served.entry.get())) {
         // On the connection's strand: the answer is queued (or written) right here.
-        auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
-        c->send(answer(request.id, std::move(result), request.module, request.function, c->spare_buffer()));
-        if (balancer) balancer->release_served();
-        return end_serving();
+        const auto& r = served.request;
+        auto result = run(served.entry.get(), r.module, r.function, r.args, nullptr);
+        c->send(answer(r.id, std::move(result), r.module, r.function, c->spare_buffer()));
+        return finish(served);
     }
     // On an accepted call channel the worker writes the answer itself (Connection::answer).
     c->answer_later();
-    asio::post(workers_, [this, c, balancer = std::move(balancer), entry = std::move(entry),
-                          request = std::move(request)]() mutable {
-        if (!skip_abandoned()) {
-            auto result = run(entry.get(), request.module, request.function, request.args, nullptr);
-            c->answer(answer(request.id, std::move(result), request.module, request.function, c->spare_buffer()));
-        } else {
+    worker_requests_.fetch_add(1, std::memory_order_relaxed);
+    asio::post(workers_, [this, c, served = std::move(served)]() mutable { serve_on_worker(c, std::move(served)); });
+}
+
+void RpcServer::serve_on_worker(const std::shared_ptr<Connection>& c, Served served) {
+    for (;;) {
+        if (skip_abandoned()) {
             c->forgo_answer();
+            finish(served);
+            break;
         }
-        if (balancer) balancer->release_served();
-        end_serving();
-    });
+        std::string frame;
+        if (served.refusal) {
+            frame = std::move(*served.refusal);
+        } else {
+            const auto& r = served.request;
+            frame = answer(r.id, run(served.entry.get(), r.module, r.function, r.args, nullptr), r.module, r.function,
+                           c->spare_buffer());
+        }
+        // On a call channel this worker may stay for the caller's next request and serve it
+        // too (leader/follower), but only while the pool has no other request to run and
+        // a worker to spare besides this one (which counts itself in worker_requests_).
+        const bool stays = c->answer(std::move(frame), worker_requests_.load(std::memory_order_relaxed) <
+                                                           options_.worker_threads &&
+                                                           !skip_abandoned());
+        finish(served);  // after its answer is out or queued (a drain waits for it)
+        if (!stays) break;
+        auto next = c->follow();
+        if (!next) break;
+        served = admit(std::move(*next));
+    }
+    worker_requests_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void RpcServer::serve_cast(wire::Cast&& cast) {

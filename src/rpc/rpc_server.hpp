@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -76,6 +77,21 @@ private:
     };
     using Table = std::unordered_map<std::string, std::shared_ptr<const Entry>, KeyHash, std::equal_to<>>;
 
+    /// A request received from a peer, admitted: its entry (null: not registered) and the
+    /// balancer it came through, tracked until finish(); or its refusal (a draining
+    /// balancer's answer), which runs nothing.
+    struct Served {
+        wire::Request request;
+        std::shared_ptr<const Entry> entry;
+        std::shared_ptr<LoadBalancer> balancer;
+        std::optional<std::string> refusal;
+    };
+    Served admit(wire::Request&& request);
+    /// The answer of an admitted request is out: ends its tracking.
+    void finish(Served& served);
+    /// On a worker: runs `served` and answers it, then, on a call channel, each request
+    /// this worker takes from the channel itself (Connection::answer).
+    void serve_on_worker(const std::shared_ptr<Connection>& connection, Served served);
     std::shared_ptr<const Entry> find(std::string_view module, std::string_view function) const;
     /// Registered inline (an unknown function's not_found answer is made on the spot too).
     static bool runs_inline(const Entry* entry) noexcept { return !entry || entry->options.run_inline; }
@@ -97,6 +113,9 @@ private:
     std::atomic<std::shared_ptr<const Table>> table_;
     std::mutex edit_mutex_;  // serialises registrations (never taken when serving)
     std::atomic<std::int64_t> serving_{0};  // requests and casts received, not yet answered
+    // Requests posted to the worker pool and not done: queued, or running in
+    // serve_on_worker (a worker staying on its channel included).
+    std::atomic<std::size_t> worker_requests_{0};
     mutable std::atomic<std::uint64_t> slow_inline_runs_{0};
     std::atomic<bool> abandoned_{false};  // abandon_queued was called
     ZeroWaiter idle_;                     // wait_idle: serving_ at 0

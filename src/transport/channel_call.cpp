@@ -21,13 +21,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace ws = beast::websocket;
 
-namespace {
-// Answers up to this size are read in place once they are whole in the socket.
-constexpr std::size_t max_in_place_answer = 64 * 1024;
-// The first receive of an answer asks for this much: a usual answer comes whole in it.
-constexpr std::size_t first_answer_read = 4096;
-}  // namespace
-
 void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pending) {
     // Beast's reads and writes may be used synchronously only while no asynchronous one is
     // in progress; over TLS the socket's bytes are records, not WebSocket frames.
@@ -55,7 +48,7 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
             if (Clock::now() < deadline) continue;
             return on_deadline();  // fails the call with `timeout`
         }
-        const auto waiting = take_answer();
+        const auto waiting = take_frame();
         if (look_first) answer_at_once_ = waiting == Waiting::frame;
         look_first = false;
         switch (waiting) {
@@ -77,58 +70,6 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
             return;
         }
     }
-}
-
-namespace {
-
-// The size of the frame at the start of `head` when it is one whole-message data frame from
-// the acceptor: FIN, no RSV bits, opcode 1 or 2, unmasked, then a 7-bit, 16-bit or 64-bit
-// length (RFC 6455, section 5.2), of at most max_in_place_answer bytes of payload; nullopt
-// for anything else, or when its header is not all there.
-std::optional<std::size_t> whole_data_frame(const unsigned char* head, std::size_t have) {
-    if (have < 2 || (head[0] & 0xF0) != 0x80 || ((head[0] & 0x0F) != 1 && (head[0] & 0x0F) != 2) || (head[1] & 0x80))
-        return std::nullopt;
-    std::uint64_t length = head[1] & 0x7F;
-    std::size_t header = 2;
-    if (length == 126) {
-        if (have < 4) return std::nullopt;
-        length = (std::uint64_t(head[2]) << 8) | head[3];
-        header = 4;
-    } else if (length == 127) {
-        if (have < 10) return std::nullopt;
-        length = 0;
-        for (int i = 2; i < 10; ++i) length = (length << 8) | head[i];
-        header = 10;
-    }
-    if (length > max_in_place_answer) return std::nullopt;
-    return header + static_cast<std::size_t>(length);
-}
-
-}  // namespace
-
-Connection::Waiting Connection::take_answer() {
-    auto* socket = ws_.plain_socket();
-    if (!socket) return Waiting::other;
-    auto& ahead = socket->ahead();
-    if (ahead.size() == 0) {
-        const auto n = socket->receive_ahead(first_answer_read);
-        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Waiting::nothing : Waiting::other;
-        if (n == 0) return Waiting::other;  // the end of the stream, which Beast's read reports
-    }
-    const auto* head = static_cast<const unsigned char*>(ahead.data().data());
-    const auto whole = whole_data_frame(head, ahead.size());
-    if (!whole || ahead.size() > *whole) return Waiting::other;  // Beast's reads take it, from ahead() first
-    // A larger answer: its rest, exactly, if it is all in the socket by now.
-    if (ahead.size() < *whole && socket->receive_ahead(*whole - ahead.size()) <= 0) return Waiting::other;
-    return ahead.size() == *whole ? Waiting::frame : Waiting::other;
-}
-
-std::string Connection::write_failure(const boost::system::error_code& ec) {
-    // A call channel's socket is in non-blocking mode (handle_step): a full buffer fails an
-    // in-place write.
-    if (ec == asio::error::would_block || ec == asio::error::try_again)
-        return "the peer is not reading its call channel (the socket's buffers are full)";
-    return "write: " + ec.message();
 }
 
 bool Connection::wait_readable(Clock::time_point deadline) {

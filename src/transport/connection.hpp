@@ -63,6 +63,7 @@ struct WireCounters {
     std::atomic<std::uint64_t> messages_sent{0};  ///< WebSocket messages written
     std::atomic<std::uint64_t> overloaded{0};     ///< requests and casts refused: send queue full
     std::atomic<std::uint64_t> worker_answers{0}; ///< answers a worker wrote itself (Connection::answer)
+    std::atomic<std::uint64_t> followed_requests{0};  ///< requests a worker took itself (Connection::answer)
 };
 
 /// The reason text of the WebSocket close (code 1008, policy violation) by which an
@@ -154,7 +155,24 @@ public:
     /// here with a blocking write when the channel is idle (it never waits: the socket is
     /// non-blocking; a full buffer fails the channel, write_failure()); otherwise, and on
     /// other connections, it is queued as send() would.
-    void answer(std::string frame);
+    ///
+    /// With `stay`, on a plain (not TLS) channel, when the answer was written here, this
+    /// thread keeps the stream and returns true: it must then call follow(). It stays only
+    /// while staying paid off on this channel (the last follow() got a request), and on
+    /// every eighth answer to find out again. Otherwise returns false.
+    bool answer(std::string frame, bool stay = false);
+    /// After answer(frame, true) returned true, on the same thread: waits up to
+    /// follow_window on the channel for the caller's next request (leader/follower,
+    /// doc/architecture.md "Call channels") and returns it when one whole Request frame
+    /// came. The stream stays lent to this thread, which must serve the request and answer
+    /// it through answer() again. Anything else is left to the strand, which handles it as
+    /// its own read would; then, and when the wait passed or the strand took the stream
+    /// back meanwhile (a close), returns nullopt.
+    std::optional<wire::Request> follow();
+    /// How long follow() waits on its channel for the next request: a caller in a loop of
+    /// blocking calls sends it within tens of microseconds; the strand, if it must take the
+    /// channel back meanwhile (to close it), waits at most this long.
+    static constexpr std::chrono::microseconds follow_window{200};
     /// No answer will come for a request answer_later() promised one for (the call was
     /// skipped): the channel reads again. Any thread.
     void forgo_answer();
@@ -261,13 +279,15 @@ private:
     /// `pending` before it returns; otherwise, or when what comes back is not one whole
     /// data frame, the call goes on through start_request and the io_context, as before.
     void call_in_place(std::uint64_t id, std::string frame, Pending pending);
-    /// What came for the in-place call, received into the socket's read-ahead buffer
-    /// (MeshStream::plain_socket): one whole unfragmented data frame and nothing after it
-    /// (`frame`), nothing yet (`nothing`), or anything else, which Beast's reads then take,
-    /// from the read-ahead buffer first (`other`: part of a frame, a control frame, a
-    /// fragment, more than one frame, the end of the stream).
+    /// What came on a plain call channel (an in-place call's answer, or the next request
+    /// for a worker that stays on its accepted channel), received into the socket's
+    /// read-ahead buffer (MeshStream::plain_socket): one whole unfragmented data frame of
+    /// at most 64 KiB of payload and nothing after it (`frame`), nothing yet (`nothing`),
+    /// or anything else, which Beast's reads then take, from the read-ahead buffer first
+    /// (`other`: part of a frame, a control frame, a fragment, more than one frame, the end
+    /// of the stream). in_place_frame.cpp.
     enum class Waiting { frame, nothing, other };
-    Waiting take_answer();
+    Waiting take_frame();
     /// Blocks in poll(2) until the socket is readable, `deadline` passes (false) or
     /// interrupt_wait() wakes it (false, interrupted_ set).
     bool wait_readable(Clock::time_point deadline);
@@ -285,6 +305,9 @@ private:
     /// (answer_later), waiting for the borrower's write if it is in progress (short: the
     /// socket never blocks).
     void take_stream_back();
+    /// Under answer_mutex_: the stream is the strand's again, back in its reactor
+    /// (ReadAheadSocket::attach) if a staying worker took it out (follow).
+    void end_loan();
     /// Counts a write of `count` frames in one message into WireCounters.
     void count_written(std::size_t count) noexcept {
         settings_.counters->frames_sent.fetch_add(count, std::memory_order_relaxed);
@@ -408,6 +431,13 @@ private:
     // the worker holds while it writes, and which the strand takes before it touches the
     // stream again (take_stream_back).
     int answers_owed_ = 0;
+    // Accepted call channel: whether the last follow() got a request within follow_window, and answers counted to retry every eighth (under
+    // answer_mutex_, by the worker the stream is lent to).
+    bool following_pays_ = true;
+    // The message follow() read (by the worker the stream is lent to; by the strand once
+    // it was handed back).
+    boost::beast::flat_buffer follow_buffer_;
+    std::uint8_t follow_tries_ = 0;
     std::size_t late_answers_owed_ = 0;  // call channel, dialer: see late_answers_owed()
     std::mutex answer_mutex_;
     bool stream_lent_ = false;

@@ -3,6 +3,7 @@
 
 #include <boost/asio/basic_stream_socket.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/beast/core/bind_handler.hpp>
@@ -10,11 +11,16 @@
 #include <boost/beast/core/role.hpp>
 #include <boost/beast/websocket/teardown.hpp>
 #include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
 
+#include <array>
 #include <cerrno>
 #include <cstddef>
+#include <optional>
 #include <utility>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 namespace rpclb::detail {
 
@@ -37,15 +43,79 @@ public:
     explicit ReadAheadSocket(const Executor& executor) : Base(executor) {}
     explicit ReadAheadSocket(Base&& socket) : Base(std::move(socket)) {}
 
+    ReadAheadSocket(const ReadAheadSocket&) = delete;
+    ReadAheadSocket& operator=(const ReadAheadSocket&) = delete;
+    ReadAheadSocket(ReadAheadSocket&&) = default;
+    ~ReadAheadSocket() {
+        if (detached_ >= 0) ::close(detached_);
+    }
+
     /// The bytes received ahead and not yet read by the stream above.
     boost::beast::flat_buffer& ahead() noexcept { return ahead_; }
+
+    /// Takes the socket out of its io_context's reactor (epoll), keeping its descriptor:
+    /// while one thread does all the I/O with blocking calls (a worker staying on a call
+    /// channel, doc/architecture.md "Call channels"), data that comes then does not also
+    /// wake a network thread. Reads and writes through this class keep working on the
+    /// descriptor; the socket's own other operations (close, async operations) must wait
+    /// for attach(). One epoll_ctl. No effect when already detached.
+    void detach(boost::system::error_code& ec) {
+        if (detached_ >= 0) return;
+        if (!protocol_) protocol_ = Base::local_endpoint(ec).protocol();
+        if (ec) return;
+        detached_ = Base::release(ec);
+        if (ec) detached_ = -1;
+    }
+    /// Puts a detached socket back in its reactor, in the non-blocking mode call channels
+    /// use: an epoll_ctl and an ioctl. No effect when not detached.
+    void attach(boost::system::error_code& ec) {
+        if (detached_ < 0) return;
+        const int fd = std::exchange(detached_, -1);
+        Base::assign(*protocol_, fd, ec);
+        if (ec) {
+            ::close(fd);
+            return;
+        }
+        Base::non_blocking(true, ec);
+    }
+    bool detached() const noexcept { return detached_ >= 0; }
+    /// The descriptor, attached or not.
+    int descriptor() noexcept { return detached_ >= 0 ? detached_ : this->native_handle(); }
+
+    /// As the socket's (the form Beast's blocking writes use); on a detached socket one
+    /// non-blocking sendmsg (EAGAIN: would_block).
+    template <class ConstBuffers>
+    std::size_t write_some(const ConstBuffers& buffers, boost::system::error_code& ec) {
+        if (detached_ < 0) return Base::write_some(buffers, ec);
+        std::array<iovec, 16> parts{};
+        std::size_t count = 0;
+        for (auto it = boost::asio::buffer_sequence_begin(buffers);
+             it != boost::asio::buffer_sequence_end(buffers) && count < parts.size(); ++it) {
+            const boost::asio::const_buffer b(*it);
+            if (b.size() == 0) continue;
+            parts[count++] = iovec{const_cast<void*>(b.data()), b.size()};
+        }
+        msghdr message{};
+        message.msg_iov = parts.data();
+        message.msg_iovlen = count;
+        const auto n = ::sendmsg(detached_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+        return finish_call(n, ec);
+    }
+    /// The throwing form: Beast's SyncStream check requires it.
+    template <class ConstBuffers>
+    std::size_t write_some(const ConstBuffers& buffers) {
+        boost::system::error_code ec;
+        const auto n = write_some(buffers, ec);
+        if (ec) throw boost::system::system_error(ec);
+        return n;
+    }
 
     /// One non-blocking `recv` of at most `max` bytes, appended to ahead(). Returns what
     /// recv(2) returned: the bytes taken, 0 at the end of the stream, -1 with `errno` set
     /// (EAGAIN: nothing there).
     long receive_ahead(std::size_t max) {
         auto space = ahead_.prepare(max);
-        const auto n = ::recv(this->native_handle(), space.data(), space.size(), MSG_DONTWAIT);
+        const auto n = ::recv(descriptor(), space.data(), space.size(), MSG_DONTWAIT);
         if (n > 0) ahead_.commit(static_cast<std::size_t>(n));
         return static_cast<long>(n);
     }
@@ -53,16 +123,27 @@ public:
     /// As the socket's (the form Beast's blocking reads use), but from ahead() first.
     template <class MutableBuffers>
     std::size_t read_some(const MutableBuffers& buffers, boost::system::error_code& ec) {
-        if (ahead_.size() == 0) return Base::read_some(buffers, ec);
-        ec = {};
-        return take_ahead(buffers);
+        if (ahead_.size() > 0) {
+            ec = {};
+            return take_ahead(buffers);
+        }
+        if (detached_ < 0) return Base::read_some(buffers, ec);
+        const boost::asio::mutable_buffer first = *boost::asio::buffer_sequence_begin(buffers);
+        const auto n = ::recv(detached_, first.data(), first.size(), MSG_DONTWAIT);
+        if (n == 0 && first.size() > 0) {
+            ec = boost::asio::error::eof;
+            return 0;
+        }
+        return finish_call(n, ec);
     }
 
     /// The throwing form: Beast's SyncStream check requires it.
     template <class MutableBuffers>
     std::size_t read_some(const MutableBuffers& buffers) {
-        if (ahead_.size() == 0) return Base::read_some(buffers);
-        return take_ahead(buffers);
+        boost::system::error_code ec;
+        const auto n = read_some(buffers, ec);
+        if (ec) throw boost::system::system_error(ec);
+        return n;
     }
 
     /// As the socket's, but completes from ahead() (through the executor, never inline)
@@ -83,7 +164,19 @@ private:
         return n;
     }
 
+    static std::size_t finish_call(long n, boost::system::error_code& ec) {
+        if (n >= 0) {
+            ec = {};
+            return static_cast<std::size_t>(n);
+        }
+        ec = (errno == EAGAIN || errno == EWOULDBLOCK) ? make_error_code(boost::asio::error::would_block)
+                                                       : boost::system::error_code(errno, boost::system::system_category());
+        return 0;
+    }
+
     boost::beast::flat_buffer ahead_;
+    int detached_ = -1;  // the descriptor while detached (detach), else -1
+    std::optional<boost::asio::ip::tcp> protocol_;  // for attach; read once
 };
 
 // Beast closes a WebSocket's next layer through these (found by argument-dependent lookup);

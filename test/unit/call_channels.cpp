@@ -298,8 +298,67 @@ BOOST_AUTO_TEST_CASE(a_worker_writes_the_answer_of_a_call_on_a_channel_itself) {
     }
     BOOST_TEST(p.a->stats().channel_calls == 21u);
     BOOST_TEST(p.b->stats().worker_written_answers - before == 20u);
+    // An inline handler's answer is the network thread's to write, unless a worker that
+    // stayed on the channel took the request itself (and then ran it itself).
+    const auto taken = p.b->stats().worker_taken_requests;
     for (int i = 0; i < 5; ++i) BOOST_TEST_REQUIRE(p.echo(i).has_value());
-    BOOST_TEST(p.b->stats().worker_written_answers - before == 20u);
+    BOOST_TEST(p.b->stats().worker_written_answers - before == 20u + (p.b->stats().worker_taken_requests - taken));
+}
+
+// Leader/follower on the serving side: a worker that has written its answer waits briefly
+// on the channel, and the caller's next request, sent at once, is read and run by that
+// worker (Connection::follow), with no network thread between. Requests for inline and
+// worker handlers alike come back right, from one caller and from several at once.
+BOOST_AUTO_TEST_CASE(a_worker_that_answered_takes_the_callers_next_request_itself) {
+    Pair p;
+    for (int i = 0; i < 200; ++i) {
+        auto r = p.a->call(b_name, "t", i % 3 == 2 ? "echo" : "work", boost::json::array{i});
+        BOOST_TEST_REQUIRE(r.has_value(), r.error().message);
+        BOOST_TEST((r.value() == boost::json::array{i}));
+    }
+    BOOST_TEST(p.b->stats().worker_taken_requests > 0u);
+    constexpr int callers = 4;
+    std::vector<std::future<std::string>> outcomes;
+    for (int t = 0; t < callers; ++t)
+        outcomes.push_back(std::async(std::launch::async, [&, t]() -> std::string {
+            for (int i = 0; i < 300; ++i) {
+                auto r = p.a->call(b_name, "t", i % 2 ? "work" : "echo", boost::json::array{t, i});
+                if (!r) return r.error().message;
+                if (r.value() != boost::json::array{t, i}) return "a wrong answer: " + boost::json::serialize(r.value());
+            }
+            return {};
+        }));
+    for (auto& outcome : outcomes) {
+        BOOST_TEST_REQUIRE((outcome.wait_for(30s) == std::future_status::ready));
+        BOOST_TEST(outcome.get() == "");
+    }
+}
+
+// A worker stays on its channel only while the pool has no other request to run and a
+// worker to spare: b has two workers; while one caller's loop of calls keeps a worker on
+// its channel and a 3 s sleep holds the other, a call on a third channel must still be
+// run at once. A worker that stayed regardless would serve its looping caller for good,
+// and that call would wait out its 1 s timeout.
+BOOST_AUTO_TEST_CASE(a_worker_leaves_its_channel_when_the_pool_has_other_requests) {
+    Pair p;
+    std::atomic<bool> done{false};
+    auto looping = std::async(std::launch::async, [&]() -> std::string {
+        for (int i = 0; !done; ++i) {
+            auto r = p.a->call(b_name, "t", "work", boost::json::array{i});
+            if (!r) return r.error().message;
+        }
+        return {};
+    });
+    BOOST_TEST_REQUIRE(eventually([&] { return p.b->stats().worker_taken_requests > 10u; }, 10s));
+    auto sleeper = std::async(std::launch::async, [&] { return p.a->call(b_name, "t", "sleep", boost::json::array{3000}); });
+    BOOST_TEST_REQUIRE(eventually([&] { return p.sleeps_begun == 1; }, 5s));
+    rpclb::CallOptions quick;
+    quick.timeout = 1s;
+    auto r = p.a->call(b_name, "t", "work", boost::json::array{"other"}, quick);
+    BOOST_TEST(r.has_value(), (r ? "" : r.error().message));
+    done = true;
+    BOOST_TEST(looping.get() == "");
+    BOOST_TEST(sleeper.get().has_value());
 }
 
 // Found when workers began to write their answers: a call that times out leaves its
