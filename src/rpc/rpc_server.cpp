@@ -1,6 +1,7 @@
 #include "rpc/rpc_server.hpp"
 
 #include "json_fields.hpp"
+#include "lifecycle/runtime.hpp"
 #include "routing/balancer_registry.hpp"
 
 #include <rpclb/detail/log.hpp>
@@ -77,6 +78,8 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
     const bool timed = entry->options.run_inline;
     const auto began = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     CallResult result = [&]() -> CallResult {
+        std::optional<InlineRun> must_not_block;
+        if (timed) must_not_block.emplace();
         try {
             return entry->handler(args);
         } catch (const std::exception& e) {
