@@ -18,6 +18,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <poll.h>
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -117,6 +118,89 @@ BOOST_AUTO_TEST_CASE(with_nothing_ahead_reads_go_to_the_socket) {
     Server server({"plain"});
     Client client(server.port);
     BOOST_TEST(client.read() == "plain");
+    client.stream.close(ws::close_code::normal);
+    BOOST_TEST(server.done.get());
+}
+
+namespace {
+
+// A blocking WebSocket server on 127.0.0.1 that sends back every message until the
+// client closes.
+struct EchoServer {
+    EchoServer() {
+        acceptor.open(tcp::v4());
+        acceptor.bind({asio::ip::make_address("127.0.0.1"), 0});
+        acceptor.listen();
+        port = acceptor.local_endpoint().port();
+        done = std::async(std::launch::async, [this] {
+            ws::stream<tcp::socket> s(acceptor.accept());
+            s.accept();
+            for (;;) {
+                beast::flat_buffer b;
+                beast::error_code ec;
+                s.read(b, ec);
+                if (ec) return ec == ws::error::closed;
+                s.write(b.data());
+            }
+        });
+    }
+    asio::io_context ioc;
+    tcp::acceptor acceptor{ioc};
+    unsigned short port = 0;
+    std::future<bool> done;
+};
+
+// Waits until the socket's descriptor is readable (up to 5 s).
+bool readable(Socket& socket) {
+    pollfd watch{socket.descriptor(), POLLIN, 0};
+    return ::poll(&watch, 1, 5000) == 1;
+}
+
+}  // namespace
+
+// A worker staying on a call channel takes the socket out of the reactor (detach) and does
+// its blocking reads and writes on the descriptor; attach puts it back, in non-blocking
+// mode, and the stream's asynchronous reads and its close work as before.
+BOOST_AUTO_TEST_CASE(a_detached_socket_reads_and_writes_on_its_descriptor_until_attached) {
+    EchoServer server;
+    Client client(server.port);  // its "go" comes back first
+    BOOST_TEST(client.read() == "go");
+    beast::error_code ec;
+    client.socket().detach(ec);
+    BOOST_TEST_REQUIRE(!ec);
+    BOOST_TEST(client.socket().detached());
+    BOOST_TEST(!client.socket().is_open());  // Asio no longer holds it
+    // (A blocking read that finds the socket empty fails with would_block, which ends a
+    // Beast stream: the frame is taken ahead whole first, as Connection::follow does.)
+    for (const std::string& m : {std::string("one"), std::string(20000, 'y')}) {
+        client.stream.write(asio::buffer(m), ec);  // ReadAheadSocket::write_some: sendmsg
+        BOOST_TEST_REQUIRE(!ec, ec.message());
+        BOOST_TEST_REQUIRE(readable(client.socket()));
+        client.receive_ahead_until((m.size() < 126 ? 2 : 4) + m.size());  // recv on the descriptor
+        beast::flat_buffer b;
+        client.stream.read(b, ec);
+        BOOST_TEST_REQUIRE(!ec, ec.message());
+        BOOST_TEST((beast::buffers_to_string(b.data()) == m));
+    }
+    // With nothing ahead, a read goes to the descriptor (ReadAheadSocket::read_some: recv).
+    client.stream.write(asio::buffer(std::string_view("two")), ec);
+    BOOST_TEST_REQUIRE(readable(client.socket()));
+    // (The server writes the 5 bytes in one send, which loopback delivers whole.)
+    BOOST_TEST(client.read() == "two");
+    client.socket().attach(ec);
+    BOOST_TEST_REQUIRE(!ec);
+    BOOST_TEST(!client.socket().detached());
+    BOOST_TEST(client.socket().is_open());
+    BOOST_TEST(client.socket().non_blocking());
+    client.stream.write(asio::buffer(std::string_view("three")));
+    std::string got;
+    beast::flat_buffer b;
+    client.stream.async_read(b, [&](beast::error_code e, std::size_t) {
+        BOOST_TEST(!e);
+        got = beast::buffers_to_string(b.data());
+    });
+    client.ioc.run();
+    BOOST_TEST(got == "three");
     client.stream.close(ws::close_code::normal);
     BOOST_TEST(server.done.get());
 }
