@@ -322,7 +322,7 @@ CallResult Cluster::call(std::string_view node, std::string_view module, std::st
                          boost::json::array args, const CallOptions& options) {
     return impl_->router.run_blocking(CallSpec{CallSpec::Kind::call, std::string(node), std::nullopt,
                                                std::string(module), std::string(function), std::move(args), options},
-                                      impl_->runtime.must_not_block());
+                                      impl_->runtime.on_network_thread());
 }
 
 CallResult Cluster::call(std::string_view module, std::string_view function, boost::json::array args,
@@ -338,14 +338,14 @@ Result<void> Cluster::cast(std::string_view node, std::string_view module, std::
     return to_void(impl_->router.run_blocking(CallSpec{CallSpec::Kind::cast, std::string(node), std::nullopt,
                                                        std::string(module), std::string(function), std::move(args),
                                                        options},
-                                              impl_->runtime.must_not_block()));
+                                              impl_->runtime.on_network_thread()));
 }
 
 CallResult Cluster::call_on_random_node(const NodeFilter& filter, std::string_view module, std::string_view function,
                                         boost::json::array args, const CallOptions& options) {
     return impl_->router.run_blocking(CallSpec{CallSpec::Kind::call, {}, filter, std::string(module),
                                                std::string(function), std::move(args), options},
-                                      impl_->runtime.must_not_block());
+                                      impl_->runtime.on_network_thread());
 }
 
 Result<void> Cluster::cast_on_random_node(const NodeFilter& filter, std::string_view module,
@@ -353,7 +353,7 @@ Result<void> Cluster::cast_on_random_node(const NodeFilter& filter, std::string_
                                           const CallOptions& options) {
     return to_void(impl_->router.run_blocking(CallSpec{CallSpec::Kind::cast, {}, filter, std::string(module),
                                                        std::string(function), std::move(args), options},
-                                              impl_->runtime.must_not_block()));
+                                              impl_->runtime.on_network_thread()));
 }
 
 }  // namespace rpclb

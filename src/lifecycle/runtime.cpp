@@ -6,12 +6,7 @@ namespace {
 // Set on the network threads of every node of the process: a blocking call from any of
 // them may need the loop it blocks (two nodes in one process calling each other).
 thread_local bool network_thread = false;
-// Inline handlers running on this thread (InlineRun).
-thread_local int inline_runs = 0;
 }  // namespace
-
-InlineRun::InlineRun() noexcept { ++inline_runs; }
-InlineRun::~InlineRun() { --inline_runs; }
 
 Runtime::Runtime(std::size_t network_threads, std::size_t worker_threads)
     : network_threads_(network_threads),
@@ -46,7 +41,5 @@ void Runtime::stop() {
 bool Runtime::on_network_thread() const noexcept {
     return network_thread || const_cast<boost::asio::io_context&>(network_).get_executor().running_in_this_thread();
 }
-
-bool Runtime::must_not_block() const noexcept { return inline_runs > 0 || on_network_thread(); }
 
 }  // namespace rpclb::detail

@@ -34,9 +34,6 @@ public:
     /// other node of the process (where nothing may block on a call: the call may need the
     /// very loop it blocks, as when two nodes in one process call each other).
     bool on_network_thread() const noexcept;
-    /// A blocking call here must fail at once (would_deadlock): on a network thread, or
-    /// inside an inline handler wherever it runs (InlineRun).
-    bool must_not_block() const noexcept;
 
     /// The worker pool has been joined (stop()): work posted to it would never run, so
     /// completions due after that go to Asio's system executor instead.
@@ -50,18 +47,6 @@ private:
     std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
     std::vector<std::thread> threads_;
     std::atomic<bool> workers_stopped_{false};
-};
-
-/// While one lives, the calling thread runs an inline handler (HandlerOptions::run_inline)
-/// and Runtime::must_not_block is true: a blocking call there
-/// fails at once (would_deadlock), as it does on a network thread, also when a worker that
-/// stayed on a call channel runs the handler (RpcServer::serve_on_worker). Nests.
-class InlineRun {
-public:
-    InlineRun() noexcept;
-    ~InlineRun();
-    InlineRun(const InlineRun&) = delete;
-    InlineRun& operator=(const InlineRun&) = delete;
 };
 
 }  // namespace rpclb::detail

@@ -1,7 +1,6 @@
 #include "rpc/rpc_server.hpp"
 
 #include "json_fields.hpp"
-#include "lifecycle/runtime.hpp"
 #include "routing/balancer_registry.hpp"
 
 #include <rpclb/detail/log.hpp>
@@ -78,8 +77,6 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
     const bool timed = entry->options.run_inline;
     const auto began = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     CallResult result = [&]() -> CallResult {
-        std::optional<InlineRun> must_not_block;
-        if (timed) must_not_block.emplace();
         try {
             return entry->handler(args);
         } catch (const std::exception& e) {
@@ -127,8 +124,8 @@ void RpcServer::run_local(std::string module, std::string function, boost::json:
         auto result = run(entry.get(), module, function, args, &threw);
         return done(std::move(result), threw);
     }
-    asio::post(workers_, [this, entry = std::move(entry), module = std::move(module), function = std::move(function),
-                          args = std::move(args), done = std::move(done)] {
+    post_counted([this, entry = std::move(entry), module = std::move(module), function = std::move(function),
+                  args = std::move(args), done = std::move(done)] {
         if (skip_abandoned())
             return done(call_failure(Failure::node_stopping, options_.name, module, function), false);
         bool threw = false;
@@ -203,12 +200,23 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     }
     // On an accepted call channel the worker writes the answer itself (Connection::answer).
     c->answer_later();
-    worker_requests_.fetch_add(1, std::memory_order_relaxed);
+    pool_work_.fetch_add(1, std::memory_order_relaxed);  // ends in serve_on_worker
     asio::post(workers_, [this, c, served = std::move(served)]() mutable { serve_on_worker(c, std::move(served)); });
 }
 
 void RpcServer::serve_on_worker(const std::shared_ptr<Connection>& c, Served served) {
-    for (;;) {
+    // On a call channel this worker may stay for the caller's next request and serve it
+    // too (leader/follower), but only while the pool has no other work to run and a
+    // worker to spare besides this one (which counts itself in pool_work_): checked
+    // before it stays, and again when a request came. Requests for inline handlers go to
+    // the network thread, where they always run.
+    const std::function<bool()> may_stay = [this] {
+        return pool_work_.load(std::memory_order_relaxed) < options_.worker_threads && !skip_abandoned();
+    };
+    const std::function<bool(const wire::Request&)> may_take = [this](const wire::Request& r) {
+        return !runs_inline(find(r.module, r.function).get());
+    };
+    for (std::size_t taken = 0;; ++taken) {
         if (skip_abandoned()) {
             c->forgo_answer();
             finish(served);
@@ -222,19 +230,21 @@ void RpcServer::serve_on_worker(const std::shared_ptr<Connection>& c, Served ser
             frame = answer(r.id, run(served.entry.get(), r.module, r.function, r.args, nullptr), r.module, r.function,
                            c->spare_buffer());
         }
-        // On a call channel this worker may stay for the caller's next request and serve it
-        // too (leader/follower), but only while the pool has no other request to run and
-        // a worker to spare besides this one (which counts itself in worker_requests_).
-        const bool stays = c->answer(std::move(frame), worker_requests_.load(std::memory_order_relaxed) <
-                                                           options_.worker_threads &&
-                                                           !skip_abandoned());
+        const bool stays = c->answer(std::move(frame), may_stay());
         finish(served);  // after its answer is out or queued (a drain waits for it)
         if (!stays) break;
-        auto next = c->follow();
+        auto next = c->follow(may_stay, may_take);
         if (!next) break;
         served = admit(std::move(*next));
+        if ((taken + 1) % max_taken_in_a_row == 0) {
+            // Work posted to the pool by other means than requests (async completions,
+            // the application's own) has its turn: this request queues behind it, still
+            // counted in pool_work_, and the stream stays lent to whoever runs it.
+            asio::post(workers_, [this, c, served = std::move(served)]() mutable { serve_on_worker(c, std::move(served)); });
+            return;
+        }
     }
-    worker_requests_.fetch_sub(1, std::memory_order_relaxed);
+    pool_work_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void RpcServer::serve_cast(wire::Cast&& cast) {
@@ -251,7 +261,7 @@ void RpcServer::serve_cast(wire::Cast&& cast) {
         end_serving();
     };
     if (here) return run_cast();
-    asio::post(workers_, std::move(run_cast));
+    post_counted(std::move(run_cast));
 }
 
 std::int64_t RpcServer::abandon_queued() noexcept {

@@ -7,6 +7,7 @@
 #include <boost/beast/websocket/error.hpp>
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <poll.h>
 
@@ -72,7 +73,8 @@ bool Connection::answer(std::string frame, bool stay) {
     return false;
 }
 
-std::optional<wire::Request> Connection::follow() {
+std::optional<wire::Request> Connection::follow(const std::function<bool()>& may_stay,
+                                                const std::function<bool(const wire::Request&)>& may_take) {
     // The caller has its answer; a caller in a loop of blocking calls sends its next request
     // at once. Wait for it here, briefly, instead of handing the channel back to the strand,
     // which would wake the network thread to read it and then a worker to run it.
@@ -92,6 +94,9 @@ std::optional<wire::Request> Connection::follow() {
             came = ::ppoll(&watch, 1, &wait, nullptr) > 0;
         }
         following_pays_ = came;
+        // The pool may have got other work during the wait: then the request is the
+        // strand's, to hand to the pool in turn.
+        if (came && !may_stay()) came = false;
     }
     bool read = false;  // a message was read into follow_buffer_, and it is not one request
     beast::error_code ec;
@@ -105,7 +110,8 @@ std::optional<wire::Request> Connection::follow() {
             const auto data = follow_buffer_.cdata();
             const std::string_view text(static_cast<const char*>(data.data()), data.size());
             if (auto decoded = wire::decode(text, settings_.max_message_size);
-                decoded && std::holds_alternative<wire::Request>(*decoded)) {
+                decoded && std::holds_alternative<wire::Request>(*decoded) &&
+                may_take(std::get<wire::Request>(*decoded))) {
                 settings_.counters->followed_requests.fetch_add(1, std::memory_order_relaxed);
                 return std::move(std::get<wire::Request>(*decoded));  // the loan is kept for its answer
             }
@@ -118,9 +124,10 @@ std::optional<wire::Request> Connection::follow() {
         asio::post(ws_.get_executor(), [self = shared_from_this()] { self->answer_delivered({}); });
         return std::nullopt;
     }
-    // A failed read, or a message other than one request: the strand handles it as its own
-    // read would have (on_read answers a bad request and serves a batch), once the answer
-    // just written is counted as delivered.
+    // A failed read, a message other than one request, or a request this thread may not
+    // take (an inline handler's): the strand handles it as its own read would have
+    // (on_read answers a bad request, serves a batch, runs an inline handler), once the
+    // answer just written is counted as delivered.
     asio::post(ws_.get_executor(), [self = shared_from_this(), ec] {
         self->take_stream_back();
         --self->answers_owed_;

@@ -280,8 +280,8 @@ void Connection::on_read(std::size_t) {
     // A call channel's dialer reads only while a call waits (input_waiting()).
     if (settings_.channel && established_ && pending_.empty()) return;
     // An accepted call channel whose answer a worker owes reads again once it is out
-    // (answer_delivered).
-    if (answers_owed_ > 0) return;
+    // (answer_delivered); a closing one reads only through its close.
+    if (answers_owed_ > 0 || (accepted_channel() && close_started_)) return;
     do_read();
 }
 

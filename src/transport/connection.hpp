@@ -164,11 +164,13 @@ public:
     /// After answer(frame, true) returned true, on the same thread: waits up to
     /// follow_window on the channel for the caller's next request (leader/follower,
     /// doc/architecture.md "Call channels") and returns it when one whole Request frame
-    /// came. The stream stays lent to this thread, which must serve the request and answer
-    /// it through answer() again. Anything else is left to the strand, which handles it as
+    /// came, `may_stay()` is still true once it came, and `may_take(request)` is true. The
+    /// stream stays lent to this thread, which must serve the request and answer it
+    /// through answer() again. Anything else is left to the strand, which handles it as
     /// its own read would; then, and when the wait passed or the strand took the stream
     /// back meanwhile (a close), returns nullopt.
-    std::optional<wire::Request> follow();
+    std::optional<wire::Request> follow(const std::function<bool()>& may_stay,
+                                        const std::function<bool(const wire::Request&)>& may_take);
     /// How long follow() waits on its channel for the next request: a caller in a loop of
     /// blocking calls sends it within tens of microseconds; the strand, if it must take the
     /// channel back meanwhile (to close it), waits at most this long.

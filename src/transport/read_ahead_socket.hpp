@@ -45,7 +45,12 @@ public:
 
     ReadAheadSocket(const ReadAheadSocket&) = delete;
     ReadAheadSocket& operator=(const ReadAheadSocket&) = delete;
-    ReadAheadSocket(ReadAheadSocket&&) = default;
+    ReadAheadSocket(ReadAheadSocket&& other) noexcept
+        : Base(std::move(other)),
+          ahead_(std::move(other.ahead_)),
+          detached_(std::exchange(other.detached_, -1)),
+          protocol_(other.protocol_) {}
+    ReadAheadSocket& operator=(ReadAheadSocket&&) = delete;
     ~ReadAheadSocket() {
         if (detached_ >= 0) ::close(detached_);
     }
