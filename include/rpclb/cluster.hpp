@@ -218,9 +218,10 @@ struct ClusterStats {
     /// Requests on a call channel a peer opened to this node that the worker which had
     /// just written the previous answer there took from the channel itself and ran
     /// (leader/follower): a network thread neither read them nor handed them to a worker.
-    /// A worker waits up to 200 us for such a request, only while the pool keeps a worker
-    /// free for other work and only while waiting has paid off on that channel
-    /// (doc/architecture.md, "Call channels").
+    /// A worker waits up to 200 us for such a request, only while the pool has no other
+    /// work and a worker to spare, and only while waiting has paid off on that channel;
+    /// requests for inline handlers are left to the network thread (doc/architecture.md,
+    /// "Call channels").
     std::uint64_t worker_taken_requests = 0;
 };
 
