@@ -149,8 +149,8 @@ std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_v
     if (not_json) {
         auto error = call_failure(Failure::not_json, options_.name, module, function);
         error.code = ErrorCode::internal_server_error;
-        error.message = std::string("the handler's ") + (result ? "answer" : "error details") +
-                        " hold a number JSON cannot carry (NaN or infinity)";
+        error.message = std::string("the handler's ") + (result ? "answer holds" : "error details hold") +
+                        " a number JSON cannot carry (NaN or infinity)";
         result = std::move(error);
     }
     auto frame = wire::encode(wire::Response{id, std::move(result)}, std::move(buffer));
