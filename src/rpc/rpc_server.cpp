@@ -162,7 +162,7 @@ std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_v
                        options_.name, module, function)});
 }
 
-RpcServer::Served RpcServer::admit(wire::Request&& request) {
+RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<const Entry> entry) {
     Served served;
     served.request = std::move(request);
     auto& r = served.request;
@@ -178,7 +178,7 @@ RpcServer::Served RpcServer::admit(wire::Request&& request) {
         served.balancer->track_served();  // its drain waits for this call too
     }
     begin_serving();
-    served.entry = find(r.module, r.function);
+    served.entry = entry ? std::move(entry) : find(r.module, r.function);
     return served;
 }
 
@@ -213,8 +213,10 @@ void RpcServer::serve_on_worker(const std::shared_ptr<Connection>& c, Served ser
     const std::function<bool()> may_stay = [this] {
         return pool_work_.load(std::memory_order_relaxed) < options_.worker_threads && !skip_abandoned();
     };
-    const std::function<bool(const wire::Request&)> may_take = [this](const wire::Request& r) {
-        return !runs_inline(find(r.module, r.function).get());
+    std::shared_ptr<const Entry> next_entry;  // the taken request's, found once
+    const std::function<bool(const wire::Request&)> may_take = [&](const wire::Request& r) {
+        next_entry = find(r.module, r.function);
+        return !runs_inline(next_entry.get());
     };
     for (std::size_t taken = 0;; ++taken) {
         if (skip_abandoned()) {
@@ -235,7 +237,7 @@ void RpcServer::serve_on_worker(const std::shared_ptr<Connection>& c, Served ser
         if (!stays) break;
         auto next = c->follow(may_stay, may_take);
         if (!next) break;
-        served = admit(std::move(*next));
+        served = admit(std::move(*next), std::move(next_entry));
         if ((taken + 1) % max_taken_in_a_row == 0) {
             // Work posted to the pool by other means than requests (async completions,
             // the application's own) has its turn: this request queues behind it, still

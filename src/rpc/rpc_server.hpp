@@ -87,7 +87,8 @@ private:
         std::shared_ptr<LoadBalancer> balancer;
         std::optional<std::string> refusal;
     };
-    Served admit(wire::Request&& request);
+    /// `entry`: the request's, when already found (null: found here).
+    Served admit(wire::Request&& request, std::shared_ptr<const Entry> entry = nullptr);
     /// The answer of an admitted request is out: ends its tracking.
     void finish(Served& served);
     /// On a worker: runs `served` and answers it, then, on a call channel, each request

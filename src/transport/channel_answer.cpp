@@ -57,7 +57,7 @@ bool Connection::answer(std::string frame, bool stay) {
             settings_.counters->worker_answers.fetch_add(1, std::memory_order_relaxed);
             beast::error_code ec;
             ws_.visit([&](auto& ws) { ws.write(asio::buffer(frame), ec); });
-            if (!ec && stay && ws_.plain_socket() && (following_pays_ || ++follow_tries_ % 8 == 0))
+            if (!ec && stay && ws_.plain_socket() && following_pays_.worth_trying())
                 return true;  // the loan is kept for follow()
             end_loan();
             lock.unlock();
@@ -93,7 +93,7 @@ std::optional<wire::Request> Connection::follow(const std::function<bool()>& may
             const timespec wait{0, static_cast<long>(window)};
             came = ::ppoll(&watch, 1, &wait, nullptr) > 0;
         }
-        following_pays_ = came;
+        following_pays_.learn(came);
         // The pool may have got other work during the wait: then the request is the
         // strand's, to hand to the pool in turn.
         if (came && !may_stay()) came = false;
@@ -135,10 +135,8 @@ std::optional<wire::Request> Connection::follow(const std::function<bool()>& may
         if (ec) return self->fail(ec == ws::error::closed ? std::string(closed_by_peer) : ec.message());
         // The read handler that lent the stream has ended (it ran before this, on the
         // strand), so buffer_ is empty and the message can move there.
-        const auto bytes = self->follow_buffer_.size();
-        self->buffer_.commit(asio::buffer_copy(self->buffer_.prepare(bytes), self->follow_buffer_.cdata()));
-        self->follow_buffer_.clear();
-        self->on_read(bytes);
+        std::swap(self->buffer_, self->follow_buffer_);
+        self->on_read(self->buffer_.size());
     });
     return std::nullopt;
 }

@@ -41,7 +41,7 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
     if (ec) return fail(write_failure(ec));
     // Look first, or wait first (answer_at_once_): either costs one system call that
     // finds nothing when it guesses wrong.
-    bool look_first = answer_at_once_ || (++in_place_calls_ % 8) == 0;
+    bool look_first = answer_at_once_.worth_trying();
     for (;;) {
         if (!look_first && !wait_readable(deadline)) {
             if (auto why = interruption()) return fail(*why);
@@ -49,7 +49,7 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
             return on_deadline();  // fails the call with `timeout`
         }
         const auto waiting = take_frame();
-        if (look_first) answer_at_once_ = waiting == Waiting::frame;
+        if (look_first) answer_at_once_.learn(waiting == Waiting::frame);
         look_first = false;
         switch (waiting) {
         case Waiting::frame: {

@@ -420,26 +420,31 @@ private:
     std::mutex wait_mutex_;
     int waiting_fd_ = -1;
     std::optional<std::string> interrupted_;
+    /// A guess that costs one system call for nothing when wrong: kept while it proves
+    /// right, and tried again on every eighth chance after it proved wrong.
+    struct RetriedGuess {
+        bool holds = true;
+        std::uint8_t chances = 0;
+        bool worth_trying() noexcept { return holds || ++chances % 8 == 0; }
+        void learn(bool right) noexcept { holds = right; }
+    };
     // Whether the in-place call looks for its answer before it waits (only the calling
-    // thread uses these): it does while the answer was there at once last time (the peer
-    // ran while this thread wrote, e.g. on the same CPU), and on every eighth call to find
-    // out again; otherwise it waits first, since a look that finds nothing costs a system
-    // call.
-    bool answer_at_once_ = true;
-    std::uint8_t in_place_calls_ = 0;
+    // thread uses it): while the answer was there at once last time (the peer ran while
+    // this thread wrote, e.g. on the same CPU); otherwise it waits first, since a look that
+    // finds nothing costs a system call.
+    RetriedGuess answer_at_once_;
     // Accepted call channel: answers promised by answer_later() and not yet delivered
     // (strand only; no read is started while there are any), and whether the stream is
     // lent to the worker that brings the answer (answer_later): under answer_mutex_, which
     // the worker holds while it writes, and which the strand takes before it touches the
     // stream again (take_stream_back).
     int answers_owed_ = 0;
-    // Accepted call channel: whether the last follow() got a request within follow_window, and answers counted to retry every eighth (under
-    // answer_mutex_, by the worker the stream is lent to).
-    bool following_pays_ = true;
+    // Accepted call channel: whether staying pays, i.e. the last follow() got a request
+    // within follow_window (under answer_mutex_, by the worker the stream is lent to).
+    RetriedGuess following_pays_;
     // The message follow() read (by the worker the stream is lent to; by the strand once
     // it was handed back).
     boost::beast::flat_buffer follow_buffer_;
-    std::uint8_t follow_tries_ = 0;
     std::size_t late_answers_owed_ = 0;  // call channel, dialer: see late_answers_owed()
     std::mutex answer_mutex_;
     bool stream_lent_ = false;

@@ -110,9 +110,7 @@ public:
     template <class ConstBuffers>
     std::size_t write_some(const ConstBuffers& buffers) {
         boost::system::error_code ec;
-        const auto n = write_some(buffers, ec);
-        if (ec) throw boost::system::system_error(ec);
-        return n;
+        return or_throw(write_some(buffers, ec), ec);
     }
 
     /// One non-blocking `recv` of at most `max` bytes, appended to ahead(). Returns what
@@ -146,9 +144,7 @@ public:
     template <class MutableBuffers>
     std::size_t read_some(const MutableBuffers& buffers) {
         boost::system::error_code ec;
-        const auto n = read_some(buffers, ec);
-        if (ec) throw boost::system::system_error(ec);
-        return n;
+        return or_throw(read_some(buffers, ec), ec);
     }
 
     /// As the socket's, but completes from ahead() (through the executor, never inline)
@@ -166,6 +162,11 @@ private:
     std::size_t take_ahead(const MutableBuffers& buffers) {
         const auto n = boost::asio::buffer_copy(buffers, ahead_.data());
         ahead_.consume(n);
+        return n;
+    }
+
+    static std::size_t or_throw(std::size_t n, const boost::system::error_code& ec) {
+        if (ec) throw boost::system::system_error(ec);
         return n;
     }
 
