@@ -201,6 +201,9 @@ BOOST_AUTO_TEST_CASE(a_detached_socket_reads_and_writes_on_its_descriptor_until_
     });
     client.ioc.run();
     BOOST_TEST(got == "three");
+    // attach() left the socket non-blocking, as a call channel's is; this test's close is
+    // a blocking one, whose read of the server's close reply must wait.
+    client.socket().non_blocking(false);
     client.stream.close(ws::close_code::normal);
     BOOST_TEST(server.done.get());
 }
