@@ -102,14 +102,18 @@ void Cluster::Impl::start() {
 
 void Cluster::Impl::stop() {
     if (!running || stopping.exchange(true)) return;
+    rpc.mark_stop();
     mesh.begin_stop();  // no new connections from here on
     router.stop();      // calls waiting for a route fail now
     balancers.clear();
     root.stop();  // each hosted balancer leaves and drains, then its services stop
-    // Finish the calls this node is serving, tell every peer to send nothing new (serving
-    // what crossed that on the wire), then close: no request is lost in the close.
+    // Finish the calls this node was serving when its stop began (their handlers may still
+    // call other nodes), tell every peer to send nothing new (serving what came meanwhile
+    // and what crossed that on the wire), then close: no request is lost in the close.
+    // Waiting for the node to be idle before the bye would wait out stop_timeout under a
+    // steady stream of overlapping direct calls, which nothing else turns away.
     const auto drain_deadline = std::chrono::steady_clock::now() + options.stop_timeout;
-    rpc.wait_idle(drain_deadline);
+    rpc.wait_served_before_stop(drain_deadline);
     mesh.say_goodbye(std::chrono::seconds(2));
     const bool served_all = rpc.wait_idle(drain_deadline);
     if (!served_all)

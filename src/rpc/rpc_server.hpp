@@ -55,6 +55,15 @@ public:
     /// Waits until no received request or cast is running or queued, up to `deadline`.
     /// Returns false on timeout.
     bool wait_idle(std::chrono::steady_clock::time_point deadline);
+    /// The node's stop has begun: wait_served_before_stop() waits only for the requests
+    /// and casts received before this (one received while it is called may count on
+    /// either side). Any thread; once.
+    void mark_stop() noexcept { stop_marked_.store(true); }
+    /// Waits until the requests and casts received before mark_stop() are done, up to
+    /// `deadline`; those received since are not waited for (under a steady stream of
+    /// overlapping calls the node is never idle, and wait_idle() would wait for the whole
+    /// stop_timeout). Returns false on timeout.
+    bool wait_served_before_stop(std::chrono::steady_clock::time_point deadline);
     std::int64_t serving() const noexcept { return serving_.load(); }
     /// The node's stop gave up waiting (stop_timeout passed): from now on a handler queued
     /// on the worker pool that has not started is not run. A request's answer would go to
@@ -86,6 +95,7 @@ private:
         std::shared_ptr<const Entry> entry;
         std::shared_ptr<LoadBalancer> balancer;
         std::optional<std::string> refusal;
+        bool before_stop = false;  // counted in serving_before_stop_ (begin_serving)
     };
     /// `entry`: the request's, when already found (null: found here).
     Served admit(wire::Request&& request, std::shared_ptr<const Entry> entry = nullptr);
@@ -117,10 +127,12 @@ private:
     /// replacing one over the size limit.
     std::string answer(std::uint64_t id, CallResult result, std::string_view module, std::string_view function,
                        std::string buffer) const;
-    void begin_serving() noexcept { serving_.fetch_add(1); }
+    /// Counts a received request or cast as served until end_serving(the value returned):
+    /// true when it came before mark_stop().
+    bool begin_serving() noexcept;
     /// True when abandon_queued was called: a queued handler skips its run.
     bool skip_abandoned() const noexcept;
-    void end_serving();
+    void end_serving(bool before_stop);
 
     const ClusterOptions& options_;
     boost::asio::thread_pool& workers_;
@@ -128,12 +140,14 @@ private:
     std::atomic<std::shared_ptr<const Table>> table_;
     std::mutex edit_mutex_;  // serialises registrations (never taken when serving)
     std::atomic<std::int64_t> serving_{0};  // requests and casts received, not yet answered
+    std::atomic<std::int64_t> serving_before_stop_{0};  // those of them received before mark_stop()
+    std::atomic<bool> stop_marked_{false};
     // Handlers posted to the worker pool and not done (requests, casts, local calls):
     // queued, or running (a worker staying on its channel included).
     std::atomic<std::size_t> pool_work_{0};
     mutable std::atomic<std::uint64_t> slow_inline_runs_{0};
     std::atomic<bool> abandoned_{false};  // abandon_queued was called
-    ZeroWaiter idle_;                     // wait_idle: serving_ at 0
+    ZeroWaiter idle_;  // wait_idle and wait_served_before_stop: their counter at 0
 };
 
 }  // namespace rpclb::detail

@@ -188,6 +188,57 @@ BOOST_AUTO_TEST_CASE(a_stopping_peer_answers_on_a_channel_opened_while_it_drains
     BOOST_TEST(eventually([&] { return p.a->stats().channels_open == 0u; }, 2s));
 }
 
+// Found by a newcomer run: b's stop waited for b to be idle before its bye, and under a
+// steady stream of overlapping direct calls it never was, so the stop took its whole
+// stop_timeout and then dropped what was queued. Now b waits only for the calls it was
+// serving when its stop began, then says bye: the callers' next calls fail at once,
+// unsent, and every call b ran is answered. On channels and on the mesh link alike.
+void stop_under_a_steady_stream_of_direct_calls(bool channels) {
+    Pair p(channels, 10s);
+    constexpr int callers = 3;
+    std::atomic<int> answered{0};
+    std::atomic<bool> stopped{false};
+    std::vector<rpclb::CallResult> failures(callers, rpclb::CallResult(0));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < callers; ++t)
+        threads.emplace_back([&, t] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10 * t));  // overlapping, not in step
+            rpclb::CallOptions o;
+            o.timeout = 5s;
+            while (!stopped) {
+                auto r = p.a->call(b_name, "t", "sleep", boost::json::array{30}, o);
+                if (!r) {
+                    failures[t] = std::move(r);
+                    return;
+                }
+                ++answered;
+            }
+        });
+    BOOST_TEST_REQUIRE(eventually([&] { return p.sleeps_ended >= 3 * callers; }, 5s));
+    const auto began = std::chrono::steady_clock::now();
+    p.b->stop();
+    const auto took = std::chrono::steady_clock::now() - began;
+    stopped = true;
+    for (auto& t : threads) t.join();
+    BOOST_TEST((took < 3s), "b's stop took "
+                                << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                                << " ms (stop_timeout 10 s)");
+    for (auto& r : failures) {
+        if (r) continue;  // its caller saw `stopped` first
+        BOOST_TEST(r.error().code == rpclb::ErrorCode::service_unavailable, r.error().message);
+    }
+    BOOST_TEST(p.sleeps_begun == p.sleeps_ended);
+    BOOST_TEST(answered == p.sleeps_ended);  // every call b ran was answered
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_stops_promptly_under_a_steady_stream_of_calls_on_channels) {
+    stop_under_a_steady_stream_of_direct_calls(true);
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_stops_promptly_under_a_steady_stream_of_calls_on_the_link) {
+    stop_under_a_steady_stream_of_direct_calls(false);
+}
+
 BOOST_AUTO_TEST_CASE(a_restarted_peer_gets_new_channels) {
     Pair p;
     BOOST_TEST_REQUIRE(p.echo(1).has_value());
