@@ -223,6 +223,13 @@ struct ClusterStats {
     /// requests for inline handlers are left to the network thread (doc/architecture.md,
     /// "Call channels").
     std::uint64_t worker_taken_requests = 0;
+    /// Requests from peers that waited for a worker past their caller's timeout (carried
+    /// in the request, counted from its arrival here) and were therefore not run: the
+    /// caller has given up on them, so running them would only put this node further
+    /// behind (gRPC and brpc drop such requests too). Each is answered with
+    /// `request_timeout`, which the caller drops as late. Inline handlers run as soon as
+    /// their request is read, so theirs never count.
+    std::uint64_t expired_requests = 0;
 };
 
 /// One node of a cluster.

@@ -283,6 +283,7 @@ json::value admin::State::run_local(const admin::Request& r) {
               {"auth_failures", v.health.auth_failures},
               {"peers_lost", v.health.peers_lost},
               {"slow_inline_runs", v.health.slow_inline_runs},
+              {"expired_requests", v.health.expired_requests},
               {"channel_calls", v.health.channel_calls},
               {"channels_open", v.health.channels_open}}},
             {"admin",

@@ -154,6 +154,7 @@ TelemetryBus& Cluster::telemetry() noexcept { return impl_->bus; }
 ClusterStats Cluster::stats() const noexcept {
     auto stats = impl_->mesh.stats();
     stats.slow_inline_runs = impl_->rpc.slow_inline_runs();
+    stats.expired_requests = impl_->rpc.expired_requests();
     stats.channel_calls = impl_->channels.calls();
     stats.channels_open = impl_->channels.open() + impl_->mesh.accepted_channels();
     return stats;

@@ -16,6 +16,15 @@ namespace asio = boost::asio;
 
 namespace {
 
+// Now plus `ms`, saturating (a timeout too long for the clock is none).
+std::optional<std::chrono::steady_clock::time_point> deadline_after(std::uint64_t ms) {
+    using Clock = std::chrono::steady_clock;
+    const auto now = Clock::now();
+    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+    if (ms >= static_cast<std::uint64_t>(room.count())) return std::nullopt;
+    return now + std::chrono::milliseconds(ms);
+}
+
 std::string function_key(std::string_view module, std::string_view function) {
     std::string key;
     key.reserve(module.size() + function.size() + 1);
@@ -168,8 +177,9 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
     // Constructed, not assigned: a moved json::array keeps its storage only when
     // constructed (assigned across storages, it is copied: a 64 KiB argument string each
     // call, as a profile of rpc_throughput showed).
-    Served served{std::move(request), nullptr, nullptr, std::nullopt};
+    Served served{std::move(request), nullptr, nullptr, std::nullopt, false, std::nullopt};
     auto& r = served.request;
+    if (r.timeout_ms) served.deadline = deadline_after(*r.timeout_ms);
     if (!r.load_balancer.empty()) {
         served.balancer = balancers_.accepting(r.load_balancer);
         if (!served.balancer) {
@@ -184,6 +194,17 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
     served.before_stop = begin_serving();
     served.entry = entry ? std::move(entry) : find(r.module, r.function);
     return served;
+}
+
+CallResult RpcServer::run_unless_expired(const Served& served) {
+    const auto& r = served.request;
+    if (!served.deadline || std::chrono::steady_clock::now() < *served.deadline)
+        return run(served.entry.get(), r.module, r.function, r.args, nullptr);
+    expired_requests_.fetch_add(1, std::memory_order_relaxed);
+    return call_error(ErrorCode::request_timeout,
+                      "not run: the caller's timeout of " + std::to_string(*r.timeout_ms) +
+                          " ms passed while the request waited for a worker",
+                      options_.name, r.module, r.function);
 }
 
 void RpcServer::finish(Served& served) {
@@ -233,8 +254,7 @@ void RpcServer::serve_on_worker(const std::shared_ptr<Connection>& c, Served ser
             frame = std::move(*served.refusal);
         } else {
             const auto& r = served.request;
-            frame = answer(r.id, run(served.entry.get(), r.module, r.function, r.args, nullptr), r.module, r.function,
-                           c->spare_buffer());
+            frame = answer(r.id, run_unless_expired(served), r.module, r.function, c->spare_buffer());
         }
         const bool stays = c->answer(std::move(frame), may_stay());
         finish(served);  // after its answer is out or queued (a drain waits for it)

@@ -73,6 +73,8 @@ public:
     /// not yet started or still running).
     std::int64_t abandon_queued() noexcept;
     std::uint64_t slow_inline_runs() const noexcept { return slow_inline_runs_.load(); }
+    /// ClusterStats::expired_requests.
+    std::uint64_t expired_requests() const noexcept { return expired_requests_.load(); }
 
 private:
     struct Entry {
@@ -96,9 +98,15 @@ private:
         std::shared_ptr<LoadBalancer> balancer;
         std::optional<std::string> refusal;
         bool before_stop = false;  // counted in serving_before_stop_ (begin_serving)
+        /// When the caller gives up on it (wire::Request::timeout_ms from its arrival);
+        /// a handler not started by then is not run.
+        std::optional<std::chrono::steady_clock::time_point> deadline;
     };
     /// `entry`: the request's, when already found (null: found here).
     Served admit(wire::Request&& request, std::shared_ptr<const Entry> entry = nullptr);
+    /// Runs an admitted request's handler, unless its deadline has passed (then a
+    /// `request_timeout` error, counted in expired_requests_).
+    CallResult run_unless_expired(const Served& served);
     /// The answer of an admitted request is out: ends its tracking.
     void finish(Served& served);
     /// On a worker: runs `served` and answers it, then, on a call channel, each request
@@ -146,6 +154,7 @@ private:
     // queued, or running (a worker staying on its channel included).
     std::atomic<std::size_t> pool_work_{0};
     mutable std::atomic<std::uint64_t> slow_inline_runs_{0};
+    std::atomic<std::uint64_t> expired_requests_{0};
     std::atomic<bool> abandoned_{false};  // abandon_queued was called
     ZeroWaiter idle_;  // wait_idle and wait_served_before_stop: their counter at 0
 };

@@ -475,6 +475,9 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     if (closed_ || going_away()) return done(unsent_error(peer().node, request.module, request.function));
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
+    // The peer starts no handler for it after this long (RpcServer::serve_on_worker); a
+    // timeout too large for a deadline is none.
+    if (timeout <= max_sent_timeout) request.timeout_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0));
     auto frame = wire::encode(request, spares_.take());
     if (auto error = too_large("request", frame, request.module, request.function)) return done(std::move(*error));
     if (!reserve(frame.size(), true)) return done(overloaded(request.module, request.function));

@@ -272,6 +272,9 @@ private:
     /// not, the peer has stopped reading, and the channel fails
     /// (write_failure()), failing its call at once instead of hanging it.
     static constexpr std::size_t max_in_place_frame = 8 * 1024;
+    /// The longest call timeout a request carries to its peer (wire::Request::timeout_ms,
+    /// 100 years); a longer one goes as none.
+    static constexpr std::chrono::milliseconds max_sent_timeout{std::chrono::hours(24 * 365 * 100)};
     /// The reason a failed write closes the connection with (an in-place write on a full
     /// buffer says the peer is not reading; asynchronous writes never fail that way).
     static std::string write_failure(const boost::system::error_code& ec);

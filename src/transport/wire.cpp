@@ -67,6 +67,16 @@ public:
         if (auto* v = obj_.if_contains(key); v && !json_fields::read(*v, out)) fail(key, "a boolean", v);
     }
 
+    // An optional unsigned integer: absence leaves `out` empty; anything else is an error.
+    void optional_uint64(std::string_view key, std::optional<std::uint64_t>& out) {
+        if (failed()) return;
+        auto* v = obj_.if_contains(key);
+        if (!v) return;
+        std::uint64_t n = 0;
+        if (!json_fields::read(*v, n)) return fail(key, "an unsigned integer", v);
+        out = n;
+    }
+
     // An optional string: absence leaves `out` empty; a non-string is an error.
     void optional_string(std::string_view key, std::string& out) {
         if (failed()) return;
@@ -196,6 +206,7 @@ void read(Members& m, Request& f) {
     m.string("f", f.function);
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
+    m.optional_uint64("to", f.timeout_ms);
     // Lets the receiver answer a malformed call with bad_request instead of dropping it.
     if (id_read) m.set_request_id(f.id);
 }
@@ -396,10 +407,12 @@ std::optional<Frame> read_request(CallText& in) {
     auto args = in.value();
     if (!args || !args->is_array()) return std::nullopt;
     if (in.literal(R"(,"lb":")") && !in.name(load_balancer)) return std::nullopt;
+    std::optional<std::uint64_t> timeout_ms;
+    if (in.literal(R"(,"to":)") && !(timeout_ms = in.id())) return std::nullopt;
     if (!in.literal("}") || !in.at_end()) return std::nullopt;
     // Constructed from the parsed array, which keeps its storage (moved, not assigned).
     Request f{*id, std::move(module), std::move(function), json::array(std::move(args->get_array())),
-              std::move(load_balancer)};
+              std::move(load_balancer), timeout_ms};
     return Frame(std::move(f));
 }
 
@@ -600,6 +613,7 @@ void write(Writer& w, const Request& f) {
     w.string("f", f.function);
     w.value("a", f.args);
     if (!f.load_balancer.empty()) w.string("lb", f.load_balancer);
+    if (f.timeout_ms) w.uint64("to", *f.timeout_ms);
 }
 
 void write(Writer& w, const Cast& f) {

@@ -45,6 +45,7 @@ NodeView sample_view(const std::vector<rpclb::Metrics::Series>& series) {
     v.health.peers_lost = 1;
     v.health.channel_calls = 7;
     v.health.channels_open = 2;
+    v.health.expired_requests = 4;
     v.admin.wrong_tokens = 5;
     v.balancers.push_back({"w", "round_robin", 3, true, 2, 1, {{"b@host", 2}, {"c@host", 0}}});
     v.series = series;
@@ -130,6 +131,7 @@ BOOST_AUTO_TEST_CASE(prometheus_text_is_well_formed) {
     BOOST_TEST(sample(text, "rpclb_peers_lost_total") == 1);
     BOOST_TEST(sample(text, "rpclb_channel_calls_total") == 7);
     BOOST_TEST(sample(text, "rpclb_call_channels_open") == 2);
+    BOOST_TEST(sample(text, "rpclb_expired_requests_total") == 4);
     BOOST_TEST(sample(text, "rpclb_admin_wrong_tokens_total") == 5);
     BOOST_TEST(sample(text, R"(rpclb_balancer_members{load_balancer="w",algorithm="round_robin"})") == 3);
     BOOST_TEST(sample(text, R"(rpclb_balancer_in_flight{load_balancer="w"})") == 2);

@@ -239,6 +239,31 @@ BOOST_AUTO_TEST_CASE(a_peer_stops_promptly_under_a_steady_stream_of_calls_on_the
     stop_under_a_steady_stream_of_direct_calls(false);
 }
 
+// Found by a newcomer run: an overloaded node ran every queued request, even those whose
+// callers had long timed out. A request now carries its caller's timeout ("to"), and a
+// worker does not start one that waited longer than that. b has 2 workers; 2 calls run,
+// the 6 queued behind them wait past their callers' 150 ms and are not run.
+BOOST_AUTO_TEST_CASE(a_request_that_waited_past_its_callers_timeout_is_not_run) {
+    Pair p;
+    const auto workers = p.b->options().worker_threads;
+    const int queued = 6;
+    rpclb::CallOptions o;
+    o.timeout = 150ms;
+    std::atomic<int> timed_out{0}, other{0};
+    for (std::size_t i = 0; i < workers + queued; ++i)
+        p.a->async_call(b_name, "t", "sleep", boost::json::array{400}, o, [&](rpclb::CallResult r) {
+            (!r && r.error().code == rpclb::ErrorCode::request_timeout ? timed_out : other)++;
+        });
+    BOOST_TEST_REQUIRE(eventually([&] { return timed_out + other == static_cast<int>(workers) + queued; }, 5s));
+    BOOST_TEST(other == 0);
+    BOOST_TEST_REQUIRE(eventually([&] { return p.b->stats().expired_requests == static_cast<std::uint64_t>(queued); }, 5s));
+    BOOST_TEST(p.sleeps_begun == static_cast<int>(workers));
+    // A call within its timeout still runs.
+    o.timeout = 5s;
+    auto r = p.a->call(b_name, "t", "sleep", boost::json::array{1}, o);
+    BOOST_TEST(r.has_value(), r.error().message);
+}
+
 BOOST_AUTO_TEST_CASE(a_restarted_peer_gets_new_channels) {
     Pair p;
     BOOST_TEST_REQUIRE(p.echo(1).has_value());

@@ -32,7 +32,7 @@ bool same(const proto::GroupJoin& a, const proto::GroupJoin& b) {
 bool same(const proto::GroupLeave& a, const proto::GroupLeave& b) { return a.group == b.group; }
 bool same(const proto::Request& a, const proto::Request& b) {
     return a.id == b.id && a.module == b.module && a.function == b.function && a.args == b.args &&
-           a.load_balancer == b.load_balancer;
+           a.load_balancer == b.load_balancer && a.timeout_ms == b.timeout_ms;
 }
 bool same(const proto::Cast& a, const proto::Cast& b) {
     return a.module == b.module && a.function == b.function && a.args == b.args &&
@@ -70,6 +70,8 @@ std::vector<proto::Frame> one_of_each() {
     frames.emplace_back(proto::Request{42, "math", "add", json::array{1, 2.5, "x", nullptr}, ""});
     frames.emplace_back(proto::Request{std::numeric_limits<std::uint64_t>::max(), "m\"od\n",
                                       "f\u00e9", json::array{json::object{{"k", true}}}, "workers"});
+    frames.emplace_back(proto::Request{43, "m", "f", json::array{1}, "", 5000});
+    frames.emplace_back(proto::Request{44, "m", "f", json::array{}, "workers", 0});
     frames.emplace_back(proto::Cast{"log", "info", json::array{"hello"}, ""});
     frames.emplace_back(proto::Cast{"log", "info", json::array{}, "workers"});
     frames.emplace_back(proto::Response{7, rpclb::CallResult(json::value{{"sum", 3}})});
@@ -111,6 +113,8 @@ BOOST_AUTO_TEST_CASE(encode_writes_compact_json_with_documented_members) {
     BOOST_TEST(proto::encode(proto::Auth{"cafe"}) == R"({"t":"auth","proof":"cafe"})");
     BOOST_TEST(proto::encode(proto::Request{5, "m", "f", json::array{1, "two"}, ""}) ==
                R"({"t":"req","id":5,"m":"m","f":"f","a":[1,"two"]})");
+    BOOST_TEST(proto::encode(proto::Request{5, "m", "f", json::array{1}, "w", 250}) ==
+               R"({"t":"req","id":5,"m":"m","f":"f","a":[1],"lb":"w","to":250})");
     BOOST_TEST(proto::encode(proto::Cast{"m", "f", json::array{}, "lb1"}) ==
                R"({"t":"cast","m":"m","f":"f","a":[],"lb":"lb1"})");
     BOOST_TEST(proto::encode(proto::Hello{1, proto::PeerInfo{"a@h", "i", "h:1", false}, "n"}) ==
@@ -439,6 +443,9 @@ BOOST_AUTO_TEST_CASE(the_shortcut_for_calls_and_answers_reads_what_the_full_deco
         R"({"t":"req","id":0,"m":"","f":"","a":[]})",
         R"({"t":"req","id":9999999999999999999,"m":"m","f":"f","a":[{"k":[1,2,{"x":null}]}],"lb":"workers"})",
         R"({"t":"req","id":5,"m":"m","f":"f","a":[1],"lb":""})",
+        R"({"t":"req","id":5,"m":"m","f":"f","a":[1],"to":10000})",
+        R"({"t":"req","id":5,"m":"m","f":"f","a":[1],"lb":"w","to":0})",
+        R"({"t":"req","id":5,"m":"m","f":"f","a":[1],"to":18446744073709551615})",
         R"({"t":"res","id":7,"ok":[1,"abc"]})",
         R"({"t":"res","id":7,"ok":3})",
         R"({"t":"res","id":7,"ok":"text"})",
@@ -463,6 +470,13 @@ BOOST_AUTO_TEST_CASE(the_shortcut_for_calls_and_answers_reads_what_the_full_deco
         R"({"t":"req","id":1,"m":"m","f":"f","a":[1]})" " ",
         R"({"t":"req","id":1,"m":"m","f":"f","a":[1] })",
         R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"x":2})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"to":-1})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"to":1.5})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"to":"5"})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"to":18446744073709551616})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"to":05})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"to":5,"lb":"w"})",
+        R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"to":})",
         R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"lb":"w","lb":"v"})",
         R"({"t":"req","id":1,"m":"m","f":"f","a":[1],"a":[2]})",
         R"({"t":"req","id":1,"m":"m","f":"f","a":[1]}})",

@@ -101,13 +101,16 @@ struct GroupLeave {
     std::string group;
 };
 
-/// "req": {"t","id","m","f","a"[,"lb"]} — call `m.f(a...)` and answer with "res".
+/// "req": {"t","id","m","f","a"[,"lb"][,"to"]} — call `m.f(a...)` and answer with "res".
 struct Request {
     std::uint64_t id = 0;
     std::string module;
     std::string function;
     boost::json::array args;
     std::string load_balancer;  ///< empty when the call was not load-balanced
+    /// "to": the caller's timeout in milliseconds, as it sent the request (absent: none).
+    /// The receiver does not start a handler after that long (gRPC's grpc-timeout).
+    std::optional<std::uint64_t> timeout_ms = std::nullopt;
 };
 
 /// "cast": {"t","m","f","a"[,"lb"]} — like Request but unanswered.
