@@ -306,9 +306,16 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
             } else if constexpr (std::is_same_v<T, wire::GroupLeave>) {
                 groups_.apply_leave(node, f.group);
             } else if constexpr (std::is_same_v<T, wire::Bye>) {
-                // The peer is stopping_ (or answers our bye): send it nothing new.
-                c->set_going_away();
-                if (c->mark_bye_sent()) c->send(wire::encode(wire::Bye{}));
+                if (f.reply) {
+                    // The peer answers our bye: it sends nothing new. It is not stopping,
+                    // so our handlers may still call it until we close.
+                    c->set_peer_quiet();
+                } else {
+                    // The peer is stopping: send it nothing new, and say so, unless our
+                    // own bye (we are stopping too) has said it already.
+                    c->set_going_away();
+                    if (!c->bye_sent_already() && c->mark_bye_answered()) c->send(wire::encode(wire::Bye{true}));
+                }
                 {
                     std::lock_guard lock(mutex_);  // say_goodbye waits on this
                 }
@@ -395,7 +402,7 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
     // a stopping node closed cleanly after the byes leaves the channels its peer opened to
     // close_all(), which lets their callers close them, so that a request on one is read
     // and answered rather than dropped unread.
-    const bool clean = c->going_away() && reason == closed_by_peer;
+    const bool clean = (c->going_away() || c->peer_quiet()) && reason == closed_by_peer;
     if (!(stopping_ && clean))
         for (auto& channel : take_channels(c->peer().node))
             channel->abort("the mesh link to " + c->peer().node + " was lost");
@@ -497,7 +504,7 @@ void Mesh::say_goodbye(std::chrono::milliseconds limit) {
     // answer is the last frame it sends us before going quiet.
     auto answered = [&] {
         for (auto& c : all)
-            if (!c->going_away() && !c->closed()) return false;
+            if (!c->going_away() && !c->peer_quiet() && !c->closed()) return false;
         return true;
     };
     std::unique_lock lock(mutex_);

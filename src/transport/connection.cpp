@@ -556,7 +556,16 @@ void Connection::on_deadline() {
 }
 
 void Connection::complete(wire::Response&& response) {
-    if (auto p = take_pending(response.id)) return p->done(std::move(response.result));
+    if (auto p = take_pending(response.id)) {
+        // The peer does not start a request that waited past the caller's timeout, and
+        // answers request_timeout then (RpcServer::run_unless_expired); that answer can
+        // beat this side's own timer to the call, whose deadline has passed by then. Either
+        // way the call timed out: it fails as this side's timer fails it.
+        if (!response.result && response.result.error().code == ErrorCode::request_timeout &&
+            Clock::now() >= p->deadline)
+            return p->done(call_failure(Failure::timeout, peer().node, p->module, p->function));
+        return p->done(std::move(response.result));
+    }
     // Else it timed out already: a late answer.
     if (settings_.channel && late_answers_owed_ > 0) --late_answers_owed_;
 }

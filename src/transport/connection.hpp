@@ -242,6 +242,13 @@ public:
     void set_going_away() noexcept { going_away_.store(true); }
     /// This side has sent its "bye"; returns false when it had already.
     bool mark_bye_sent() noexcept { return !bye_sent_.exchange(true); }
+    bool bye_sent_already() const noexcept { return bye_sent_.load(); }
+    /// The peer answered this side's "bye" (wire::Bye::reply): it sends nothing new here,
+    /// and still takes this side's requests until this side closes.
+    bool peer_quiet() const noexcept { return peer_quiet_.load(); }
+    void set_peer_quiet() noexcept { peer_quiet_.store(true); }
+    /// This side has answered the peer's "bye"; returns false when it had already.
+    bool mark_bye_answered() noexcept { return !bye_answered_.exchange(true); }
 
 private:
     using Clock = std::chrono::steady_clock;
@@ -457,6 +464,8 @@ private:
     std::atomic<bool> closed_{false};
     std::atomic<bool> going_away_{false};
     std::atomic<bool> bye_sent_{false};
+    std::atomic<bool> peer_quiet_{false};
+    std::atomic<bool> bye_answered_{false};
 };
 
 /// The reason a connection reports (ConnectionOwner::on_closed) when the peer closed it

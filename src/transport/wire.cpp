@@ -218,7 +218,7 @@ void read(Members& m, Cast& f) {
     m.optional_string("lb", f.load_balancer);
 }
 
-void read(Members&, Bye&) {}
+void read(Members& m, Bye& f) { m.optional_boolean("reply", f.reply); }
 
 void read(Members& m, Response& f) {
     m.uint64("id", f.id);
@@ -631,7 +631,9 @@ void write(Writer& w, const Response& f) {
         w.value("err", f.result.error().to_json());
 }
 
-void write(Writer&, const Bye&) {}
+void write(Writer& w, const Bye& f) {
+    if (f.reply) w.boolean("reply", true);
+}
 
 }  // namespace
 

@@ -41,7 +41,7 @@ bool same(const proto::Cast& a, const proto::Cast& b) {
 bool same(const proto::Response& a, const proto::Response& b) {
     return a.id == b.id && a.result == b.result;
 }
-bool same(const proto::Bye&, const proto::Bye&) { return true; }
+bool same(const proto::Bye& a, const proto::Bye& b) { return a.reply == b.reply; }
 
 bool same(const proto::Frame& a, const proto::Frame& b) {
     if (a.index() != b.index()) return false;
@@ -81,6 +81,7 @@ std::vector<proto::Frame> one_of_each() {
                              rpclb::call_error(rpclb::ErrorCode::not_found, "no such function",
                                                "b@h", "math", "sub"))});
     frames.emplace_back(proto::Bye{});
+    frames.emplace_back(proto::Bye{true});
     return frames;
 }
 
@@ -123,6 +124,8 @@ BOOST_AUTO_TEST_CASE(encode_writes_compact_json_with_documented_members) {
                R"({"t":"nodes","nodes":[{"node":"a@h","inc":"i","listen":"","client":true}]})");
     BOOST_TEST(proto::encode(proto::GroupSync{{{"g", json::object{{"k", 1}}}, {"h", {}}}}) ==
                R"({"t":"gsync","groups":[{"group":"g","meta":{"k":1}},{"group":"h","meta":{}}]})");
+    BOOST_TEST(proto::encode(proto::Bye{}) == R"({"t":"bye"})");
+    BOOST_TEST(proto::encode(proto::Bye{true}) == R"({"t":"bye","reply":true})");
     BOOST_TEST(proto::encode(proto::Response{3, rpclb::CallResult(json::value(true))}) ==
                R"({"t":"res","id":3,"ok":true})");
 }

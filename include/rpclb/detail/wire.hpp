@@ -127,12 +127,18 @@ struct Response {
     CallResult result;
 };
 
-/// "bye": {"t"} — the sender is stopping: it has left its groups and drained its
-/// balancers. The receiver sends no new request on this connection and answers with one
-/// "bye" of its own; once the stopping node has every answer (and has served what arrived
-/// before them) it closes. This is HTTP/2's GOAWAY (RFC 9113 §6.8) for the mesh: no
-/// request is ever lost in the close.
-struct Bye {};
+/// "bye": {"t"[,"reply"]} — the sender is stopping: it has left its groups and drained its
+/// balancers. The receiver sends no new request on this connection and answers with a
+/// "bye" with "reply": true, which says only that it will send nothing new: the stopping
+/// node may still send it requests (its handlers' own calls) until it closes. Once the
+/// stopping node has every answer (and has served what arrived before them) it closes.
+/// This is HTTP/2's GOAWAY (RFC 9113 §6.8) for the mesh: no request is ever lost in the
+/// close. A receiver that is stopping too has sent, or will send, its own plain "bye",
+/// which answers as well. (A node of an earlier version ignores "reply" and takes every
+/// "bye" as the sender's stop.)
+struct Bye {
+    bool reply = false;
+};
 
 using Frame = std::variant<Hello, Auth, Ready, Nodes, GroupSync, GroupJoin, GroupLeave,
                            Request, Cast, Response, Bye>;
