@@ -311,10 +311,15 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
                     // so our handlers may still call it until we close.
                     c->set_peer_quiet();
                 } else {
-                    // The peer is stopping: send it nothing new, and say so, unless our
-                    // own bye (we are stopping too) has said it already.
+                    // The peer is stopping: send it nothing new, and say so. A node whose
+                    // own stop has begun answers with a plain bye (once: say_goodbye sends
+                    // no other), since it will not take requests until the peer closes.
                     c->set_going_away();
-                    if (!c->bye_sent_already() && c->mark_bye_answered()) c->send(wire::encode(wire::Bye{true}));
+                    if (stopping_) {
+                        if (c->mark_bye_sent()) c->send(wire::encode(wire::Bye{}));
+                    } else if (!c->bye_sent_already() && c->mark_bye_answered()) {
+                        c->send(wire::encode(wire::Bye{true}));
+                    }
                 }
                 {
                     std::lock_guard lock(mutex_);  // say_goodbye waits on this

@@ -133,8 +133,8 @@ struct Response {
 /// node may still send it requests (its handlers' own calls) until it closes. Once the
 /// stopping node has every answer (and has served what arrived before them) it closes.
 /// This is HTTP/2's GOAWAY (RFC 9113 §6.8) for the mesh: no request is ever lost in the
-/// close. A receiver that is stopping too has sent, or will send, its own plain "bye",
-/// which answers as well. (A node of an earlier version ignores "reply" and takes every
+/// close. A receiver whose own stop has begun answers with a plain "bye" instead, and
+/// then neither side sends the other anything new. (A node of an earlier version ignores "reply" and takes every
 /// "bye" as the sender's stop.)
 struct Bye {
     bool reply = false;
