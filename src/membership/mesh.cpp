@@ -311,15 +311,15 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
                     // so our handlers may still call it until we close.
                     c->set_peer_quiet();
                 } else {
-                    // The peer is stopping: send it nothing new, and say so. A node whose
-                    // own stop has begun answers with a plain bye (once: say_goodbye sends
-                    // no other), since it will not take requests until the peer closes.
+                    // The peer is stopping (it says bye once): send it nothing new, and say
+                    // so. A node whose own stop has begun answers with its plain bye (once:
+                    // say_goodbye sends no other), since it will not take requests until the
+                    // peer closes; any other node answers with a reply.
                     c->set_going_away();
-                    if (stopping_) {
-                        if (c->mark_bye_sent()) c->send(wire::encode(wire::Bye{}));
-                    } else if (!c->bye_sent_already() && c->mark_bye_answered()) {
+                    if (!stopping_)
                         c->send(wire::encode(wire::Bye{true}));
-                    }
+                    else if (c->mark_bye_sent())
+                        c->send(wire::encode(wire::Bye{}));
                 }
                 {
                     std::lock_guard lock(mutex_);  // say_goodbye waits on this

@@ -3,6 +3,7 @@
 #include "json_fields.hpp"
 #include "routing/balancer_registry.hpp"
 
+#include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/log.hpp>
 
 #include <boost/asio/post.hpp>
@@ -15,15 +16,6 @@ namespace rpclb::detail {
 namespace asio = boost::asio;
 
 namespace {
-
-// Now plus `ms`, saturating (a timeout too long for the clock is none).
-std::optional<std::chrono::steady_clock::time_point> deadline_after(std::uint64_t ms) {
-    using Clock = std::chrono::steady_clock;
-    const auto now = Clock::now();
-    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
-    if (ms >= static_cast<std::uint64_t>(room.count())) return std::nullopt;
-    return now + std::chrono::milliseconds(ms);
-}
 
 std::string function_key(std::string_view module, std::string_view function) {
     std::string key;
@@ -177,9 +169,9 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
     // Constructed, not assigned: a moved json::array keeps its storage only when
     // constructed (assigned across storages, it is copied: a 64 KiB argument string each
     // call, as a profile of rpc_throughput showed).
-    Served served{std::move(request), nullptr, nullptr, std::nullopt, false, std::nullopt};
+    Served served{std::move(request)};
     auto& r = served.request;
-    if (r.timeout_ms) served.deadline = deadline_after(*r.timeout_ms);
+    if (r.timeout_ms) served.deadline = deadline_after(std::chrono::steady_clock::now(), *r.timeout_ms);
     if (!r.load_balancer.empty()) {
         served.balancer = balancers_.accepting(r.load_balancer);
         if (!served.balancer) {
@@ -198,7 +190,7 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
 
 CallResult RpcServer::run_unless_expired(const Served& served) {
     const auto& r = served.request;
-    if (!served.deadline || std::chrono::steady_clock::now() < *served.deadline)
+    if (std::chrono::steady_clock::now() < served.deadline)
         return run(served.entry.get(), r.module, r.function, r.args, nullptr);
     expired_requests_.fetch_add(1, std::memory_order_relaxed);
     return call_error(ErrorCode::request_timeout,

@@ -94,13 +94,13 @@ private:
     /// balancer's answer), which runs nothing.
     struct Served {
         wire::Request request;
-        std::shared_ptr<const Entry> entry;
-        std::shared_ptr<LoadBalancer> balancer;
-        std::optional<std::string> refusal;
+        std::shared_ptr<const Entry> entry{};
+        std::shared_ptr<LoadBalancer> balancer{};
+        std::optional<std::string> refusal{};
         bool before_stop = false;  // counted in serving_before_stop_ (begin_serving)
-        /// When the caller gives up on it (wire::Request::timeout_ms from its arrival);
-        /// a handler not started by then is not run.
-        std::optional<std::chrono::steady_clock::time_point> deadline;
+        /// When the caller gives up on it (wire::Request::timeout_ms from its arrival;
+        /// max(): never); a handler not started by then is not run.
+        std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
     };
     /// `entry`: the request's, when already found (null: found here).
     Served admit(wire::Request&& request, std::shared_ptr<const Entry> entry = nullptr);

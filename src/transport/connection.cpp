@@ -1,9 +1,11 @@
 #include "transport/connection.hpp"
+
 #include "transport/block_cache.hpp"
 #include "transport/tls.hpp"
 
 #include "json_fields.hpp"
 
+#include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/host_port.hpp>
 
 #include <boost/asio/bind_executor.hpp>
@@ -475,19 +477,14 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     if (closed_ || going_away()) return done(unsent_error(peer().node, request.module, request.function));
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
-    // The peer starts no handler for it after this long (RpcServer::serve_on_worker); a
-    // timeout too large for a deadline is none.
-    if (timeout <= max_sent_timeout) request.timeout_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0));
+    // The peer starts no handler for it after this long (RpcServer::run_unless_expired),
+    // reading it as this side does (deadline_after: a huge timeout is none).
+    request.timeout_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0));
     auto frame = wire::encode(request, spares_.take());
     if (auto error = too_large("request", frame, request.module, request.function)) return done(std::move(*error));
     if (!reserve(frame.size(), true)) return done(overloaded(request.module, request.function));
-    // The deadline counts from here, before the hop to the strand (saturating: a huge
-    // timeout means none).
-    const auto now = Clock::now();
-    const auto deadline =
-        timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now)
-                              ? Clock::time_point::max()
-                              : now + std::chrono::duration_cast<Clock::duration>(timeout);
+    // The deadline counts from here, before the hop to the strand.
+    const auto deadline = deadline_after(Clock::now(), timeout);
     Pending pending{std::move(done), deadline, std::move(request.module), std::move(request.function)};
     // A call channel's dialer is driven by the one thread that runs its io_context, and
     // that thread is here, outside every handler (CallChannels::call): no handler can run

@@ -242,13 +242,10 @@ public:
     void set_going_away() noexcept { going_away_.store(true); }
     /// This side has sent its "bye"; returns false when it had already.
     bool mark_bye_sent() noexcept { return !bye_sent_.exchange(true); }
-    bool bye_sent_already() const noexcept { return bye_sent_.load(); }
     /// The peer answered this side's "bye" (wire::Bye::reply): it sends nothing new here,
     /// and still takes this side's requests until this side closes.
     bool peer_quiet() const noexcept { return peer_quiet_.load(); }
     void set_peer_quiet() noexcept { peer_quiet_.store(true); }
-    /// This side has answered the peer's "bye"; returns false when it had already.
-    bool mark_bye_answered() noexcept { return !bye_answered_.exchange(true); }
 
 private:
     using Clock = std::chrono::steady_clock;
@@ -279,9 +276,6 @@ private:
     /// not, the peer has stopped reading, and the channel fails
     /// (write_failure()), failing its call at once instead of hanging it.
     static constexpr std::size_t max_in_place_frame = 8 * 1024;
-    /// The longest call timeout a request carries to its peer (wire::Request::timeout_ms,
-    /// 100 years); a longer one goes as none.
-    static constexpr std::chrono::milliseconds max_sent_timeout{std::chrono::hours(24 * 365 * 100)};
     /// The reason a failed write closes the connection with (an in-place write on a full
     /// buffer says the peer is not reading; asynchronous writes never fail that way).
     static std::string write_failure(const boost::system::error_code& ec);
@@ -465,7 +459,6 @@ private:
     std::atomic<bool> going_away_{false};
     std::atomic<bool> bye_sent_{false};
     std::atomic<bool> peer_quiet_{false};
-    std::atomic<bool> bye_answered_{false};
 };
 
 /// The reason a connection reports (ConnectionOwner::on_closed) when the peer closed it
