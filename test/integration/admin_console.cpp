@@ -361,7 +361,7 @@ BOOST_FIXTURE_TEST_CASE(command_line_errors_exit_2, Harness) {
 
 BOOST_FIXTURE_TEST_CASE(a_frozen_node_makes_rpclb_admin_fail_after_its_timeout, Harness) {
     auto n = start_node({.name = "n", .extra_args = {"--admin", "127.0.0.1:0"}});
-    BOOST_TEST_REQUIRE(n->process().signal(SIGSTOP));  // the kernel still accepts the connection
+    BOOST_TEST_REQUIRE(n->process().freeze());  // the kernel still accepts the connection
     const auto began = std::chrono::steady_clock::now();
     const auto r = run_admin(dir(), {"--admin", admin_address(*n), "--timeout", "1000", "nodes"});
     const auto took = std::chrono::steady_clock::now() - began;

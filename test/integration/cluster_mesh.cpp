@@ -186,7 +186,7 @@ BOOST_FIXTURE_TEST_CASE(silent_node_leaves_after_idle_timeout, ThreeIdleNodes) {
     // A stopped process keeps its sockets open but answers nothing.
     LeaveClock left(*client, "w", c->name());
     const auto stopped_at = steady_clock::now();
-    BOOST_TEST_REQUIRE(c->process().signal(SIGSTOP));
+    BOOST_TEST_REQUIRE(c->process().freeze());
     BOOST_TEST_REQUIRE(wait_for_members(*client, "w", {a->name(), b->name()}, 5s),
                        "a silent node was never dropped");
     const auto observed = left.at();

@@ -73,11 +73,12 @@ BOOST_FIXTURE_TEST_CASE(call_fails_fast_when_node_dies_midway, OneNode) {
     check_names_call(result.error(), a->name(), "demo", "sleep");
 }
 
-// SIGSTOPs a node for the scope of the object (SIGCONT on every exit, so that the harness
+// Freezes a node (SIGSTOP, waiting until every thread has stopped: kill() returns while a
+// thread may still answer) for the scope of the object (SIGCONT on every exit, so that the harness
 // can stop and reap it).
 class Frozen {
 public:
-    explicit Frozen(Node& node) : node_(node) { BOOST_TEST_REQUIRE(node_.process().signal(SIGSTOP)); }
+    explicit Frozen(Node& node) : node_(node) { BOOST_TEST_REQUIRE(node_.process().freeze()); }
     ~Frozen() { node_.process().signal(SIGCONT); }
     Frozen(const Frozen&) = delete;
     Frozen& operator=(const Frozen&) = delete;
