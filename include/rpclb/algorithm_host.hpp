@@ -78,7 +78,8 @@ public:
     /// (1 ms .. 4294967295 ms; default 10 s). Errors: those of Cluster::call for a direct
     /// call: `request_timeout` when the deadline passes, `service_unavailable`
     /// "noconnection" when `node` is not connected or its connection drops, `not_found`
-    /// when it serves no such function, the function's own ErrorMessage as is. Any Asio
+    /// when it serves no such function, the function's own ErrorMessage as is, and
+    /// `bad_request` at once for a timeout outside its range. Any Asio
     /// completion token works (a callback, `use_future`, `use_awaitable`, `deferred`).
     template <class CompletionToken>
     auto async_call(std::string node, std::string module, std::string function, boost::json::array args,

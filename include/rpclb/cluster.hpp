@@ -120,7 +120,10 @@ struct CallOptions {
     /// Deadline of each request sent, from the moment it is sent. Default 10 s (seed). The
     /// no-route retry's waits come before any request and are not counted (seed §4.1:
     /// only `timeout` is forwarded to the remote call); bound them with `retry_count` and
-    /// `retry_sleep`. Range 1 ms..4294967295 ms.
+    /// `retry_sleep`. Range 1 ms..4294967295 ms (erpc's, without its 0). A call with a
+    /// timeout outside it fails at once with `bad_request` ("timeout must be 1 to
+    /// 4294967295 ms; got N ms", naming node, module and function), on every path: nothing
+    /// is picked, sent or run. Casts ignore it.
     std::chrono::milliseconds timeout{10000};
     /// Route through this balancer; empty = call the given node directly.
     std::string load_balancer;

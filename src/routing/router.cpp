@@ -26,6 +26,10 @@ namespace {
 // A call whose target answered `draining` is sent to another member at most this often.
 constexpr int max_reselections = 16;
 
+// CallOptions::timeout's range.
+constexpr std::chrono::milliseconds min_call_timeout{1};
+constexpr std::chrono::milliseconds max_call_timeout{4294967295};
+
 bool is_no_members(const ErrorMessage& e) { return e.is(Failure::no_members); }
 
 ErrorMessage no_matching_node(const NodeFilter& filter) {
@@ -74,6 +78,7 @@ public:
 
     void attempt(bool on_caller_thread) {
         if (finished_.load()) return;  // cancelled: nothing more to send
+        if (auto bad = bad_timeout()) return finish(std::move(*bad));
         if (spec_.filter) return attempt_filtered(on_caller_thread);
         if (spec_.options.load_balancer.empty()) return dispatch(spec_.node, nullptr, false, on_caller_thread);
         if (call_directly_) return run_locally(on_caller_thread);
@@ -91,6 +96,18 @@ public:
     }
 
 private:
+    // A call's timeout outside CallOptions::timeout's range (1 ms .. 4294967295 ms, the
+    // range of erpc's timeout but for 0): bad_request on every path, local or remote,
+    // before anything is picked or sent. A cast has no timeout.
+    std::optional<ErrorMessage> bad_timeout() const {
+        const auto timeout = spec_.options.timeout;
+        if (spec_.kind != Spec::Kind::call || (timeout >= min_call_timeout && timeout <= max_call_timeout))
+            return std::nullopt;
+        return call_error(ErrorCode::bad_request,
+                          "timeout must be 1 to 4294967295 ms; got " + std::to_string(timeout.count()) + " ms",
+                          spec_.node.empty() ? router_->options().name : spec_.node, spec_.module, spec_.function);
+    }
+
     // The random-node helpers (seed §1.6, §1.7).
     void attempt_filtered(bool on_caller_thread) {
         const auto& filter = *spec_.filter;
