@@ -2,6 +2,7 @@
 // peer loss.
 #include "membership/mesh.hpp"
 #include "transport/block_cache.hpp"
+#include "transport/call_channels.hpp"
 #include "transport/tls.hpp"
 
 #include <rpclb/detail/host_port.hpp>
@@ -19,6 +20,12 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 namespace {
+
+// A caller opens at most CallChannels::max_per_node channels to one node. The acceptor
+// takes twice that from one peer: a channel the caller closed and this node has not yet
+// seen close leaves room for its replacement, and a peer that opens channels without end
+// (a bug, or another implementation) cannot take every descriptor of this node.
+constexpr std::size_t max_accepted_channels = 2 * CallChannels::max_per_node;
 
 // Why `seed` cannot be dialled as HOST:PORT, or nullopt when it can be tried.
 std::optional<std::string> seed_problem(const std::string& seed) {
@@ -167,6 +174,7 @@ wire::Nodes Mesh::known_nodes() const {
 void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
     const auto& peer = c->peer();
     bool keep = false;
+    bool too_many = false;
     {
         std::lock_guard lock(mutex_);
         connecting_.erase(c);
@@ -176,7 +184,14 @@ void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
         // the caller to close it, answering meanwhile (`draining` for a load-balanced request).
         keep = options_.call_channels && it != peers_.end() && it->second->peer().incarnation == peer.incarnation &&
                (stopping_ || !it->second->going_away());
-        if (keep) channels_.emplace(peer.node, c);
+        too_many = keep && channels_.count(peer.node) >= max_accepted_channels;
+        if (keep && !too_many) channels_.emplace(peer.node, c);
+    }
+    if (too_many) {
+        RPCLB_LOG("mesh", warning) << "refused a call channel from " << peer.node << ": it has "
+                                   << max_accepted_channels << " open, the most one peer may have";
+        return c->close("too many call channels from " + peer.node + " (at most " +
+                        std::to_string(max_accepted_channels) + ")");
     }
     if (!keep) return c->close("a call channel from " + peer.node + ", which has no mesh link to this node");
     RPCLB_LOG("mesh", debug) << "call channel from " << peer.node;

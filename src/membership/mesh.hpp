@@ -116,7 +116,8 @@ public:
 private:
     void do_accept();
     /// An accepted call channel is established: kept while its node's mesh link (same
-    /// incarnation) is, closed at once otherwise.
+    /// incarnation) is, closed at once otherwise, and closed too when that node has
+    /// max_accepted_channels (mesh.cpp) open already.
     void accept_channel(const std::shared_ptr<Connection>& c);
     /// Every accepted call channel of `node`, removed.
     std::vector<std::shared_ptr<Connection>> take_channels(std::string_view node);

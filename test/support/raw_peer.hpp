@@ -146,11 +146,13 @@ public:
         }
     }
 
-    /// Runs the dialer side of the cookie handshake as `local` with `cookie`. Returns
+    /// Runs the dialer side of the cookie handshake as `local` with `cookie`; with
+    /// `channel`, this connection asks to be a call channel (wire::Hello::channel). Returns
     /// nullopt on success, else what went wrong.
     std::optional<std::string> handshake(const rpclb::detail::wire::PeerInfo& local, const std::string& cookie,
-                                         std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-        rpclb::detail::Handshake hs(rpclb::detail::Role::dialer, local, cookie);
+                                         std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                                         bool channel = false) {
+        rpclb::detail::Handshake hs(rpclb::detail::Role::dialer, local, cookie, false, channel);
         auto step = hs.start();
         const auto deadline = Clock::now() + timeout;
         for (;;) {

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
+#include "support/raw_peer.hpp"
 #include "support/wait.hpp"
 
 #include <atomic>
@@ -551,6 +552,39 @@ BOOST_AUTO_TEST_CASE(calls_that_keep_timing_out_hold_at_most_sixteen_channels) {
 // first receive of 4 KiB, then the rest of a larger one, and answers over 64 KiB, or not
 // yet whole, left to Beast's reads from that buffer on. Every size comes back whole, from
 // inline and worker handlers alike.
+// The acceptor's side of the limit: a peer (here a hand-driven one) that opens channels
+// without end gets 32 (twice what a caller opens, CallChannels::max_per_node), and every
+// further one is closed at once; those it has keep serving.
+BOOST_AUTO_TEST_CASE(a_node_accepts_at_most_thirty_two_channels_from_one_peer) {
+    Pair p(true, 15s, true, 30s);
+    const auto port = p.b->listen_endpoint()->port();
+    const rpclb::detail::wire::PeerInfo r{"r@127.0.0.1", "inc-r", "", true};
+    rpclb::test::RawPeer link(port);
+    BOOST_REQUIRE(!link.handshake(r, rpclb::test::test_cookie));
+    BOOST_REQUIRE(eventually([&] { return p.b->connected_nodes().size() == 2; }, 5s));
+    std::vector<std::unique_ptr<rpclb::test::RawPeer>> channels;
+    for (int i = 0; i < 32; ++i) {
+        channels.push_back(std::make_unique<rpclb::test::RawPeer>(port));
+        BOOST_REQUIRE(!channels.back()->handshake(r, rpclb::test::test_cookie, 5s, true));
+    }
+    BOOST_TEST(eventually([&] { return p.b->stats().channels_open == 32u; }, 5s));
+    for (int i = 0; i < 3; ++i) {
+        rpclb::test::RawPeer extra(port);
+        BOOST_REQUIRE(!extra.handshake(r, rpclb::test::test_cookie, 5s, true));
+        BOOST_TEST(extra.wait_closed(5s), "channel " << 33 + i << " was kept open");
+    }
+    BOOST_TEST(p.b->stats().channels_open == 32u);
+    for (auto* c : {channels.front().get(), channels.back().get()}) {
+        BOOST_REQUIRE(c->send(rpclb::detail::wire::Request{7, "t", "echo", {1}, {}}));
+        const auto answer = c->read_response(7, 5s);
+        BOOST_REQUIRE(answer.has_value());
+        BOOST_TEST((answer->at("ok") == boost::json::array{1}));
+    }
+    // The peer's own node keeps its link and serves the rest of the cluster.
+    BOOST_TEST(p.echo(1).has_value());
+    BOOST_TEST(p.b->connected_nodes().size() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(answers_of_every_size_come_back_whole_on_a_channel) {
     Pair p;
     const auto before = p.a->stats().channel_calls;
