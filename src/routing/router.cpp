@@ -9,6 +9,7 @@
 #include "rpc/rpc_server.hpp"
 
 #include <rpclb/detail/log.hpp>
+#include <rpclb/detail/options_check.hpp>
 #include <rpclb/detail/thread_rng.hpp>
 
 #include <boost/asio/post.hpp>
@@ -25,10 +26,6 @@ namespace {
 
 // A call whose target answered `draining` is sent to another member at most this often.
 constexpr int max_reselections = 16;
-
-// CallOptions::timeout's range.
-constexpr std::chrono::milliseconds min_call_timeout{1};
-constexpr std::chrono::milliseconds max_call_timeout{4294967295};
 
 bool is_no_members(const ErrorMessage& e) { return e.is(Failure::no_members); }
 
@@ -76,9 +73,15 @@ public:
                             spec_.module, spec_.function));
     }
 
+    // The first attempt, once the options are checked (later attempts, after a retry
+    // sleep or a `draining` reply, have the same options).
+    void start(bool on_caller_thread) {
+        if (auto bad = bad_timeout()) return finish(std::move(*bad));
+        attempt(on_caller_thread);
+    }
+
     void attempt(bool on_caller_thread) {
         if (finished_.load()) return;  // cancelled: nothing more to send
-        if (auto bad = bad_timeout()) return finish(std::move(*bad));
         if (spec_.filter) return attempt_filtered(on_caller_thread);
         if (spec_.options.load_balancer.empty()) return dispatch(spec_.node, nullptr, false, on_caller_thread);
         if (call_directly_) return run_locally(on_caller_thread);
@@ -101,10 +104,11 @@ private:
     // before anything is picked or sent. A cast has no timeout.
     std::optional<ErrorMessage> bad_timeout() const {
         const auto timeout = spec_.options.timeout;
-        if (spec_.kind != Spec::Kind::call || (timeout >= min_call_timeout && timeout <= max_call_timeout))
+        if (spec_.kind != Spec::Kind::call || (timeout.count() >= 1 && timeout <= max_option_duration))
             return std::nullopt;
         return call_error(ErrorCode::bad_request,
-                          "timeout must be 1 to 4294967295 ms; got " + std::to_string(timeout.count()) + " ms",
+                          "timeout must be 1 to " + std::to_string(max_option_duration.count()) + " ms; got " +
+                              std::to_string(timeout.count()) + " ms",
                           spec_.node.empty() ? router_->options().name : spec_.node, spec_.module, spec_.function);
     }
 
@@ -351,7 +355,7 @@ Router::Router(const ClusterOptions& options, asio::io_context& ioc, Mesh& mesh,
 
 std::shared_ptr<CallOperation> Router::start(CallSpec spec, Done done, bool inline_local) {
     auto op = std::make_shared<CallOperation>(self_.lock(), std::move(spec), std::move(done));
-    op->attempt(inline_local);
+    op->start(inline_local);
     return op;
 }
 
