@@ -177,7 +177,10 @@ struct HandlerOptions {
     /// it on the calling thread. Default false (the worker pool).
     bool run_inline = false;
     /// An inline run longer than this is counted in ClusterStats::slow_inline_runs and
-    /// logged as a warning, once per function. Default 1 ms; ignored unless run_inline.
+    /// logged as a warning, once per function. Wall-clock time (a handler that blocks uses
+    /// no CPU), so a run the kernel preempted on a busy machine counts too. Default 1 ms;
+    /// at least 1 us (register_function throws std::invalid_argument otherwise); ignored
+    /// unless run_inline.
     std::chrono::microseconds slow_threshold{1000};
 };
 
@@ -230,8 +233,10 @@ struct ClusterStats {
     /// in the request, counted from its arrival here) and were therefore not run: the
     /// caller has given up on them, so running them would only put this node further
     /// behind (gRPC and brpc drop such requests too). Each is answered with
-    /// `request_timeout`, which the caller drops as late. Inline handlers run as soon as
-    /// their request is read, so theirs never count.
+    /// `request_timeout`, which the caller drops as late. Also counted, and not run nor
+    /// answered: requests whose connection closed while they waited for a worker (the
+    /// caller's call failed at once when it dropped, e.g. a killed caller's backlog).
+    /// Inline handlers run as soon as their request is read, so theirs never count.
     std::uint64_t expired_requests = 0;
 };
 
@@ -306,7 +311,8 @@ public:
     /// (doc/reference/telemetry.md). Lives as long as the Cluster.
     TelemetryBus& telemetry() noexcept;
 
-    /// Registers `module.function`; replaces an existing registration.
+    /// Registers `module.function`; replaces an existing registration. Any thread.
+    /// Throws std::invalid_argument when `options.slow_threshold` is under 1 us.
     void register_function(std::string module, std::string function, Handler handler,
                            HandlerOptions options = {});
 
@@ -344,13 +350,18 @@ public:
     /// Fire-and-forget (seed §1.5). Returns once the request is queued; a cast to an
     /// unknown or unconnected node is `service_unavailable`; a load-balanced cast with no
     /// members gives the balancer error. Handler errors are logged at debug, not returned.
+    /// It blocks while a load-balanced cast waits for members (the no-route retry), so,
+    /// like call(), it fails at once from a network thread (an inline handler or an inline
+    /// completion) with `internal_server_error` (Failure::would_deadlock): use async_cast
+    /// there.
     Result<void> cast(std::string_view node, std::string_view module, std::string_view function,
                       boost::json::array args = {}, const CallOptions& options = {});
 
     /// Asynchronous call(): the same routing, errors, no-route retry and re-selection,
     /// with every wait on a timer (no thread is blocked). Completion signature
     /// `void(CallResult)`; the handler runs on its associated executor (default: the
-    /// worker pool), never inline, and that executor counts outstanding work until it
+    /// worker pool; see CallOptions::run_completion_inline for the network thread), never
+    /// inside async_call() itself, and that executor counts outstanding work until it
     /// does (a `bind_executor(ioc, handler)` keeps `ioc.run()` running until the call
     /// completes). Any Asio completion token works: a callback, `boost::asio::use_future`,
     /// `boost::asio::use_awaitable`, `boost::asio::deferred`.

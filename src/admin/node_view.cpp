@@ -173,7 +173,7 @@ std::string prometheus_families(const NodeView& v) {
         {"rpclb_auth_failures_total", "Handshakes that failed the cookie check.", v.health.auth_failures},
         {"rpclb_peers_lost_total", "Established peers that went away.", v.health.peers_lost},
         {"rpclb_slow_inline_runs_total", "Inline handler runs over their slow threshold.", v.health.slow_inline_runs},
-        {"rpclb_expired_requests_total", "Requests not run: they waited for a worker past their caller's timeout.",
+        {"rpclb_expired_requests_total", "Requests not run: they waited for a worker past their caller's timeout, or their connection closed meanwhile.",
          v.health.expired_requests},
     };
     for (const auto& [name, help, value] : health) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <type_traits>
 
 namespace rpclb::detail {
@@ -40,6 +41,9 @@ RpcServer::RpcServer(const ClusterOptions& options, asio::thread_pool& workers, 
 
 void RpcServer::register_function(std::string module, std::string function, Handler handler,
                                   HandlerOptions handler_options) {
+    if (handler_options.slow_threshold.count() < 1)
+        throw std::invalid_argument("slow_threshold must be at least 1 us; got " +
+                                    std::to_string(handler_options.slow_threshold.count()) + " us");
     auto key = function_key(module, function);
     auto entry = std::make_shared<Entry>();
     entry->handler = std::move(handler);
@@ -236,7 +240,14 @@ void RpcServer::serve_on_worker(const std::shared_ptr<Connection>& c, Served ser
         return !runs_inline(next_entry.get());
     };
     for (std::size_t taken = 0;; ++taken) {
-        if (skip_abandoned()) {
+        // A request whose connection closed while it waited is not run: its caller's call
+        // failed when the connection dropped, and its answer could go nowhere. Running it
+        // would only hold up the requests queued behind it (a killed caller's backlog made
+        // a newcomer's fresh call wait seconds). Counted as expired, like one whose
+        // caller's timeout passed.
+        const bool orphaned = !served.refusal && c->closed();
+        if (orphaned) expired_requests_.fetch_add(1, std::memory_order_relaxed);
+        if (orphaned || skip_abandoned()) {
             c->forgo_answer();
             finish(served);
             break;

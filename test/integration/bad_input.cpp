@@ -130,6 +130,28 @@ BOOST_FIXTURE_TEST_CASE(frames_before_handshake_end_the_connection, RawNode) {
     check_node_serves();
 }
 
+// Found by a newcomer run: a caller killed with requests queued for the worker pool left
+// them to run anyway, and a fresh call from another caller waited seconds behind them.
+// Their caller's calls failed when the connection dropped, so they are not run now. Node a
+// has 4 workers: 80 sleeps of 200 ms would hold it for 4 s, past the fresh call's 2 s.
+BOOST_FIXTURE_TEST_CASE(a_vanished_callers_queued_requests_are_not_run, RawNode) {
+    {
+        auto gone = authenticated_peer("gone");
+        for (std::uint64_t id = 1; id <= 80; ++id)
+            BOOST_TEST_REQUIRE(gone->send(wire::encode(wire::Request{id, "demo", "sleep", boost::json::array{200}, {}})));
+        // An inline echo is answered by the thread that read the frames: once its answer is
+        // here, every sleep before it has been read and queued.
+        BOOST_TEST_REQUIRE(gone->send(echo_request(81, "read")));
+        BOOST_TEST_REQUIRE(echoed(gone->read_response(81, 5s), "read"));
+    }  // the caller vanishes
+    const auto began = steady_clock::now();
+    const auto r = client->call(a->name(), "demo", "sleep", {0}, {.timeout = 2s});
+    BOOST_TEST_REQUIRE(r.has_value(), "the fresh call waited behind the vanished caller's requests: "
+                                          << r.error().message);
+    BOOST_TEST((steady_clock::now() - began < 1s));
+    check_node_serves();
+}
+
 BOOST_FIXTURE_TEST_CASE(oversize_frame_ends_only_its_connection, RawNode) {
     auto other = authenticated_peer("bystander");
     auto raw = authenticated_peer("flooder");

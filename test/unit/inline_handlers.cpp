@@ -95,3 +95,23 @@ BOOST_AUTO_TEST_CASE(inline_runs_over_the_threshold_are_counted) {
     BOOST_TEST(p.b->stats().slow_inline_runs == 3u);
     BOOST_TEST(p.a.stats().slow_inline_runs == 0u);
 }
+
+// Found by a newcomer run: a negative slow_threshold was taken, and every run then counted
+// as slow ("ran for 0 us, over its slow_threshold of -1 us").
+BOOST_AUTO_TEST_CASE(a_slow_threshold_under_one_microsecond_is_refused) {
+    Pair p;
+    auto quick = [](const boost::json::array&) -> rpclb::CallResult { return true; };
+    for (auto bad : {std::chrono::microseconds(0), std::chrono::microseconds(-1)}) {
+        try {
+            p.b->register_function("t", "bad", quick, {.run_inline = true, .slow_threshold = bad});
+            BOOST_ERROR("slow_threshold " << bad.count() << " us was taken");
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(std::string(e.what()) ==
+                       "slow_threshold must be at least 1 us; got " + std::to_string(bad.count()) + " us");
+        }
+    }
+    p.b->register_function("t", "good", quick, {.run_inline = true, .slow_threshold = std::chrono::microseconds(1)});
+    p.start_b();
+    BOOST_TEST(!p.a.call("b@127.0.0.1", "t", "bad").has_value());  // never registered
+    BOOST_TEST(p.a.call("b@127.0.0.1", "t", "good").has_value());
+}
