@@ -122,6 +122,11 @@ std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
     return std::nullopt;
 }
 
+std::optional<OptionProblem> check(const HandlerOptions& o) {
+    if (o.slow_threshold.count() >= 1) return std::nullopt;
+    return problem("slow_threshold", "must be at least 1 us; got " + std::to_string(o.slow_threshold.count()) + " us");
+}
+
 std::optional<OptionProblem> check(const LoadBalancerOptions& o) {
     if (o.name.empty()) return problem("name", "must not be empty");
     if (auto p = printable_text("name", o.name)) return p;

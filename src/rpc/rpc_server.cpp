@@ -5,6 +5,7 @@
 
 #include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/log.hpp>
+#include <rpclb/detail/options_check.hpp>
 
 #include <boost/asio/post.hpp>
 
@@ -41,9 +42,7 @@ RpcServer::RpcServer(const ClusterOptions& options, asio::thread_pool& workers, 
 
 void RpcServer::register_function(std::string module, std::string function, Handler handler,
                                   HandlerOptions handler_options) {
-    if (handler_options.slow_threshold.count() < 1)
-        throw std::invalid_argument("slow_threshold must be at least 1 us; got " +
-                                    std::to_string(handler_options.slow_threshold.count()) + " us");
+    if (auto problem = check(handler_options)) throw std::invalid_argument(problem->message());
     auto key = function_key(module, function);
     auto entry = std::make_shared<Entry>();
     entry->handler = std::move(handler);

@@ -62,6 +62,10 @@ enum class Identity { required, optional };
 /// Thread safety: pure function.
 std::optional<OptionProblem> check(const ClusterOptions& options, Identity identity = Identity::required);
 
+/// The problem of a function's HandlerOptions, or nullopt: `slow_threshold` must be at
+/// least 1 us. register_function throws its message(). Thread safety: pure function.
+std::optional<OptionProblem> check(const HandlerOptions& options);
+
 /// The first problem of the TLS options, or nullopt when TLS is off or its files load:
 /// reads `cert`, `key` and `ca` with OpenSSL exactly as the Cluster constructor does.
 /// Problems, each naming its field (`tls.cert`, `tls.key`, `tls.ca`): `key` or `ca` set
