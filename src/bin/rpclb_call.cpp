@@ -1,5 +1,6 @@
 // rpclb-call: join a cluster as a client node, make N calls, print one JSON summary.
 #include <rpclb/cluster.hpp>
+#include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
 
@@ -205,15 +206,20 @@ int main(int argc, char** argv) {
         ("tls-ca", po::value(&tls_ca), "PEM CA certificate(s): verify every node's certificate (mutual TLS)")
         ("tls-min-version", po::value(&tls_min_version), "oldest TLS version accepted: 1.3 (default) or 1.2")
         ("args-file", po::value(&args_file),
-         "read JSON-ARGS from this file ('-' = standard input): for arguments too long for a command line (one argument is at most 128 KiB on Linux)")
-        ("module", po::value(&module), "")("function", po::value(&function), "")("args", po::value(&args_text), "");
+         "read JSON-ARGS from this file ('-' = standard input): for arguments too long for a command line (one argument is at most 128 KiB on Linux)");
+    // MODULE FUNCTION [JSON-ARGS] are positional: parsed as options, left out of --help.
+    po::options_description hidden;
+    hidden.add_options()
+        ("module", po::value(&module))("function", po::value(&function))("args", po::value(&args_text));
+    po::options_description all;
+    all.add(desc).add(hidden);
     po::positional_options_description positional;
     positional.add("module", 1).add("function", 1).add("args", 1);
     po::variables_map vm;
     boost::json::array args;
     rpclb::ClusterOptions options;
     try {
-        po::store(po::command_line_parser(argc, argv).options(desc).positional(positional).run(), vm);
+        po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
         po::notify(vm);
         if (vm.count("help")) {
             std::cout << desc;
@@ -222,6 +228,10 @@ int main(int argc, char** argv) {
         rpclb::log::init(log_level);
         if (module.empty() || function.empty()) throw std::invalid_argument("MODULE and FUNCTION are required");
         if (seeds.empty()) throw std::invalid_argument("at least one --seed is required");
+        // A node logs a seed it cannot dial and keeps serving; here it is a typo to report.
+        for (const auto& seed : seeds)
+            if (auto problem = rpclb::detail::dial_problem(seed))
+                throw std::invalid_argument("--seed \"" + seed + "\" " + *problem);
         if (cookie.empty())
             if (const char* env = std::getenv("RPCLB_COOKIE")) cookie = env;
         if (cookie.empty()) throw std::invalid_argument("give --cookie or set RPCLB_COOKIE");
@@ -278,7 +288,13 @@ int main(int argc, char** argv) {
             rpclb::LoadBalancerOptions lb;
             lb.name = balancer;
             lb.algorithm = algorithm;
-            cluster.start_balancer(lb);  // a client never joins: it only routes
+            try {
+                cluster.start_balancer(lb);  // a client never joins: it only routes
+            } catch (const std::exception& e) {
+                // No such plugin, or one that refused to load: a bad command line.
+                std::cerr << "rpclb-call: --algorithm: " << e.what() << std::endl;
+                return 2;
+            }
         }
         if (!wait_for_cluster(cluster, balancer, milliseconds(wait_ms))) {
             if (cluster.stats().cookie_refusals > 0)

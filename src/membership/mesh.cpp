@@ -27,15 +27,6 @@ namespace {
 // (a bug, or another implementation) cannot take every descriptor of this node.
 constexpr std::size_t max_accepted_channels = 2 * CallChannels::max_per_node;
 
-// Why `seed` cannot be dialled as HOST:PORT, or nullopt when it can be tried.
-std::optional<std::string> seed_problem(const std::string& seed) {
-    const auto parts = split_host_port(seed);
-    if (!parts) return "is not HOST:PORT";
-    const auto port = parse_port(parts->port);
-    if (!port || *port == 0) return "has no port in 1..65535";
-    return std::nullopt;
-}
-
 // The node that dials when two nodes learn of each other: the smaller name. Both ends
 // compute the same answer, so a pair normally gets exactly one connection.
 bool dials_first(const std::string& a, const std::string& b) { return a < b; }
@@ -81,7 +72,7 @@ void Mesh::start() {
     });
     if (acceptor_) do_accept();
     for (const auto& seed : options_.seeds) {
-        if (auto problem = seed_problem(seed)) {
+        if (auto problem = dial_problem(seed)) {
             RPCLB_LOG("mesh", warning) << "seed \"" << seed << "\" " << *problem << "; it is never dialled";
             std::lock_guard lock(mutex_);
             bad_seeds_.insert(seed);

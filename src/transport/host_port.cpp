@@ -21,6 +21,14 @@ std::optional<unsigned short> parse_port(std::string_view port) noexcept {
     return static_cast<unsigned short>(value);
 }
 
+std::optional<std::string> dial_problem(std::string_view address) {
+    const auto parts = split_host_port(address);
+    if (!parts) return "is not HOST:PORT";
+    const auto port = parse_port(parts->port);
+    if (!port || *port == 0) return "has no port in 1..65535";
+    return std::nullopt;
+}
+
 std::string to_host_port(const boost::asio::ip::tcp::endpoint& endpoint) {
     const auto address = endpoint.address().to_string();
     const auto port = std::to_string(endpoint.port());

@@ -15,6 +15,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -229,7 +230,7 @@ namespace {
 struct CallRun {
     int status = -1;
     boost::json::value summary;
-    std::string err;
+    std::string err, out;  // stderr; every stdout line, each ended by '\n'
 };
 
 CallRun run_call(Harness& h, const Node& a, std::vector<std::string> args, const std::string& log) {
@@ -243,6 +244,7 @@ CallRun run_call(Harness& h, const Node& a, std::vector<std::string> args, const
     run.status = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
     if (line) run.summary = boost::json::parse(*line);
     run.err = call.stderr_text();
+    for (const auto& l : call.stdout_lines()) run.out += l + "\n";
     return run;
 }
 
@@ -290,6 +292,32 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_name_or_wait_and_prints_whole_c
     BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
     BOOST_TEST(run.summary.as_object().at("calls_per_s").is_int64());
     BOOST_TEST(run.summary.as_object().at("calls_per_s").as_int64() > 0);
+    check_node_serves();
+}
+
+// Found by a newcomer run: `--seed nonsense` waited --wait and exited 1, `--algorithm
+// nosuchalgo` exited 1, and --help listed --module, --function and --args undocumented.
+BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_seed_or_algorithm_and_hides_its_positional_flags, RawNode) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto run = run_call(*this, *a, {"--seed", "nonsense", "demo", "echo"}, "call-seed.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("rpclb-call: --seed \"nonsense\" is not HOST:PORT") == 0u, run.err);
+    run = run_call(*this, *a, {"--seed", "127.0.0.1:0", "demo", "echo"}, "call-seed-port.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("--seed \"127.0.0.1:0\" has no port in 1..65535") != std::string::npos, run.err);
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 4s));  // refused before --wait's 5 s
+
+    run = run_call(*this, *a, {"--balancer", "w", "--algorithm", "nosuchalgo", "demo", "echo"}, "call-algo.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("rpclb-call: --algorithm: ") != std::string::npos, run.err);
+    BOOST_TEST(run.err.find("\"nosuchalgo\" not found") != std::string::npos, run.err);
+    BOOST_TEST(run.summary.is_null());  // no call was made
+
+    run = run_call(*this, *a, {"--help"}, "call-help.log");
+    BOOST_TEST(run.status == 0);
+    BOOST_TEST(run.out.find("MODULE FUNCTION [JSON-ARGS]") != std::string::npos, run.out);
+    BOOST_TEST(run.out.find("--seed") != std::string::npos, run.out);
+    for (const char* flag : {"--module", "--function", "--args "}) BOOST_TEST(run.out.find(flag) == std::string::npos, flag);
     check_node_serves();
 }
 

@@ -26,6 +26,12 @@ std::optional<HostPort> split_host_port(std::string_view address);
 /// nullopt otherwise. Thread safety: pure function.
 std::optional<unsigned short> parse_port(std::string_view port) noexcept;
 
+/// Why `address` cannot be dialled as HOST:PORT ("is not HOST:PORT", "has no port in
+/// 1..65535"), or nullopt when it can be tried (HOST is resolved only when dialled). Used
+/// for seeds: a node logs the problem and keeps serving; rpclb-call refuses the command
+/// line. Thread safety: pure function.
+std::optional<std::string> dial_problem(std::string_view address);
+
 /// "ADDRESS:PORT" of `endpoint`, with an IPv6 address in brackets ("[::1]:4370"), so that
 /// the text reads back through split_host_port. Thread safety: pure function.
 std::string to_host_port(const boost::asio::ip::tcp::endpoint& endpoint);
