@@ -37,7 +37,14 @@ rpclb::ClusterOptions options(std::string name, std::vector<std::string> seeds =
 
 std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_string(c.listen_endpoint()->port()); }
 
-// Registers demo.node (returns the serving node's name) and demo.count (counts runs).
+// When the last demo.sleep of any node returned, on the steady clock (a test sets it to
+// time_point::max() before its call): a test that a stop waited for a call compares it with
+// the time the stop returned, which no scheduling delay can turn round (a fixed least
+// duration could be eaten by a stall before the stop).
+std::atomic<std::chrono::steady_clock::time_point> sleep_returned{};
+
+// Registers demo.node (returns the serving node's name), counted in `runs`, and
+// demo.sleep(ms) (sleeps, then returns the node's name).
 void register_functions(rpclb::Cluster& c, std::atomic<int>* runs = nullptr) {
     const auto name = c.name();
     c.register_function("demo", "node", [name, runs](const boost::json::array&) -> rpclb::CallResult {
@@ -46,6 +53,7 @@ void register_functions(rpclb::Cluster& c, std::atomic<int>* runs = nullptr) {
     });
     c.register_function("demo", "sleep", [name](const boost::json::array& args) -> rpclb::CallResult {
         std::this_thread::sleep_for(std::chrono::milliseconds(args.at(0).to_number<int>()));
+        sleep_returned.store(std::chrono::steady_clock::now());
         return boost::json::value(name);
     });
 }
@@ -741,11 +749,11 @@ BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_the_calls_it_routed_here) {
     w.drain_timeout = 5s;
     auto lb = p.b->start_balancer(w);
     BOOST_REQUIRE(eventually([&] { return p.a.get_members("w").has_value(); }, 5s));
+    sleep_returned.store(std::chrono::steady_clock::time_point::max());  // until the call below returns
     auto call = p.a.async_call("", "demo", "sleep", {400}, through("w"), boost::asio::use_future);
     BOOST_REQUIRE(eventually([&] { return lb->serving() == 1; }, 5s));
-    const auto t0 = std::chrono::steady_clock::now();
     p.b->stop_balancer("w");
-    BOOST_TEST((std::chrono::steady_clock::now() - t0 >= 200ms));
+    BOOST_TEST((std::chrono::steady_clock::now() >= sleep_returned.load()));  // it waited for the call
     BOOST_TEST((call.wait_for(2s) == std::future_status::ready));
     BOOST_TEST(call.get().value().as_string() == "b@127.0.0.1");
     BOOST_TEST(lb->serving() == 0);
@@ -776,26 +784,30 @@ struct DrainRun {
         // The balancer's own member snapshot, which the call picks from: it is updated
         // after the group's, so waiting on the group alone raced with the pick.
         BOOST_REQUIRE(eventually([&] { return lb->get_members().has_value(); }, 5s));
+        sleep_returned.store(std::chrono::steady_clock::time_point::max());  // until this call returns
         call = p.a.async_call("", "demo", "sleep", {sleep_ms}, through("w"), boost::asio::use_future);
         BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
         const auto t0 = std::chrono::steady_clock::now();
         p.a.stop_balancer("w");
-        took = std::chrono::steady_clock::now() - t0;
+        stopped = std::chrono::steady_clock::now();
+        took = stopped - t0;
     }
     Pair p;
     Recorder events{p.a.telemetry()};
     std::future<rpclb::CallResult> call;
+    std::chrono::steady_clock::time_point stopped{};
     std::chrono::steady_clock::duration took{};
 };
 
 BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_the_drain_timeout) {
     DrainRun run(5s, 300);
-    // The call's reply came before the stop returned; its completion is delivered just
-    // after the balancer released it, so it may still be on its way (seen once in CI).
+    BOOST_TEST((run.stopped >= sleep_returned.load()));  // the stop waited for the call
+    BOOST_TEST((run.took < 4s));
+    // Its reply came before the stop returned; its completion is delivered just after the
+    // balancer released the call, so it may still be on its way (failed once in CI as
+    // wait_for(0s)).
     BOOST_TEST((run.call.wait_for(2s) == std::future_status::ready));
     BOOST_TEST(run.call.get().has_value());
-    BOOST_TEST((run.took >= 150ms));
-    BOOST_TEST((run.took < 4s));
     auto begin = run.events.of(rpclb::EventName::drain_begin);
     auto end = run.events.of(rpclb::EventName::drain_end);
     BOOST_REQUIRE(begin.size() == 1u);
