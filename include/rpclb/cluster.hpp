@@ -444,7 +444,9 @@ public:
     std::shared_ptr<LoadBalancer> start_balancer(LoadBalancerOptions options);
 
     /// Stops a hosted balancer: leave, drain, stop its services. Returns false when it
-    /// did not exist. Blocks up to its drain_timeout.
+    /// did not exist. Blocks up to its drain_timeout. A call it drained has its outcome
+    /// when this returns; that call's completion handler may still be on its way
+    /// (doc/explanation/draining-and-retries.md).
     bool stop_balancer(std::string_view name);
 
     /// The balancer used to route through `name`: the hosted one, else a routing-only one
