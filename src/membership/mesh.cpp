@@ -170,11 +170,13 @@ void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
         std::lock_guard lock(mutex_);
         connecting_.erase(c);
         const auto it = peers_.find(peer.node);
-        // A stopping node still takes a channel from a linked peer that has answered its
-        // bye: the caller may already be writing a request on it, and close_all() waits for
-        // the caller to close it, answering meanwhile (`draining` for a load-balanced request).
-        keep = options_.call_channels && it != peers_.end() && it->second->peer().incarnation == peer.incarnation &&
-               (stopping_ || !it->second->going_away());
+        // Any linked peer's channel is taken, whether either side said bye. A stopping node
+        // still takes one from a peer that has answered its bye: the caller may already be
+        // writing a request on it, and close_all() waits for the caller to close it,
+        // answering meanwhile (`draining` for a load-balanced request). A node not stopping
+        // takes one from a peer that said bye: its handlers may call us until it closes (our
+        // reply bye says so), and a new channel is how a blocking call does it.
+        keep = options_.call_channels && it != peers_.end() && it->second->peer().incarnation == peer.incarnation;
         too_many = keep && channels_.count(peer.node) >= max_accepted_channels;
         if (keep && !too_many) channels_.emplace(peer.node, c);
     }
