@@ -9,7 +9,7 @@ build="${RPCLB_BUILD_DIR:-$root/build}"
 # (that is Boost 1.74 and would remove 1.81).
 packages=(g++ cmake ninja-build pkg-config
           libboost1.81-all-dev libboost1.81-tools-dev libboost-json1.81-dev libboost-url1.81-dev
-          libssl-dev libxxhash-dev libbenchmark-dev iproute2 nftables)
+          libssl-dev libxxhash-dev libbenchmark-dev iproute2 nftables ccache)
 missing=()
 # The browser test of the admin console page (test/browser/) drives Debian's chromium with
 # Node.js. RPCLB_SETUP_BROWSER=0 leaves it out. npm only when no npm command exists: a
