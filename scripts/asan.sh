@@ -10,18 +10,16 @@
 #   matching tests run, and only what they need is built. RPCLB_ASAN_TESTS=REGEX does the
 #   same as the argument (.ci/run uses it to run a subset); RPCLB_ASAN_BUILD_DIR overrides
 #   build-asan/.
-# Needs the packages scripts/setup.sh installs. Uses ccache when it is installed.
+# Needs the packages scripts/setup.sh installs. Compiles through ccache when it is installed (CMakeLists.txt).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RPCLB_ASAN_BUILD_DIR:-$root/build-asan}"
 regex="${1:-${RPCLB_ASAN_TESTS:-}}"
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 # -O1 -g1: the sanitizers' usual optimisation level, with line tables for the reports;
 # both compile faster than the normal build's -O2 -g.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRPCLB_BUILD_BENCH=OFF \
-      "${launcher[@]}" -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+      -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
       -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" \
       -DCMAKE_MODULE_LINKER_FLAGS="$flags" >/dev/null
 if [ -z "$regex" ]; then

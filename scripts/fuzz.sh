@@ -29,10 +29,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 cxx=/usr/bin/clang++-14
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
-      "${launcher[@]}" -DRPCLB_BUILD_TESTS=OFF -DRPCLB_BUILD_BENCH=OFF -DRPCLB_BUILD_FUZZ=ON \
+      -DRPCLB_BUILD_TESTS=OFF -DRPCLB_BUILD_BENCH=OFF -DRPCLB_BUILD_FUZZ=ON \
       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 targets=(wire handshake config admin)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
