@@ -301,12 +301,14 @@ struct Options {
     long rounds = 4;
     bool pin = true;
     int cpu = 0;
+    bool call_channels = true;
 };
 
 int run_client(const Options& o) {
     bench::print_run_header("rpc_roundtrip",
                             "count=" + std::to_string(o.count) + " warmup=" + std::to_string(o.warmup) +
-                                " rounds=" + std::to_string(o.rounds),
+                                " rounds=" + std::to_string(o.rounds) +
+                                (o.call_channels ? "" : " call_channels=off"),
                             o.pin);
     const std::optional<int> cpu = o.pin ? std::optional<int>(o.cpu) : std::nullopt;
 
@@ -325,6 +327,7 @@ int run_client(const Options& o) {
     options.name = client_node;
     options.cookie = cookie;
     options.client = true;
+    options.call_channels = o.call_channels;
     options.seeds = {"127.0.0.1:" + std::to_string(rpclb_server.port())};
     auto tls_client_options = options;
     tls_client_options.seeds = {"127.0.0.1:" + std::to_string(rpclb_tls_server.port())};
@@ -429,7 +432,7 @@ int run_client(const Options& o) {
 
 void usage() {
     std::puts(
-        "rpc_roundtrip [--count N] [--warmup N] [--rounds N] [--pin|--no-pin] [--cpu N]\n"
+        "rpc_roundtrip [--count N] [--warmup N] [--rounds N] [--pin|--no-pin] [--cpu N] [--no-call-channels]\n"
         "  Round trip of rpclb echo(1, \"abc\") between two processes, handler inline and on\n"
         "  the worker pool, against a raw Asio TCP ping-pong of the same bytes, measured in\n"
         "  the same run.\n"
@@ -439,6 +442,7 @@ void usage() {
         "  --pin        pin client and servers to one CPU (default)\n"
         "  --no-pin     let the kernel place them\n"
         "  --cpu N      the CPU to pin to (default 0)\n"
+        "  --no-call-channels  the client's blocking calls go on the mesh link (ClusterOptions::call_channels)\n"
         "  (--serve [--tls DIR], --raw-serve and --ws-serve are internal: run a server child)");
 }
 
@@ -461,6 +465,7 @@ int main(int argc, char** argv) {
             else if (a == "--cpu") o.cpu = static_cast<int>(bench::parse_count("--cpu", next(), 0));
             else if (a == "--pin") o.pin = true;
             else if (a == "--no-pin") o.pin = false;
+            else if (a == "--no-call-channels") o.call_channels = false;
             else if (a == "--serve") mode = Mode::serve;
             else if (a == "--tls") tls_dir = next();
             else if (a == "--raw-serve") mode = Mode::raw_serve;
