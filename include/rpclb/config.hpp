@@ -2,7 +2,7 @@
 // (rpclb-node --config FILE), to and from Boost.JSON values.
 #pragma once
 
-#include <rpclb/admin.hpp>
+#include <rpclb/admin_options.hpp>
 #include <rpclb/cluster.hpp>
 #include <rpclb/error.hpp>
 #include <rpclb/load_balancer.hpp>

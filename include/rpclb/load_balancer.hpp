@@ -3,6 +3,7 @@
 
 #include <rpclb/error.hpp>
 #include <rpclb/node_filter.hpp>
+#include <rpclb/detail/option_problem.hpp>
 #include <rpclb/selection_algorithm.hpp>
 #include <rpclb/service.hpp>
 #include <rpclb/detail/zero_waiter.hpp>
@@ -297,3 +298,13 @@ private:
 };
 
 }  // namespace rpclb
+
+namespace rpclb::detail {
+
+/// The first problem of `options`, or nullopt: name non-empty, UTF-8 without control characters,
+/// algorithm non-empty, drain_timeout in 0..max_option_duration. Whether the algorithm's
+/// plugin exists and accepts `algorithm_opts` is only known when the balancer starts.
+/// Thread safety: pure function.
+std::optional<OptionProblem> check(const LoadBalancerOptions& options);
+
+}  // namespace rpclb::detail

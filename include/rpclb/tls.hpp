@@ -1,6 +1,8 @@
 // TLS on the mesh: the options of ClusterOptions::tls.
 #pragma once
 
+#include <rpclb/detail/option_problem.hpp>
+
 #include <filesystem>
 #include <optional>
 #include <string_view>
@@ -54,3 +56,16 @@ struct TlsOptions {
 };
 
 }  // namespace rpclb
+
+namespace rpclb::detail {
+
+/// The first problem of the TLS options, or nullopt when TLS is off or its files load:
+/// reads `cert`, `key` and `ca` with OpenSSL exactly as the Cluster constructor does.
+/// Problems, each naming its field (`tls.cert`, `tls.key`, `tls.ca`): `key` or `ca` set
+/// without `cert`; `cert` without `key`; a file that cannot be read (its strerror); a
+/// file without a PEM certificate or key (OpenSSL's reason); a key that does not match
+/// the certificate. `min_version` needs no check (an enum). Not a pure function (reads
+/// files); thread safety: safe from any thread.
+std::optional<OptionProblem> check_tls(const TlsOptions& options);
+
+}  // namespace rpclb::detail

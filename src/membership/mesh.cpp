@@ -7,7 +7,6 @@
 
 #include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/log.hpp>
-#include <rpclb/detail/options_check.hpp>
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>

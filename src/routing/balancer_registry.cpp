@@ -1,7 +1,6 @@
 #include "routing/balancer_registry.hpp"
 
 #include <rpclb/detail/log.hpp>
-#include <rpclb/detail/options_check.hpp>
 
 #include <boost/json/serialize.hpp>
 
@@ -207,6 +206,13 @@ void BalancerRegistry::clear() {
         old = table_.exchange(std::make_shared<const Table>());
     }
     for (const auto& [name, b] : old->routing) b->stop();
+}
+
+std::optional<OptionProblem> check(const LoadBalancerOptions& o) {
+    if (o.name.empty()) return OptionProblem{"name", "must not be empty"};
+    if (auto p = check_printable("name", o.name)) return p;
+    if (o.algorithm.empty()) return OptionProblem{"algorithm", "must not be empty"};
+    return check_duration("drain_timeout_ms", o.drain_timeout, true);
 }
 
 }  // namespace rpclb::detail

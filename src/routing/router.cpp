@@ -9,7 +9,7 @@
 #include "rpc/rpc_server.hpp"
 
 #include <rpclb/detail/log.hpp>
-#include <rpclb/detail/options_check.hpp>
+#include <rpclb/detail/option_problem.hpp>
 #include <rpclb/detail/thread_rng.hpp>
 
 #include <boost/asio/post.hpp>

@@ -1,5 +1,7 @@
 #include <rpclb/detail/host_port.hpp>
 
+#include <stdexcept>
+
 namespace rpclb::detail {
 
 std::optional<HostPort> split_host_port(std::string_view address) {
@@ -33,6 +35,23 @@ std::string to_host_port(const boost::asio::ip::tcp::endpoint& endpoint) {
     const auto address = endpoint.address().to_string();
     const auto port = std::to_string(endpoint.port());
     return endpoint.address().is_v6() ? "[" + address + "]:" + port : address + ":" + port;
+}
+
+boost::asio::ip::tcp::endpoint parse_listen_address(const std::string& address) {
+    const auto refuse = [&](const std::string& why) {
+        throw std::invalid_argument("must be HOST:PORT with HOST an IP address or localhost" + why + ", got " +
+                                    "\"" + address + "\"");
+    };
+    auto parts = split_host_port(address);
+    if (!parts) refuse("");
+    auto host = parts->host;
+    if (host == "localhost") host = "127.0.0.1";
+    boost::system::error_code ec;
+    const auto ip = boost::asio::ip::make_address(host, ec);
+    if (ec) refuse(" (\"" + host + "\" is not an IP address)");
+    const auto port = parse_port(parts->port);
+    if (!port) refuse(" (port 0..65535)");
+    return {ip, *port};
 }
 
 }  // namespace rpclb::detail

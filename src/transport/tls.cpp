@@ -1,7 +1,5 @@
 #include "transport/tls.hpp"
 
-#include <rpclb/detail/options_check.hpp>
-
 #include <boost/asio/error.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/error.hpp>

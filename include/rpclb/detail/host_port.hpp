@@ -36,4 +36,11 @@ std::optional<std::string> dial_problem(std::string_view address);
 /// the text reads back through split_host_port. Thread safety: pure function.
 std::string to_host_port(const boost::asio::ip::tcp::endpoint& endpoint);
 
+/// Parses a listen address `HOST:PORT`: HOST is an IPv4 address, an IPv6 address in
+/// brackets, or `localhost` (taken as 127.0.0.1; no other name is resolved, so a node never
+/// listens somewhere a resolver chose); PORT is 0..65535 (0: any free port). Throws
+/// std::invalid_argument whose what() reads after the field name ("must be HOST:PORT ...,
+/// got \"x\"").
+boost::asio::ip::tcp::endpoint parse_listen_address(const std::string& address);
+
 }  // namespace rpclb::detail
