@@ -208,11 +208,4 @@ void BalancerRegistry::clear() {
     for (const auto& [name, b] : old->routing) b->stop();
 }
 
-std::optional<OptionProblem> check(const LoadBalancerOptions& o) {
-    if (o.name.empty()) return OptionProblem{"name", "must not be empty"};
-    if (auto p = check_printable("name", o.name)) return p;
-    if (o.algorithm.empty()) return OptionProblem{"algorithm", "must not be empty"};
-    return check_duration("drain_timeout_ms", o.drain_timeout, true);
-}
-
 }  // namespace rpclb::detail
