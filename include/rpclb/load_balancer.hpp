@@ -52,12 +52,16 @@ struct LoadBalancerOptions {
 /// start() on the same object). A routing-only balancer has no supervisor: it starts and
 /// stops its algorithm's services itself.
 ///
-/// Picking (`pick`) reads one atomically published route (the member snapshot and the
-/// algorithm instance together) and calls the algorithm: no allocation on success (an
-/// allocation-counting test holds it to that), and no lock but the short spin of
-/// libstdc++'s std::atomic<std::shared_ptr> load. `select_node` adds a copy of the chosen
-/// name. set_algorithm() and set_options() publish a new route with a new instance, so the
-/// algorithm changes while the balancer serves without blocking a pick.
+/// Picking (`pick`) reads one atomically published route (the member snapshot, the
+/// algorithm instance and one in-flight count per member, together) and calls the
+/// algorithm: no allocation on success (an allocation-counting test holds it to that), and
+/// no lock but the short spin of libstdc++'s std::atomic<std::shared_ptr> load. A routed
+/// call then counts itself on the picked member's count (track()) and takes it off when it
+/// finishes (release()), through its Picked: no look-up, no lock. The route is rebuilt when
+/// membership changes, off the pick path; a member that stays keeps its count object, so a
+/// call released after the change takes off what it added. `select_node` adds a copy of the
+/// chosen name. set_algorithm() and set_options() publish a new route with a new instance,
+/// so the algorithm changes while the balancer serves without blocking a pick.
 ///
 /// Thread safety: distinct objects safe; shared objects safe, except that prepare(),
 /// start() and stop() are called one at a time (Service's contract).
@@ -89,17 +93,20 @@ public:
     /// a new instance and runs its `init` with `options` (a JSON object, possibly empty),
     /// and only when that succeeded publishes it in one atomic store, in place of the
     /// current instance. Picks never wait for it and no call fails because of it:
-    /// - a call picked before the store finishes on the member it picked (its release is
-    ///   given to the new instance, which ignores what it doesn't count);
+    /// - a call picked before the store finishes on the member it picked (release() gives
+    ///   its release to the instance that picked it, release_node() by name to the new
+    ///   instance, which ignores what it doesn't count);
     /// - every pick that starts after set_algorithm() returns uses the new instance;
-    /// - the old instance is destroyed when the last pick using it returns, and its plugin
-    ///   library stays loaded until then (PluginRegistry keeps a library per object);
+    /// - the old instance is destroyed when the last pick using it (a Picked) is gone, and
+    ///   its plugin library stays loaded until then (PluginRegistry keeps a library per
+    ///   object);
     /// - what the old instance derived per member is released: the route gets a fresh copy
     ///   of the member snapshot (its cache, e.g. weighted_round_robin's period or the call
-    ///   count table, goes with the old one), and this balancer's per-member counters of
-    ///   calls in flight are reset to 0 and forgotten (AlgorithmState::forget_in_flight);
-    ///   calls still in flight then release nothing below zero, so counts are right again
-    ///   once they have finished.
+    ///   count table, goes with the old one), and the counting algorithms' per-member
+    ///   counters of calls in flight are reset to 0 and forgotten
+    ///   (AlgorithmState::forget_in_flight); calls still in flight then release nothing
+    ///   below zero, so those counts are right again once they have finished. The
+    ///   balancer's own per-member counts (in_flight_by_member()) carry on unchanged.
     /// A hosted balancer that is a member of its group announces the new algorithm and
     /// options to every node (Groups::join again), so nodes that only route through it
     /// (clients) switch to the same algorithm; a routing-only balancer switches by itself
@@ -138,13 +145,23 @@ public:
     /// with details {"load_balancer": name} when the group is empty.
     Result<std::vector<std::string>> get_members() const;
 
-    /// A pick: the member snapshot it was made from and the chosen member's index in it.
-    /// `members` shares ownership with the balancer's route at the pick, so while a Picked
-    /// lives the algorithm instance that made it lives too (even across set_algorithm()).
+    /// A pick: the member snapshot it was made from, the chosen member's index in it, and
+    /// what a call to it counts on. `members` shares ownership with the balancer's route at
+    /// the pick, so while a Picked lives the algorithm instance that made it and the
+    /// member's in-flight count live too (even across set_algorithm() and membership
+    /// changes): a call keeps its Picked from track() to release().
     struct Picked {
         std::shared_ptr<const MemberSnapshot> members;  ///< never null
         std::size_t index = 0;                          ///< < members->nodes.size()
-        /// The chosen member's name; valid as long as this Picked.
+        /// The chosen member's calls in flight from this node through this balancer
+        /// (track() adds one, release() takes it off); null in a Picked of as_picked() for a
+        /// node that is not a member.
+        std::atomic<std::int64_t>* calls = nullptr;
+        /// The algorithm instance that made the pick, which release() tells; null in a
+        /// Picked of as_picked().
+        SelectionAlgorithm* algorithm = nullptr;
+        /// The chosen member's name; valid as long as this Picked (not for a Picked of
+        /// as_picked() whose `calls` is null).
         const std::string& node() const noexcept { return members->nodes[index]; }
     };
 
@@ -177,8 +194,32 @@ public:
 
     /// Tells the algorithm a call routed to `node` has finished: through
     /// `release_node(members, index)` with the current snapshot when it holds `node`, else
-    /// `release_node(node)`. Exceptions from the algorithm are logged. Thread-safe.
+    /// `release_node(node)`. For callers that kept only the name of a select_node(); the
+    /// router releases its calls with release(). Exceptions from the algorithm are logged.
+    /// Thread-safe.
     void release_node(std::string_view node) noexcept;
+
+    /// Counts a call to `picked` in flight: one more on the member's count (`picked.calls`,
+    /// when set) and on the balancer's total (in_flight()). Each track() is followed by
+    /// exactly one release() or untrack() of the same Picked. No lock, no allocation, no
+    /// look-up. Thread-safe.
+    void track(const Picked& picked) noexcept;
+
+    /// A tracked call routed by a pick has finished: tells the algorithm that picked it
+    /// (`release_node(*picked.members, picked.index)`, the snapshot it picked from), then
+    /// untrack(picked). Exceptions from the algorithm are logged. Thread-safe.
+    void release(const Picked& picked) noexcept;
+
+    /// A tracked call has finished: one call fewer on the member's count and on the total;
+    /// the count the call went up on, whatever the membership is now. Thread-safe.
+    void untrack(const Picked& picked) noexcept;
+
+    /// `node` as a pick of it from the current snapshot would give it, for counting with
+    /// track() / untrack() a call to a node that no pick chose (the random-node helpers
+    /// given this balancer); `calls` null when `node` is not a member (then only the total
+    /// counts the call). `algorithm` is null: release() tells no algorithm. Binary search
+    /// of the snapshot; no lock; thread-safe.
+    Picked as_picked(std::string_view node) const;
 
     /// The current algorithm instance. The reference stays valid until the next
     /// set_algorithm() / set_options() (or the balancer's end); for tests and tools.
@@ -189,7 +230,8 @@ public:
     /// (call_direct).
     bool local() const noexcept { return local_.load(std::memory_order_acquire); }
 
-    /// Load-balanced calls from this node through this balancer still in flight.
+    /// Load-balanced calls from this node through this balancer still in flight (tracked
+    /// and not yet released), to members and to nodes that are not members alike.
     std::int64_t in_flight() const noexcept { return in_flight_.load(); }
 
     /// Calls other nodes routed here through this balancer that this node is running now
@@ -224,16 +266,12 @@ public:
     /// the leave are swallowed). Idempotent.
     void stop() noexcept override;
 
-    /// Counts a call dispatched through this balancer to `node` (the seed's Drainer
-    /// track/release), in total and per member. Each track_call is followed by exactly one
-    /// release_call with the same node. track_call may throw std::bad_alloc (the first
-    /// call to a node); any thread; a short lock of its own, no callback under it.
-    void track_call(std::string_view node);
-    void release_call(std::string_view node) noexcept;
-
-    /// Calls this node sent through this balancer and not finished, per target node:
-    /// (node, count) for every node with at least one, sorted by node (the admin
-    /// console's "in flight per member"). Any thread; a short lock.
+    /// Calls this node sent through this balancer and not finished, per member: (node,
+    /// count) for every node with at least one, sorted by node (the admin console's "in
+    /// flight per member"). Read from the members' counts that track() and untrack()
+    /// change: the current snapshot's, and those of members that left while a call still
+    /// held their count. Calls to nodes that were not members when tracked are in
+    /// in_flight() only. Any thread; allocates; a short lock that no call path takes.
     std::vector<std::pair<std::string, std::int64_t>> in_flight_by_member() const;
     /// Counts a call routed here by this balancer while this node runs it.
     void track_served() noexcept { serving_.fetch_add(1); }
@@ -251,12 +289,22 @@ private:
         std::string name;
         boost::json::object options;
     };
+    // One member's calls in flight from this node through this balancer.
+    using MemberCalls = std::atomic<std::int64_t>;
     // What a pick reads, published as one value so that members and algorithm are read
-    // with one atomic load; immutable, replaced whole.
+    // with one atomic load; immutable, replaced whole. `calls[i]` is members->nodes[i]'s
+    // count, carried from route to route while the member stays (make_route).
     struct Route {
         std::shared_ptr<const MemberSnapshot> members;
         std::shared_ptr<const Engine> engine;
+        std::vector<std::shared_ptr<MemberCalls>> calls;
     };
+
+    // A route over `members` with `engine`, taking each staying member's count from
+    // `previous` (null: all start at 0) and recording those of members that left in
+    // departed_. Call under publish_mutex_. Throws std::bad_alloc.
+    std::shared_ptr<const Route> make_route(std::shared_ptr<const MemberSnapshot> members,
+                                            std::shared_ptr<const Engine> engine, const Route* previous);
 
     void on_change(NodeChange change, const std::vector<std::string>& nodes);
     // A routing-only balancer adopts the algorithm its members announce, if it changed:
@@ -281,10 +329,11 @@ private:
     std::mutex announce_mutex_;  // orders joins and leaves of the group with re-announcements
     std::atomic<bool> joined_{false};
     std::atomic<std::int64_t> in_flight_{0};
-    // Per target node; an entry at 0 is kept for the next call unless the map has grown
-    // past 64 entries, so its size stays bounded whatever names come and go.
-    mutable std::mutex member_calls_mutex_;
-    std::map<std::string, std::int64_t, std::less<>> member_calls_;
+    // Counts of members that left, for in_flight_by_member(): alive while a call (its
+    // Picked) still holds the route they were in. Expired entries are dropped at each
+    // membership change and each read.
+    mutable std::mutex departed_mutex_;
+    mutable std::vector<std::pair<std::string, std::weak_ptr<MemberCalls>>> departed_;
     std::atomic<std::int64_t> serving_{0};
     // stop() waits until in_flight_ + serving_ is 0; a release that brings either to 0
     // wakes it.

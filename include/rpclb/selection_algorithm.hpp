@@ -150,8 +150,8 @@ public:
     virtual void release_node(std::string_view node) { (void)node; }
 
     /// The same, when the caller has a snapshot holding the node: `members.nodes[index]`
-    /// is it (the snapshot current at the release, not necessarily the one picked from).
-    /// LoadBalancer::release_node calls this form; the default calls the name form.
+    /// is it (LoadBalancer::release: the snapshot picked from; release_node: the current).
+    /// LoadBalancer calls this form; the default calls the name form.
     virtual void release_node(const MemberSnapshot& members, std::size_t index) {
         release_node(members.nodes[index]);
     }

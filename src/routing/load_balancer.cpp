@@ -12,6 +12,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <map>
 #include <thread>
 #include <utility>
 
@@ -34,7 +35,32 @@ LoadBalancer::LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
       hosted_(hosted) {
     auto engine = std::make_shared<Engine>(
         Engine{std::move(algorithm), std::exchange(options_.algorithm, {}), std::exchange(options_.algorithm_opts, {})});
-    route_.store(std::make_shared<const Route>(Route{std::make_shared<const MemberSnapshot>(), std::move(engine)}));
+    route_.store(make_route(std::make_shared<const MemberSnapshot>(), std::move(engine), nullptr));
+}
+
+std::shared_ptr<const LoadBalancer::Route> LoadBalancer::make_route(std::shared_ptr<const MemberSnapshot> members,
+                                                                    std::shared_ptr<const Engine> engine,
+                                                                    const Route* previous) {
+    auto route = std::make_shared<Route>(Route{std::move(members), std::move(engine), {}});
+    const auto& nodes = route->members->nodes;
+    route->calls.reserve(nodes.size());
+    // Both lists are ascending (MemberSnapshot's contract): one merge walk.
+    static const std::vector<std::string> none;
+    const auto& before = previous ? previous->members->nodes : none;
+    std::vector<std::pair<std::string, std::weak_ptr<MemberCalls>>> left;
+    std::size_t j = 0;
+    for (const auto& node : nodes) {
+        for (; j < before.size() && before[j] < node; ++j) left.emplace_back(before[j], previous->calls[j]);
+        if (j < before.size() && before[j] == node)
+            route->calls.push_back(previous->calls[j++]);
+        else
+            route->calls.push_back(std::make_shared<MemberCalls>(0));
+    }
+    for (; j < before.size(); ++j) left.emplace_back(before[j], previous->calls[j]);
+    std::lock_guard lock(departed_mutex_);
+    std::erase_if(departed_, [](const auto& entry) { return entry.second.expired(); });
+    for (auto& entry : left) departed_.push_back(std::move(entry));
+    return route;
 }
 
 LoadBalancer::~LoadBalancer() {
@@ -116,7 +142,8 @@ void LoadBalancer::start() {
             options_.name, [this](const std::string&, NodeChange, const std::vector<std::string>&) { post_follow(); });
     {
         std::lock_guard lock(publish_mutex_);
-        route_.store(std::make_shared<const Route>(Route{groups.members(options_.name), route_.load()->engine}));
+        const auto previous = route_.load();
+        route_.store(make_route(groups.members(options_.name), previous->engine, previous.get()));
     }
     if (hosted_ && options_.node_match_list.matches(cluster_.name(), cluster_.options().excluded_node_patterns)) {
         std::lock_guard lock(announce_mutex_);
@@ -167,8 +194,9 @@ void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& 
     std::shared_ptr<const Engine> engine;
     {
         std::lock_guard lock(publish_mutex_);
-        engine = route_.load()->engine;
-        route_.store(std::make_shared<const Route>(Route{current, engine}));
+        const auto previous = route_.load();
+        engine = previous->engine;
+        route_.store(make_route(current, engine, previous.get()));
     }
     // A member that came or went may change what the members announce.
     if (!hosted_) post_follow();
@@ -264,7 +292,7 @@ Result<void> LoadBalancer::set_algorithm(const std::string& algorithm, const boo
         old = route_.load();
         // A fresh copy of the snapshot: what the old instance cached in it goes with the old one.
         auto members = std::make_shared<const MemberSnapshot>(*old->members);
-        route_.store(std::make_shared<const Route>(Route{std::move(members), std::move(*engine)}));
+        route_.store(make_route(std::move(members), std::move(*engine), old.get()));
     }
     local_.store(local, std::memory_order_release);
     AlgorithmState::instance().forget_in_flight(options_.name, old->members->nodes);
@@ -325,8 +353,10 @@ Result<LoadBalancer::Picked> LoadBalancer::pick(const PickOptions& options) {
             bus.emit(e);
         }
         const std::size_t index = *picked;
-        // Aliasing: the pick holds the route (members and algorithm) with no allocation.
-        return Picked{std::shared_ptr<const MemberSnapshot>(std::move(route), snapshot.get()), index};
+        MemberCalls* calls = route->calls[index].get();
+        // Aliasing: the pick holds the route (members, algorithm, counts) with no allocation.
+        return Picked{std::shared_ptr<const MemberSnapshot>(std::move(route), snapshot.get()), index, calls,
+                      engine.algorithm.get()};
     } catch (const std::exception& e) {
         return algorithm_failure(options_.name, "algorithm " + engine.name + " threw: " + e.what());
     } catch (...) {
@@ -368,30 +398,63 @@ Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, c
     }
 }
 
-void LoadBalancer::track_call(std::string_view node) {
-    {
-        std::lock_guard lock(member_calls_mutex_);
-        auto it = member_calls_.find(node);
-        if (it == member_calls_.end()) it = member_calls_.emplace(std::string(node), 0).first;
-        ++it->second;
-    }
+void LoadBalancer::track(const Picked& picked) noexcept {
+    // Relaxed: the count is a gauge; in_flight_, which the drain waits on, orders the rest.
+    if (picked.calls) picked.calls->fetch_add(1, std::memory_order_relaxed);
     in_flight_.fetch_add(1);
 }
 
-void LoadBalancer::release_call(std::string_view node) noexcept {
+void LoadBalancer::untrack(const Picked& picked) noexcept {
+    if (picked.calls) picked.calls->fetch_sub(1, std::memory_order_relaxed);
     if (in_flight_.fetch_sub(1) == 1) drained_.wake();
-    std::lock_guard lock(member_calls_mutex_);
-    const auto it = member_calls_.find(node);
-    if (it == member_calls_.end()) return;
-    if (--it->second == 0 && member_calls_.size() > 64) member_calls_.erase(it);
+}
+
+void LoadBalancer::release(const Picked& picked) noexcept {
+    if (picked.algorithm) {
+        try {
+            picked.algorithm->release_node(*picked.members, picked.index);
+        } catch (const std::exception& e) {
+            RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw: " << e.what();
+        } catch (...) {
+            RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw";
+        }
+    }
+    untrack(picked);
+}
+
+LoadBalancer::Picked LoadBalancer::as_picked(std::string_view node) const {
+    auto route = route_.load();
+    const auto& nodes = route->members->nodes;
+    const auto at = std::lower_bound(nodes.begin(), nodes.end(), node);
+    Picked picked;
+    if (at != nodes.end() && *at == node) {
+        picked.index = static_cast<std::size_t>(at - nodes.begin());
+        picked.calls = route->calls[picked.index].get();
+    }
+    const MemberSnapshot* members = route->members.get();
+    picked.members = std::shared_ptr<const MemberSnapshot>(std::move(route), members);
+    return picked;
 }
 
 std::vector<std::pair<std::string, std::int64_t>> LoadBalancer::in_flight_by_member() const {
-    std::vector<std::pair<std::string, std::int64_t>> counts;
-    std::lock_guard lock(member_calls_mutex_);
-    for (const auto& [node, n] : member_calls_)
-        if (n > 0) counts.emplace_back(node, n);
-    return counts;
+    std::map<std::string, std::int64_t, std::less<>> counts;
+    {
+        const auto route = route_.load();
+        const auto& nodes = route->members->nodes;
+        for (std::size_t i = 0; i < nodes.size(); ++i)
+            if (const auto n = route->calls[i]->load(std::memory_order_relaxed); n != 0) counts[nodes[i]] += n;
+    }
+    {
+        std::lock_guard lock(departed_mutex_);
+        std::erase_if(departed_, [](const auto& entry) { return entry.second.expired(); });
+        for (const auto& [node, weak] : departed_)
+            if (const auto calls = weak.lock())
+                if (const auto n = calls->load(std::memory_order_relaxed); n != 0) counts[node] += n;
+    }
+    std::vector<std::pair<std::string, std::int64_t>> out;
+    for (const auto& [node, n] : counts)
+        if (n > 0) out.emplace_back(node, n);
+    return out;
 }
 
 void LoadBalancer::release_node(std::string_view node) noexcept {

@@ -83,19 +83,20 @@ public:
     void attempt(bool on_caller_thread) {
         if (finished_.load()) return;  // cancelled: nothing more to send
         if (spec_.filter) return attempt_filtered(on_caller_thread);
-        if (spec_.options.load_balancer.empty()) return dispatch(spec_.node, nullptr, false, on_caller_thread);
+        if (spec_.options.load_balancer.empty()) return dispatch(spec_.node, nullptr, {}, false, on_caller_thread);
         if (call_directly_) return run_locally(on_caller_thread);
         auto b = router_->balancers().route(spec_.options.load_balancer);
         if (!b) return is_no_members(b.error()) ? no_route(std::move(b.error())) : finish(std::move(b.error()));
         if ((*b)->local()) return run_locally(on_caller_thread);
         PickOptions pick;
         if (spec_.options.key) pick.key = *spec_.options.key;
-        auto picked = (*b)->select_node(pick);
+        auto picked = (*b)->pick(pick);
         if (!picked)
             return is_no_members(picked.error()) ? no_route(std::move(picked.error()))
                                                  : finish(std::move(picked.error()));
-        (*b)->track_call(*picked);
-        dispatch(std::move(*picked), std::move(*b), true, on_caller_thread);
+        auto target = picked->node();
+        (*b)->track(*picked);
+        dispatch(std::move(target), std::move(*b), std::move(*picked), true, on_caller_thread);
     }
 
 private:
@@ -123,24 +124,28 @@ private:
         std::uniform_int_distribution<std::size_t> pick(0, nodes.size() - 1);
         auto target = std::move(nodes[pick(detail::thread_rng())]);
         std::shared_ptr<LoadBalancer> tracker;
+        LoadBalancer::Picked counted;
         if (!spec_.options.load_balancer.empty()) {
             auto b = router_->balancers().hosted(spec_.options.load_balancer);
             if (!b) return finish(std::move(b.error()));
             tracker = std::move(*b);
-            tracker->track_call(target);
+            counted = tracker->as_picked(target);
+            tracker->track(counted);
         }
-        dispatch(std::move(target), std::move(tracker), false, on_caller_thread);
+        dispatch(std::move(target), std::move(tracker), std::move(counted), false, on_caller_thread);
     }
 
-    // Sends to `target`; `balancer` (if any) has counted the call and is released after.
-    void dispatch(std::string target, std::shared_ptr<LoadBalancer> balancer, bool picked,
-                  bool on_caller_thread) {
-        // Holds the target's name only when a balancer counted the call (a direct call
-        // copies no string for it).
-        auto release = [balancer, picked, counted = balancer ? target : std::string()]() {
+    // Sends to `target`; `balancer` (if any) has counted the call on `counted` (track) and
+    // is released after, on the same Picked: the count it went up on and, when `picked`,
+    // the algorithm that picked it, whatever the membership is by then.
+    void dispatch(std::string target, std::shared_ptr<LoadBalancer> balancer, LoadBalancer::Picked counted,
+                  bool picked, bool on_caller_thread) {
+        auto release = [balancer = std::move(balancer), picked, counted = std::move(counted)]() {
             if (!balancer) return;
-            if (picked) balancer->release_node(counted);
-            balancer->release_call(counted);
+            if (picked)
+                balancer->release(counted);
+            else
+                balancer->untrack(counted);
         };
         if (!claim(target)) return release();  // cancelled on another thread meanwhile
         if (target == router_->options().name) {
@@ -162,7 +167,7 @@ private:
                 return finish(std::move(result));
             }
             router_->rpc().run_local(spec_.module, spec_.function, std::move(spec_.args),
-                                     [self = shared_from_this(), release](CallResult result, bool threw) {
+                                     [self = shared_from_this(), release = std::move(release)](CallResult result, bool threw) {
                                          self->threw_ = threw;
                                          release();
                                          self->finish(std::move(result));
@@ -179,7 +184,7 @@ private:
             return finish(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
         }
         send_call(std::move(target), std::move(args), lb, on_caller_thread,
-                           [self = shared_from_this(), release, may_resend](CallResult result) {
+                           [self = shared_from_this(), release = std::move(release), may_resend](CallResult result) {
                                release();
                                if (may_resend && !result &&
                                    (is_draining(result.error()) || never_sent(result.error())) &&
@@ -241,7 +246,7 @@ private:
 
     // The short-circuits of seed §4.4: no selection, no retry, no drainer.
     void run_locally(bool on_caller_thread) {
-        dispatch(router_->options().name, nullptr, false, on_caller_thread);
+        dispatch(router_->options().name, nullptr, {}, false, on_caller_thread);
     }
 
     // Nothing to send to (seed §4.1): wait `retry_sleep` on a timer and try again, or

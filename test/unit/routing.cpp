@@ -13,6 +13,7 @@
 #include <boost/asio/use_future.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "../../src/admin/node_view.hpp"
 #include "support/node.hpp"
 #include "support/raw_peer.hpp"
 #include "support/wait.hpp"
@@ -724,21 +725,107 @@ BOOST_AUTO_TEST_CASE(the_in_flight_count_tracks_and_releases_and_an_idle_balance
     auto lb = p.a.start_balancer(mine);
     using Counts = std::vector<std::pair<std::string, std::int64_t>>;
     BOOST_TEST(lb->in_flight() == 0);
-    lb->track_call("x@h");
-    lb->track_call("y@h");
-    lb->track_call("x@h");
+    // Calls to nodes that are not members (a random-node helper given the balancer) count
+    // in the total only.
+    const auto x = lb->as_picked("x@h");
+    const auto y = lb->as_picked("y@h");
+    BOOST_TEST(!x.calls);
+    lb->track(x);
+    lb->track(y);
+    lb->track(x);
     BOOST_TEST(lb->in_flight() == 3);
-    BOOST_TEST((lb->in_flight_by_member() == Counts{{"x@h", 2}, {"y@h", 1}}));
-    lb->release_call("x@h");
-    BOOST_TEST(lb->in_flight() == 2);
-    lb->release_call("y@h");
-    BOOST_TEST((lb->in_flight_by_member() == Counts{{"x@h", 1}}));
-    lb->release_call("x@h");
-    BOOST_TEST(lb->in_flight() == 0);
     BOOST_TEST(lb->in_flight_by_member().empty());
+    lb->untrack(x);
+    BOOST_TEST(lb->in_flight() == 2);
+    lb->untrack(y);
+    lb->untrack(x);
+    BOOST_TEST(lb->in_flight() == 0);
+    BOOST_TEST((lb->in_flight_by_member() == Counts{}));
     const auto t0 = std::chrono::steady_clock::now();
     BOOST_TEST(p.a.stop_balancer("idle"));
     BOOST_TEST((std::chrono::steady_clock::now() - t0 < 500ms));
+}
+
+// `b` serves test.hold, which returns "held" once the test opens `gate` (or after 10 s).
+struct HeldCall {
+    explicit HeldCall(rpclb::Cluster& b) {
+        b.register_function("test", "hold", [gate = gate](const boost::json::array&) -> rpclb::CallResult {
+            gate.wait_for(10s);
+            return boost::json::value("held");
+        });
+    }
+    ~HeldCall() { open(); }
+    void open() {
+        if (!opened) go.set_value();
+        opened = true;
+    }
+    std::promise<void> go;
+    std::shared_future<void> gate = go.get_future().share();
+    bool opened = false;
+};
+
+using MemberCounts = std::vector<std::pair<std::string, std::int64_t>>;
+
+// A member's in-flight count, read as the admin console reads it, goes up while a call to
+// it runs and back to 0 once it has finished, also when a node joined in between: the
+// member keeps its count in the new snapshot, and the call takes off what it added.
+BOOST_AUTO_TEST_CASE(a_members_in_flight_count_follows_its_call_across_a_join) {
+    Pair p;
+    HeldCall held(*p.b);
+    p.b->start_balancer(balancer("w"));
+    auto lb = p.a.start_balancer(nobody("w"));
+    BOOST_REQUIRE(eventually([&] { return lb->get_members().has_value(); }, 5s));
+    const auto b = p.b->name();
+    BOOST_TEST((rpclb::admin::in_flight_per_member(*lb) == MemberCounts{{b, 0}}));
+    auto call = p.a.async_call("", "test", "hold", {}, through("w"), boost::asio::use_future);
+    BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
+    BOOST_TEST((rpclb::admin::in_flight_per_member(*lb) == MemberCounts{{b, 1}}));
+
+    rpclb::Cluster c(options("c@127.0.0.1", {address(p.a)}));
+    register_functions(c);
+    c.start();
+    c.start_balancer(balancer("w"));
+    BOOST_REQUIRE(eventually([&] { return lb->members()->nodes.size() == 2; }, 5s));
+    BOOST_TEST((rpclb::admin::in_flight_per_member(*lb) == MemberCounts{{b, 1}, {c.name(), 0}}));
+    BOOST_TEST(lb->in_flight() == 1);
+
+    held.open();
+    BOOST_REQUIRE((call.wait_for(5s) == std::future_status::ready));
+    BOOST_TEST(call.get().value().as_string() == "held");
+    // The release comes just before the completion is delivered; allow for the gap.
+    BOOST_TEST(eventually([&] { return lb->in_flight() == 0; }, 2s));
+    BOOST_TEST((rpclb::admin::in_flight_per_member(*lb) == MemberCounts{{b, 0}, {c.name(), 0}}));
+    c.stop();
+}
+
+// A call to a member that leaves while the call runs is released on the snapshot it was
+// picked from: the console lists that node after the members while the call runs, and
+// neither it nor the total is left above 0 once it has finished.
+BOOST_AUTO_TEST_CASE(a_call_to_a_member_that_left_is_counted_until_it_finishes) {
+    Pair p;
+    HeldCall held(*p.b);
+    auto w = balancer("w");
+    w.drain_timeout = 10s;
+    p.b->start_balancer(w);
+    auto lb = p.a.start_balancer(nobody("w"));
+    BOOST_REQUIRE(eventually([&] { return lb->get_members().has_value(); }, 5s));
+    const auto b = p.b->name();
+    auto call = p.a.async_call("", "test", "hold", {}, through("w"), boost::asio::use_future);
+    BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
+    BOOST_TEST((rpclb::admin::in_flight_per_member(*lb) == MemberCounts{{b, 1}}));
+
+    // b leaves at once, then waits for the call it serves.
+    auto stopping = std::async(std::launch::async, [&] { p.b->stop_balancer("w"); });
+    BOOST_REQUIRE(eventually([&] { return lb->members()->nodes.empty(); }, 5s));
+    BOOST_TEST((rpclb::admin::in_flight_per_member(*lb) == MemberCounts{{b, 1}}));
+    BOOST_TEST(lb->in_flight() == 1);
+
+    held.open();
+    BOOST_REQUIRE((call.wait_for(5s) == std::future_status::ready));
+    BOOST_TEST(call.get().value().as_string() == "held");
+    BOOST_REQUIRE((stopping.wait_for(5s) == std::future_status::ready));
+    BOOST_TEST(eventually([&] { return lb->in_flight() == 0; }, 2s));
+    BOOST_TEST(rpclb::admin::in_flight_per_member(*lb).empty());
 }
 
 // Serving side: stopping a balancer also waits for the calls it routed here that this node
