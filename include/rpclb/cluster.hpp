@@ -211,6 +211,14 @@ struct ClusterStats {
     /// against a TLS node (or the reverse), or a certificate that failed verification
     /// (ClusterOptions::tls). Each is logged with its reason; dials are retried.
     std::uint64_t tls_failures = 0;
+    /// Accepted connections closed at once, unread, because this node already held 64
+    /// connections whose cookie handshake was not done (doc/how-to/secure-a-cluster.md,
+    /// "Before authentication").
+    std::uint64_t unauthenticated_refused = 0;
+    /// Connections closed because the peer sent a WebSocket message over 8 KiB
+    /// (detail::max_handshake_message) before its cookie handshake was done. Its payload
+    /// is not buffered: the frame's header is enough to refuse it.
+    std::uint64_t oversize_before_handshake = 0;
     /// Blocking calls this node sent on a call channel (ClusterOptions::call_channels).
     std::uint64_t channel_calls = 0;
     /// Call channels open now: dialled by this node, plus accepted from peers. A size.

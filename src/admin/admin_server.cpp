@@ -282,6 +282,8 @@ json::value admin::State::run_local(const admin::Request& r) {
              {{"bad_frames", v.health.bad_frames},
               {"auth_failures", v.health.auth_failures},
               {"peers_lost", v.health.peers_lost},
+              {"unauthenticated_refused", v.health.unauthenticated_refused},
+              {"oversize_before_handshake", v.health.oversize_before_handshake},
               {"slow_inline_runs", v.health.slow_inline_runs},
               {"expired_requests", v.health.expired_requests},
               {"channel_calls", v.health.channel_calls},

@@ -26,6 +26,17 @@ namespace {
 // (a bug, or another implementation) cannot take every descriptor of this node.
 constexpr std::size_t max_accepted_channels = 2 * CallChannels::max_per_node;
 
+// Accepted connections whose cookie handshake is not done, held at once. A peer has
+// handshake_timeout to prove it holds the cookie, and each such connection holds at most
+// max_handshake_message of input, so strangers hold bounded memory and descriptors; a
+// node's genuine peers rarely have more than a few connections in their handshake. A
+// connection beyond this is closed as soon as it is accepted.
+constexpr std::size_t max_unauthenticated = 64;
+
+// Refusals of unauthenticated peers are logged at most once per this interval, with the
+// counts so far: a flood of them must not flood the log.
+constexpr std::chrono::seconds refusal_log_interval{10};
+
 // The node that dials when two nodes learn of each other: the smaller name. Both ends
 // compute the same answer, so a pair normally gets exactly one connection.
 bool dials_first(const std::string& a, const std::string& b) { return a < b; }
@@ -100,14 +111,59 @@ void Mesh::do_accept() {
         }
         if (self->accept_failing_) RPCLB_LOG("mesh", info) << "accepting connections again";
         self->accept_failing_ = false;
-        auto c = std::make_shared<Connection>(std::move(socket), *self, self->settings_);
+        std::shared_ptr<Connection> c;
         {
             std::lock_guard lock(self->mutex_);
-            self->connecting_.insert(c);
+            if (self->unauthenticated_ < max_unauthenticated) {
+                c = std::make_shared<Connection>(std::move(socket), *self, self->settings_);
+                self->connecting_.insert(c);
+                ++self->unauthenticated_;
+            }
         }
-        c->start();
+        if (c)
+            c->start();
+        else
+            self->refuse_unauthenticated(socket);
         if (!self->stopping_) self->do_accept();
     });
+}
+
+void Mesh::refuse_unauthenticated(Connection::Socket& socket) {
+    ++unauthenticated_refused_;
+    boost::system::error_code ec;
+    const auto remote = socket.remote_endpoint(ec);
+    // A reset, not a FIN: nothing the peer sent is read, and no TIME_WAIT is left behind.
+    socket.set_option(asio::socket_base::linger(true, 0), ec);
+    socket.close(ec);
+    if (refusal_log_due(last_refused_log_))
+        RPCLB_LOG("mesh", warning) << "closed a connection from "
+                                   << (remote.address().is_unspecified() ? std::string("an incoming peer")
+                                                                         : remote.address().to_string())
+                                   << " at once: " << max_unauthenticated
+                                   << " connections are in their cookie handshake, the most this node holds ("
+                                   << unauthenticated_refused_.load() << " refused so far; logged at most every "
+                                   << refusal_log_interval.count() << " s)";
+}
+
+bool Mesh::refusal_log_due(std::atomic<std::chrono::steady_clock::rep>& last_logged) noexcept {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(refusal_log_interval).count();
+    auto last = last_logged.load(std::memory_order_relaxed);
+    if (last != 0 && now - last < interval) return false;  // 0: never logged
+    return last_logged.compare_exchange_strong(last, now, std::memory_order_relaxed);
+}
+
+void Mesh::on_oversize_before_handshake(const std::shared_ptr<Connection>& c) {
+    ++oversize_before_handshake_;
+    if (refusal_log_due(last_oversize_log_))
+        RPCLB_LOG("mesh", warning) << c->describe_peer() << " sent a message over " << max_handshake_message
+                                   << " bytes before its cookie handshake was done; closing it ("
+                                   << oversize_before_handshake_.load() << " so far; logged at most every "
+                                   << refusal_log_interval.count() << " s)";
+}
+
+void Mesh::forget_connecting(const std::shared_ptr<Connection>& c) {
+    if (connecting_.erase(c) && c->role() == Role::acceptor) --unauthenticated_;
 }
 
 void Mesh::dial(const std::string& address) {
@@ -167,7 +223,7 @@ void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
     bool too_many = false;
     {
         std::lock_guard lock(mutex_);
-        connecting_.erase(c);
+        forget_connecting(c);
         const auto it = peers_.find(peer.node);
         // Any linked peer's channel is taken, whether either side said bye. A stopping node
         // still takes one from a peer that has answered its bye: the caller may already be
@@ -211,7 +267,7 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     bool clash = false;
     {
         std::lock_guard lock(mutex_);
-        connecting_.erase(c);
+        forget_connecting(c);
         if (!c->target().empty()) dialing_.erase(c->target());
         if (peer.node == options_.name) {
             if (!c->target().empty()) self_targets_.insert(c->target());
@@ -360,7 +416,7 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
     bool lost = false;
     {
         std::lock_guard lock(mutex_);
-        connecting_.erase(c);
+        forget_connecting(c);
         if (!c->target().empty()) dialing_.erase(c->target());
         if (established) {
             auto it = peers_.find(c->peer().node);
@@ -587,6 +643,8 @@ ClusterStats Mesh::stats() const noexcept {
     stats.known_nodes = known_count();
     stats.cookie_refusals = cookie_refusals_.load();
     stats.tls_failures = tls_failures_.load();
+    stats.unauthenticated_refused = unauthenticated_refused_.load();
+    stats.oversize_before_handshake = oversize_before_handshake_.load();
     return stats;
 }
 

@@ -91,6 +91,7 @@ public:
     void on_handshake_failed(const std::shared_ptr<Connection>& c, const std::string& reason) override;
     void on_cookie_refused(const std::shared_ptr<Connection>& c) override;
     void on_tls_failed(const std::shared_ptr<Connection>& c, const std::string& reason) override;
+    void on_oversize_before_handshake(const std::shared_ptr<Connection>& c) override;
 
     /// Runs (on a network thread) when a node refuses this node's cookie and leaves it
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
@@ -115,6 +116,14 @@ public:
 
 private:
     void do_accept();
+    /// Closes an accepted socket at once (max_unauthenticated in mesh.cpp), counts and
+    /// logs it.
+    void refuse_unauthenticated(Connection::Socket& socket);
+    /// True at most once per refusal_log_interval (mesh.cpp) for one `last_logged`, which
+    /// it updates; any thread.
+    static bool refusal_log_due(std::atomic<std::chrono::steady_clock::rep>& last_logged) noexcept;
+    /// Removes `c` from connecting_ (mutex_ held), keeping unauthenticated_ in step.
+    void forget_connecting(const std::shared_ptr<Connection>& c);
     /// An accepted call channel is established: kept while its node's mesh link (same
     /// incarnation) is, closed at once otherwise, and closed too when that node has
     /// max_accepted_channels (mesh.cpp) open already.
@@ -147,6 +156,7 @@ private:
     std::condition_variable changed_;  // a peer closed or said bye (say_goodbye, close_all)
     std::map<std::string, std::shared_ptr<Connection>, std::less<>> peers_;  // established
     std::set<std::shared_ptr<Connection>> connecting_;                       // handshaking
+    std::size_t unauthenticated_ = 0;  // accepted connections in connecting_
     std::set<std::string> dialing_;       // targets being dialled
     std::set<std::string> self_targets_;  // seeds that turned out to be this node
     // Dialled addresses whose node refused our cookie, with that node's name: never
@@ -179,6 +189,12 @@ private:
     std::atomic<std::uint64_t> peers_lost_{0};
     std::atomic<std::uint64_t> cookie_refusals_{0};
     std::atomic<std::uint64_t> tls_failures_{0};
+    std::atomic<std::uint64_t> unauthenticated_refused_{0};
+    std::atomic<std::uint64_t> oversize_before_handshake_{0};
+    // When each kind of refusal of an unauthenticated peer was last logged (steady_clock
+    // ticks; 0: never).
+    std::atomic<std::chrono::steady_clock::rep> last_refused_log_{0};
+    std::atomic<std::chrono::steady_clock::rep> last_oversize_log_{0};
     // TLS failures already logged as warnings, "WHO\nREASON" (WHO: the address dialled, or
     // an incoming peer's IP address): a peer redialled every reconnect_interval gets one
     // warning, then debug records. Bounded: cleared when it reaches 1024 entries.

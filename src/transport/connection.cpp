@@ -29,6 +29,18 @@ namespace beast = boost::beast;
 namespace ws = beast::websocket;
 using tcp = asio::ip::tcp;
 
+namespace {
+// Senders check the size limit first, so an oversize call fails at its caller with a
+// clear error; the receiver checks again (wire::decode) and Beast caps what is read.
+// Up to twice the limit is read so that a request a peer with a larger limit sent can
+// still be answered with bad_request; beyond that the connection is closed.
+// Batched messages (wire::max_batch_bytes) are read whatever the limit; each of their
+// frames is still held to it.
+std::size_t established_message_max(const ConnectionSettings& settings) {
+    return std::max(settings.max_message_size * 2, wire::max_batch_bytes);
+}
+}  // namespace
+
 Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSettings& settings)
     : ws_(std::move(socket), settings.tls.get()),
       owner_(owner),
@@ -56,19 +68,16 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       ping_timer_(ws_.get_executor()) {}
 
 void Connection::configure() {
-    // Senders check the size limit first, so an oversize call fails at its caller with a
-    // clear error; the receiver checks again (wire::decode) and Beast caps what is read.
-    // Up to twice the limit is read so that a request a peer with a larger limit sent can
-    // still be answered with bad_request; beyond that the connection is closed.
-    // Batched messages (wire::max_batch_bytes) are read whatever the limit; each of their
-    // frames is still held to it.
     ws::stream_base::timeout t{};
     t.handshake_timeout = settings_.handshake_timeout;
     t.idle_timeout = settings_.idle_timeout;
     t.keep_alive_pings = true;
     if (settings_.channel) t.idle_timeout = ws::stream_base::none();
     ws_.visit([&](auto& ws) {
-        ws.read_message_max(std::max(settings_.max_message_size * 2, wire::max_batch_bytes));
+        // Until the cookie handshake is done a peer may be anyone who can reach the port:
+        // Beast refuses a message over the handshake's own size from its frame header,
+        // before reading its payload (handle_step raises the limit once established).
+        ws.read_message_max(max_handshake_message);
         // Binary frames: the payload is JSON text, but a string that is not valid UTF-8 must
         // cost one call (bad_request), not the whole connection, which Beast would close on a
         // text frame.
@@ -239,6 +248,11 @@ void Connection::do_read() {
         ws.async_read(buffer_, [self](beast::error_code ec, std::size_t bytes) {
             self->reading_ = false;
             if (ec) {
+                if (ec == ws::error::message_too_big && !self->established_) {
+                    self->owner_.on_oversize_before_handshake(self);
+                    return self->fail("a message over " + std::to_string(max_handshake_message) +
+                                      " bytes before the cookie handshake was done");
+                }
                 const bool normal = ec == ws::error::closed;
                 if (normal && !self->established_ && self->handshake_.awaiting_ready()) {
                     const auto why = self->ws_.visit([](auto& ws) { return ws.reason(); });
@@ -326,6 +340,9 @@ void Connection::handle_step(Handshake::Step step) {
     }
     if (step.done) {
         handshake_timer_.cancel();
+        // The peer proved it holds the cookie. The next read starts after this returns, so
+        // the next message is already held to the normal limit.
+        ws_.visit([&](auto& ws) { ws.read_message_max(established_message_max(settings_)); });
         batch_ = handshake_.peer_batch() && settings_.max_batch_frames > 1;
         channel_ = settings_.channel || handshake_.peer_channel();
         if (handshake_.peer_channel()) {

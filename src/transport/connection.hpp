@@ -55,6 +55,9 @@ public:
     /// close carried cookie_refused_close_reason): the cookies differ. Runs instead of
     /// on_handshake_failed, just before on_closed.
     virtual void on_cookie_refused(const std::shared_ptr<Connection>& connection) = 0;
+    /// The peer sent a message over max_handshake_message before the cookie handshake was
+    /// done; the connection closes next (on_closed follows).
+    virtual void on_oversize_before_handshake(const std::shared_ptr<Connection>&) {}
 };
 
 /// What the connections of a node have written, summed (relaxed counters; any thread).

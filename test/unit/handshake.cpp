@@ -416,6 +416,24 @@ BOOST_AUTO_TEST_CASE(malformed_nonce_or_node_fails) {
     BOOST_TEST(acceptor.on_frame(hello).error.has_value());
 }
 
+// A connection reads at most max_handshake_message per message until its handshake is
+// done: every handshake frame must fit with a wide margin, even between nodes with long
+// names (a 200-character short name on a 253-character host name, the longest DNS name)
+// that set every optional flag.
+BOOST_AUTO_TEST_CASE(handshake_frames_fit_the_preauthentication_limit) {
+    const std::string host(253, 'h');
+    const proto::PeerInfo long_dialer{std::string(200, 'd') + "@" + host, std::string(64, 'i'), host + ":65535", false};
+    const proto::PeerInfo long_acceptor{std::string(200, 'a') + "@" + host, std::string(64, 'j'), host + ":65535",
+                                        false};
+    Handshake dialer(Role::dialer, long_dialer, "cookie", true, true);
+    Handshake acceptor(Role::acceptor, long_acceptor, "cookie", true);
+    const auto out = run(dialer, acceptor);
+    BOOST_TEST_REQUIRE((out.dialer_done && out.acceptor_done));
+    BOOST_TEST_REQUIRE(out.texts.size() == 4u);
+    for (const auto& text : out.texts)
+        BOOST_TEST(4 * text.size() <= rpclb::detail::max_handshake_message, text.size() << " bytes: " << text);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // Call channels (wire::Hello::channels / channel): each side learns that the other accepts

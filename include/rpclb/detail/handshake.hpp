@@ -29,6 +29,7 @@
 
 #include <rpclb/detail/wire.hpp>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,6 +47,14 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view message);
 
 /// Compares two strings in time that depends only on their lengths.
 bool constant_time_equal(std::string_view a, std::string_view b) noexcept;
+
+/// Largest WebSocket message, in bytes, a connection reads before its cookie handshake is
+/// done. Each handshake message is one frame of a few hundred bytes (a Hello with node
+/// names and listen addresses of a few hundred characters each, 64-digit nonces and
+/// proofs), so this leaves ample margin while bounding what an unauthenticated peer makes
+/// a node hold; a bigger message ends the connection (Connection). Once the handshake is
+/// done the normal limit applies (ClusterOptions::max_message_size).
+inline constexpr std::size_t max_handshake_message = 8 * 1024;
 
 /// Which end of the connection this side is.
 enum class Role { dialer, acceptor };
