@@ -31,6 +31,11 @@ std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
             o.name.find('@', at + 1) != std::string::npos)
             return problem("name", "must be short@host (one '@', both parts non-empty), got " + quoted(o.name));
         if (auto p = check_printable("name", o.name)) return p;
+        // The name travels in the handshake, which is read before authentication with a
+        // small limit (max_handshake_message).
+        if (o.name.size() > max_node_name)
+            return problem("name", "must be at most " + std::to_string(max_node_name) + " bytes, got " +
+                                       std::to_string(o.name.size()));
     }
     if (required && o.cookie.empty()) return problem("cookie", "must not be empty");
     if (auto p = in_range<std::size_t>("network_threads", o.network_threads, 1, 64)) return p;

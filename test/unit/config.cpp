@@ -514,6 +514,18 @@ BOOST_AUTO_TEST_CASE(names_that_a_frame_cannot_carry_are_refused) {
     BOOST_TEST(!rpclb::detail::check(ok).has_value());
 }
 
+BOOST_AUTO_TEST_CASE(a_node_name_longer_than_the_handshake_allows_is_refused) {
+    rpclb::ClusterOptions o;
+    o.cookie = "secret";
+    o.name = "n@" + std::string(rpclb::detail::max_node_name - 2, 'h');
+    BOOST_TEST(!rpclb::detail::check(o).has_value());
+    o.name += "h";
+    const auto problem = rpclb::detail::check(o);
+    BOOST_TEST_REQUIRE(problem.has_value());
+    BOOST_TEST(problem->field == "name");
+    BOOST_TEST(problem->reason.find("at most 1024 bytes") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(valid_utf8_follows_rfc_3629) {
     using rpclb::detail::valid_utf8;
     BOOST_TEST(valid_utf8(""));

@@ -24,11 +24,15 @@ namespace rpclb::detail {
 /// an empty name or cookie passes, a non-empty malformed name does not.
 enum class Identity { required, optional };
 
+/// Longest node name, in bytes: a host name's 253 and room for the short part, well inside
+/// the handshake's limit before authentication (max_handshake_message).
+inline constexpr std::size_t max_node_name = 1024;
+
 /// The first problem of `options`, or nullopt when every field is in range:
 ///
 /// | field | valid |
 /// |---|---|
-/// | name | `short@host`: exactly one '@', both parts non-empty; UTF-8 without control characters |
+/// | name | `short@host`: exactly one '@', both parts non-empty; UTF-8 without control characters; at most max_node_name (1024) bytes |
 /// | cookie | non-empty |
 /// | network_threads | 1..64 |
 /// | worker_threads | 1..1024 |
