@@ -33,7 +33,11 @@ namespace rpclb {
 /// thread that applied a change (a network or control thread), one at a time, in the
 /// order changes were applied, with no lock of Groups held: they may read Groups and call
 /// monitor/demonitor, but should not block (they hold up the thread that applied the
-/// change, and every later notification).
+/// change, and every later notification). A change's monitors have all run when the call
+/// that applied it returns (join, leave, apply_*, remove_node): when another thread is
+/// running callbacks of earlier changes, the applying thread waits for it to run these too.
+/// Only a change applied from inside a callback is told after that call returns (once the
+/// callback's own run ends).
 class Groups {
 public:
     /// Called with the group, the direction, and the nodes that joined or left it.
@@ -110,7 +114,8 @@ public:
     /// `node` left `group`.
     void apply_leave(const std::string& node, const std::string& group);
 
-    /// `node` is gone: it leaves every group at once.
+    /// `node` is gone: it leaves every group at once. When it returns, every monitor of
+    /// those groups has been told (so every balancer's snapshot is without `node`).
     void remove_node(const std::string& node);
 
 private:
@@ -132,7 +137,8 @@ private:
     // mutex_ held (lock order: mutex_, then monitor_mutex_).
     void enqueue(std::vector<Change>& changes);
     // Runs the queued notifications with no lock held, unless another thread is already
-    // running them (it then runs these too, in order).
+    // running them: that thread runs these too, in order, and this one waits until it has
+    // (unless this thread is that one, inside a callback).
     void deliver();
 
     std::string local_node_;
@@ -144,12 +150,14 @@ private:
 
     // Guards what follows; never held while a callback runs.
     std::mutex monitor_mutex_;
-    std::condition_variable callback_done_;  // a callback returned (demonitor waits on it)
+    std::condition_variable callback_done_;  // a callback returned (demonitor, deliver wait on it)
     std::map<std::uint64_t, std::pair<std::string, MonitorCallback>> monitors_;
     std::set<std::uint64_t> announcement_monitors_;  // ids in monitors_ from monitor_announcements
     std::uint64_t next_monitor_ = 1;
     MonitorCallback observer_;
     std::deque<Change> pending_;      // changes not yet delivered, in order
+    std::uint64_t queued_ = 0;        // changes ever queued
+    std::uint64_t delivered_ = 0;     // changes whose callbacks have all run
     bool delivering_ = false;         // a thread is running callbacks
     std::thread::id deliverer_;       // ... this one
     std::uint64_t running_ = 0;       // the monitor whose callback runs now (0: none)

@@ -74,6 +74,12 @@ void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
                                     const std::string& node, bool said_bye) {
         if (auto c = channels.lock()) c->drop(node, said_bye);
     });
+    // ...and a channel that breaks under a call says its node is gone, before the call's
+    // own link may have noticed.
+    self->channels.set_on_lost([mesh = std::weak_ptr<detail::Mesh>(std::shared_ptr<detail::Mesh>(self, &self->mesh))](
+                                   const detail::Connection& link, const std::string& reason) {
+        if (auto m = mesh.lock()) m->drop_link(link, reason);
+    });
 }
 
 void Cluster::Impl::start() {

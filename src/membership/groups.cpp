@@ -206,12 +206,22 @@ void Groups::enqueue(std::vector<Change>& changes) {
     if (changes.empty()) return;
     std::lock_guard lock(monitor_mutex_);
     for (auto& change : changes) pending_.push_back(std::move(change));
+    queued_ += changes.size();
     changes.clear();
 }
 
 void Groups::deliver() {
     std::unique_lock lock(monitor_mutex_);
-    if (delivering_) return;  // that thread delivers ours too, after its own
+    if (delivering_) {
+        // That thread delivers ours too, after its own. Unless it is this one (a callback
+        // changed membership), wait for it: the caller's change must have reached every
+        // monitor when it returns (a lost peer out of every balancer before the calls it
+        // was serving fail).
+        if (deliverer_ == std::this_thread::get_id()) return;
+        const auto ours = queued_;
+        callback_done_.wait(lock, [&] { return delivered_ >= ours; });
+        return;
+    }
     delivering_ = true;
     deliverer_ = std::this_thread::get_id();
     while (!pending_.empty()) {
@@ -242,6 +252,8 @@ void Groups::deliver() {
             running_ = 0;
             callback_done_.notify_all();
         }
+        ++delivered_;
+        callback_done_.notify_all();
     }
     delivering_ = false;
     deliverer_ = {};

@@ -415,16 +415,24 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
     }
     bool lost = false;
     {
-        std::lock_guard lock(mutex_);
-        forget_connecting(c);
-        if (!c->target().empty()) dialing_.erase(c->target());
-        if (established) {
-            auto it = peers_.find(c->peer().node);
-            if (it != peers_.end() && it->second == c) {
-                peers_.erase(it);
-                lost = true;
+        // Held until the peer has left every group: a link that drop_link() took out of
+        // peers_ meanwhile fails its calls (after this returns) only once that is done.
+        std::lock_guard loss(loss_mutex_);
+        {
+            std::lock_guard lock(mutex_);
+            forget_connecting(c);
+            if (!c->target().empty()) dialing_.erase(c->target());
+            if (established) {
+                auto it = peers_.find(c->peer().node);
+                if (it != peers_.end() && it->second == c) {
+                    peers_.erase(it);
+                    lost = true;
+                }
             }
         }
+        // Before the connection fails its pending calls (Connection::fail): no caller
+        // learns of the loss while a balancer may still pick the peer.
+        if (lost) groups_.remove_node(c->peer().node);
     }
     if (!established && !c->target().empty()) {
         std::lock_guard lock(mutex_);
@@ -438,12 +446,7 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
             break;
         }
     }
-    {
-        std::lock_guard lock(mutex_);
-        // A lost peer this node doesn't redial is forgotten now: the table of known
-        // nodes holds only nodes that are connected or being redialled.
-        if (lost && !dials(c->peer().node)) known_.erase(c->peer().node);
-    }
+    if (lost) forget_unless_redialled(c->peer().node);
     changed_.notify_all();
     if (!established && reason.starts_with("resolve ")) {
         bool first = false;
@@ -463,18 +466,50 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
                                      << " ended before joining: " << reason;
         return;
     }
+    peer_lost(c, reason, (c->going_away() || c->peer_quiet()) && reason == closed_by_peer);
+}
+
+void Mesh::forget_unless_redialled(const std::string& node) {
+    std::lock_guard lock(mutex_);
+    // A lost peer this node doesn't redial is forgotten now: the table of known
+    // nodes holds only nodes that are connected or being redialled.
+    if (!dials(node)) known_.erase(node);
+}
+
+void Mesh::peer_lost(const std::shared_ptr<Connection>& c, const std::string& reason, bool clean) {
     ++peers_lost_;
     if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason;
-    groups_.remove_node(c->peer().node);
     // Call channels live with the pair's mesh link, both ways. One exception: a link that
     // a stopping node closed cleanly after the byes leaves the channels its peer opened to
     // close_all(), which lets their callers close them, so that a request on one is read
     // and answered rather than dropped unread.
-    const bool clean = (c->going_away() || c->peer_quiet()) && reason == closed_by_peer;
     if (!(stopping_ && clean))
         for (auto& channel : take_channels(c->peer().node))
             channel->abort("the mesh link to " + c->peer().node + " was lost");
     if (on_peer_lost_) on_peer_lost_(c->peer().node, clean);
+}
+
+void Mesh::drop_link(const Connection& link, const std::string& reason) {
+    std::shared_ptr<Connection> c;
+    {
+        std::lock_guard loss(loss_mutex_);
+        {
+            std::lock_guard lock(mutex_);
+            const auto it = peers_.find(link.peer().node);
+            // Gone already (its own close got there first), replaced, or saying bye: a
+            // stopping peer closes its channels itself, and has left its groups.
+            if (it == peers_.end() || it->second.get() != &link || link.going_away() || link.peer_quiet()) return;
+            c = it->second;
+            peers_.erase(it);
+        }
+        groups_.remove_node(c->peer().node);
+    }
+    forget_unless_redialled(c->peer().node);
+    changed_.notify_all();
+    // Its pending calls fail now, after the peer has left every group; its own on_closed
+    // finds it gone from peers_ and leaves the rest to peer_lost() here.
+    c->abort(reason);
+    peer_lost(c, reason, false);
 }
 
 void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) {

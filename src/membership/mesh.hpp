@@ -68,6 +68,14 @@ public:
     /// serving outlived stop_timeout): then they are closed with the links.
     void close_all(std::chrono::milliseconds limit, bool served_all = true);
 
+    /// The peer at the other end of mesh link `link` is taken for lost (a call channel to
+    /// it broke while a call waited: CallChannels::set_on_lost): it leaves every group, and
+    /// so every balancer, before this returns; then the link is aborted with `reason`
+    /// (failing the requests pending on it) and what follows a lost link is done (its
+    /// accepted call channels close, set_on_peer_lost). No effect when `link` is no longer
+    /// the peer's established link, or the peer has said bye or answered this node's bye.
+    /// Any thread but the link's strand.
+    void drop_link(const Connection& link, const std::string& reason);
     /// The connection to `node` that may carry a new request, or null (unknown, not
     /// connected, or the peer said bye).
     std::shared_ptr<Connection> connection_to(std::string_view node) const;
@@ -135,6 +143,12 @@ private:
     void on_nodes(const wire::Nodes& nodes);
     void broadcast(const std::string& frame);
     wire::Nodes known_nodes() const;
+    /// After `node` was lost: forgets it unless this node redials it.
+    void forget_unless_redialled(const std::string& node);
+    /// What follows the loss of peer link `c` once the peer has left every group: counted,
+    /// logged, its accepted channels closed (unless `clean`ly closed while stopping), and
+    /// on_peer_lost_ told.
+    void peer_lost(const std::shared_ptr<Connection>& c, const std::string& reason, bool clean);
     bool dials(const std::string& node) const;
 
     const ClusterOptions& options_;
@@ -152,6 +166,10 @@ private:
     boost::asio::steady_timer accept_retry_timer_;
     bool accept_failing_ = false;
 
+    // Held while a lost peer's link leaves peers_ and the peer leaves every group
+    // (on_closed, drop_link), so that a second close of the same peer's link waits for
+    // the first to finish before its calls fail. Never taken under mutex_.
+    std::mutex loss_mutex_;
     mutable std::mutex mutex_;
     std::condition_variable changed_;  // a peer closed or said bye (say_goodbye, close_all)
     std::map<std::string, std::shared_ptr<Connection>, std::less<>> peers_;  // established

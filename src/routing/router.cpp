@@ -29,6 +29,17 @@ constexpr int max_reselections = 16;
 
 bool is_no_members(const ErrorMessage& e) { return e.is(Failure::no_members); }
 
+// A call or cast refused unsent (never_sent()) is the caller's final outcome: the error
+// says why, as one whose connection dropped after it was sent does. Inside the router the
+// missing `reason` is what marks it for a re-pick; past the router nothing needs that.
+CallResult with_unsent_reason(CallResult result) {
+    if (result || !never_sent(result.error())) return result;
+    auto error = result.error();
+    error.details["reason"] = "not sent: no open connection to the node (never connected, its link was lost, "
+                              "or it said bye)";
+    return error;
+}
+
 ErrorMessage no_matching_node(const NodeFilter& filter) {
     return ErrorMessage{ErrorCode::service_unavailable, "no nodes in cluster found with that filter",
                         boost::json::object{{"node_filter", filter.is_regex() ? "/" + filter.text() + "/"
@@ -181,7 +192,8 @@ private:
         if (spec_.kind == Spec::Kind::cast) {
             auto sent = send_cast(target, std::move(args), lb);
             release();
-            return finish(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
+            return finish(sent ? CallResult(boost::json::value())
+                               : with_unsent_reason(CallResult(std::move(sent).error())));
         }
         send_call(std::move(target), std::move(args), lb, on_caller_thread,
                            [self = shared_from_this(), release = std::move(release), may_resend](CallResult result) {
@@ -190,12 +202,13 @@ private:
                                    (is_draining(result.error()) || never_sent(result.error())) &&
                                    self->reselections_ < max_reselections) {
                                    // Never executed there (refused while draining, or never sent
-                                   // because the member had just said bye or gone): choose again
+                                   // because the member had just said bye or its link was gone):
+                                   // choose again among the members left
                                    // (doc/explanation/draining-and-retries.md).
                                    ++self->reselections_;
                                    return self->attempt(false);
                                }
-                               self->finish(std::move(result));
+                               self->finish(with_unsent_reason(std::move(result)));
                            });
     }
 

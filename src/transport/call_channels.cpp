@@ -70,7 +70,17 @@ struct CallChannels::Channel final : ConnectionOwner {
     // Open and closed are the connection's own flags (established(), closed()).
     bool established() const noexcept { return connection->established(); }
     bool closed() const noexcept { return connection->closed(); }
-    std::string close_reason;  // for the log, when a dial fails
+    std::string close_reason;  // for the log, when a dial fails; why it closed
+    // This side aborted it (drop(), stop(), the wait's backstop): its close says nothing
+    // about the peer.
+    std::atomic<bool> aborted{false};
+    /// The peer's end broke while a call waited: the connection closed on its own, not by
+    /// a WebSocket close (a peer that means to close a channel says so; one that crashed or
+    /// dropped this node's link does not).
+    bool broke() const {
+        return closed() && !aborted.load() && !close_reason.empty() && close_reason != closed_by_peer &&
+               close_reason != peer_not_reading;
+    }
     bool retired = false;      // its node's link closed after a bye: closed after this call (under mutex_)
     Clock::time_point idle_since;  // when it was last pooled (under mutex_)
     asio::io_context ioc{1};
@@ -109,10 +119,17 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
     // a backstop.
     channel->run_until([&] { return result.has_value(); }, Clock::time_point::max());
     if (!result) {
+        channel->aborted = true;
         channel->connection->abort("the call's wait ended without an outcome");
         channel->run_until([&] { return result.has_value(); }, Clock::now() + std::chrono::seconds(1));
     }
+    // The call failed because the channel broke: the peer is gone, and the pair's mesh link
+    // may not have noticed yet (another thread reads it). The peer leaves every balancer
+    // before this caller, and so any call it makes next, learns of the loss.
+    const bool broke = result && !*result && channel->broke() && !link.going_away() && !link.peer_quiet();
+    const auto why = broke ? channel->close_reason : std::string();
     give_back(std::move(channel));
+    if (broke && on_lost_) on_lost_(link, "a call channel to " + link.peer().node + " broke: " + why);
     if (!result) {  // cannot happen: the connection completes every request it takes (moved from: no names)
         auto error = call_failure(Failure::no_connection, link.peer().node, {}, {});
         error.details["reason"] = "the call channel gave no outcome";  // it may have been sent: not never_sent()
@@ -273,10 +290,12 @@ std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::st
     // then destroys the channel. Retired, it carries its call to the end first.
     for (auto* channel : busy_)
         if (node.empty() || channel->node == node) {
-            if (retire)
+            if (retire) {
                 channel->retired = true;
-            else
+            } else {
+                channel->aborted = true;
                 channel->connection->abort(reason);
+            }
         }
     return idle;
 }

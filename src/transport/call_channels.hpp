@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,6 +71,15 @@ public:
     std::optional<CallResult> call(const Connection& link, wire::Request& request,
                                    std::chrono::milliseconds timeout);
 
+    /// Runs on a blocking caller's thread when a channel broke under its call (the peer's
+    /// end closed or reset it, no WebSocket close, while its link had not said bye): the
+    /// peer is taken for lost, and the function (Mesh::drop_link) takes it out of every
+    /// balancer before the call's failure is returned. `link` is the channel's mesh link;
+    /// `reason` why the channel closed. Set before the first call().
+    void set_on_lost(std::function<void(const Connection& link, const std::string& reason)> f) {
+        on_lost_ = std::move(f);
+    }
+
     /// The mesh link to `node` was lost: its idle channels close. Calls waiting on its busy
     /// ones fail now (`service_unavailable`, as on the link), unless the node said bye
     /// first (`said_bye`): a stopping node keeps reading and answering its channels until
@@ -115,6 +125,7 @@ private:
     std::map<std::string, Clock::time_point, std::less<>> no_dial_until_;  // after a failed dial
     bool stopped_ = false;
     std::atomic<std::uint64_t> calls_{0};
+    std::function<void(const Connection&, const std::string&)> on_lost_;
 };
 
 }  // namespace rpclb::detail

@@ -691,14 +691,17 @@ void Connection::fail(const std::string& reason) {
     ws_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     ws_.socket().close(ignored);
     release(queue_.fail());  // a write in progress keeps its frames until it completes
-    fail_pending(reason);
     if (cookie_refused_)
         owner_.on_cookie_refused(shared_from_this());
     else if (!established_ && handshake_.awaiting_ready())
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
                                                            " closed the connection after our proof "
                                                            "(its cookie differs, or it went away)");
+    // The owner first (the mesh takes a lost peer out of every group and balancer), then
+    // the pending calls: a caller that learns of the loss and calls again can no longer
+    // pick the member whose link this was.
     owner_.on_closed(shared_from_this(), reason, established_);
+    fail_pending(reason);
 }
 
 void Connection::fail_pending(const std::string& reason) {

@@ -39,7 +39,10 @@ public:
     virtual void on_established(const std::shared_ptr<Connection>& connection) = 0;
     /// A decoded frame other than a handshake frame or a Response.
     virtual void on_frame(const std::shared_ptr<Connection>& connection, wire::Frame&& frame) = 0;
-    /// The connection is closed; `established` tells whether on_established ran.
+    /// The connection is closed; `established` tells whether on_established ran. Runs
+    /// before the requests still pending on it fail (with `details.reason`), so that what
+    /// the owner does about the loss (the mesh takes the peer out of every balancer) is
+    /// done before any caller learns of it.
     virtual void on_closed(const std::shared_ptr<Connection>& connection, const std::string& reason,
                            bool established) = 0;
     /// A frame the codec refused (already answered when it was a request).
@@ -467,6 +470,11 @@ private:
 /// The reason a connection reports (ConnectionOwner::on_closed) when the peer closed it
 /// with a WebSocket close: a clean end, not a drop.
 inline constexpr std::string_view closed_by_peer = "closed by peer";
+
+/// The reason a call channel closes with when an in-place write finds the socket's buffers
+/// full (Connection::write_failure): the peer is alive but not reading.
+inline constexpr std::string_view peer_not_reading =
+    "the peer is not reading its call channel (the socket's buffers are full)";
 
 /// True when `error` says a request never left this node: `no_connection` without the
 /// `reason` detail that a queued request's failure carries (Connection::request; the

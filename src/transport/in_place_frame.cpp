@@ -68,7 +68,7 @@ std::string Connection::write_failure(const boost::system::error_code& ec) {
     // A call channel's socket is in non-blocking mode (handle_step): a full buffer fails an
     // in-place write.
     if (ec == asio::error::would_block || ec == asio::error::try_again)
-        return "the peer is not reading its call channel (the socket's buffers are full)";
+        return std::string(peer_not_reading);
     return "write: " + ec.message();
 }
 

@@ -13,6 +13,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 using namespace rpclb::test;
 using namespace std::chrono;
@@ -21,6 +23,63 @@ using rpclb::CallResult;
 using rpclb::ErrorCode;
 
 namespace {
+
+// One blocking call through a balancer, as the caller saw it.
+struct CallRecord {
+    steady_clock::time_point sent, completed;
+    std::string peer;  // the member it was sent to last (CallOptions::peer)
+    CallResult result;
+};
+
+// `threads` threads make blocking demo.sleep [2] calls through `balancer` one after the
+// other, recording each, until the object goes (or stop()): joined on every exit.
+class RecordedLoad {
+public:
+    RecordedLoad(rpclb::Cluster& client, std::string balancer, int threads) {
+        for (int i = 0; i < threads; ++i)
+            threads_.emplace_back([this, &client, balancer] {
+                while (!stop_) {
+                    CallRecord r;
+                    CallOptions options;
+                    options.load_balancer = balancer;
+                    options.timeout = 5s;
+                    options.peer = &r.peer;
+                    r.sent = steady_clock::now();
+                    r.result = client.call("demo", "sleep", {2}, options);
+                    r.completed = steady_clock::now();
+                    std::lock_guard lock(mutex_);
+                    records_.push_back(std::move(r));
+                }
+            });
+    }
+    ~RecordedLoad() { stop(); }
+    RecordedLoad(const RecordedLoad&) = delete;
+    RecordedLoad& operator=(const RecordedLoad&) = delete;
+
+    void stop() {
+        stop_ = true;
+        for (auto& t : threads_)
+            if (t.joinable()) t.join();
+    }
+    std::size_t completed() {
+        std::lock_guard lock(mutex_);
+        return records_.size();
+    }
+    std::size_t served_by(const std::string& node) {
+        std::lock_guard lock(mutex_);
+        return static_cast<std::size_t>(std::count_if(records_.begin(), records_.end(), [&](const CallRecord& r) {
+            return r.result && r.result->is_string() && r.result->get_string() == node;
+        }));
+    }
+    // Every call made, once stop() has returned.
+    const std::vector<CallRecord>& records() const { return records_; }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::mutex mutex_;
+    std::vector<CallRecord> records_;
+    std::vector<std::thread> threads_;
+};
 
 // Three nodes hosting w (round_robin) and r (random), b and c seeded with a; a client
 // seeded with a that hosts no balancer and has seen all members of both.
@@ -239,6 +298,52 @@ BOOST_FIXTURE_TEST_CASE(terminated_member_finishes_in_flight_call, ThreeMembers)
     BOOST_TEST_REQUIRE(status.has_value(), "the node did not exit within 10 s of SIGTERM");
     BOOST_TEST(WIFEXITED(*status), describe_status(*status));
     BOOST_TEST(WEXITSTATUS(*status) == 0, describe_status(*status));
+}
+
+// A member SIGKILLed under a steady load of blocking calls from several threads: the calls
+// it was serving fail, each naming why (`details.reason`), and a call sent after the
+// first of those failures was delivered never goes to it: the client takes a member whose
+// link is lost out of every pick before any caller learns of the loss
+// (doc/explanation/draining-and-retries.md, "A lost link").
+BOOST_FIXTURE_TEST_CASE(calls_sent_after_a_member_died_never_go_to_it, ThreeMembers) {
+    const auto victim = c->name();
+    RecordedLoad load(*client, "w", 8);
+    BOOST_TEST_REQUIRE(eventually([&] { return load.served_by(victim) >= 100; }, 10s),
+                       "the victim served too few calls before the kill");
+    c->process().kill();
+    const auto killed_at = steady_clock::now();
+    BOOST_TEST(wait_for_members(*client, "w", sorted({a->name(), b->name()}), 5s),
+               "the killed member did not leave w");
+    const auto after_kill = load.completed();
+    BOOST_TEST(eventually([&] { return load.completed() >= after_kill + 400; }, 10s),
+               "the load stalled after the kill");
+    load.stop();
+
+    const auto& records = load.records();
+    std::optional<steady_clock::time_point> first_failure;
+    std::size_t failures = 0;
+    for (const auto& r : records) {
+        if (r.result) continue;
+        ++failures;
+        BOOST_TEST(r.result.error().details.contains("reason"), "a failure without a reason: " << describe(r.result));
+        BOOST_TEST(r.peer == victim, "a call to " << r.peer << " failed: " << describe(r.result));
+        if (!first_failure || r.completed < *first_failure) first_failure = r.completed;
+    }
+    BOOST_TEST_MESSAGE(records.size() << " calls, " << failures << " failed (the calls in flight on " << victim
+                                      << " when it died)");
+    // With no failure, no call went to the victim once it was dead (it would have failed).
+    if (!first_failure) return;
+    BOOST_TEST(duration_cast<milliseconds>(*first_failure - killed_at).count() < 2000);
+    std::size_t later = 0;
+    for (const auto& r : records) {
+        if (r.sent <= *first_failure) continue;
+        ++later;
+        BOOST_TEST(r.peer != victim, "a call sent "
+                                         << duration_cast<microseconds>(r.sent - *first_failure).count()
+                                         << " us after the first failure was delivered went to the dead member: "
+                                         << describe(r.result));
+    }
+    BOOST_TEST(later >= 400u, "too few calls were sent after the first failure: " << later);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

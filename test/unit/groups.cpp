@@ -6,8 +6,14 @@
 
 #include <malloc.h>
 
+#include "support/wait.hpp"
+
+#include <atomic>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace wire = rpclb::detail::wire;
@@ -173,6 +179,66 @@ BOOST_AUTO_TEST_CASE(churned_node_and_group_names_leave_no_entries_behind) {
                             (churned - churned / 2);
     BOOST_TEST_MESSAGE(per_name << " heap bytes kept per churned name");
     BOOST_TEST(per_name < 16.0);
+}
+
+// A lost peer is out of every monitor's view (every balancer's snapshot) when
+// remove_node returns, even while another thread is still telling the monitors of an
+// earlier change: the applying thread waits for that thread to tell them of its change
+// too. (Two threads: the case is one thread delivering while another applies.)
+BOOST_AUTO_TEST_CASE(remove_node_returns_once_monitors_heard_it_while_another_thread_delivers) {
+    Groups g("a@h");
+    g.apply_join("gone@h", "w", {});
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool first_running = false, release_first = false, gone_left = false;
+    g.monitor("w", [&](const std::string&, NodeChange change, const std::vector<std::string>& nodes) {
+        std::unique_lock lock(mutex);
+        if (change == NodeChange::joined && nodes.front() == "first@h") {
+            first_running = true;
+            cv.notify_all();
+            cv.wait(lock, [&] { return release_first; });  // holds the delivery up
+        }
+        if (change == NodeChange::left && nodes.front() == "gone@h") gone_left = true;
+    });
+    std::thread deliverer([&] { g.apply_join("first@h", "w", {}); });
+    struct Release {  // lets the deliverer go and joins it on every exit
+        std::mutex& m;
+        std::condition_variable& cv;
+        bool& release;
+        std::thread& t;
+        ~Release() {
+            {
+                std::lock_guard lock(m);
+                release = true;
+            }
+            cv.notify_all();
+            t.join();
+        }
+    } release{mutex, cv, release_first, deliverer};
+    {
+        std::unique_lock lock(mutex);
+        BOOST_TEST_REQUIRE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return first_running; }));
+    }
+    std::atomic<bool> returned{false};
+    bool heard_when_returned = false;
+    std::thread remover([&] {
+        g.remove_node("gone@h");
+        std::lock_guard lock(mutex);
+        heard_when_returned = gone_left;
+        returned = true;
+    });
+    // Held up behind the first delivery, remove_node must not return: it does at once when
+    // it leaves its change to the delivering thread without waiting.
+    const bool held = rpclb::test::consistently([&] { return !returned.load(); }, std::chrono::milliseconds(200));
+    {
+        std::lock_guard lock(mutex);
+        release_first = true;
+    }
+    cv.notify_all();
+    remover.join();
+    BOOST_TEST(held, "remove_node returned while its change was still queued behind another delivery");
+    BOOST_TEST(heard_when_returned, "remove_node returned before the monitor heard the node leave");
+    BOOST_TEST(g.members("w")->nodes == std::vector<std::string>{"first@h"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

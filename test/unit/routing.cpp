@@ -22,6 +22,7 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -699,6 +700,53 @@ BOOST_AUTO_TEST_CASE(a_call_picked_for_a_member_that_said_bye_goes_to_another_me
     BOOST_TEST(r.refused.load() == 0);
     BOOST_TEST(p.b_runs.load() == 40);
     p.a.stop();
+}
+
+// A member whose link is lost leaves every balancer before the calls pending on that link
+// fail: the failure's completion, run on the network thread that read the end of the
+// link (run_completion_inline), already finds it gone from the balancer's members, so a
+// caller that calls again on learning of the loss cannot pick it. The failure names why.
+BOOST_AUTO_TEST_CASE(a_lost_member_leaves_the_balancer_before_its_pending_calls_fail) {
+    Pair p;
+    p.b->start_balancer(balancer("w"));
+    std::optional<rpclb::test::RawPeer> raw(std::in_place, p.a.listen_endpoint()->port());
+    BOOST_REQUIRE(!raw->handshake(wire::PeerInfo{"r@127.0.0.1", "inc-r", "", false}, "routing-cookie"));
+    BOOST_REQUIRE(raw->send(wire::GroupJoin{"w", boost::json::object{{"algorithm", "round_robin"},
+                                                                        {"algorithm_opts", boost::json::object{}}}}));
+    BOOST_REQUIRE(eventually([&] { auto m = p.a.get_members("w"); return m && m->size() == 2u; }, 5s));
+
+    struct Seen {
+        rpclb::CallResult result;
+        std::vector<std::string> members;  // w's members when the failure was delivered
+    };
+    std::promise<Seen> seen;
+    auto delivered = seen.get_future();
+    rpclb::CallOptions o;
+    o.timeout = 10s;
+    o.run_completion_inline = true;
+    p.a.async_call("r@127.0.0.1", "demo", "node", {}, o, [&](rpclb::CallResult r) {
+        auto members = p.a.get_members("w");
+        seen.set_value(Seen{std::move(r), members ? *members : std::vector<std::string>{}});
+    });
+    // r has the request (it never answers): the call is pending on the link. Then the link
+    // ends without a WebSocket close, as when a process dies.
+    auto request_read = [&] {
+        const auto deadline = std::chrono::steady_clock::now() + 5s;
+        while (std::chrono::steady_clock::now() < deadline)
+            if (auto text = raw->read(1s))
+                if (auto frame = wire::decode(*text); frame && std::holds_alternative<wire::Request>(*frame))
+                    return true;
+        return false;
+    };
+    BOOST_REQUIRE(request_read());
+    raw.reset();
+    BOOST_REQUIRE((delivered.wait_for(5s) == std::future_status::ready));
+    const auto got = delivered.get();
+    BOOST_REQUIRE(!got.result);
+    BOOST_TEST(got.result.error().code == rpclb::ErrorCode::service_unavailable);
+    BOOST_TEST(got.result.error().details.contains("reason"), boost::json::serialize(got.result.error().details));
+    BOOST_TEST(got.members == std::vector<std::string>{"b@127.0.0.1"},
+               "the lost member was still in w when its pending call's failure was delivered");
 }
 
 // A handler cannot fake a draining reply (the caller would run the call twice).
