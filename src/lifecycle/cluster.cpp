@@ -71,8 +71,8 @@ void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
     // A node's call channels end with its mesh link.
     self->mesh.set_on_peer_lost([channels = std::weak_ptr<detail::CallChannels>(
                                      std::shared_ptr<detail::CallChannels>(self, &self->channels))](
-                                    const std::string& node, bool said_bye) {
-        if (auto c = channels.lock()) c->drop(node, said_bye);
+                                    const std::string& node, detail::LinkError why, bool said_bye) {
+        if (auto c = channels.lock()) c->drop(node, why, said_bye);
     });
 }
 

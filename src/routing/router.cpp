@@ -179,10 +179,10 @@ private:
             return finish(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
         }
         send_call(std::move(target), std::move(args), lb, on_caller_thread,
-                           [self = shared_from_this(), release, may_resend](CallResult result) {
+                           [self = shared_from_this(), release, may_resend](RequestOutcome outcome) {
                                release();
-                               if (may_resend && !result &&
-                                   (is_draining(result.error()) || never_sent(result.error())) &&
+                               auto& result = outcome.result;
+                               if (may_resend && !result && (is_draining(result.error()) || outcome.never_sent()) &&
                                    self->reselections_ < max_reselections) {
                                    // Never executed there (refused while draining, or never sent
                                    // because the member had just said bye or gone): choose again
@@ -198,7 +198,7 @@ private:
     // On a blocking caller's thread it goes on a call channel when one can be had, and
     // `done` runs here.
     void send_call(std::string target, boost::json::array args, const std::string& lb, bool on_caller_thread,
-                   std::function<void(CallResult)> done) {
+                   std::function<void(RequestOutcome)> done) {
         // A stopped node closed its connections itself: say so, not "noconnection".
         if (router_->sending_stopped()) return done(stopping_error());
         auto c = router_->mesh().connection_to(target);
@@ -227,16 +227,17 @@ private:
     Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
         if (router_->sending_stopped()) return stopping_error();
         auto c = router_->mesh().connection_to(target);
-        if (!c) return unreachable(target);
+        if (!c) return std::move(unreachable(target).result).error();
         return c->cast(wire::Cast{spec_.module, spec_.function, std::move(args), lb});
     }
 
-    // The error of a call to `target`, which is not connected: cookie_refused when that
-    // node refused this node's cookie, no_connection otherwise.
-    ErrorMessage unreachable(const std::string& target) const {
+    // The outcome of a call to `target`, which is not connected: cookie_refused when that
+    // node refused this node's cookie (picking again would not help), else refused unsent
+    // (LinkError::not_connected: a balancer picks again).
+    RequestOutcome unreachable(const std::string& target) const {
         if (auto refused_by = router_->mesh().refused_by(target))
             return cookie_refused_error(*refused_by, target, spec_.module, spec_.function);
-        return unsent_error(target, spec_.module, spec_.function);
+        return unsent(target, spec_.module, spec_.function);
     }
 
     // The short-circuits of seed §4.4: no selection, no retry, no drainer.

@@ -22,7 +22,7 @@ struct CallChannels::Channel final : ConnectionOwner {
 
     ~Channel() override {
         // End the connection here, then let the io_context free what is left.
-        connection->abort("call channel closed");
+        connection->abort(LinkError::channel_closed);
         ioc.restart();
         ioc.poll();
     }
@@ -44,8 +44,8 @@ struct CallChannels::Channel final : ConnectionOwner {
         RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame on a call channel to "
                                    << node << "; ignored";
     }
-    void on_closed(const std::shared_ptr<Connection>&, const std::string& reason, bool) override {
-        close_reason = reason;
+    void on_closed(const std::shared_ptr<Connection>&, const LinkClose& reason, bool) override {
+        close_reason = reason.describe();
     }
     void on_bad_frame(const std::shared_ptr<Connection>&, const wire::DecodeError& error) override {
         RPCLB_LOG("mesh", warning) << "refused a frame on a call channel to " << node << ": " << error.message;
@@ -84,8 +84,8 @@ CallChannels::CallChannels(const ConnectionSettings& settings, bool enabled)
 
 CallChannels::~CallChannels() { stop(); }
 
-std::optional<CallResult> CallChannels::call(const Connection& link, wire::Request& request,
-                                             std::chrono::milliseconds timeout) {
+std::optional<RequestOutcome> CallChannels::call(const Connection& link, wire::Request& request,
+                                                 std::chrono::milliseconds timeout) {
     if (!enabled_ || !link.peer_accepts_channels() || link.going_away()) return std::nullopt;
     const auto now = Clock::now();
     // A channel is only a faster road: dialling one may take a quarter of the call's time
@@ -96,28 +96,27 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
     auto channel = take(link, now + dial_limit);
     if (!channel) return std::nullopt;
     // Once the peer has said bye on the link it may close its channels at any moment: the
-    // request goes to the link, which refuses it unsent (never_sent()), as late as we can tell.
+    // request goes to the link, which refuses it unsent (LinkError::not_connected), as late
+    // as we can tell.
     if (link.going_away()) {
         give_back(std::move(channel));
         return std::nullopt;
     }
     calls_.fetch_add(1, std::memory_order_relaxed);
-    std::optional<CallResult> result;
-    channel->connection->request(std::move(request), timeout, [&result](CallResult r) { result = std::move(r); });
+    std::optional<RequestOutcome> result;
+    channel->connection->request(std::move(request), timeout, [&result](RequestOutcome r) { result = std::move(r); });
     // The connection's deadline timer ends the wait at `timeout`, and its failure (a drop,
     // or abort() from drop() and stop()) completes it at once; the time limit here is only
     // a backstop.
     channel->run_until([&] { return result.has_value(); }, Clock::time_point::max());
     if (!result) {
-        channel->connection->abort("the call's wait ended without an outcome");
+        channel->connection->abort(LinkError::channel_closed, "the call's wait ended without an outcome");
         channel->run_until([&] { return result.has_value(); }, Clock::now() + std::chrono::seconds(1));
     }
     give_back(std::move(channel));
-    if (!result) {  // cannot happen: the connection completes every request it takes (moved from: no names)
-        auto error = call_failure(Failure::no_connection, link.peer().node, {}, {});
-        error.details["reason"] = "the call channel gave no outcome";  // it may have been sent: not never_sent()
-        return error;
-    }
+    if (!result)  // cannot happen: the connection completes every request it takes (moved from: no names)
+        return RequestOutcome{link_failure(LinkError::channel_closed, link.peer().node, {}, {}),
+                              LinkError::channel_closed};  // it may have been sent: not never_sent()
     return result;
 }
 
@@ -253,8 +252,8 @@ void CallChannels::give_back(std::unique_ptr<Channel> channel, bool keep) {
     channel.reset();  // outside the lock: its destructor runs the connection's last handlers
 }
 
-std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::string_view node,
-                                                                         const std::string& reason, bool retire) {
+std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::string_view node, LinkError why,
+                                                                         bool retire) {
     std::vector<std::unique_ptr<Channel>> idle;
     std::lock_guard lock(mutex_);
     for (auto it = idle_.begin(); it != idle_.end();) {
@@ -276,13 +275,13 @@ std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::st
             if (retire)
                 channel->retired = true;
             else
-                channel->connection->abort(reason);
+                channel->connection->abort(why, node.empty() ? std::string() : "the mesh link was lost");
         }
     return idle;
 }
 
-void CallChannels::drop(const std::string& node, bool said_bye) {
-    auto idle = detach(node, "the mesh link to " + node + " was lost", said_bye);
+void CallChannels::drop(const std::string& node, LinkError why, bool said_bye) {
+    auto idle = detach(node, why, said_bye);
     std::lock_guard lock(mutex_);
     no_dial_until_.erase(node);
 }
@@ -292,7 +291,7 @@ void CallChannels::stop() {
         std::lock_guard lock(mutex_);
         stopped_ = true;
     }
-    detach({}, "node stopping");
+    detach({}, LinkError::stopping);
 }
 
 std::size_t CallChannels::open() const {
