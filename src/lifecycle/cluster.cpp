@@ -71,13 +71,13 @@ void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
     // A node's call channels end with its mesh link.
     self->mesh.set_on_peer_lost([channels = std::weak_ptr<detail::CallChannels>(
                                      std::shared_ptr<detail::CallChannels>(self, &self->channels))](
-                                    const std::string& node, bool said_bye) {
-        if (auto c = channels.lock()) c->drop(node, said_bye);
+                                    const std::string& node, detail::LinkError why, bool said_bye) {
+        if (auto c = channels.lock()) c->drop(node, why, said_bye);
     });
     // ...and a channel that breaks under a call says its node is gone, before the call's
     // own link may have noticed.
     self->channels.set_on_lost([mesh = std::weak_ptr<detail::Mesh>(std::shared_ptr<detail::Mesh>(self, &self->mesh))](
-                                   const detail::Connection& link, const std::string& reason) {
+                                   const detail::Connection& link, const detail::LinkClose& reason) {
         if (auto m = mesh.lock()) m->drop_link(link, reason);
     });
 }

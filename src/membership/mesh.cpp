@@ -238,10 +238,12 @@ void Mesh::accept_channel(const std::shared_ptr<Connection>& c) {
     if (too_many) {
         RPCLB_LOG("mesh", warning) << "refused a call channel from " << peer.node << ": it has "
                                    << max_accepted_channels << " open, the most one peer may have";
-        return c->close("too many call channels from " + peer.node + " (at most " +
-                        std::to_string(max_accepted_channels) + ")");
+        return c->close(LinkError::refused, "too many call channels from " + peer.node + " (at most " +
+                                                std::to_string(max_accepted_channels) + ")");
     }
-    if (!keep) return c->close("a call channel from " + peer.node + ", which has no mesh link to this node");
+    if (!keep)
+        return c->close(LinkError::refused,
+                        "a call channel from " + peer.node + ", which has no mesh link to this node");
     RPCLB_LOG("mesh", debug) << "call channel from " << peer.node;
 }
 
@@ -305,12 +307,12 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
         if (clash)
             RPCLB_LOG("mesh", warning) << "refused " << peer.node << " incarnation " << peer.incarnation
                                        << ": that name is connected as another incarnation";
-        c->close(peer.node == options_.name ? "connected to itself"
-                 : clash                   ? "name in use by a connected incarnation"
-                                           : "duplicate connection");
+        c->close(LinkError::refused, peer.node == options_.name ? "connected to itself"
+                                     : clash                   ? "name in use by a connected incarnation"
+                                                               : "duplicate connection");
         return;
     }
-    if (replaced) replaced->close("duplicate connection");
+    if (replaced) replaced->close(LinkError::refused, "duplicate connection");
     if (!peer.client && !peer.listen.empty()) {
         std::lock_guard lock(mutex_);
         known_[peer.node] = KnownNode{peer, 0};
@@ -398,8 +400,7 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
         std::move(frame));
 }
 
-void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& reason,
-                              bool established) {
+void Mesh::on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool established) {
     if (established && c->channel()) {
         {
             std::lock_guard lock(mutex_);
@@ -448,7 +449,7 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
     }
     if (lost) forget_unless_redialled(c->peer().node);
     changed_.notify_all();
-    if (!established && reason.starts_with("resolve ")) {
+    if (!established && reason.kind == LinkError::resolve_failed) {
         bool first = false;
         {
             std::lock_guard lock(mutex_);
@@ -457,16 +458,16 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const std::string& re
             first = seed && warned_seeds_.insert(c->target()).second;
         }
         if (first && !stopping_)
-            RPCLB_LOG("mesh", warning) << "seed \"" << c->target() << "\": cannot " << reason
+            RPCLB_LOG("mesh", warning) << "seed \"" << c->target() << "\": cannot " << reason.describe()
                                        << "; still retrying every " << options_.reconnect_interval.count() << " ms";
     }
     if (!lost) {
         if (!established && !stopping_)
             RPCLB_LOG("mesh", debug) << "connection " << (c->target().empty() ? "from a peer" : "to " + c->target())
-                                     << " ended before joining: " << reason;
+                                     << " ended before joining: " << reason.describe();
         return;
     }
-    peer_lost(c, reason, (c->going_away() || c->peer_quiet()) && reason == closed_by_peer);
+    peer_lost(c, reason, (c->going_away() || c->peer_quiet()) && reason.kind == LinkError::closed_by_peer);
 }
 
 void Mesh::forget_unless_redialled(const std::string& node) {
@@ -476,20 +477,20 @@ void Mesh::forget_unless_redialled(const std::string& node) {
     if (!dials(node)) known_.erase(node);
 }
 
-void Mesh::peer_lost(const std::shared_ptr<Connection>& c, const std::string& reason, bool clean) {
+void Mesh::peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool clean) {
     ++peers_lost_;
-    if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason;
+    if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason.describe();
     // Call channels live with the pair's mesh link, both ways. One exception: a link that
     // a stopping node closed cleanly after the byes leaves the channels its peer opened to
     // close_all(), which lets their callers close them, so that a request on one is read
     // and answered rather than dropped unread.
     if (!(stopping_ && clean))
         for (auto& channel : take_channels(c->peer().node))
-            channel->abort("the mesh link to " + c->peer().node + " was lost");
-    if (on_peer_lost_) on_peer_lost_(c->peer().node, clean);
+            channel->abort(reason.kind, "the mesh link was lost: " + reason.describe());
+    if (on_peer_lost_) on_peer_lost_(c->peer().node, reason.kind, clean);
 }
 
-void Mesh::drop_link(const Connection& link, const std::string& reason) {
+void Mesh::drop_link(const Connection& link, const LinkClose& reason) {
     std::shared_ptr<Connection> c;
     {
         std::lock_guard loss(loss_mutex_);
@@ -508,7 +509,7 @@ void Mesh::drop_link(const Connection& link, const std::string& reason) {
     changed_.notify_all();
     // Its pending calls fail now, after the peer has left every group; its own on_closed
     // finds it gone from peers_ and leaves the rest to peer_lost() here.
-    c->abort(reason);
+    c->abort(reason.kind, reason.detail);
     peer_lost(c, reason, false);
 }
 
@@ -639,7 +640,7 @@ void Mesh::close_all(std::chrono::milliseconds limit, bool served_all) {
     // dropped unread (balancers have stopped by now: a load-balanced one gets `draining`).
     // When served calls outlived stop_timeout, what waits on a channel would wait for
     // nothing: the channels close with the links.
-    for (std::size_t i = 0; i < links; ++i) all[i]->close("node stopping");
+    for (std::size_t i = 0; i < links; ++i) all[i]->close(LinkError::stopping);
     // Each close first writes what is queued, then the close handshake; on_closed wakes us
     // (and takes a closed channel out of channels_, where one accepted meanwhile appears).
     const auto all_closed = [&] {
@@ -655,7 +656,7 @@ void Mesh::close_all(std::chrono::milliseconds limit, bool served_all) {
         for (auto& [name, c] : channels_) all.push_back(c);
         lock.unlock();
         for (auto& c : all)
-            if (!c->closed()) c->abort("node stopping (the peer did not answer the close)");
+            if (!c->closed()) c->abort(LinkError::stopping, "the peer did not answer the close");
         lock.lock();
         changed_.wait_for(lock, std::chrono::seconds(1), all_closed);
     }

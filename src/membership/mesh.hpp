@@ -75,7 +75,7 @@ public:
     /// accepted call channels close, set_on_peer_lost). No effect when `link` is no longer
     /// the peer's established link, or the peer has said bye or answered this node's bye.
     /// Any thread but the link's strand.
-    void drop_link(const Connection& link, const std::string& reason);
+    void drop_link(const Connection& link, const LinkClose& reason);
     /// The connection to `node` that may carry a new request, or null (unknown, not
     /// connected, or the peer said bye).
     std::shared_ptr<Connection> connection_to(std::string_view node) const;
@@ -94,7 +94,7 @@ public:
     // ConnectionOwner
     void on_established(const std::shared_ptr<Connection>& c) override;
     void on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) override;
-    void on_closed(const std::shared_ptr<Connection>& c, const std::string& reason, bool established) override;
+    void on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool established) override;
     void on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) override;
     void on_handshake_failed(const std::shared_ptr<Connection>& c, const std::string& reason) override;
     void on_cookie_refused(const std::shared_ptr<Connection>& c) override;
@@ -105,11 +105,13 @@ public:
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
     /// (Router::wake). Set before start().
     void set_on_cookie_refused(std::function<void()> f) { on_cookie_refused_ = std::move(f); }
-    /// Runs (on a network thread) when the mesh link to a node is lost, with its name and
-    /// whether the link ended cleanly after the node's bye (its WebSocket close, not a
-    /// drop), so that this node's call channels to it end too (CallChannels::drop). Set
-    /// before start().
-    void set_on_peer_lost(std::function<void(const std::string&, bool said_bye)> f) { on_peer_lost_ = std::move(f); }
+    /// Runs (on a network thread) when the mesh link to a node is lost, with its name, why
+    /// the link ended, and whether it ended cleanly after the node's bye (its WebSocket
+    /// close, not a drop), so that this node's call channels to it end too, for the same
+    /// reason (CallChannels::drop). Set before start().
+    void set_on_peer_lost(std::function<void(const std::string&, LinkError why, bool said_bye)> f) {
+        on_peer_lost_ = std::move(f);
+    }
     /// The settings every connection of this node uses (CallChannels copies them).
     const ConnectionSettings& settings() const noexcept { return settings_; }
     /// Call channels that peers opened to this node and that are open now.
@@ -148,7 +150,7 @@ private:
     /// What follows the loss of peer link `c` once the peer has left every group: counted,
     /// logged, its accepted channels closed (unless `clean`ly closed while stopping), and
     /// on_peer_lost_ told.
-    void peer_lost(const std::shared_ptr<Connection>& c, const std::string& reason, bool clean);
+    void peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool clean);
     bool dials(const std::string& node) const;
 
     const ClusterOptions& options_;
@@ -181,7 +183,7 @@ private:
     // dialled again (the refusal is explicit, see cookie_refused_close_reason).
     std::map<std::string, std::string, std::less<>> refused_;
     std::function<void()> on_cookie_refused_;
-    std::function<void(const std::string&, bool)> on_peer_lost_;
+    std::function<void(const std::string&, LinkError, bool)> on_peer_lost_;
     // Call channels peers opened to this node, by the peer's name (doc/architecture.md
     // "Call channels"); each is closed when that peer's mesh link goes.
     std::multimap<std::string, std::shared_ptr<Connection>, std::less<>> channels_;

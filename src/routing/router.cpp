@@ -29,17 +29,6 @@ constexpr int max_reselections = 16;
 
 bool is_no_members(const ErrorMessage& e) { return e.is(Failure::no_members); }
 
-// A call or cast refused unsent (never_sent()) is the caller's final outcome: the error
-// says why, as one whose connection dropped after it was sent does. Inside the router the
-// missing `reason` is what marks it for a re-pick; past the router nothing needs that.
-CallResult with_unsent_reason(CallResult result) {
-    if (result || !never_sent(result.error())) return result;
-    auto error = result.error();
-    error.details["reason"] = "not sent: no open connection to the node (never connected, its link was lost, "
-                              "or it said bye)";
-    return error;
-}
-
 ErrorMessage no_matching_node(const NodeFilter& filter) {
     return ErrorMessage{ErrorCode::service_unavailable, "no nodes in cluster found with that filter",
                         boost::json::object{{"node_filter", filter.is_regex() ? "/" + filter.text() + "/"
@@ -192,14 +181,13 @@ private:
         if (spec_.kind == Spec::Kind::cast) {
             auto sent = send_cast(target, std::move(args), lb);
             release();
-            return finish(sent ? CallResult(boost::json::value())
-                               : with_unsent_reason(CallResult(std::move(sent).error())));
+            return finish(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
         }
         send_call(std::move(target), std::move(args), lb, on_caller_thread,
-                           [self = shared_from_this(), release = std::move(release), may_resend](CallResult result) {
+                           [self = shared_from_this(), release = std::move(release), may_resend](RequestOutcome outcome) {
                                release();
-                               if (may_resend && !result &&
-                                   (is_draining(result.error()) || never_sent(result.error())) &&
+                               auto& result = outcome.result;
+                               if (may_resend && !result && (is_draining(result.error()) || outcome.never_sent()) &&
                                    self->reselections_ < max_reselections) {
                                    // Never executed there (refused while draining, or never sent
                                    // because the member had just said bye or its link was gone):
@@ -208,7 +196,7 @@ private:
                                    ++self->reselections_;
                                    return self->attempt(false);
                                }
-                               self->finish(with_unsent_reason(std::move(result)));
+                               self->finish(std::move(result));
                            });
     }
 
@@ -216,7 +204,7 @@ private:
     // On a blocking caller's thread it goes on a call channel when one can be had, and
     // `done` runs here.
     void send_call(std::string target, boost::json::array args, const std::string& lb, bool on_caller_thread,
-                   std::function<void(CallResult)> done) {
+                   std::function<void(RequestOutcome)> done) {
         // A stopped node closed its connections itself: say so, not "noconnection".
         if (router_->sending_stopped()) return done(stopping_error());
         auto c = router_->mesh().connection_to(target);
@@ -245,16 +233,17 @@ private:
     Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
         if (router_->sending_stopped()) return stopping_error();
         auto c = router_->mesh().connection_to(target);
-        if (!c) return unreachable(target);
+        if (!c) return std::move(unreachable(target).result).error();
         return c->cast(wire::Cast{spec_.module, spec_.function, std::move(args), lb});
     }
 
-    // The error of a call to `target`, which is not connected: cookie_refused when that
-    // node refused this node's cookie, no_connection otherwise.
-    ErrorMessage unreachable(const std::string& target) const {
+    // The outcome of a call to `target`, which is not connected: cookie_refused when that
+    // node refused this node's cookie (picking again would not help), else refused unsent
+    // (LinkError::not_connected: a balancer picks again).
+    RequestOutcome unreachable(const std::string& target) const {
         if (auto refused_by = router_->mesh().refused_by(target))
             return cookie_refused_error(*refused_by, target, spec_.module, spec_.function);
-        return unsent_error(target, spec_.module, spec_.function);
+        return unsent(target, spec_.module, spec_.function);
     }
 
     // The short-circuits of seed §4.4: no selection, no retry, no drainer.

@@ -22,7 +22,7 @@ struct CallChannels::Channel final : ConnectionOwner {
 
     ~Channel() override {
         // End the connection here, then let the io_context free what is left.
-        connection->abort("call channel closed");
+        connection->abort(LinkError::channel_closed);
         ioc.restart();
         ioc.poll();
     }
@@ -44,8 +44,9 @@ struct CallChannels::Channel final : ConnectionOwner {
         RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame on a call channel to "
                                    << node << "; ignored";
     }
-    void on_closed(const std::shared_ptr<Connection>&, const std::string& reason, bool) override {
-        close_reason = reason;
+    void on_closed(const std::shared_ptr<Connection>&, const LinkClose& reason, bool) override {
+        close_reason = reason.describe();
+        close_kind = reason.kind;
     }
     void on_bad_frame(const std::shared_ptr<Connection>&, const wire::DecodeError& error) override {
         RPCLB_LOG("mesh", warning) << "refused a frame on a call channel to " << node << ": " << error.message;
@@ -71,6 +72,7 @@ struct CallChannels::Channel final : ConnectionOwner {
     bool established() const noexcept { return connection->established(); }
     bool closed() const noexcept { return connection->closed(); }
     std::string close_reason;  // for the log, when a dial fails; why it closed
+    std::optional<LinkError> close_kind;  // why it closed, once it has
     // This side aborted it (drop(), stop(), the wait's backstop): its close says nothing
     // about the peer.
     std::atomic<bool> aborted{false};
@@ -78,8 +80,8 @@ struct CallChannels::Channel final : ConnectionOwner {
     /// a WebSocket close (a peer that means to close a channel says so; one that crashed or
     /// dropped this node's link does not).
     bool broke() const {
-        return closed() && !aborted.load() && !close_reason.empty() && close_reason != closed_by_peer &&
-               close_reason != peer_not_reading;
+        return closed() && !aborted.load() && close_kind && *close_kind != LinkError::closed_by_peer &&
+               *close_kind != LinkError::peer_not_reading;
     }
     bool retired = false;      // its node's link closed after a bye: closed after this call (under mutex_)
     Clock::time_point idle_since;  // when it was last pooled (under mutex_)
@@ -94,8 +96,8 @@ CallChannels::CallChannels(const ConnectionSettings& settings, bool enabled)
 
 CallChannels::~CallChannels() { stop(); }
 
-std::optional<CallResult> CallChannels::call(const Connection& link, wire::Request& request,
-                                             std::chrono::milliseconds timeout) {
+std::optional<RequestOutcome> CallChannels::call(const Connection& link, wire::Request& request,
+                                                 std::chrono::milliseconds timeout) {
     if (!enabled_ || !link.peer_accepts_channels() || link.going_away()) return std::nullopt;
     const auto now = Clock::now();
     // A channel is only a faster road: dialling one may take a quarter of the call's time
@@ -106,35 +108,34 @@ std::optional<CallResult> CallChannels::call(const Connection& link, wire::Reque
     auto channel = take(link, now + dial_limit);
     if (!channel) return std::nullopt;
     // Once the peer has said bye on the link it may close its channels at any moment: the
-    // request goes to the link, which refuses it unsent (never_sent()), as late as we can tell.
+    // request goes to the link, which refuses it unsent (LinkError::not_connected), as late
+    // as we can tell.
     if (link.going_away()) {
         give_back(std::move(channel));
         return std::nullopt;
     }
     calls_.fetch_add(1, std::memory_order_relaxed);
-    std::optional<CallResult> result;
-    channel->connection->request(std::move(request), timeout, [&result](CallResult r) { result = std::move(r); });
+    std::optional<RequestOutcome> result;
+    channel->connection->request(std::move(request), timeout, [&result](RequestOutcome r) { result = std::move(r); });
     // The connection's deadline timer ends the wait at `timeout`, and its failure (a drop,
     // or abort() from drop() and stop()) completes it at once; the time limit here is only
     // a backstop.
     channel->run_until([&] { return result.has_value(); }, Clock::time_point::max());
     if (!result) {
         channel->aborted = true;
-        channel->connection->abort("the call's wait ended without an outcome");
+        channel->connection->abort(LinkError::channel_closed, "the call's wait ended without an outcome");
         channel->run_until([&] { return result.has_value(); }, Clock::now() + std::chrono::seconds(1));
     }
     // The call failed because the channel broke: the peer is gone, and the pair's mesh link
     // may not have noticed yet (another thread reads it). The peer leaves every balancer
     // before this caller, and so any call it makes next, learns of the loss.
     const bool broke = result && !*result && channel->broke() && !link.going_away() && !link.peer_quiet();
-    const auto why = broke ? channel->close_reason : std::string();
+    const auto why = broke ? *channel->close_kind : LinkError::io_error;
     give_back(std::move(channel));
-    if (broke && on_lost_) on_lost_(link, "a call channel to " + link.peer().node + " broke: " + why);
-    if (!result) {  // cannot happen: the connection completes every request it takes (moved from: no names)
-        auto error = call_failure(Failure::no_connection, link.peer().node, {}, {});
-        error.details["reason"] = "the call channel gave no outcome";  // it may have been sent: not never_sent()
-        return error;
-    }
+    if (broke && on_lost_) on_lost_(link, LinkClose{why, {}, "a call channel to " + link.peer().node + " broke"});
+    if (!result)  // cannot happen: the connection completes every request it takes (moved from: no names)
+        return RequestOutcome{link_failure(LinkError::channel_closed, link.peer().node, {}, {}),
+                              LinkError::channel_closed};  // it may have been sent: not never_sent()
     return result;
 }
 
@@ -270,8 +271,8 @@ void CallChannels::give_back(std::unique_ptr<Channel> channel, bool keep) {
     channel.reset();  // outside the lock: its destructor runs the connection's last handlers
 }
 
-std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::string_view node,
-                                                                         const std::string& reason, bool retire) {
+std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::string_view node, LinkError why,
+                                                                         bool retire) {
     std::vector<std::unique_ptr<Channel>> idle;
     std::lock_guard lock(mutex_);
     for (auto it = idle_.begin(); it != idle_.end();) {
@@ -294,14 +295,14 @@ std::vector<std::unique_ptr<CallChannels::Channel>> CallChannels::detach(std::st
                 channel->retired = true;
             } else {
                 channel->aborted = true;
-                channel->connection->abort(reason);
+                channel->connection->abort(why, node.empty() ? std::string() : "the mesh link was lost");
             }
         }
     return idle;
 }
 
-void CallChannels::drop(const std::string& node, bool said_bye) {
-    auto idle = detach(node, "the mesh link to " + node + " was lost", said_bye);
+void CallChannels::drop(const std::string& node, LinkError why, bool said_bye) {
+    auto idle = detach(node, why, said_bye);
     std::lock_guard lock(mutex_);
     no_dial_until_.erase(node);
 }
@@ -311,7 +312,7 @@ void CallChannels::stop() {
         std::lock_guard lock(mutex_);
         stopped_ = true;
     }
-    detach({}, "node stopping");
+    detach({}, LinkError::stopping);
 }
 
 std::size_t CallChannels::open() const {

@@ -68,24 +68,25 @@ public:
     /// channel could be had (see the class comment): `request` is then untouched and the
     /// caller sends it on `link` with the time left (a dial that fails takes at most a
     /// quarter of `timeout`). Never call it from a network thread.
-    std::optional<CallResult> call(const Connection& link, wire::Request& request,
-                                   std::chrono::milliseconds timeout);
+    std::optional<RequestOutcome> call(const Connection& link, wire::Request& request,
+                                       std::chrono::milliseconds timeout);
 
     /// Runs on a blocking caller's thread when a channel broke under its call (the peer's
     /// end closed or reset it, no WebSocket close, while its link had not said bye): the
     /// peer is taken for lost, and the function (Mesh::drop_link) takes it out of every
     /// balancer before the call's failure is returned. `link` is the channel's mesh link;
     /// `reason` why the channel closed. Set before the first call().
-    void set_on_lost(std::function<void(const Connection& link, const std::string& reason)> f) {
+    void set_on_lost(std::function<void(const Connection& link, const LinkClose& reason)> f) {
         on_lost_ = std::move(f);
     }
 
-    /// The mesh link to `node` was lost: its idle channels close. Calls waiting on its busy
-    /// ones fail now (`service_unavailable`, as on the link), unless the node said bye
-    /// first (`said_bye`): a stopping node keeps reading and answering its channels until
-    /// their callers close them (Mesh::close_all), so those calls get their answers, and
-    /// their channels close after them.
-    void drop(const std::string& node, bool said_bye = false);
+    /// The mesh link to `node` was lost for `why` (its close's LinkError): its idle
+    /// channels close. Calls waiting on its busy ones fail now with `why`, as calls on the
+    /// link did (one failure, one reason), unless the node said bye first (`said_bye`): a
+    /// stopping node keeps reading and answering its channels until their callers close
+    /// them (Mesh::close_all), so those calls get their answers, and their channels close
+    /// after them.
+    void drop(const std::string& node, LinkError why, bool said_bye = false);
     /// The node is stopping: every channel closes as drop() does, and none opens again.
     void stop();
 
@@ -111,10 +112,9 @@ private:
     void mark_busy(Channel* channel) { busy_.push_back(channel); }
     void mark_idle(Channel* channel) { std::erase(busy_, channel); }
     /// Removes the idle channels of `node` (every node's when empty) and aborts the busy
-    /// ones, or with `retire` lets them finish their calls and be closed after; returns the
-    /// idle ones, to be destroyed outside the lock.
-    std::vector<std::unique_ptr<Channel>> detach(std::string_view node, const std::string& reason,
-                                                 bool retire = false);
+    /// ones with `why`, or with `retire` lets them finish their calls and be closed after;
+    /// returns the idle ones, to be destroyed outside the lock.
+    std::vector<std::unique_ptr<Channel>> detach(std::string_view node, LinkError why, bool retire = false);
 
     ConnectionSettings settings_;
     const bool enabled_;
@@ -125,7 +125,7 @@ private:
     std::map<std::string, Clock::time_point, std::less<>> no_dial_until_;  // after a failed dial
     bool stopped_ = false;
     std::atomic<std::uint64_t> calls_{0};
-    std::function<void(const Connection&, const std::string&)> on_lost_;
+    std::function<void(const Connection&, const LinkClose&)> on_lost_;
 };
 
 }  // namespace rpclb::detail

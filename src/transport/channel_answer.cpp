@@ -4,7 +4,6 @@
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/beast/websocket/error.hpp>
 
 #include <chrono>
 #include <functional>
@@ -14,7 +13,6 @@
 namespace rpclb::detail {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace ws = beast::websocket;
 
 // A call channel carries one call at a time: its dialer sends the next request only once
 // it has the answer (or gave up on it, and then closes the channel: CallChannels::call).
@@ -132,7 +130,7 @@ std::optional<wire::Request> Connection::follow(const std::function<bool()>& may
         self->take_stream_back();
         --self->answers_owed_;
         if (self->closed_) return;
-        if (ec) return self->fail(ec == ws::error::closed ? std::string(closed_by_peer) : ec.message());
+        if (ec) return self->fail(LinkClose::from(ec));
         // The read handler that lent the stream has ended (it ran before this, on the
         // strand), so buffer_ is empty and the message can move there.
         std::swap(self->buffer_, self->follow_buffer_);

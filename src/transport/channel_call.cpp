@@ -4,7 +4,6 @@
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
-#include <boost/beast/websocket/error.hpp>
 
 #include <algorithm>
 #include <optional>
@@ -19,7 +18,6 @@
 namespace rpclb::detail {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace ws = beast::websocket;
 
 void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pending) {
     // Beast's reads and writes may be used synchronously only while no asynchronous one is
@@ -54,7 +52,7 @@ void Connection::call_in_place(std::uint64_t id, std::string frame, Pending pend
         switch (waiting) {
         case Waiting::frame: {
             const auto bytes = ws_.visit([&](auto& ws) { return ws.read(buffer_, ec); });
-            if (ec) return fail(ec == ws::error::closed ? std::string(closed_by_peer) : ec.message());
+            if (ec) return fail(LinkClose::from(ec));
             on_read(bytes);  // completes the call when this is its answer
             if (closed_ || !pending_.contains(id)) return;
             // Another frame (a late answer to an earlier call): on_read started a read, and
@@ -92,12 +90,12 @@ bool Connection::wait_readable(Clock::time_point deadline) {
     return ready > 0 || (ready < 0 && errno == EINTR);
 }
 
-std::optional<std::string> Connection::interruption() {
+std::optional<LinkClose> Connection::interruption() {
     std::lock_guard lock(wait_mutex_);
     return interrupted_;
 }
 
-void Connection::interrupt_wait(const std::string& reason) {
+void Connection::interrupt_wait(const LinkClose& reason) {
     std::lock_guard lock(wait_mutex_);
     if (!interrupted_) interrupted_ = reason;
     // The caller is blocked in poll() on this socket, and it closes the socket only after

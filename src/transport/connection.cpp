@@ -15,7 +15,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
-#include <boost/beast/http/error.hpp>
 #include <boost/beast/websocket/stream_base.hpp>
 
 #include <algorithm>
@@ -113,7 +112,7 @@ void Connection::start() {
     auto self = shared_from_this();
     handshake_timer_.expires_after(settings_.handshake_timeout);
     handshake_timer_.async_wait([self](beast::error_code ec) {
-        if (!ec && !self->established_) self->fail("handshake timed out");
+        if (!ec && !self->established_) self->fail({LinkError::handshake_timed_out});
     });
     if (role() == Role::acceptor) {
         asio::dispatch(ws_.get_executor(), [self] {
@@ -146,7 +145,7 @@ void Connection::start() {
         auto resolver = std::make_shared<tcp::resolver>(self->ws_.get_executor());
         resolver->async_resolve(host, port, [self, resolver, host](beast::error_code ec,
                                                                    tcp::resolver::results_type results) {
-            if (ec) return self->fail("resolve " + self->target_ + ": " + ec.message());
+            if (ec) return self->fail({LinkError::resolve_failed, ec, "resolve " + self->target_});
             // handshake_timer_ (armed in start) bounds the connect too: fail() closes the socket.
             asio::async_connect(self->ws_.socket(), results,
                                 [self, host](beast::error_code ec, const tcp::endpoint&) { self->on_connected(ec, host); });
@@ -155,7 +154,7 @@ void Connection::start() {
 }
 
 void Connection::on_connected(beast::error_code ec, const std::string& host) {
-    if (ec) return fail("connect " + target_ + ": " + ec.message());
+    if (ec) return fail({LinkError::connect_failed, ec, "connect " + target_});
     configure();
     if (ws_.tls())
         dial_tls(host);
@@ -176,12 +175,12 @@ void Connection::accept_plain() {
     // handshake (RFC 8446 section 5.1), where a WebSocket upgrade starts with "GET".
     auto self = shared_from_this();
     ws_.socket().async_read_some(asio::buffer(first_bytes_), [self](beast::error_code ec, std::size_t n) {
-        if (ec) return self->fail("websocket accept: " + ec.message());
+        if (ec) return self->fail(LinkClose::from(ec, "websocket accept"));
         if (self->first_bytes_[0] == 22)
             return self->tls_fail("the peer speaks TLS and this node is plaintext (no tls.cert)");
         self->ws_.visit([&](auto& ws) {
             ws.async_accept(asio::buffer(self->first_bytes_.data(), n), [self](beast::error_code ec) {
-                if (ec) return self->fail("websocket accept: " + ec.message());
+                if (ec) return self->fail(LinkClose::from(ec, "websocket accept"));
                 self->on_websocket_open();
             });
         });
@@ -191,7 +190,7 @@ void Connection::accept_plain() {
 void Connection::accept_websocket() {
     ws_.visit([self = shared_from_this()](auto& ws) {
         ws.async_accept([self](beast::error_code ec) {
-            if (ec) return self->fail("websocket accept: " + ec.message());
+            if (ec) return self->fail(LinkClose::from(ec, "websocket accept"));
             self->on_websocket_open();
         });
     });
@@ -218,12 +217,11 @@ void Connection::dial_websocket() {
                 return self->tls_fail("the peer closed the connection right after the TLS handshake (" +
                                       ec.message() + "); it may have refused this node's certificate");
             // A TLS acceptor closes on a plaintext upgrade without answering it.
-            if (!self->ws_.tls() && (ec == beast::http::error::end_of_stream || ec == asio::error::eof ||
-                                     ec == asio::error::connection_reset))
+            if (!self->ws_.tls() && link_error(ec) == LinkError::reset)
                 return self->tls_fail("the peer closed the connection without answering the WebSocket upgrade "
                                       "(websocket handshake: " + ec.message() +
                                       "); is it a TLS node? This node is plaintext (no tls.cert)");
-            self->fail("websocket handshake: " + ec.message());
+            self->fail(LinkClose::from(ec, "websocket handshake"));
         });
     });
 }
@@ -231,7 +229,7 @@ void Connection::dial_websocket() {
 void Connection::tls_fail(const std::string& reason) {
     if (closed_) return;
     owner_.on_tls_failed(shared_from_this(), reason);
-    fail("TLS handshake: " + reason);
+    fail({LinkError::tls_failed, {}, "TLS handshake: " + reason});
 }
 
 void Connection::on_websocket_open() {
@@ -250,17 +248,19 @@ void Connection::do_read() {
             if (ec) {
                 if (ec == ws::error::message_too_big && !self->established_) {
                     self->owner_.on_oversize_before_handshake(self);
-                    return self->fail("a message over " + std::to_string(max_handshake_message) +
-                                      " bytes before the cookie handshake was done");
+                    return self->fail(LinkClose{LinkError::too_large, ec,
+                                                "a message over " + std::to_string(max_handshake_message) +
+                                                    " bytes before the cookie handshake was done"});
                 }
-                const bool normal = ec == ws::error::closed;
-                if (normal && !self->established_ && self->handshake_.awaiting_ready()) {
+                auto reason = LinkClose::from(ec);
+                if (reason.kind == LinkError::closed_by_peer && !self->established_ &&
+                    self->handshake_.awaiting_ready()) {
                     const auto why = self->ws_.visit([](auto& ws) { return ws.reason(); });
                     if (why.code == ws::close_code::policy_error &&
                         std::string_view(why.reason.data(), why.reason.size()) == cookie_refused_close_reason)
-                        self->cookie_refused_ = true;
+                        reason.kind = LinkError::cookie_refused;
                 }
-                return self->fail(normal ? std::string(closed_by_peer) : ec.message());
+                return self->fail(reason);
             }
             self->on_read(bytes);
         });
@@ -291,7 +291,7 @@ void Connection::on_read(std::size_t) {
     // The frames viewed buffer_: empty it only now, and before the next read is started
     // (which may fill it at once).
     buffer_.consume(buffer_.size());
-    if (!failure.empty()) return fail(failure);
+    if (!failure.empty()) return fail({LinkError::handshake_failed, {}, failure});
     if (closed_) return;
     // A call channel's dialer reads only while a call waits (input_waiting()).
     if (settings_.channel && established_ && pending_.empty()) return;
@@ -336,7 +336,7 @@ void Connection::handle_step(Handshake::Step step) {
     if (step.error) {
         owner_.on_handshake_failed(shared_from_this(), *step.error);
         if (step.wrong_cookie && role() == Role::acceptor) return refuse_cookie(*step.error);
-        return fail(*step.error);
+        return fail({LinkError::handshake_failed, {}, *step.error});
     }
     if (step.done) {
         handshake_timer_.cancel();
@@ -477,7 +477,7 @@ std::optional<ErrorMessage> Connection::too_large(std::string_view what, const s
 
 Result<void> Connection::cast(wire::Cast cast) {
     if (auto error = not_json("cast", cast.args, cast.module, cast.function)) return std::move(*error);
-    if (closed_) return call_failure(Failure::no_connection, peer().node, cast.module, cast.function);
+    if (closed_) return link_failure(LinkError::not_connected, peer().node, cast.module, cast.function);
     auto frame = wire::encode(cast, spares_.take());
     if (auto error = too_large("cast", frame, cast.module, cast.function)) return std::move(*error);
     if (!reserve(frame.size(), true)) return overloaded(cast.module, cast.function);
@@ -491,7 +491,7 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
         return done(std::move(*error));
     // Closed already (the node may be stopping, its strand about to run no more), or the
     // peer said bye: fail now, unsent, rather than queue what may never be looked at.
-    if (closed_ || going_away()) return done(unsent_error(peer().node, request.module, request.function));
+    if (closed_ || going_away()) return done(unsent(peer().node, request.module, request.function));
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
     // The peer starts no handler for it after this long (RpcServer::run_unless_expired),
@@ -519,7 +519,7 @@ void Connection::start_request(std::uint64_t id, std::string frame, Pending pend
     // close once it has our answering bye, and would never read this request.
     if (closed_ || going_away()) {
         release(frame.size());
-        return pending.done(unsent_error(peer().node, pending.module, pending.function));
+        return pending.done(unsent(peer().node, pending.module, pending.function));
     }
     const auto deadline = pending.deadline;
     pending_.emplace(id, std::move(pending));
@@ -584,7 +584,8 @@ void Connection::complete(wire::Response&& response) {
     if (settings_.channel && late_answers_owed_ > 0) --late_answers_owed_;
 }
 
-void Connection::close(std::string reason) {
+void Connection::close(LinkError why, std::string detail) {
+    LinkClose reason{why, {}, std::move(detail)};
     asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)]() mutable {
         if (self->closed_ || self->close_reason_) return;
         if (!self->open_) return self->fail(reason);
@@ -612,7 +613,8 @@ void Connection::read_waiting_input() {
     });
 }
 
-void Connection::abort(std::string reason) {
+void Connection::abort(LinkError why, std::string detail) {
+    LinkClose reason{why, {}, std::move(detail)};
     if (settings_.channel) interrupt_wait(reason);
     asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)] { self->fail(reason); });
 }
@@ -633,7 +635,7 @@ void Connection::refuse_cookie(const std::string& reason) {
     // Nothing else is sent: the close frame (after what is queued) tells the dialer why,
     // so it stops dialling. handshake_timer_ still ends a dialer that never answers it.
     if (closed_ || close_reason_) return;
-    close_reason_ = reason;
+    close_reason_ = LinkClose{LinkError::handshake_failed, {}, reason};
     refusing_cookie_ = true;
     write_next();
 }
@@ -679,7 +681,7 @@ void Connection::on_control(ws::frame_type kind, std::string_view payload) {
                   std::memory_order_relaxed);
 }
 
-void Connection::fail(const std::string& reason) {
+void Connection::fail(const LinkClose& reason) {
     if (closed_.exchange(true)) return;
     if (accepted_channel()) take_stream_back();  // before the socket closes under a worker's write
     spares_.trim(true);
@@ -691,7 +693,7 @@ void Connection::fail(const std::string& reason) {
     ws_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     ws_.socket().close(ignored);
     release(queue_.fail());  // a write in progress keeps its frames until it completes
-    if (cookie_refused_)
+    if (reason.kind == LinkError::cookie_refused)
         owner_.on_cookie_refused(shared_from_this());
     else if (!established_ && handshake_.awaiting_ready())
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
@@ -704,15 +706,11 @@ void Connection::fail(const std::string& reason) {
     fail_pending(reason);
 }
 
-void Connection::fail_pending(const std::string& reason) {
+void Connection::fail_pending(const LinkClose& reason) {
     auto pending = std::move(pending_);
     pending_.clear();
     deadlines_.clear();
-    for (auto& [id, p] : pending) {
-        auto error = call_failure(Failure::no_connection, peer().node, p.module, p.function);
-        error.details["reason"] = reason;
-        p.done(std::move(error));
-    }
+    for (auto& [id, p] : pending) p.done({link_failure(reason.kind, peer().node, p.module, p.function), reason.kind});
 }
 
 }  // namespace rpclb::detail

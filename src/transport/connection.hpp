@@ -2,6 +2,7 @@
 #pragma once
 
 #include "transport/frame_pool.hpp"
+#include "transport/link_error.hpp"
 #include "transport/mesh_stream.hpp"
 #include "transport/write_queue.hpp"
 
@@ -39,11 +40,11 @@ public:
     virtual void on_established(const std::shared_ptr<Connection>& connection) = 0;
     /// A decoded frame other than a handshake frame or a Response.
     virtual void on_frame(const std::shared_ptr<Connection>& connection, wire::Frame&& frame) = 0;
-    /// The connection is closed; `established` tells whether on_established ran. Runs
-    /// before the requests still pending on it fail (with `details.reason`), so that what
-    /// the owner does about the loss (the mesh takes the peer out of every balancer) is
-    /// done before any caller learns of it.
-    virtual void on_closed(const std::shared_ptr<Connection>& connection, const std::string& reason,
+    /// The connection is closed, for `reason` (its kind for decisions, describe() for
+    /// logs); `established` tells whether on_established ran. Runs before the requests
+    /// still pending on it fail, so that what the owner does about the loss (the mesh takes
+    /// the peer out of every balancer) is done before any caller learns of it.
+    virtual void on_closed(const std::shared_ptr<Connection>& connection, const LinkClose& reason,
                            bool established) = 0;
     /// A frame the codec refused (already answered when it was a request).
     virtual void on_bad_frame(const std::shared_ptr<Connection>& connection,
@@ -101,7 +102,7 @@ struct ConnectionSettings {
 };
 
 /// Called once with the outcome of a request sent on a connection.
-using ResponseHandler = std::function<void(CallResult)>;
+using ResponseHandler = std::function<void(RequestOutcome)>;
 
 /// A WebSocket to one peer: handshake, read loop, write queue, pending requests.
 /// All state lives on one strand; the public members are safe from any thread.
@@ -134,16 +135,17 @@ public:
 
     /// Queues a cast (no answer). Errors: `bad_request` (Failure::too_large) when its frame
     /// is over the size limit; `service_unavailable` (Failure::overloaded) when the send
-    /// queue is full; `service_unavailable` (Failure::no_connection) once the connection
-    /// has closed.
+    /// queue is full; `service_unavailable` (Failure::no_connection, `details.reason` "not
+    /// connected") once the connection has closed.
     Result<void> cast(wire::Cast cast);
 
     /// Sends a request and completes `done` with its response, `request_timeout` after
     /// `timeout`, or `service_unavailable` when the connection closes first or, at once,
     /// when the send queue is full (Failure::overloaded). A request refused unsent because
     /// the connection had closed or the peer had said bye fails with Failure::no_connection
-    /// and no `reason` detail (never_sent() is true); one that was queued and then lost its
-    /// connection names the close in `details.reason`. Any thread; on a call channel's
+    /// and LinkError::not_connected (RequestOutcome::never_sent()); one that was queued and
+    /// then lost its connection fails with the close's LinkError. Either way
+    /// `details.reason` is that LinkError's text. Any thread; on a call channel's
     /// dialer (ConnectionSettings::channel) only the thread that drives it, outside its
     /// handlers (CallChannels::call), which starts the request at once.
     void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
@@ -159,8 +161,8 @@ public:
     /// Sends the answer promised by answer_later() (a Response frame). Any thread. On an
     /// accepted call channel a frame of at most max_in_place_frame bytes is written right
     /// here with a blocking write when the channel is idle (it never waits: the socket is
-    /// non-blocking; a full buffer fails the channel, write_failure()); otherwise, and on
-    /// other connections, it is queued as send() would.
+    /// non-blocking; a full buffer fails the channel, LinkError::peer_not_reading);
+    /// otherwise, and on other connections, it is queued as send() would.
     ///
     /// With `stay`, on a plain (not TLS) channel, when the answer was written here, this
     /// thread keeps the stream and returns true: it must then call follow(). It stays only
@@ -185,13 +187,15 @@ public:
     /// skipped): the channel reads again. Any thread.
     void forgo_answer();
 
-    /// Closes the connection (idempotent); `reason` is logged and reported.
-    void close(std::string reason);
+    /// Closes the connection (idempotent; any thread) once what is queued is written: the
+    /// close reports `why` (ConnectionOwner::on_closed, the calls it fails) and logs
+    /// `detail`.
+    void close(LinkError why, std::string detail = {});
     /// Ends the connection now, without the close handshake: pending requests fail at
-    /// once with `reason` (idempotent; any thread). On a call channel's dialer it also
+    /// once with `why` (idempotent; any thread). On a call channel's dialer it also
     /// wakes a caller blocked in the connection's socket (call_in_place), which then fails
-    /// its call with `reason`.
-    void abort(std::string reason);
+    /// its call with `why`. `detail` is for logs.
+    void abort(LinkError why, std::string detail = {});
 
     /// A call channel (wire::Hello::channel) rather than a mesh link: this side dialled
     /// it as one, or, accepted, the dialer said so. Meaningful once established.
@@ -280,11 +284,11 @@ private:
     /// deadline on a full buffer (timed-out calls to a frozen peer leave their requests in
     /// the buffers). A frame this small fits the buffers of a peer that reads; when it does
     /// not, the peer has stopped reading, and the channel fails
-    /// (write_failure()), failing its call at once instead of hanging it.
+    /// (LinkError::peer_not_reading), failing its call at once instead of hanging it.
     static constexpr std::size_t max_in_place_frame = 8 * 1024;
-    /// The reason a failed write closes the connection with (an in-place write on a full
-    /// buffer says the peer is not reading; asynchronous writes never fail that way).
-    static std::string write_failure(const boost::system::error_code& ec);
+    /// The close of a failed write (an in-place write on a full buffer: peer_not_reading;
+    /// asynchronous writes never fail that way).
+    static LinkClose write_failure(const boost::system::error_code& ec) { return LinkClose::from(ec, "write"); }
     /// Call channel, dialer, on the thread that drives it, outside its handlers: when the
     /// connection is plain TCP, idle and the frame small, writes the request and reads its
     /// answer with blocking socket calls on this thread (no io_context round), completing
@@ -304,9 +308,9 @@ private:
     /// interrupt_wait() wakes it (false, interrupted_ set).
     bool wait_readable(Clock::time_point deadline);
     /// Any thread: makes the in-place call fail with `reason`, now if it is blocked.
-    void interrupt_wait(const std::string& reason);
+    void interrupt_wait(const LinkClose& reason);
     /// The reason interrupt_wait() gave, if it ran.
-    std::optional<std::string> interruption();
+    std::optional<LinkClose> interruption();
     // ---- the answers of an accepted call channel (channel_answer.cpp) ----
     /// A call channel this side accepted (answers of its workers may be written in place).
     bool accepted_channel() const noexcept { return channel_ && role() == Role::acceptor; }
@@ -350,8 +354,8 @@ private:
     void on_websocket_open();
     void do_read();
     void on_read(std::size_t bytes);
-    /// Handles one frame; returns why the connection must end (a bad handshake frame),
-    /// or an empty string.
+    /// Handles one frame; returns why the connection must end (a bad handshake frame:
+    /// LinkError::handshake_failed), or an empty string.
     std::string on_frame_text(std::string_view text);
     void handle_step(Handshake::Step step);
     void complete(wire::Response&& response);
@@ -375,8 +379,10 @@ private:
     void start_close();
     /// Acceptor: the dialer's proof failed; close with cookie_refused_close_reason.
     void refuse_cookie(const std::string& reason);
-    void fail(const std::string& reason);
-    void fail_pending(const std::string& reason);
+    /// Ends the connection for `reason` (the first one given wins): fails its pending
+    /// requests, then tells the owner.
+    void fail(const LinkClose& reason);
+    void fail_pending(const LinkClose& reason);
     /// Removes request `id` from the pending calls; nullopt when it is not pending.
     std::optional<Pending> take_pending(std::uint64_t id);
     void arm_deadline(Clock::time_point deadline);
@@ -406,10 +412,9 @@ private:
     // The frames of a read are being handled: what they queue (answers of inline handlers,
     // requests of inline completions) is written together once the last is handled.
     bool handling_read_ = false;
-    std::optional<std::string> close_reason_;  // close() was called: close once the queue is empty
+    std::optional<LinkClose> close_reason_;  // close() was called: close once the queue is empty
     bool close_started_ = false;
     bool refusing_cookie_ = false;  // acceptor: the close says cookie_refused_close_reason
-    bool cookie_refused_ = false;   // dialer: the acceptor's close said it
     boost::asio::steady_timer handshake_timer_;
     std::unordered_map<std::uint64_t, Pending> pending_;
     std::set<Deadline> deadlines_;
@@ -429,7 +434,7 @@ private:
     // (never after the caller closed it).
     std::mutex wait_mutex_;
     int waiting_fd_ = -1;
-    std::optional<std::string> interrupted_;
+    std::optional<LinkClose> interrupted_;
     /// A guess that costs one system call for nothing when wrong: kept while it proves
     /// right, and tried again on every eighth chance after it proved wrong.
     struct RetriedGuess {
@@ -466,27 +471,5 @@ private:
     std::atomic<bool> bye_sent_{false};
     std::atomic<bool> peer_quiet_{false};
 };
-
-/// The reason a connection reports (ConnectionOwner::on_closed) when the peer closed it
-/// with a WebSocket close: a clean end, not a drop.
-inline constexpr std::string_view closed_by_peer = "closed by peer";
-
-/// The reason a call channel closes with when an in-place write finds the socket's buffers
-/// full (Connection::write_failure): the peer is alive but not reading.
-inline constexpr std::string_view peer_not_reading =
-    "the peer is not reading its call channel (the socket's buffers are full)";
-
-/// True when `error` says a request never left this node: `no_connection` without the
-/// `reason` detail that a queued request's failure carries (Connection::request; the
-/// router's own "not connected"). Such a call ran nowhere, so a balancer may pick again.
-inline bool never_sent(const ErrorMessage& error) {
-    return error.is(Failure::no_connection) && !error.details.contains("reason");
-}
-
-/// The error of a call to `node` that was refused before anything was sent (never_sent()
-/// is true of it): `service_unavailable`, "noconnection".
-inline ErrorMessage unsent_error(std::string_view node, std::string_view module, std::string_view function) {
-    return call_failure(Failure::no_connection, node, module, function);
-}
 
 }  // namespace rpclb::detail

@@ -4,15 +4,11 @@
 // "Call channels".
 #include "transport/connection.hpp"
 
-#include <boost/asio/error.hpp>
-
 #include <cerrno>
 #include <cstdint>
 #include <optional>
 
 namespace rpclb::detail {
-namespace asio = boost::asio;
-
 namespace {
 // Frames up to this payload size are taken in place once they are whole in the socket.
 constexpr std::size_t max_in_place_payload = 64 * 1024;
@@ -62,14 +58,6 @@ Connection::Waiting Connection::take_frame() {
     // A larger frame: its rest, exactly, if it is all in the socket by now.
     if (ahead.size() < *whole && socket->receive_ahead(*whole - ahead.size()) <= 0) return Waiting::other;
     return ahead.size() == *whole ? Waiting::frame : Waiting::other;
-}
-
-std::string Connection::write_failure(const boost::system::error_code& ec) {
-    // A call channel's socket is in non-blocking mode (handle_step): a full buffer fails an
-    // in-place write.
-    if (ec == asio::error::would_block || ec == asio::error::try_again)
-        return std::string(peer_not_reading);
-    return "write: " + ec.message();
 }
 
 }  // namespace rpclb::detail

@@ -8,9 +8,24 @@
 
 #include <csignal>
 #include <future>
+#include <string>
+#include <string_view>
 
 using namespace std::chrono_literals;
 using namespace rpclb::test;
+
+namespace {
+
+// The details.reason of a call that the keep-alive's verdict failed (doc/architecture.md
+// "Errors").
+constexpr std::string_view keepalive_timeout = "keep-alive timeout (nothing heard from the peer)";
+
+std::string reason_of(const rpclb::ErrorMessage& e) {
+    const auto* v = e.details.if_contains("reason");
+    return v && v->is_string() ? std::string(v->get_string()) : std::string("<missing>");
+}
+
+}  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(keepalive, Harness)
 
@@ -41,6 +56,7 @@ BOOST_AUTO_TEST_CASE(frozen_peer_leaves_after_idle_timeout_and_fails_pending_cal
     auto result = future.get();
     BOOST_REQUIRE(!result.has_value());
     BOOST_TEST((result.error().code == rpclb::ErrorCode::service_unavailable));
+    BOOST_TEST(reason_of(result.error()) == keepalive_timeout);
 
     // The survivor keeps serving.
     call_options.timeout = 2s;
@@ -77,6 +93,8 @@ BOOST_AUTO_TEST_CASE(a_blocking_call_waiting_in_its_callers_socket_fails_when_th
     BOOST_REQUIRE(!result.has_value());
     BOOST_TEST((result.error().code == rpclb::ErrorCode::service_unavailable), result.error().message);
     BOOST_TEST((failed_after < 4s));  // the 1 s idle timeout and a margin, not the 20 s deadline
+    // The channel failed because the mesh link was lost: the call names the link's reason.
+    BOOST_TEST(reason_of(result.error()) == keepalive_timeout);
     b->process().signal(SIGCONT);
 }
 

@@ -26,6 +26,9 @@ std::string detail(const ErrorMessage& e, std::string_view key) {
     return v && v->is_string() ? std::string(v->get_string()) : std::string("<missing>");
 }
 
+// Why rpclb failed a call whose connection failed (doc/architecture.md "Errors").
+std::string reason_of(const ErrorMessage& e) { return detail(e, "reason"); }
+
 // Every call error names node, module and function (seed §10.1).
 void check_names_call(const ErrorMessage& e, const std::string& node, const std::string& module,
                       const std::string& function) {
@@ -72,6 +75,9 @@ BOOST_FIXTURE_TEST_CASE(call_fails_fast_when_node_dies_midway, OneNode) {
     BOOST_TEST_REQUIRE(!result.has_value(), describe(result));
     BOOST_TEST(result.error().code == ErrorCode::service_unavailable, describe(result));
     check_names_call(result.error(), a->name(), "demo", "sleep");
+    // The dead node's kernel ended the connection without a WebSocket close: one reason,
+    // whether the read saw the end of the stream or a reset.
+    BOOST_TEST(reason_of(result.error()) == "connection lost", describe(result));
 }
 
 // Freezes a node (SIGSTOP, waiting until every thread has stopped: kill() returns while a
@@ -178,11 +184,13 @@ BOOST_FIXTURE_TEST_CASE(call_to_unknown_node_fails_at_once, OneNode) {
     BOOST_TEST(result.error().code == ErrorCode::service_unavailable, describe(result));
     BOOST_TEST(took < 500, "took " << took << " ms: it waited instead of failing at once");
     check_names_call(result.error(), "ghost@127.0.0.1", "demo", "node");
+    BOOST_TEST(reason_of(result.error()) == "not connected", describe(result));
 
     const auto cast = client->cast("ghost@127.0.0.1", "demo", "node");
     BOOST_TEST_REQUIRE(!cast.has_value());
     BOOST_TEST(cast.error().code == ErrorCode::service_unavailable);
     check_names_call(cast.error(), "ghost@127.0.0.1", "demo", "node");
+    BOOST_TEST(reason_of(cast.error()) == "not connected");
 }
 
 BOOST_FIXTURE_TEST_CASE(call_past_deadline_is_request_timeout, OneNode) {

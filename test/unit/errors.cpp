@@ -128,6 +128,9 @@ BOOST_FIXTURE_TEST_CASE(unknown_node_is_service_unavailable_at_once, Fixture) {
     BOOST_REQUIRE(!r.has_value());
     BOOST_TEST((r.error().code == ErrorCode::service_unavailable));
     names_call(r.error(), "nobody@nowhere", "echo");
+    BOOST_TEST(r.error().is(rpclb::Failure::no_connection));
+    const auto* reason = r.error().details.if_contains("reason");
+    BOOST_TEST((reason && *reason == "not connected"));
     BOOST_TEST((std::chrono::steady_clock::now() - start < 100ms));
 }
 
