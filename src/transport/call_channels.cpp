@@ -129,7 +129,7 @@ std::optional<RequestOutcome> CallChannels::call(const Connection& link, wire::R
     // The call failed because the channel broke: the peer is gone, and the pair's mesh link
     // may not have noticed yet (another thread reads it). The peer leaves every balancer
     // before this caller, and so any call it makes next, learns of the loss.
-    const bool broke = result && !*result && channel->broke() && !link.going_away() && !link.peer_quiet();
+    const bool broke = result && !result->result && channel->broke() && !link.going_away() && !link.peer_quiet();
     const auto why = broke ? *channel->close_kind : LinkError::io_error;
     give_back(std::move(channel));
     if (broke && on_lost_) on_lost_(link, LinkClose{why, {}, "a call channel to " + link.peer().node + " broke"});
