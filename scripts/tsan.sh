@@ -2,7 +2,8 @@
 # Builds the library, the plugins and the concurrency-heavy unit tests with
 # ThreadSanitizer and runs them: the algorithm tests (concurrent picks while membership
 # changes), the supervisor and balancer supervision, the telemetry bus and metrics, and
-# routing between in-process nodes (retry timers, draining, async completions), and the
+# routing between in-process nodes (retry timers, draining, async completions), group
+# membership delivered from several threads, and the
 # cache of large decoded values (blocks freed on other threads). Needs the
 # packages scripts/setup.sh installs.
 set -euo pipefail
@@ -13,7 +14,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRPCLB_
       -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
 targets=(rpclb)
 for dir in "$root"/plugins/*/; do targets+=("rpclb_$(basename "$dir")"); done
-tests=(algorithms supervisor balancer_supervision telemetry metrics routing async_completion callbacks_without_locks
+tests=(algorithms supervisor balancer_supervision telemetry metrics routing groups async_completion callbacks_without_locks
        write_queue inline_handlers batching call_channels block_cache)
 for t in "${tests[@]}"; do
   for src in "$root"/test/unit/"$t"*.cpp; do targets+=("unit_$(basename "$src" .cpp)"); done
