@@ -230,10 +230,8 @@ void Connection::on_websocket_open() {
 
 void Connection::do_read() {
     auto self = shared_from_this();
-    reading_ = true;
     ws_.visit([&](auto& ws) {
         ws.async_read(buffer_, [self](beast::error_code ec, std::size_t bytes) {
-            self->reading_ = false;
             if (ec) {
                 const bool normal = ec == ws::error::closed;
                 if (normal && !self->established_ && self->handshake_.awaiting_ready()) {

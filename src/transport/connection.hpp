@@ -284,7 +284,6 @@ private:
     std::vector<boost::asio::const_buffer> write_buffers_;  // the write in progress's, when batched
     bool batch_ = false;  // the peer reads batches: several frames may share a message
     bool open_ = false;  // WebSocket handshake done: writes may start
-    bool reading_ = false;  // a read is outstanding
     // The frames of a read are being handled: what they queue (answers of inline handlers,
     // requests of inline completions) is written together once the last is handled.
     bool handling_read_ = false;
