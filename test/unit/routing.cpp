@@ -19,6 +19,7 @@
 #include "support/wait.hpp"
 
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <future>
 #include <mutex>
@@ -797,11 +798,14 @@ BOOST_AUTO_TEST_CASE(the_in_flight_count_tracks_and_releases_and_an_idle_balance
 // `b` serves test.hold, which returns "held" once the test opens `gate` (or after 10 s).
 struct HeldCall {
     explicit HeldCall(rpclb::Cluster& b) {
-        b.register_function("test", "hold", [gate = gate](const boost::json::array&) -> rpclb::CallResult {
+        b.register_function("test", "hold", [gate = gate, entered = entered](const boost::json::array&) -> rpclb::CallResult {
+            entered->fetch_add(1);
             gate.wait_for(10s);
             return boost::json::value("held");
         });
     }
+    /// Handlers that have begun to run (the call reached the serving node).
+    int running() const { return entered->load(); }
     ~HeldCall() { open(); }
     void open() {
         if (!opened) go.set_value();
@@ -809,6 +813,7 @@ struct HeldCall {
     }
     std::promise<void> go;
     std::shared_future<void> gate = go.get_future().share();
+    std::shared_ptr<std::atomic<int>> entered = std::make_shared<std::atomic<int>>(0);
     bool opened = false;
 };
 
@@ -861,6 +866,9 @@ BOOST_AUTO_TEST_CASE(a_call_to_a_member_that_left_is_counted_until_it_finishes) 
     auto call = p.a.async_call("", "test", "hold", {}, through("w"), boost::asio::use_future);
     BOOST_REQUIRE(eventually([&] { return lb->in_flight() == 1; }, 5s));
     BOOST_TEST((rpclb::admin::in_flight_per_member(*lb) == MemberCounts{{b, 1}}));
+    // The call is counted from its pick, before it reaches b: b must be serving it before
+    // it stops, or b refuses it as draining and the call goes elsewhere.
+    BOOST_REQUIRE(eventually([&] { return held.running() == 1; }, 5s));
 
     // b leaves at once, then waits for the call it serves.
     auto stopping = std::async(std::launch::async, [&] { p.b->stop_balancer("w"); });
