@@ -339,11 +339,17 @@ void show_stats(Context& c) {
     auto result = c.client.call(request("stats", c.node));
     if (c.as_json) return void(std::cout << json::serialize(result) << '\n');
     auto& o = result.as_object();
+    // The key column is as wide as the longest key, and one space more.
+    std::vector<std::pair<std::string, std::string>> lines;
     for (const auto* key : {"node", "incarnation", "uptime_s", "ready", "drained", "connections"})
-        std::cout << std::left << std::setw(28) << key << field(o, key) << '\n';
+        lines.emplace_back(key, field(o, key));
     for (const auto* section : {"health", "admin"})
         for (const auto& [k, v] : o.at(section).as_object())
-            std::cout << std::left << std::setw(28) << (std::string(section) + "." + std::string(k)) << text(v) << '\n';
+            lines.emplace_back(std::string(section) + "." + std::string(k), text(v));
+    std::size_t width = 0;
+    for (const auto& [key, value] : lines) width = std::max(width, key.size());
+    for (const auto& [key, value] : lines)
+        std::cout << std::left << std::setw(static_cast<int>(width + 1)) << key << value << '\n';
 }
 
 // A one-line event: `event key=value ...`.

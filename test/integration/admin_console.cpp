@@ -13,6 +13,7 @@
 #include <atomic>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -116,6 +117,17 @@ BOOST_FIXTURE_TEST_CASE(nodes_balancers_and_groups_of_the_whole_cluster, Cluster
     BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
     BOOST_TEST(r.json().at("node") .as_string() == c->name());
     BOOST_TEST(r.json().at("connections") == 3);
+    // As text: every line is a key, spaces, and its value, whatever the key's length.
+    r = admin({"stats", c->name()});
+    BOOST_TEST_REQUIRE(r.status == 0, slurp(r));
+    std::istringstream lines(r.out);
+    int counted = 0;
+    for (std::string line; std::getline(lines, line); ++counted) {
+        const auto space = line.find(' ');
+        BOOST_TEST((space != std::string::npos && space > 0 && line.find_first_not_of(' ', space) != std::string::npos),
+                   "key and value run together: " << line);
+    }
+    BOOST_TEST(counted > 10, slurp(r));
 }
 
 BOOST_FIXTURE_TEST_CASE(metrics_and_probes_over_http, Cluster3) {
