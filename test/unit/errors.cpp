@@ -129,7 +129,8 @@ BOOST_FIXTURE_TEST_CASE(unknown_node_is_service_unavailable_at_once, Fixture) {
     BOOST_TEST((r.error().code == ErrorCode::service_unavailable));
     names_call(r.error(), "nobody@nowhere", "echo");
     BOOST_TEST(r.error().is(rpclb::Failure::no_connection));
-    const auto* reason = r.error().details.if_contains("reason");
+    const auto error = r.error();  // by value: keep it while `reason` points into it
+    const auto* reason = error.details.if_contains("reason");
     BOOST_TEST((reason && *reason == "not connected"));
     BOOST_TEST((std::chrono::steady_clock::now() - start < 100ms));
 }
