@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE load_balancing
 #include <boost/test/unit_test.hpp>
 
+#include "support/load.hpp"
 #include "support/node.hpp"
 
 #include <boost/json/serialize.hpp>
@@ -32,53 +33,34 @@ struct CallRecord {
 };
 
 // `threads` threads make blocking demo.sleep [2] calls through `balancer` one after the
-// other, recording each, until the object goes (or stop()): joined on every exit.
+// other (a CallLoad), recording each, until the object goes (or stop()): joined on every exit.
 class RecordedLoad {
 public:
-    RecordedLoad(rpclb::Cluster& client, std::string balancer, int threads) {
-        for (int i = 0; i < threads; ++i)
-            threads_.emplace_back([this, &client, balancer] {
-                while (!stop_) {
-                    CallRecord r;
-                    CallOptions options;
-                    options.load_balancer = balancer;
-                    options.timeout = 5s;
-                    options.peer = &r.peer;
-                    r.sent = steady_clock::now();
-                    r.result = client.call("demo", "sleep", {2}, options);
-                    r.completed = steady_clock::now();
-                    std::lock_guard lock(mutex_);
-                    records_.push_back(std::move(r));
-                }
-            });
-    }
-    ~RecordedLoad() { stop(); }
-    RecordedLoad(const RecordedLoad&) = delete;
-    RecordedLoad& operator=(const RecordedLoad&) = delete;
+    RecordedLoad(rpclb::Cluster& client, std::string balancer, int threads)
+        : load_(client, std::move(balancer), threads, [this](rpclb::Cluster& c, int, const CallOptions& given) {
+              CallRecord r;
+              auto options = given;
+              options.timeout = 5s;
+              options.peer = &r.peer;
+              r.sent = steady_clock::now();
+              r.result = c.call("demo", "sleep", {2}, options);
+              r.completed = steady_clock::now();
+              auto result = r.result;
+              std::lock_guard lock(mutex_);
+              records_.push_back(std::move(r));
+              return result;
+          }) {}
 
-    void stop() {
-        stop_ = true;
-        for (auto& t : threads_)
-            if (t.joinable()) t.join();
-    }
-    std::size_t completed() {
-        std::lock_guard lock(mutex_);
-        return records_.size();
-    }
-    std::size_t served_by(const std::string& node) {
-        std::lock_guard lock(mutex_);
-        return static_cast<std::size_t>(std::count_if(records_.begin(), records_.end(), [&](const CallRecord& r) {
-            return r.result && r.result->is_string() && r.result->get_string() == node;
-        }));
-    }
+    void stop() { load_.finish(); }
+    std::size_t completed() { return load_.total(); }
+    std::size_t served_by(const std::string& node) { return load_.served_by(node); }
     // Every call made, once stop() has returned.
     const std::vector<CallRecord>& records() const { return records_; }
 
 private:
-    std::atomic<bool> stop_{false};
     std::mutex mutex_;
     std::vector<CallRecord> records_;
-    std::vector<std::thread> threads_;
+    rpclb::test::CallLoad load_;  // last: its threads stop before the records go
 };
 
 // Three nodes hosting w (round_robin) and r (random), b and c seeded with a; a client

@@ -126,7 +126,7 @@ BOOST_AUTO_TEST_CASE(never_sent_is_decided_by_the_link_error_not_by_the_details)
     BOOST_TEST(reason_of(lost) == "connection lost");
     BOOST_TEST(!RequestOutcome(lost, LinkError::reset).never_sent());
     auto stripped = lost;
-    stripped.details.erase("reason");  // no reason detail is no longer "never sent"
+    stripped.details.erase("reason");  // without a reason detail it is still not "never sent"
     BOOST_TEST(!RequestOutcome(stripped, LinkError::reset).never_sent());
     BOOST_TEST(!RequestOutcome(stripped).never_sent());
 
