@@ -124,10 +124,6 @@ int run_rpclb_server(const std::optional<std::filesystem::path>& tls_dir) {
     cluster.start();
     bench::announce_port(cluster.listen_endpoint()->port());
     bench::wait_for_stdin_eof();
-    const auto stats = cluster.stats();
-    std::fprintf(stderr, "# server%s worker_written_answers=%llu worker_taken_requests=%llu\n", tls_dir ? "_tls" : "",
-                 static_cast<unsigned long long>(stats.worker_written_answers),
-                 static_cast<unsigned long long>(stats.worker_taken_requests));
     cluster.stop();
     return 0;
 }

@@ -223,20 +223,6 @@ struct ClusterStats {
     std::uint64_t channel_calls = 0;
     /// Call channels open now: dialled by this node, plus accepted from peers. A size.
     std::uint64_t channels_open = 0;
-    /// Answers of worker-pool handlers (not run_inline) that the worker wrote itself, on a
-    /// call channel a peer opened to this node, instead of handing them to a network
-    /// thread: one thread hand-off less before the caller has its answer. Most such
-    /// answers are; the others (large ones, over 8 KiB, or one that meets a close) go
-    /// through the network thread as before. Also counted in `frames_sent`.
-    std::uint64_t worker_written_answers = 0;
-    /// Requests on a call channel a peer opened to this node that the worker which had
-    /// just written the previous answer there took from the channel itself and ran
-    /// (leader/follower): a network thread neither read them nor handed them to a worker.
-    /// A worker waits up to 200 us for such a request, only while the pool has no other
-    /// work and a worker to spare, and only while waiting has paid off on that channel;
-    /// requests for inline handlers are left to the network thread (doc/architecture.md,
-    /// "Call channels").
-    std::uint64_t worker_taken_requests = 0;
     /// Requests from peers that waited for a worker past their caller's timeout (carried
     /// in the request, counted from its arrival here) and were therefore not run: the
     /// caller has given up on them, so running them would only put this node further

@@ -674,8 +674,6 @@ ClusterStats Mesh::stats() const noexcept {
     stats.frames_sent = settings_.counters->frames_sent.load(std::memory_order_relaxed);
     stats.messages_sent = settings_.counters->messages_sent.load(std::memory_order_relaxed);
     stats.overloaded = settings_.counters->overloaded.load(std::memory_order_relaxed);
-    stats.worker_written_answers = settings_.counters->worker_answers.load(std::memory_order_relaxed);
-    stats.worker_taken_requests = settings_.counters->followed_requests.load(std::memory_order_relaxed);
     stats.known_nodes = known_count();
     stats.cookie_refusals = cookie_refusals_.load();
     stats.tls_failures = tls_failures_.load();

@@ -130,7 +130,7 @@ void RpcServer::run_local(std::string module, std::string function, boost::json:
         auto result = run(entry.get(), module, function, args, &threw);
         return done(std::move(result), threw);
     }
-    post_counted([this, entry = std::move(entry), module = std::move(module), function = std::move(function),
+    asio::post(workers_, [this, entry = std::move(entry), module = std::move(module), function = std::move(function),
                   args = std::move(args), done = std::move(done)] {
         if (skip_abandoned())
             return done(call_failure(Failure::node_stopping, options_.name, module, function), false);
@@ -218,65 +218,20 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
         c->send(answer(r.id, std::move(result), r.module, r.function, c->spare_buffer()));
         return finish(served);
     }
-    // On an accepted call channel the worker writes the answer itself (Connection::answer).
-    c->answer_later();
-    pool_work_.fetch_add(1, std::memory_order_relaxed);  // ends in serve_on_worker
-    asio::post(workers_, [this, c, served = std::move(served)]() mutable { serve_on_worker(c, std::move(served)); });
-}
-
-void RpcServer::serve_on_worker(const std::shared_ptr<Connection>& c, Served served) {
-    // On a call channel this worker may stay for the caller's next request and serve it
-    // too (leader/follower), but only while the pool has no other work to run and a
-    // worker to spare besides this one (which counts itself in pool_work_): checked
-    // before it stays, and again when a request came. Requests for inline handlers go to
-    // the network thread, where they always run.
-    const std::function<bool()> may_stay = [this] {
-        return pool_work_.load(std::memory_order_relaxed) < options_.worker_threads && !skip_abandoned();
-    };
-    std::shared_ptr<const Entry> next_entry;  // the taken request's, found once
-    const std::function<bool(const wire::Request&)> may_take = [&](const wire::Request& r) {
-        next_entry = find(r.module, r.function);
-        return !runs_inline(next_entry.get());
-    };
-    for (std::size_t taken = 0;; ++taken) {
+    asio::post(workers_, [this, c, served = std::move(served)]() mutable {
         // A request whose connection closed while it waited is not run: its caller's call
         // failed when the connection dropped, and its answer could go nowhere. Running it
         // would only hold up the requests queued behind it (a killed caller's backlog made
         // a newcomer's fresh call wait seconds). Counted as expired, like one whose
         // caller's timeout passed.
-        const bool orphaned = !served.refusal && c->closed();
+        const bool orphaned = c->closed();
         if (orphaned) expired_requests_.fetch_add(1, std::memory_order_relaxed);
-        if (orphaned || skip_abandoned()) {
-            c->forgo_answer();
-            finish(served);
-            break;
-        }
-        std::string frame;
-        if (served.refusal) {
-            frame = std::move(*served.refusal);
-        } else {
+        if (!orphaned && !skip_abandoned()) {
             const auto& r = served.request;
-            frame = answer(r.id, run_unless_expired(served), r.module, r.function, c->spare_buffer());
+            c->send(answer(r.id, run_unless_expired(served), r.module, r.function, c->spare_buffer()));
         }
-        const bool stays = c->answer(std::move(frame), may_stay());
-        finish(served);  // after its answer is out or queued (a drain waits for it)
-        if (!stays) break;
-        auto next = c->follow(may_stay, may_take);
-        if (!next) break;
-        // Destroyed and constructed again rather than assigned, for the reason in admit().
-        auto admitted = admit(std::move(*next), std::move(next_entry));
-        static_assert(std::is_nothrow_move_constructible_v<Served>);  // `served` always holds one
-        std::destroy_at(&served);
-        std::construct_at(&served, std::move(admitted));
-        if ((taken + 1) % max_taken_in_a_row == 0) {
-            // Work posted to the pool by other means than requests (async completions,
-            // the application's own) has its turn: this request queues behind it, still
-            // counted in pool_work_, and the stream stays lent to whoever runs it.
-            asio::post(workers_, [this, c, served = std::move(served)]() mutable { serve_on_worker(c, std::move(served)); });
-            return;
-        }
-    }
-    pool_work_.fetch_sub(1, std::memory_order_relaxed);
+        finish(served);  // after its answer is queued (a drain waits for it)
+    });
 }
 
 void RpcServer::serve_cast(wire::Cast&& cast) {
@@ -293,7 +248,7 @@ void RpcServer::serve_cast(wire::Cast&& cast) {
         end_serving(before_stop);
     };
     if (here) return run_cast();
-    post_counted(std::move(run_cast));
+    asio::post(workers_, std::move(run_cast));
 }
 
 std::int64_t RpcServer::abandon_queued() noexcept {

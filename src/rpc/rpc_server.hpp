@@ -109,22 +109,6 @@ private:
     CallResult run_unless_expired(const Served& served);
     /// The answer of an admitted request is out: ends its tracking.
     void finish(Served& served);
-    /// On a worker: runs `served` and answers it, then, on a call channel, each request
-    /// this worker takes from the channel itself (Connection::answer).
-    void serve_on_worker(const std::shared_ptr<Connection>& connection, Served served);
-    /// Requests a worker serves one after another on its channel before it lets the pool's
-    /// other work (which pool_work_ does not count: async completions, the application's
-    /// own) go first.
-    static constexpr std::size_t max_taken_in_a_row = 64;
-    /// Posts `work` to the worker pool, counted in pool_work_ until it has run.
-    template <class Work>
-    void post_counted(Work&& work) {
-        pool_work_.fetch_add(1, std::memory_order_relaxed);
-        boost::asio::post(workers_, [this, work = std::forward<Work>(work)]() mutable {
-            work();
-            pool_work_.fetch_sub(1, std::memory_order_relaxed);
-        });
-    }
     std::shared_ptr<const Entry> find(std::string_view module, std::string_view function) const;
     /// Registered inline (an unknown function's not_found answer is made on the spot too).
     static bool runs_inline(const Entry* entry) noexcept { return !entry || entry->options.run_inline; }
@@ -150,9 +134,6 @@ private:
     std::atomic<std::int64_t> serving_{0};  // requests and casts received, not yet answered
     std::atomic<std::int64_t> serving_before_stop_{0};  // those of them received before mark_stop()
     std::atomic<bool> stop_marked_{false};
-    // Handlers posted to the worker pool and not done (requests, casts, local calls):
-    // queued, or running (a worker staying on its channel included).
-    std::atomic<std::size_t> pool_work_{0};
     mutable std::atomic<std::uint64_t> slow_inline_runs_{0};
     std::atomic<std::uint64_t> expired_requests_{0};
     std::atomic<bool> abandoned_{false};  // abandon_queued was called

@@ -19,9 +19,6 @@
 
 #include <algorithm>
 
-#include <cerrno>
-#include <sys/socket.h>
-
 namespace rpclb::detail {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -60,7 +57,7 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       owner_(owner),
       settings_(settings),
       target_(std::move(target)),
-      handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1, settings.channel,
+      handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1, false,
                  settings.accept_channels),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()),
@@ -71,7 +68,6 @@ void Connection::configure() {
     t.handshake_timeout = settings_.handshake_timeout;
     t.idle_timeout = settings_.idle_timeout;
     t.keep_alive_pings = true;
-    if (settings_.channel) t.idle_timeout = ws::stream_base::none();
     ws_.visit([&](auto& ws) {
         // Until the cookie handshake is done a peer may be anyone who can reach the port:
         // Beast refuses a message over the handshake's own size from its frame header,
@@ -130,8 +126,7 @@ void Connection::start() {
         auto parts = split_host_port(self->target_).value_or(HostPort{self->target_, ""});
         auto host = std::move(parts.host);
         auto port = std::move(parts.port);
-        // A numeric address needs no resolver (whose first use starts a thread per
-        // io_context: a call channel's private one must not get one).
+        // A numeric address needs no resolver (whose first use starts a thread).
         beast::error_code numeric;
         const auto address = asio::ip::make_address(host, numeric);
         const auto port_number = parse_port(port);
@@ -241,10 +236,8 @@ void Connection::on_websocket_open() {
 
 void Connection::do_read() {
     auto self = shared_from_this();
-    reading_ = true;
     ws_.visit([&](auto& ws) {
         ws.async_read(buffer_, [self](beast::error_code ec, std::size_t bytes) {
-            self->reading_ = false;
             if (ec) {
                 if (ec == ws::error::message_too_big && !self->established_) {
                     self->owner_.on_oversize_before_handshake(self);
@@ -293,11 +286,6 @@ void Connection::on_read(std::size_t) {
     buffer_.consume(buffer_.size());
     if (!failure.empty()) return fail({LinkError::handshake_failed, {}, failure});
     if (closed_) return;
-    // A call channel's dialer reads only while a call waits (input_waiting()).
-    if (settings_.channel && established_ && pending_.empty()) return;
-    // An accepted call channel whose answer a worker owes reads again once it is out
-    // (answer_delivered); a closing one reads only through its close.
-    if (answers_owed_ > 0 || (accepted_channel() && close_started_)) return;
     do_read();
 }
 
@@ -344,24 +332,18 @@ void Connection::handle_step(Handshake::Step step) {
         // the next message is already held to the normal limit.
         ws_.visit([&](auto& ws) { ws.read_message_max(established_message_max(settings_)); });
         batch_ = handshake_.peer_batch() && settings_.max_batch_frames > 1;
-        channel_ = settings_.channel || handshake_.peer_channel();
-        if (handshake_.peer_channel()) {
+        channel_ = handshake_.peer_channel();
+        if (channel_) {
             // An accepted call channel: the pair's mesh link watches the peer, and the
             // dialer reads only while one of its calls waits, so it would never answer an
-            // idle ping in time (doc/architecture.md "Call channels"). For the same reason
-            // a close waits briefly for the dialer's answer (Beast times the close
-            // handshake with handshake_timeout).
+            // idle ping in time (doc/explanation/call-channels.md). For the same reason a
+            // close waits briefly for the dialer's answer (Beast times the close handshake
+            // with handshake_timeout).
             ws::stream_base::timeout t{};
             t.handshake_timeout = std::chrono::milliseconds(100);
             t.idle_timeout = ws::stream_base::none();
             t.keep_alive_pings = false;
             ws_.visit([&](auto& ws) { ws.set_option(t); });
-        }
-        if (channel_) {
-            // In-place writes and reads must never wait (max_in_place_frame); Asio's
-            // asynchronous operations behave the same in either mode.
-            beast::error_code ignored;
-            ws_.socket().non_blocking(true, ignored);
         }
         established_ = true;
         owner_.on_established(shared_from_this());
@@ -402,24 +384,12 @@ ErrorMessage Connection::overloaded(std::string_view module, std::string_view fu
 void Connection::write_next() {
     if (queue_.writing() || !open_ || closed_ || handling_read_) return;
     if (queue_.idle() && !close_reason_) return;
-    // This thread writes on the stream now: a worker may no longer (channel_answer.cpp).
-    if (accepted_channel()) take_stream_back();
     if (queue_.idle()) return start_close();
     // Frames that queued up behind the last write go out together, as one message, to a
     // peer that reads batches (never past the size limit; see WriteQueue::begin_write).
     const auto count = queue_.begin_write(batch_ ? settings_.max_batch_frames : 1,
                                           std::min(settings_.max_message_size, wire::max_batch_bytes));
     count_written(count);
-    // An accepted call channel answers one blocking caller, which is waiting to read this
-    // answer: with no read outstanding (in on_read, before the next starts) a small one is
-    // written at once with a blocking write, as the caller's side does (channel_call.cpp),
-    // saving the asynchronous write's posted completion and the scheduler's extra poll.
-    if (count == 1 && channel_ && role() == Role::acceptor && !reading_ && !close_started_ &&
-        queue_.at(0).size() <= max_in_place_frame) {
-        beast::error_code ec;
-        ws_.visit([&](auto& ws) { ws.write(asio::buffer(queue_.at(0)), ec); });
-        return on_written(ec);
-    }
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };
     ws_.visit([&](auto& ws) {
         if (count == 1) return ws.async_write(asio::buffer(queue_.at(0)), std::move(done));
@@ -503,11 +473,6 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     // The deadline counts from here, before the hop to the strand.
     const auto deadline = deadline_after(Clock::now(), timeout);
     Pending pending{std::move(done), deadline, std::move(request.module), std::move(request.function)};
-    // A call channel's dialer is driven by the one thread that runs its io_context, and
-    // that thread is here, outside every handler (CallChannels::call): no handler can run
-    // meanwhile, so the call is made right here, with blocking socket calls when it can
-    // be (channel_call.cpp), instead of by a round through the strand and the io_context.
-    if (settings_.channel) return call_in_place(id, std::move(frame), std::move(pending));
     asio::dispatch(ws_.get_executor(),
                    [self = shared_from_this(), id, frame = std::move(frame), pending = std::move(pending)]() mutable {
                        self->start_request(id, std::move(frame), std::move(pending));
@@ -528,9 +493,6 @@ void Connection::start_request(std::uint64_t id, std::string frame, Pending pend
     const auto bytes = frame.size();
     if (!queue_.push(std::move(frame))) release(bytes);  // cannot happen while open
     write_next();
-    // A call channel starts its read once the request is out: on a busy CPU the answer is
-    // often there already, and the read takes it without waiting.
-    if (settings_.channel && established_ && !reading_) do_read();
 }
 
 std::optional<Connection::Pending> Connection::take_pending(std::uint64_t id) {
@@ -563,8 +525,7 @@ void Connection::on_deadline() {
             deadlines_.erase(deadlines_.begin());
             continue;
         }
-        if (settings_.channel) ++late_answers_owed_;
-        p->done(call_failure(Failure::timeout, peer().node, p->module, p->function));
+            p->done(call_failure(Failure::timeout, peer().node, p->module, p->function));
     }
     if (!deadlines_.empty() && !closed_) arm_deadline(deadlines_.begin()->first);
 }
@@ -580,8 +541,7 @@ void Connection::complete(wire::Response&& response) {
             return p->done(call_failure(Failure::timeout, peer().node, p->module, p->function));
         return p->done(std::move(response.result));
     }
-    // Else it timed out already: a late answer.
-    if (settings_.channel && late_answers_owed_ > 0) --late_answers_owed_;
+    // Else it timed out already: a late answer, dropped.
 }
 
 void Connection::close(LinkError why, std::string detail) {
@@ -595,27 +555,8 @@ void Connection::close(LinkError why, std::string detail) {
     });
 }
 
-bool Connection::input_ahead() noexcept {
-    auto* socket = ws_.plain_socket();
-    return socket && socket->ahead().size() > 0;
-}
-
-bool Connection::input_waiting() noexcept {
-    if (input_ahead()) return true;
-    char byte;
-    const auto n = ::recv(ws_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
-}
-
-void Connection::read_waiting_input() {
-    asio::dispatch(ws_.get_executor(), [self = shared_from_this()] {
-        if (!self->closed_ && self->open_ && !self->reading_) self->do_read();
-    });
-}
-
 void Connection::abort(LinkError why, std::string detail) {
     LinkClose reason{why, {}, std::move(detail)};
-    if (settings_.channel) interrupt_wait(reason);
     asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)] { self->fail(reason); });
 }
 
@@ -683,7 +624,6 @@ void Connection::on_control(ws::frame_type kind, std::string_view payload) {
 
 void Connection::fail(const LinkClose& reason) {
     if (closed_.exchange(true)) return;
-    if (accepted_channel()) take_stream_back();  // before the socket closes under a worker's write
     spares_.trim(true);
     handshake_timer_.cancel();
     armed_.reset();

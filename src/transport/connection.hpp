@@ -19,7 +19,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -69,8 +68,6 @@ struct WireCounters {
     std::atomic<std::uint64_t> frames_sent{0};    ///< frames written, batched or not
     std::atomic<std::uint64_t> messages_sent{0};  ///< WebSocket messages written
     std::atomic<std::uint64_t> overloaded{0};     ///< requests and casts refused: send queue full
-    std::atomic<std::uint64_t> worker_answers{0}; ///< answers a worker wrote itself (Connection::answer)
-    std::atomic<std::uint64_t> followed_requests{0};  ///< requests a worker took itself (Connection::answer)
 };
 
 /// The reason text of the WebSocket close (code 1008, policy violation) by which an
@@ -93,9 +90,6 @@ struct ConnectionSettings {
     std::chrono::milliseconds handshake_timeout{5000};
     /// TLS for every connection (make_tls_context); null: plain TCP.
     std::shared_ptr<boost::asio::ssl::context> tls;
-    /// This side dials call channels (wire::Hello::channel; CallChannels): no keep-alive
-    /// pings and no idle timeout, since the pair's mesh link watches the peer.
-    bool channel = false;
     /// This node accepts call channels from its peers (ClusterOptions::call_channels);
     /// its hellos say so (wire::Hello::channels).
     bool accept_channels = true;
@@ -145,78 +139,21 @@ public:
     /// the connection had closed or the peer had said bye fails with Failure::no_connection
     /// and LinkError::not_connected (RequestOutcome::never_sent()); one that was queued and
     /// then lost its connection fails with the close's LinkError. Either way
-    /// `details.reason` is that LinkError's text. Any thread; on a call channel's
-    /// dialer (ConnectionSettings::channel) only the thread that drives it, outside its
-    /// handlers (CallChannels::call), which starts the request at once.
+    /// `details.reason` is that LinkError's text. Any thread.
     void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
-
-    /// On the strand, while the frame of a request this connection delivered
-    /// (ConnectionOwner::on_frame) is handled: its answer will come later from another
-    /// thread, through answer() (or forgo_answer() when there is none). On an accepted
-    /// call channel the connection then reads nothing more until it has come (the dialer
-    /// sends one call at a time), and when nothing else is in progress on the channel it
-    /// lends the stream to the thread that brings the answer, which writes it itself (no
-    /// hand-off to the strand before the caller has it). Elsewhere it does nothing.
-    void answer_later();
-    /// Sends the answer promised by answer_later() (a Response frame). Any thread. On an
-    /// accepted call channel a frame of at most max_in_place_frame bytes is written right
-    /// here with a blocking write when the channel is idle (it never waits: the socket is
-    /// non-blocking; a full buffer fails the channel, LinkError::peer_not_reading);
-    /// otherwise, and on other connections, it is queued as send() would.
-    ///
-    /// With `stay`, on a plain (not TLS) channel, when the answer was written here, this
-    /// thread keeps the stream and returns true: it must then call follow(). It stays only
-    /// while staying paid off on this channel (the last follow() got a request), and on
-    /// every eighth answer to find out again. Otherwise returns false.
-    bool answer(std::string frame, bool stay = false);
-    /// After answer(frame, true) returned true, on the same thread: waits up to
-    /// follow_window on the channel for the caller's next request (leader/follower,
-    /// doc/architecture.md "Call channels") and returns it when one whole Request frame
-    /// came, `may_stay()` is still true once it came, and `may_take(request)` is true. The
-    /// stream stays lent to this thread, which must serve the request and answer it
-    /// through answer() again. Anything else is left to the strand, which handles it as
-    /// its own read would; then, and when the wait passed or the strand took the stream
-    /// back meanwhile (a close), returns nullopt.
-    std::optional<wire::Request> follow(const std::function<bool()>& may_stay,
-                                        const std::function<bool(const wire::Request&)>& may_take);
-    /// How long follow() waits on its channel for the next request: a caller in a loop of
-    /// blocking calls sends it within tens of microseconds; the strand, if it must take the
-    /// channel back meanwhile (to close it), waits at most this long.
-    static constexpr std::chrono::microseconds follow_window{200};
-    /// No answer will come for a request answer_later() promised one for (the call was
-    /// skipped): the channel reads again. Any thread.
-    void forgo_answer();
 
     /// Closes the connection (idempotent; any thread) once what is queued is written: the
     /// close reports `why` (ConnectionOwner::on_closed, the calls it fails) and logs
     /// `detail`.
     void close(LinkError why, std::string detail = {});
     /// Ends the connection now, without the close handshake: pending requests fail at
-    /// once with `why` (idempotent; any thread). On a call channel's dialer it also
-    /// wakes a caller blocked in the connection's socket (call_in_place), which then fails
-    /// its call with `why`. `detail` is for logs.
+    /// once with `why` (idempotent; any thread). `detail` is for logs.
     void abort(LinkError why, std::string detail = {});
 
-    /// A call channel (wire::Hello::channel) rather than a mesh link: this side dialled
-    /// it as one, or, accepted, the dialer said so. Meaningful once established.
+    /// An accepted call channel (the dialer's wire::Hello::channel) rather than a mesh
+    /// link: it carries only requests and their answers, and has no keep-alive pings.
+    /// Meaningful once established.
     bool channel() const noexcept { return channel_.load(); }
-    /// Call channel, dialer: the socket holds input no read has taken, or the peer closed
-    /// it (a non-blocking peek). Such a channel reads only while a call waits, so between
-    /// calls this tells whether the peer sent anything (a late answer, a close). Only on
-    /// the thread that drives the connection, while none of its handlers runs.
-    bool input_waiting() noexcept;
-    /// Call channel, dialer: bytes an in-place call received beyond its answer wait in the
-    /// socket's read-ahead buffer (no system call). As input_waiting().
-    bool input_ahead() noexcept;
-    /// Call channel, dialer: answers to calls that timed out that have not come yet. The
-    /// acceptor reads nothing more on the channel until they have (answer_later), so a
-    /// request sent meanwhile would wait behind them. Only on the thread that drives the
-    /// connection, or while the channel sits in its pool (CallChannels, under its lock).
-    std::size_t late_answers_owed() const noexcept { return late_answers_owed_; }
-    /// Call channel, dialer: starts a read when none is outstanding, so that what
-    /// input_waiting() found is taken (a late answer is dropped, a close ends the
-    /// connection) when the connection's io_context next runs. Any thread.
-    void read_waiting_input();
     /// The peer accepts call channels (wire::Hello::channels); meaningful once established.
     bool peer_accepts_channels() const noexcept { return handshake_.peer_channels(); }
 
@@ -272,58 +209,11 @@ private:
         std::string function;
     };
 
-    /// On the strand (or, for a call channel's dialer, on its one thread outside every
-    /// handler): registers the request's deadline and queues its frame.
+    /// On the strand: registers the request's deadline and queues its frame.
     void start_request(std::uint64_t id, std::string frame, Pending pending);
 
-    // ---- the in-place call of a call channel's dialer (channel_call.cpp) ----
-    /// Frames up to this size are written in place on a call channel (Beast's blocking
-    /// write, by the dialer's caller and by the acceptor's network thread); larger ones
-    /// asynchronously. A channel's socket is in Asio's non-blocking mode once established,
-    /// so an in-place write never waits: an Asio blocking write would wait without a
-    /// deadline on a full buffer (timed-out calls to a frozen peer leave their requests in
-    /// the buffers). A frame this small fits the buffers of a peer that reads; when it does
-    /// not, the peer has stopped reading, and the channel fails
-    /// (LinkError::peer_not_reading), failing its call at once instead of hanging it.
-    static constexpr std::size_t max_in_place_frame = 8 * 1024;
-    /// The close of a failed write (an in-place write on a full buffer: peer_not_reading;
-    /// asynchronous writes never fail that way).
+    /// The close of a failed write.
     static LinkClose write_failure(const boost::system::error_code& ec) { return LinkClose::from(ec, "write"); }
-    /// Call channel, dialer, on the thread that drives it, outside its handlers: when the
-    /// connection is plain TCP, idle and the frame small, writes the request and reads its
-    /// answer with blocking socket calls on this thread (no io_context round), completing
-    /// `pending` before it returns; otherwise, or when what comes back is not one whole
-    /// data frame, the call goes on through start_request and the io_context, as before.
-    void call_in_place(std::uint64_t id, std::string frame, Pending pending);
-    /// What came on a plain call channel (an in-place call's answer, or the next request
-    /// for a worker that stays on its accepted channel), received into the socket's
-    /// read-ahead buffer (MeshStream::plain_socket): one whole unfragmented data frame of
-    /// at most 64 KiB of payload and nothing after it (`frame`), nothing yet (`nothing`),
-    /// or anything else, which Beast's reads then take, from the read-ahead buffer first
-    /// (`other`: part of a frame, a control frame, a fragment, more than one frame, the end
-    /// of the stream). in_place_frame.cpp.
-    enum class Waiting { frame, nothing, other };
-    Waiting take_frame();
-    /// Blocks in poll(2) until the socket is readable, `deadline` passes (false) or
-    /// interrupt_wait() wakes it (false, interrupted_ set).
-    bool wait_readable(Clock::time_point deadline);
-    /// Any thread: makes the in-place call fail with `reason`, now if it is blocked.
-    void interrupt_wait(const LinkClose& reason);
-    /// The reason interrupt_wait() gave, if it ran.
-    std::optional<LinkClose> interruption();
-    // ---- the answers of an accepted call channel (channel_answer.cpp) ----
-    /// A call channel this side accepted (answers of its workers may be written in place).
-    bool accepted_channel() const noexcept { return channel_ && role() == Role::acceptor; }
-    /// On the strand: an answer promised by answer_later() went out (`ec`: how its
-    /// in-place write ended) or was forgone; the channel reads again once none is owed.
-    void answer_delivered(boost::system::error_code ec);
-    /// On the strand, before it touches the stream of an accepted channel: ends a loan
-    /// (answer_later), waiting for the borrower's write if it is in progress (short: the
-    /// socket never blocks).
-    void take_stream_back();
-    /// Under answer_mutex_: the stream is the strand's again, back in its reactor
-    /// (ReadAheadSocket::attach) if a staying worker took it out (follow).
-    void end_loan();
     /// Counts a write of `count` frames in one message into WireCounters.
     void count_written(std::size_t count) noexcept {
         settings_.counters->frames_sent.fetch_add(count, std::memory_order_relaxed);
@@ -408,7 +298,6 @@ private:
     std::vector<boost::asio::const_buffer> write_buffers_;  // the write in progress's, when batched
     bool batch_ = false;  // the peer reads batches: several frames may share a message
     bool open_ = false;  // WebSocket handshake done: writes may start
-    bool reading_ = false;  // a read is outstanding
     // The frames of a read are being handled: what they queue (answers of inline handlers,
     // requests of inline completions) is written together once the last is handled.
     bool handling_read_ = false;
@@ -428,41 +317,6 @@ private:
     Clock::time_point ping_sent_{};
     bool ping_writing_ = false;
     std::atomic<std::int64_t> rtt_us_{-1};
-    // The in-place call's wait (call channel, dialer): the socket it polls while it
-    // blocks (-1: not blocked) and why it must stop waiting, under wait_mutex_, so that
-    // abort() from another thread shuts the socket down only while the caller polls it
-    // (never after the caller closed it).
-    std::mutex wait_mutex_;
-    int waiting_fd_ = -1;
-    std::optional<LinkClose> interrupted_;
-    /// A guess that costs one system call for nothing when wrong: kept while it proves
-    /// right, and tried again on every eighth chance after it proved wrong.
-    struct RetriedGuess {
-        bool holds = true;
-        std::uint8_t chances = 0;
-        bool worth_trying() noexcept { return holds || ++chances % 8 == 0; }
-        void learn(bool right) noexcept { holds = right; }
-    };
-    // Whether the in-place call looks for its answer before it waits (only the calling
-    // thread uses it): while the answer was there at once last time (the peer ran while
-    // this thread wrote, e.g. on the same CPU); otherwise it waits first, since a look that
-    // finds nothing costs a system call.
-    RetriedGuess answer_at_once_;
-    // Accepted call channel: answers promised by answer_later() and not yet delivered
-    // (strand only; no read is started while there are any), and whether the stream is
-    // lent to the worker that brings the answer (answer_later): under answer_mutex_, which
-    // the worker holds while it writes, and which the strand takes before it touches the
-    // stream again (take_stream_back).
-    int answers_owed_ = 0;
-    // Accepted call channel: whether staying pays, i.e. the last follow() got a request
-    // within follow_window (under answer_mutex_, by the worker the stream is lent to).
-    RetriedGuess following_pays_;
-    // The message follow() read (by the worker the stream is lent to; by the strand once
-    // it was handed back).
-    boost::beast::flat_buffer follow_buffer_;
-    std::size_t late_answers_owed_ = 0;  // call channel, dialer: see late_answers_owed()
-    std::mutex answer_mutex_;
-    bool stream_lent_ = false;
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<bool> established_{false};
     std::atomic<bool> channel_{false};

@@ -11,17 +11,14 @@
 #include <boost/beast/websocket/ssl.hpp>
 #include <boost/beast/websocket/stream.hpp>
 
-#include "transport/read_ahead_socket.hpp"
-
 #include <utility>
 #include <variant>
 
 namespace rpclb::detail {
 
 /// One of two concrete WebSocket streams, chosen when the connection is made: plain TCP
-/// (no TLS options: the socket itself, with a read-ahead buffer that only a call
-/// channel's caller fills, and no layer in between) or Beast's ssl_stream over the same
-/// socket. Connection runs the same code on either
+/// (no TLS options: the socket itself, no layer in between) or Beast's ssl_stream over
+/// the same socket. Connection runs the same code on either
 /// through visit(), so each operation is compiled for both types and the only cost added
 /// to the plain path is the variant's index test per operation.
 ///
@@ -31,8 +28,7 @@ public:
     using Executor = boost::asio::strand<boost::asio::io_context::executor_type>;
     using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor>;
     using TlsLayer = boost::beast::ssl_stream<Socket>;
-    using PlainSocket = ReadAheadSocket<Executor>;
-    using Plain = boost::beast::websocket::stream<PlainSocket>;
+    using Plain = boost::beast::websocket::stream<Socket>;
     using Tls = boost::beast::websocket::stream<TlsLayer>;
 
     /// An accepted socket; over TLS when `tls` is not null (the context must outlive this).
@@ -47,11 +43,6 @@ public:
     bool tls() const noexcept { return std::holds_alternative<Tls>(ws_); }
     /// The TLS layer; only when tls().
     TlsLayer& tls_layer() { return std::get<Tls>(ws_).next_layer(); }
-    /// The socket under a plain stream, with its read-ahead buffer; null over TLS.
-    PlainSocket* plain_socket() noexcept {
-        auto* plain = std::get_if<Plain>(&ws_);
-        return plain ? &plain->next_layer() : nullptr;
-    }
     /// The TCP socket under every layer.
     Socket& socket() noexcept {
         return std::visit([](auto& ws) -> Socket& { return boost::beast::get_lowest_layer(ws); }, ws_);
