@@ -380,7 +380,7 @@ BOOST_AUTO_TEST_CASE(a_late_answer_is_never_taken_for_a_later_calls) {
     BOOST_TEST(eventually([&] { return p.b->stats().channels_open == 1u; }, 2s));
 }
 
-// Found by review: the caller's network thread is stuck (an inline handler there runs past
+// The caller's network thread is stuck (an inline handler there runs past
 // the idle timeout), so b drops the link and closes its end of the channel while a still
 // thinks the link is up. A blocking call then must not use the closed channel (nor crash):
 // it is retired, and the call gets an answer or an error.
@@ -404,9 +404,9 @@ BOOST_AUTO_TEST_CASE(a_channel_the_peer_closed_while_idle_is_retired) {
     BOOST_TEST(eventually([&] { return p.echo(3).has_value(); }, 10s));
 }
 
-// Found by review: when the channel dial stalls (the peer's only network thread is busy),
+// When the channel dial stalls (the peer's only network thread is busy),
 // the call must still end at its own deadline: the dial takes at most a quarter of it and
-// the mesh link gets what is left (before: the dial's time plus the whole timeout again).
+// the mesh link gets what is left.
 BOOST_AUTO_TEST_CASE(a_call_whose_channel_dial_stalls_keeps_its_deadline) {
     Pair p(true, 15s, true, 30s);
     std::atomic<bool> blocking{false};
