@@ -218,6 +218,7 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
         c->send(answer(r.id, std::move(result), r.module, r.function, c->spare_buffer()));
         return finish(served);
     }
+    c->answer_later();
     asio::post(workers_, [this, c, served = std::move(served)]() mutable {
         // A request whose connection closed while it waited is not run: its caller's call
         // failed when the connection dropped, and its answer could go nowhere. Running it
@@ -228,7 +229,9 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
         if (orphaned) expired_requests_.fetch_add(1, std::memory_order_relaxed);
         if (!orphaned && !skip_abandoned()) {
             const auto& r = served.request;
-            c->send(answer(r.id, run_unless_expired(served), r.module, r.function, c->spare_buffer()));
+            c->answer(answer(r.id, run_unless_expired(served), r.module, r.function, c->spare_buffer()));
+        } else {
+            c->forgo_answer();
         }
         finish(served);  // after its answer is queued (a drain waits for it)
     });

@@ -285,7 +285,7 @@ void Connection::on_read(std::size_t) {
     // (which may fill it at once).
     buffer_.consume(buffer_.size());
     if (!failure.empty()) return fail({LinkError::handshake_failed, {}, failure});
-    if (closed_) return;
+    if (closed_ || answers_owed_ > 0) return;  // answer_delivered reads again
     do_read();
 }
 
@@ -344,6 +344,10 @@ void Connection::handle_step(Handshake::Step step) {
             t.idle_timeout = ws::stream_base::none();
             t.keep_alive_pings = false;
             ws_.visit([&](auto& ws) { ws.set_option(t); });
+            // A lent write (answer) must never wait; Asio's asynchronous operations behave
+            // the same in either mode.
+            beast::error_code ignored;
+            ws_.socket().non_blocking(true, ignored);
         }
         established_ = true;
         owner_.on_established(shared_from_this());
@@ -384,6 +388,7 @@ ErrorMessage Connection::overloaded(std::string_view module, std::string_view fu
 void Connection::write_next() {
     if (queue_.writing() || !open_ || closed_ || handling_read_) return;
     if (queue_.idle() && !close_reason_) return;
+    take_stream_back();
     if (queue_.idle()) return start_close();
     // Frames that queued up behind the last write go out together, as one message, to a
     // peer that reads batches (never past the size limit; see WriteQueue::begin_write).
@@ -544,6 +549,42 @@ void Connection::complete(wire::Response&& response) {
     // Else it timed out already: a late answer, dropped.
 }
 
+void Connection::answer_later() {
+    if (!channel_ || role() != Role::acceptor) return;
+    ++answers_owed_;
+    std::lock_guard lock(lend_mutex_);
+    lent_ = answers_owed_ == 1 && !ws_.tls() && queue_.idle() && !queue_.writing() && !close_reason_ && !closed_;
+}
+
+void Connection::answer(std::string frame) {
+    if (channel_ && role() == Role::acceptor) {
+        std::unique_lock lock(lend_mutex_);
+        if (std::exchange(lent_, false) && frame.size() <= max_lent_write) {
+            beast::error_code ec;
+            ws_.visit([&](auto& ws) { ws.write(asio::buffer(frame), ec); });
+            lock.unlock();
+            count_written(1);
+            return asio::dispatch(ws_.get_executor(), [self = shared_from_this(), ec] { self->answer_delivered(ec); });
+        }
+        lock.unlock();
+        send(std::move(frame));
+        return forgo_answer();
+    }
+    send(std::move(frame));
+}
+
+void Connection::forgo_answer() {
+    if (!channel_ || role() != Role::acceptor) return;
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this()] { self->answer_delivered({}); });
+}
+
+void Connection::answer_delivered(beast::error_code ec) {
+    --answers_owed_;
+    if (closed_) return;
+    if (ec) return fail(write_failure(ec));
+    if (answers_owed_ == 0 && !close_started_) do_read();
+}
+
 void Connection::close(LinkError why, std::string detail) {
     LinkClose reason{why, {}, std::move(detail)};
     asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)]() mutable {
@@ -624,6 +665,7 @@ void Connection::on_control(ws::frame_type kind, std::string_view payload) {
 
 void Connection::fail(const LinkClose& reason) {
     if (closed_.exchange(true)) return;
+    take_stream_back();  // before the socket closes under a lent write
     spares_.trim(true);
     handshake_timer_.cancel();
     armed_.reset();

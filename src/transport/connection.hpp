@@ -19,6 +19,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -142,6 +143,25 @@ public:
     /// `details.reason` is that LinkError's text. Any thread.
     void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
 
+    /// On the strand, while the frame of a request this connection delivered
+    /// (ConnectionOwner::on_frame) is handled: its answer will come from another thread,
+    /// through answer() or, when there is none, forgo_answer(). On an accepted plain call
+    /// channel the connection then reads nothing more until it has come (its dialer sends
+    /// one call at a time), and, when no write is in progress, lends the stream to the
+    /// thread that brings the answer, which writes it itself: the caller has it without a
+    /// hand-off back to the network thread. Elsewhere it does nothing.
+    void answer_later();
+    /// Sends the answer promised by answer_later(). Any thread. Written right here when
+    /// the stream was lent and the frame is at most max_lent_write bytes (the socket is
+    /// non-blocking: a full buffer fails the channel, LinkError::peer_not_reading, rather
+    /// than waiting); else queued as send() does.
+    void answer(std::string frame);
+    /// No answer will come for what answer_later() promised (the request was not run).
+    void forgo_answer();
+    /// The largest answer a worker writes itself on a lent stream: one that fits the
+    /// socket buffers of a peer that reads.
+    static constexpr std::size_t max_lent_write = 8 * 1024;
+
     /// Closes the connection (idempotent; any thread) once what is queued is written: the
     /// close reports `why` (ConnectionOwner::on_closed, the calls it fails) and logs
     /// `detail`.
@@ -214,6 +234,16 @@ private:
 
     /// The close of a failed write.
     static LinkClose write_failure(const boost::system::error_code& ec) { return LinkClose::from(ec, "write"); }
+    /// On the strand: an answer promised by answer_later() went out (`ec`: how a lent
+    /// write ended) or was forgone; reads resume once none is owed.
+    void answer_delivered(boost::system::error_code ec);
+    /// On the strand, before it touches the stream: ends a loan (answer_later), waiting
+    /// for the borrower's write if one is in progress (short: the socket never blocks).
+    void take_stream_back() {
+        if (!channel_) return;
+        std::lock_guard lock(lend_mutex_);
+        lent_ = false;
+    }
     /// Counts a write of `count` frames in one message into WireCounters.
     void count_written(std::size_t count) noexcept {
         settings_.counters->frames_sent.fetch_add(count, std::memory_order_relaxed);
@@ -317,6 +347,13 @@ private:
     Clock::time_point ping_sent_{};
     bool ping_writing_ = false;
     std::atomic<std::int64_t> rtt_us_{-1};
+    // Accepted call channel: answers promised (answer_later) and not yet delivered (strand
+    // only; no read is started while there are any), and whether the stream is lent to
+    // the thread that brings the answer (under lend_mutex_, which that thread holds while
+    // it writes).
+    int answers_owed_ = 0;
+    std::mutex lend_mutex_;
+    bool lent_ = false;
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<bool> established_{false};
     std::atomic<bool> channel_{false};
