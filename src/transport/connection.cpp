@@ -43,6 +43,8 @@ Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSe
       settings_(settings),
       handshake_(Role::acceptor, settings.local, settings.cookie, settings.max_batch_frames > 1, false,
                  settings.accept_channels),
+      core_(settings.max_batch_frames, std::min(settings.max_message_size, wire::max_batch_bytes),
+            settings.max_send_queue_bytes),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()),
       ping_timer_(ws_.get_executor()) {
@@ -59,6 +61,8 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       target_(std::move(target)),
       handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1, false,
                  settings.accept_channels),
+      core_(settings.max_batch_frames, std::min(settings.max_message_size, wire::max_batch_bytes),
+            settings.max_send_queue_bytes),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()),
       ping_timer_(ws_.get_executor()) {}
@@ -301,9 +305,7 @@ std::string Connection::on_frame_text(std::string_view text) {
                              boost::json::object{{"node", settings_.local.node}}}}));
         }
         if (const auto response_id = wire::peek_frame_id(text, "res"); response_id && established_) {
-            if (auto p = take_pending(*response_id))
-                p->done(call_error(ErrorCode::internal_server_error, "malformed response: " + error.message,
-                                   peer().node, p->module, p->function));
+            if (auto done = core_.on_malformed_response(*response_id, error.message, peer().node)) done->run();
         }
         owner_.on_bad_frame(shared_from_this(), error);
         // During the handshake any bad frame ends the connection.
@@ -312,7 +314,8 @@ std::string Connection::on_frame_text(std::string_view text) {
     if (!established_) {
         handle_step(handshake_.on_frame(*decoded));
     } else if (auto* response = std::get_if<wire::Response>(&*decoded)) {
-        complete(std::move(*response));
+        if (auto done = core_.on_response(std::move(*response), peer().node, Clock::now())) done->run();
+        // Else it timed out already: a late answer, dropped.
     } else {
         owner_.on_frame(shared_from_this(), std::move(*decoded));
     }
@@ -331,7 +334,7 @@ void Connection::handle_step(Handshake::Step step) {
         // The peer proved it holds the cookie. The next read starts after this returns, so
         // the next message is already held to the normal limit.
         ws_.visit([&](auto& ws) { ws.read_message_max(established_message_max(settings_)); });
-        batch_ = handshake_.peer_batch() && settings_.max_batch_frames > 1;
+        core_.set_batching(handshake_.peer_batch() && settings_.max_batch_frames > 1);
         channel_ = handshake_.peer_channel();
         if (channel_) {
             // An accepted call channel: the pair's mesh link watches the peer, and the
@@ -366,15 +369,12 @@ void Connection::enqueue(std::string frame) {
 }
 
 void Connection::queue_frame(std::string frame) {
-    const auto bytes = frame.size();
-    if (closed_ || !queue_.push(std::move(frame))) return release(bytes);
-    write_next();
+    if (closed_) return core_.release(frame.size());
+    if (core_.push(std::move(frame))) write_next();
 }
 
 bool Connection::reserve(std::size_t bytes, bool refusable) {
-    const auto before = queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    if (!refusable || before == 0 || before + bytes <= settings_.max_send_queue_bytes) return true;
-    release(bytes);
+    if (core_.reserve(bytes, refusable)) return true;
     settings_.counters->overloaded.fetch_add(1, std::memory_order_relaxed);
     return false;
 }
@@ -386,18 +386,17 @@ ErrorMessage Connection::overloaded(std::string_view module, std::string_view fu
 }
 
 void Connection::write_next() {
-    if (queue_.writing() || !open_ || closed_ || handling_read_) return;
-    if (queue_.idle() && !close_reason_) return;
+    if (core_.writing() || !open_ || closed_ || handling_read_) return;
+    if (core_.write_idle() && !close_reason_) return;
     take_stream_back();
-    if (queue_.idle()) return start_close();
+    if (core_.write_idle()) return start_close();
     // Frames that queued up behind the last write go out together, as one message, to a
     // peer that reads batches (never past the size limit; see WriteQueue::begin_write).
-    const auto count = queue_.begin_write(batch_ ? settings_.max_batch_frames : 1,
-                                          std::min(settings_.max_message_size, wire::max_batch_bytes));
+    const auto count = core_.begin_write();
     count_written(count);
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };
     ws_.visit([&](auto& ws) {
-        if (count == 1) return ws.async_write(asio::buffer(queue_.at(0)), std::move(done));
+        if (count == 1) return ws.async_write(asio::buffer(core_.at(0)), std::move(done));
         ws.async_write(batch_buffers(count), std::move(done));
     });
 }
@@ -407,7 +406,7 @@ const std::vector<asio::const_buffer>& Connection::batch_buffers(std::size_t cou
     write_buffers_.clear();
     for (std::size_t i = 0; i < count; ++i) {
         if (i > 0) write_buffers_.push_back(asio::buffer(separator));
-        write_buffers_.push_back(asio::buffer(queue_.at(i)));
+        write_buffers_.push_back(asio::buffer(core_.at(i)));
     }
     return write_buffers_;
 }
@@ -418,9 +417,9 @@ void Connection::on_written(boost::system::error_code ec) {
     // A call channel keeps none: it has no keep-alive timer to trim them, and sixteen
     // idle channels to a node would each hold one for the link's life.
     const std::size_t keep = channel_ ? 0 : FramePool::max_spares;
-    release(queue_.end_write([this, keep](std::string&& frame) {
+    core_.end_write([this, keep](std::string&& frame) {
         if (!closed_) spares_.give(std::move(frame), keep);
-    }));
+    });
     if (closed_) return;
     if (ec) return fail(write_failure(ec));
     write_next();
@@ -477,43 +476,25 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     if (!reserve(frame.size(), true)) return done(overloaded(request.module, request.function));
     // The deadline counts from here, before the hop to the strand.
     const auto deadline = deadline_after(Clock::now(), timeout);
-    Pending pending{std::move(done), deadline, std::move(request.module), std::move(request.function)};
+    Call call{std::move(done), deadline, std::move(request.module), std::move(request.function)};
     asio::dispatch(ws_.get_executor(),
-                   [self = shared_from_this(), id, frame = std::move(frame), pending = std::move(pending)]() mutable {
-                       self->start_request(id, std::move(frame), std::move(pending));
+                   [self = shared_from_this(), id, frame = std::move(frame), call = std::move(call)]() mutable {
+                       self->start_request(id, std::move(frame), std::move(call));
                    });
 }
 
-void Connection::start_request(std::uint64_t id, std::string frame, Pending pending) {
+void Connection::start_request(std::uint64_t id, std::string frame, Call call) {
     // After the peer's bye (handled on this strand) nothing new goes out: the peer may
     // close once it has our answering bye, and would never read this request.
     if (closed_ || going_away()) {
-        release(frame.size());
-        return pending.done(unsent(peer().node, pending.module, pending.function));
+        core_.release(frame.size());
+        return call.done(unsent(peer().node, call.module, call.function));
     }
-    const auto deadline = pending.deadline;
-    pending_.emplace(id, std::move(pending));
-    deadlines_.emplace(deadline, id);
-    arm_deadline(deadline);
-    const auto bytes = frame.size();
-    if (!queue_.push(std::move(frame))) release(bytes);  // cannot happen while open
-    write_next();
-}
-
-std::optional<Connection::Pending> Connection::take_pending(std::uint64_t id) {
-    auto it = pending_.find(id);
-    if (it == pending_.end()) return std::nullopt;
-    std::optional<Pending> p(std::move(it->second));
-    pending_.erase(it);
-    deadlines_.erase(Deadline{p->deadline, id});
-    // The timer stays armed: cancelling it would cost a completion per call. When it
-    // fires with nothing due it re-arms for the earliest call left, if any.
-    return p;
+    if (const auto arm = core_.start_call(id, std::move(call))) arm_deadline(*arm);
+    if (core_.push(std::move(frame))) write_next();  // cannot fail while open
 }
 
 void Connection::arm_deadline(Clock::time_point deadline) {
-    if (armed_ && *armed_ <= deadline) return;
-    armed_ = deadline;
     deadline_timer_.expires_at(deadline);  // cancels the previous wait (operation_aborted)
     deadline_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
         if (!ec) self->on_deadline();
@@ -521,39 +502,17 @@ void Connection::arm_deadline(Clock::time_point deadline) {
 }
 
 void Connection::on_deadline() {
-    armed_.reset();
-    const auto now = Clock::now();
-    // Re-read the front each time: a completion handler may send a new request here.
-    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-        auto p = take_pending(deadlines_.begin()->second);
-        if (!p) {  // cannot happen (take_pending erases both), but never loop on it
-            deadlines_.erase(deadlines_.begin());
-            continue;
-        }
-            p->done(call_failure(Failure::timeout, peer().node, p->module, p->function));
-    }
-    if (!deadlines_.empty() && !closed_) arm_deadline(deadlines_.begin()->first);
-}
-
-void Connection::complete(wire::Response&& response) {
-    if (auto p = take_pending(response.id)) {
-        // The peer does not start a request that waited past the caller's timeout, and
-        // answers request_timeout then (RpcServer::run_unless_expired); that answer can
-        // beat this side's own timer to the call, whose deadline has passed by then. Either
-        // way the call timed out: it fails as this side's timer fails it.
-        if (!response.result && response.result.error().code == ErrorCode::request_timeout &&
-            Clock::now() >= p->deadline)
-            return p->done(call_failure(Failure::timeout, peer().node, p->module, p->function));
-        return p->done(std::move(response.result));
-    }
-    // Else it timed out already: a late answer, dropped.
+    // Completion handlers may start new calls here: the timer is re-armed after them.
+    for (auto& done : core_.on_timer(Clock::now(), peer().node)) done.run();
+    if (closed_) return;
+    if (const auto next = core_.next_deadline()) arm_deadline(*next);
 }
 
 void Connection::answer_later() {
     if (!channel_ || role() != Role::acceptor) return;
     ++answers_owed_;
     std::lock_guard lock(lend_mutex_);
-    lent_ = answers_owed_ == 1 && !ws_.tls() && queue_.idle() && !queue_.writing() && !close_reason_ && !closed_;
+    lent_ = answers_owed_ == 1 && !ws_.tls() && core_.write_idle() && !core_.writing() && !close_reason_ && !closed_;
 }
 
 void Connection::answer(std::string frame) {
@@ -668,13 +627,12 @@ void Connection::fail(const LinkClose& reason) {
     take_stream_back();  // before the socket closes under a lent write
     spares_.trim(true);
     handshake_timer_.cancel();
-    armed_.reset();
     deadline_timer_.cancel();
     ping_timer_.cancel();
     beast::error_code ignored;
     ws_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     ws_.socket().close(ignored);
-    release(queue_.fail());  // a write in progress keeps its frames until it completes
+    core_.fail_writes();  // a write in progress keeps its frames until it completes
     if (reason.kind == LinkError::cookie_refused)
         owner_.on_cookie_refused(shared_from_this());
     else if (!established_ && handshake_.awaiting_ready())
@@ -685,14 +643,7 @@ void Connection::fail(const LinkClose& reason) {
     // the pending calls: a caller that learns of the loss and calls again can no longer
     // pick the member whose link this was.
     owner_.on_closed(shared_from_this(), reason, established_);
-    fail_pending(reason);
-}
-
-void Connection::fail_pending(const LinkClose& reason) {
-    auto pending = std::move(pending_);
-    pending_.clear();
-    deadlines_.clear();
-    for (auto& [id, p] : pending) p.done({link_failure(reason.kind, peer().node, p.module, p.function), reason.kind});
+    for (auto& done : core_.on_closed(reason, peer().node)) done.run();
 }
 
 }  // namespace rpclb::detail

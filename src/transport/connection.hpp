@@ -2,9 +2,9 @@
 #pragma once
 
 #include "transport/frame_pool.hpp"
+#include "transport/link_core.hpp"
 #include "transport/link_error.hpp"
 #include "transport/mesh_stream.hpp"
-#include "transport/write_queue.hpp"
 
 #include <rpclb/detail/handshake.hpp>
 #include <rpclb/detail/wire.hpp>
@@ -95,9 +95,6 @@ struct ConnectionSettings {
     /// its hellos say so (wire::Hello::channels).
     bool accept_channels = true;
 };
-
-/// Called once with the outcome of a request sent on a connection.
-using ResponseHandler = std::function<void(RequestOutcome)>;
 
 /// A WebSocket to one peer: handshake, read loop, write queue, pending requests.
 /// All state lives on one strand; the public members are safe from any thread.
@@ -216,21 +213,10 @@ public:
 
 private:
     using Clock = std::chrono::steady_clock;
-    // One deadline timer per connection, not one per call: `deadlines_` orders the
-    // pending calls by deadline and `deadline_timer_` is armed for the earliest one (it
-    // is re-armed only when a new call's deadline is earlier than the armed expiry; a
-    // wake-up for a call that completed meanwhile just re-arms for the next).
-    using Deadline = std::pair<Clock::time_point, std::uint64_t>;  // (deadline, request id)
-
-    struct Pending {
-        ResponseHandler done;
-        Clock::time_point deadline;
-        std::string module;
-        std::string function;
-    };
+    using Call = LinkCore::Call;
 
     /// On the strand: registers the request's deadline and queues its frame.
-    void start_request(std::uint64_t id, std::string frame, Pending pending);
+    void start_request(std::uint64_t id, std::string frame, Call call);
 
     /// The close of a failed write.
     static LinkClose write_failure(const boost::system::error_code& ec) { return LinkClose::from(ec, "write"); }
@@ -278,7 +264,6 @@ private:
     /// LinkError::handshake_failed), or an empty string.
     std::string on_frame_text(std::string_view text);
     void handle_step(Handshake::Step step);
-    void complete(wire::Response&& response);
     void write_next();
     /// Queues a frame whose bytes are reserved (see reserve) on the strand; releases them
     /// when the connection has closed.
@@ -286,10 +271,9 @@ private:
     /// On the strand: queues a reserved frame and writes it when it can (released instead
     /// when the connection has closed).
     void queue_frame(std::string frame);
-    /// Counts `bytes` into the send queue; with `refusable`, refuses (false) when they
-    /// would pass max_send_queue_bytes and the queue is not empty. Any thread.
+    /// Counts `bytes` into the send queue (LinkCore::reserve), counting a refusal as
+    /// overloaded. Any thread.
     bool reserve(std::size_t bytes, bool refusable);
-    void release(std::size_t bytes) noexcept { queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed); }
     /// The `service_unavailable` "overloaded" error of a refused request or cast.
     ErrorMessage overloaded(std::string_view module, std::string_view function) const;
     /// The buffers of a write of `count` queued frames: the frames separated by
@@ -302,9 +286,6 @@ private:
     /// Ends the connection for `reason` (the first one given wins): fails its pending
     /// requests, then tells the owner.
     void fail(const LinkClose& reason);
-    void fail_pending(const LinkClose& reason);
-    /// Removes request `id` from the pending calls; nullopt when it is not pending.
-    std::optional<Pending> take_pending(std::uint64_t id);
     void arm_deadline(Clock::time_point deadline);
     void on_deadline();
     /// Sends the next timed keep-alive ping, then waits keepalive_ping_interval().
@@ -322,11 +303,9 @@ private:
     std::array<char, 512> first_bytes_{};
     Handshake handshake_;
     boost::beast::flat_buffer buffer_;
-    WriteQueue queue_;
+    LinkCore core_;  // pending calls, deadlines, write queue
     FramePool spares_;  // buffers of large frames written, for the next ones
-    std::atomic<std::size_t> queued_bytes_{0};  // bytes reserved for frames not yet written
     std::vector<boost::asio::const_buffer> write_buffers_;  // the write in progress's, when batched
-    bool batch_ = false;  // the peer reads batches: several frames may share a message
     bool open_ = false;  // WebSocket handshake done: writes may start
     // The frames of a read are being handled: what they queue (answers of inline handlers,
     // requests of inline completions) is written together once the last is handled.
@@ -335,10 +314,7 @@ private:
     bool close_started_ = false;
     bool refusing_cookie_ = false;  // acceptor: the close says cookie_refused_close_reason
     boost::asio::steady_timer handshake_timer_;
-    std::unordered_map<std::uint64_t, Pending> pending_;
-    std::set<Deadline> deadlines_;
     boost::asio::steady_timer deadline_timer_;
-    std::optional<Clock::time_point> armed_;  // deadline_timer_'s expiry while it waits
     // Timed keep-alive pings (keepalive_rtt): the timer, the sequence number the last
     // ping carried and when it was sent, whether a ping write is in progress (Beast allows
     // one), and the last round trip in microseconds (-1: none yet).
