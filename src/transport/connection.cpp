@@ -226,13 +226,13 @@ void Connection::dial_websocket() {
 }
 
 void Connection::tls_fail(const std::string& reason) {
-    if (closed_) return;
+    if (closed()) return;
     owner_.on_tls_failed(shared_from_this(), reason);
     fail({LinkError::tls_failed, {}, "TLS handshake: " + reason});
 }
 
 void Connection::on_websocket_open() {
-    open_ = true;
+    state_ = LinkState::handshaking;
     handle_step(handshake_.start());
     do_read();
     write_next();
@@ -274,7 +274,7 @@ void Connection::on_read(std::size_t) {
         // queue go out together after the last (one write instead of one per frame, when
         // inline handlers answer or inline completions start the next calls).
         handling_read_ = true;
-        while (failure.empty() && !closed_) {
+        while (failure.empty() && !closed()) {
             const auto end = text.find(wire::batch_separator);
             failure = on_frame_text(text.substr(0, end));
             if (end == std::string_view::npos) break;
@@ -289,7 +289,7 @@ void Connection::on_read(std::size_t) {
     // (which may fill it at once).
     buffer_.consume(buffer_.size());
     if (!failure.empty()) return fail({LinkError::handshake_failed, {}, failure});
-    if (closed_ || answers_owed_ > 0) return;  // answer_delivered reads again
+    if (closed() || answers_owed_ > 0) return;  // answer_delivered reads again
     do_read();
 }
 
@@ -353,6 +353,7 @@ void Connection::handle_step(Handshake::Step step) {
             ws_.socket().non_blocking(true, ignored);
         }
         established_ = true;
+        if (state() == LinkState::handshaking) state_ = LinkState::open;
         owner_.on_established(shared_from_this());
         if (!channel_) ping_next();
     }
@@ -369,7 +370,7 @@ void Connection::enqueue(std::string frame) {
 }
 
 void Connection::queue_frame(std::string frame) {
-    if (closed_) return core_.release(frame.size());
+    if (closed()) return core_.release(frame.size());
     if (core_.push(std::move(frame))) write_next();
 }
 
@@ -386,8 +387,9 @@ ErrorMessage Connection::overloaded(std::string_view module, std::string_view fu
 }
 
 void Connection::write_next() {
-    if (core_.writing() || !open_ || closed_ || handling_read_) return;
-    if (core_.write_idle() && !close_reason_) return;
+    const auto now = state();
+    if (core_.writing() || now == LinkState::connecting || now == LinkState::closed || handling_read_) return;
+    if (core_.write_idle() && now != LinkState::saying_bye) return;
     take_stream_back();
     if (core_.write_idle()) return start_close();
     // Frames that queued up behind the last write go out together, as one message, to a
@@ -418,9 +420,9 @@ void Connection::on_written(boost::system::error_code ec) {
     // idle channels to a node would each hold one for the link's life.
     const std::size_t keep = channel_ ? 0 : FramePool::max_spares;
     core_.end_write([this, keep](std::string&& frame) {
-        if (!closed_) spares_.give(std::move(frame), keep);
+        if (!closed()) spares_.give(std::move(frame), keep);
     });
-    if (closed_) return;
+    if (closed()) return;
     if (ec) return fail(write_failure(ec));
     write_next();
 }
@@ -451,7 +453,7 @@ std::optional<ErrorMessage> Connection::too_large(std::string_view what, const s
 
 Result<void> Connection::cast(wire::Cast cast) {
     if (auto error = not_json("cast", cast.args, cast.module, cast.function)) return std::move(*error);
-    if (closed_) return link_failure(LinkError::not_connected, peer().node, cast.module, cast.function);
+    if (closed()) return link_failure(LinkError::not_connected, peer().node, cast.module, cast.function);
     auto frame = wire::encode(cast, spares_.take());
     if (auto error = too_large("cast", frame, cast.module, cast.function)) return std::move(*error);
     if (!reserve(frame.size(), true)) return overloaded(cast.module, cast.function);
@@ -465,7 +467,7 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
         return done(std::move(*error));
     // Closed already (the node may be stopping, its strand about to run no more), or the
     // peer said bye: fail now, unsent, rather than queue what may never be looked at.
-    if (closed_ || going_away()) return done(unsent(peer().node, request.module, request.function));
+    if (closed() || going_away()) return done(unsent(peer().node, request.module, request.function));
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
     // The peer starts no handler for it after this long (RpcServer::run_unless_expired),
@@ -486,7 +488,7 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
 void Connection::start_request(std::uint64_t id, std::string frame, Call call) {
     // After the peer's bye (handled on this strand) nothing new goes out: the peer may
     // close once it has our answering bye, and would never read this request.
-    if (closed_ || going_away()) {
+    if (closed() || going_away()) {
         core_.release(frame.size());
         return call.done(unsent(peer().node, call.module, call.function));
     }
@@ -504,7 +506,7 @@ void Connection::arm_deadline(Clock::time_point deadline) {
 void Connection::on_deadline() {
     // Completion handlers may start new calls here: the timer is re-armed after them.
     for (auto& done : core_.on_timer(Clock::now(), peer().node)) done.run();
-    if (closed_) return;
+    if (closed()) return;
     if (const auto next = core_.next_deadline()) arm_deadline(*next);
 }
 
@@ -512,7 +514,7 @@ void Connection::answer_later() {
     if (!channel_ || role() != Role::acceptor) return;
     ++answers_owed_;
     std::lock_guard lock(lend_mutex_);
-    lent_ = answers_owed_ == 1 && !ws_.tls() && core_.write_idle() && !core_.writing() && !close_reason_ && !closed_;
+    lent_ = answers_owed_ == 1 && !ws_.tls() && core_.write_idle() && !core_.writing() && state() == LinkState::open;
 }
 
 void Connection::answer(std::string frame) {
@@ -539,7 +541,7 @@ void Connection::forgo_answer() {
 
 void Connection::answer_delivered(beast::error_code ec) {
     --answers_owed_;
-    if (closed_) return;
+    if (closed()) return;
     if (ec) return fail(write_failure(ec));
     if (answers_owed_ == 0 && !close_started_) do_read();
 }
@@ -547,10 +549,12 @@ void Connection::answer_delivered(beast::error_code ec) {
 void Connection::close(LinkError why, std::string detail) {
     LinkClose reason{why, {}, std::move(detail)};
     asio::dispatch(ws_.get_executor(), [self = shared_from_this(), reason = std::move(reason)]() mutable {
-        if (self->closed_ || self->close_reason_) return;
-        if (!self->open_) return self->fail(reason);
+        const auto now = self->state();
+        if (now == LinkState::saying_bye || now == LinkState::closed) return;
+        if (now == LinkState::connecting) return self->fail(reason);
         // Frames already queued (replies to served calls) go out before the close frame.
         self->close_reason_ = std::move(reason);
+        self->state_ = LinkState::saying_bye;
         self->write_next();
     });
 }
@@ -575,8 +579,9 @@ void Connection::start_close() {
 void Connection::refuse_cookie(const std::string& reason) {
     // Nothing else is sent: the close frame (after what is queued) tells the dialer why,
     // so it stops dialling. handshake_timer_ still ends a dialer that never answers it.
-    if (closed_ || close_reason_) return;
+    if (state() == LinkState::saying_bye || closed()) return;
     close_reason_ = LinkClose{LinkError::handshake_failed, {}, reason};
+    state_ = LinkState::saying_bye;
     refusing_cookie_ = true;
     write_next();
 }
@@ -594,7 +599,7 @@ std::chrono::milliseconds Connection::keepalive_ping_interval() const noexcept {
 }
 
 void Connection::ping_next() {
-    if (closed_) return;
+    if (closed()) return;
     spares_.trim();  // large-frame buffers kept but not used for a keep-alive interval
     BlockCache::instance().trim();  // the same for the process's decoded large values
     // One ping write at a time (Beast's rule); a ping still being written behind a large
@@ -623,7 +628,7 @@ void Connection::on_control(ws::frame_type kind, std::string_view payload) {
 }
 
 void Connection::fail(const LinkClose& reason) {
-    if (closed_.exchange(true)) return;
+    if (state_.exchange(LinkState::closed) == LinkState::closed) return;
     take_stream_back();  // before the socket closes under a lent write
     spares_.trim(true);
     handshake_timer_.cancel();

@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -96,8 +97,21 @@ struct ConnectionSettings {
     bool accept_channels = true;
 };
 
-/// A WebSocket to one peer: handshake, read loop, write queue, pending requests.
-/// All state lives on one strand; the public members are safe from any thread.
+/// Where a connection is in its life. Each state follows the one before it, except that
+/// any state may go to `closed`, and `handshaking` may go straight to `saying_bye`.
+enum class LinkState : std::uint8_t {
+    connecting,   ///< dialling or accepting: TCP, TLS, the WebSocket upgrade
+    handshaking,  ///< the WebSocket is open; the cookie handshake runs
+    open,         ///< established: calls, casts and membership frames flow
+    saying_bye,   ///< close() ran: what is queued goes out, then the WebSocket close
+    closed,       ///< ended; pending calls have failed
+};
+
+/// A WebSocket to one peer, the I/O driver of its LinkCore: the handshakes, one read loop,
+/// one write path (LinkCore's queue, coalesced into batches), the deadline timer and the
+/// keep-alive pings. Its state changes and its I/O run on its strand; the public members
+/// are safe from any thread. On an accepted call channel a worker may write one answer
+/// itself while the strand has lent it the stream (answer_later).
 class Connection : public std::enable_shared_from_this<Connection> {
 public:
     using Executor = MeshStream::Executor;
@@ -187,6 +201,8 @@ public:
     /// Who is at the other end, for logs: the "host:port" dialled, or "an incoming peer
     /// (ADDRESS:PORT)".
     std::string describe_peer() const;
+    LinkState state() const noexcept { return state_.load(); }
+    /// The cookie handshake succeeded (the connection may have closed since).
     bool established() const noexcept { return established_.load(); }
     /// Round trip of this connection's last answered keep-alive ping: once established,
     /// the connection sends a WebSocket ping every keepalive_ping_interval() and times
@@ -199,7 +215,7 @@ public:
     /// How often an established connection pings: half the idle timeout, within
     /// 100 ms..1 s, so a healthy peer's pongs arrive well before the idle timeout.
     std::chrono::milliseconds keepalive_ping_interval() const noexcept;
-    bool closed() const noexcept { return closed_.load(); }
+    bool closed() const noexcept { return state() == LinkState::closed; }
 
     /// The peer said "bye" (it is stopping): no new request may be sent here.
     bool going_away() const noexcept { return going_away_.load(); }
@@ -306,12 +322,11 @@ private:
     LinkCore core_;  // pending calls, deadlines, write queue
     FramePool spares_;  // buffers of large frames written, for the next ones
     std::vector<boost::asio::const_buffer> write_buffers_;  // the write in progress's, when batched
-    bool open_ = false;  // WebSocket handshake done: writes may start
     // The frames of a read are being handled: what they queue (answers of inline handlers,
     // requests of inline completions) is written together once the last is handled.
     bool handling_read_ = false;
-    std::optional<LinkClose> close_reason_;  // close() was called: close once the queue is empty
-    bool close_started_ = false;
+    std::optional<LinkClose> close_reason_;  // saying_bye: why close() was called
+    bool close_started_ = false;             // saying_bye: the WebSocket close is under way
     bool refusing_cookie_ = false;  // acceptor: the close says cookie_refused_close_reason
     boost::asio::steady_timer handshake_timer_;
     boost::asio::steady_timer deadline_timer_;
@@ -331,9 +346,9 @@ private:
     std::mutex lend_mutex_;
     bool lent_ = false;
     std::atomic<std::uint64_t> next_id_{1};
+    std::atomic<LinkState> state_{LinkState::connecting};  // written on the strand only
     std::atomic<bool> established_{false};
     std::atomic<bool> channel_{false};
-    std::atomic<bool> closed_{false};
     std::atomic<bool> going_away_{false};
     std::atomic<bool> bye_sent_{false};
     std::atomic<bool> peer_quiet_{false};
