@@ -290,42 +290,6 @@ json::value parse(std::string_view text, boost::system::error_code& ec) {
     return parser.release();
 }
 
-// ---- the frames of a call, read without a document for the frame -------------------------
-//
-// encode() writes a call as {"t":"req","id":N,"m":"M","f":"F","a":[...]} (then ,"lb":"L" when
-// it was load-balanced) and its answer as {"t":"res","id":N,"ok":V}. A text of exactly that
-// shape, with names of printable ASCII without escapes, is read here: only the arguments
-// (or V) go through the JSON parser, so no object, no keys and no name strings are built
-// and freed for the frame around them (most of the instructions of decoding a small call:
-// bench/README.md, "Calls and answers without a frame document"). Anything else (another
-// order, whitespace, escapes, an error answer, a malformed text, a text of
-// BlockCache::min_block bytes or more) gives nullopt and goes through the full decoder,
-// which stays the reference: whatever is read here reads the same there (unit.wire and
-// fuzz/wire.cpp check both agree, through decode_in_full).
-
-// The one JSON value at the start of `text` (`used`: the characters it took), or nullopt.
-// Its parser allows one level of nesting less than parse()'s, since there the frame's
-// object is the first level; the limit must hold while parsing, not be checked after, as a
-// value under a duplicate key is dropped from the document but was still parsed (found by
-// review: a too-deep value followed by its key again). Only for texts below
-// BlockCache::min_block (read_call_frame), so the parser's stack stays small and the
-// values have the default storage, as parse() gives such texts.
-std::optional<json::value> parse_prefix(std::string_view text, std::size_t& used) {
-    thread_local json::parser parser({}, [] {
-        json::parse_options o;
-        o.max_depth -= 1;
-        return o;
-    }());
-    boost::system::error_code ec;
-    parser.reset();
-    used = parser.write_some(text.data(), text.size(), ec);
-    if (ec) {
-        parser.reset();
-        return std::nullopt;
-    }
-    return parser.release();
-}
-
 // The head this codec writes for a frame of type `type`, up to the digits of its id
 // (`{"t":"req","id":`): the text after it, or nullopt.
 std::optional<std::string_view> after_head(std::string_view text, std::string_view type) noexcept {
@@ -351,93 +315,6 @@ std::optional<IdDigits> id_digits(std::string_view text) noexcept {
         v = v * 10 + static_cast<std::uint64_t>(text[n] - '0');
     if (n == 0 || n == 20) return std::nullopt;
     return IdDigits{v, n};
-}
-
-class CallText {
-public:
-    explicit CallText(std::string_view text) : rest_(text) {}
-
-    bool literal(std::string_view s) {
-        if (!rest_.starts_with(s)) return false;
-        rest_.remove_prefix(s.size());
-        return true;
-    }
-    // JSON's grammar for a non-negative integer below 10^19 (uint64, as the full decoder's
-    // non_negative_integer reads it): no sign, no leading zero, no fraction or exponent.
-    std::optional<std::uint64_t> id() {
-        const auto digits = id_digits(rest_);
-        if (!digits || (digits->count > 1 && rest_[0] == '0')) return std::nullopt;
-        rest_.remove_prefix(digits->count);
-        return digits->value;
-    }
-    // The characters of a string up to its closing quote when all are printable ASCII and
-    // none is a backslash: the string's value is then its text.
-    bool name(std::string& out) {
-        std::size_t n = 0;
-        while (n < rest_.size() && rest_[n] != '"') {
-            const auto c = static_cast<unsigned char>(rest_[n]);
-            if (c < 0x20 || c > 0x7E || c == '\\') return false;
-            ++n;
-        }
-        if (n == rest_.size()) return false;
-        out.assign(rest_.data(), n);
-        rest_.remove_prefix(n + 1);
-        return true;
-    }
-    // One JSON value that the full decoder would take inside the frame's object.
-    std::optional<json::value> value() {
-        std::size_t used = 0;
-        auto v = parse_prefix(rest_, used);
-        if (!v || !json_fields::all_finite(*v)) return std::nullopt;
-        rest_.remove_prefix(used);
-        return v;
-    }
-    bool at_end() const noexcept { return rest_.empty(); }
-
-private:
-    std::string_view rest_;
-};
-
-std::optional<Frame> read_request(CallText& in) {
-    std::string module, function, load_balancer;
-    auto id = in.id();
-    if (!id || !in.literal(R"(,"m":")") || !in.name(module) || !in.literal(R"(,"f":")") || !in.name(function) ||
-        !in.literal(R"(,"a":)"))
-        return std::nullopt;
-    auto args = in.value();
-    if (!args || !args->is_array()) return std::nullopt;
-    if (in.literal(R"(,"lb":")") && !in.name(load_balancer)) return std::nullopt;
-    std::optional<std::uint64_t> timeout_ms;
-    if (in.literal(R"(,"to":)") && !(timeout_ms = in.id())) return std::nullopt;
-    if (!in.literal("}") || !in.at_end()) return std::nullopt;
-    // Constructed from the parsed array, which keeps its storage (moved, not assigned).
-    Request f{*id, std::move(module), std::move(function), json::array(std::move(args->get_array())),
-              std::move(load_balancer), timeout_ms};
-    return Frame(std::move(f));
-}
-
-std::optional<Frame> read_answer(CallText& in) {
-    auto id = in.id();
-    if (!id || !in.literal(R"(,"ok":)")) return std::nullopt;
-    auto ok = in.value();
-    if (!ok || !in.literal("}") || !in.at_end()) return std::nullopt;
-    Response f;
-    f.id = *id;
-    f.result.emplace(std::move(*ok));
-    return Frame(std::move(f));
-}
-
-std::optional<Frame> read_call_frame(std::string_view text) {
-    if (text.size() >= BlockCache::min_block) return std::nullopt;  // large: the full decoder
-    if (const auto rest = after_head(text, "req")) {
-        CallText in(*rest);
-        return read_request(in);
-    }
-    if (const auto rest = after_head(text, "res")) {
-        CallText in(*rest);
-        return read_answer(in);
-    }
-    return std::nullopt;
 }
 
 Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
@@ -655,23 +532,13 @@ std::string_view to_string(DecodeErrorKind kind) noexcept {
     return "unknown";
 }
 
-boost::system::result<Frame, DecodeError> decode_in_full(std::string_view text, std::size_t max_size) {
+boost::system::result<Frame, DecodeError> decode(std::string_view text, std::size_t max_size) {
     try {
         return decode_unchecked(text, max_size);
     } catch (const std::exception& e) {
         // Only allocation failure can get here; the promise is that decode never throws.
         return decode_error(DecodeErrorKind::bad_json, std::string("frame could not be decoded: ") + e.what());
     }
-}
-
-boost::system::result<Frame, DecodeError> decode(std::string_view text, std::size_t max_size) {
-    try {
-        if (text.size() <= max_size)
-            if (auto frame = read_call_frame(text)) return Decoded(boost::system::in_place_value, std::move(*frame));
-    } catch (const std::exception&) {
-        // Allocation failure: the full decoder tries again and reports it.
-    }
-    return decode_in_full(text, max_size);
 }
 
 namespace {

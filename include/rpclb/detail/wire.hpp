@@ -169,17 +169,8 @@ std::string_view to_string(DecodeErrorKind kind) noexcept;
 /// messages read `"req" frame: member "m" must be a string (got an integer)` or
 /// `... (missing)`; members of objects inside arrays are named like "nodes[1].inc".
 /// Boost.JSON's default parse limits apply (nesting depth 32).
-///
-/// A call or its answer of exactly the shape encode() writes is read without building a
-/// document for the frame (only its arguments or result are parsed); the result is the
-/// same as decode_in_full's.
 boost::system::result<Frame, DecodeError> decode(std::string_view text,
                                                  std::size_t max_size = default_max_message_size);
-/// decode() without its reading of calls and answers in encode()'s shape: every frame goes
-/// through the document. The reference decode() is checked against (fuzz/wire.cpp,
-/// test/unit/wire.cpp). Never throws.
-boost::system::result<Frame, DecodeError> decode_in_full(std::string_view text,
-                                                         std::size_t max_size = default_max_message_size);
 
 /// The id of a "req" or "res" frame (`type`) read from the frame's head alone, as this
 /// codec writes it (`{"t":"req","id":N,...`), for a frame too large or too malformed to
