@@ -3,8 +3,6 @@
 #include "transport/block_cache.hpp"
 #include "transport/tls.hpp"
 
-#include "json_fields.hpp"
-
 #include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/host_port.hpp>
 
@@ -380,12 +378,6 @@ bool Connection::reserve(std::size_t bytes, bool refusable) {
     return false;
 }
 
-ErrorMessage Connection::overloaded(std::string_view module, std::string_view function) const {
-    auto error = call_failure(Failure::overloaded, peer().node, module, function);
-    error.details["max_send_queue_bytes"] = settings_.max_send_queue_bytes;
-    return error;
-}
-
 void Connection::write_next() {
     const auto now = state();
     if (core_.writing() || now == LinkState::connecting || now == LinkState::closed || handling_read_) return;
@@ -427,43 +419,19 @@ void Connection::on_written(boost::system::error_code ec) {
     write_next();
 }
 
-std::optional<ErrorMessage> Connection::not_json(std::string_view what, const boost::json::array& args,
-                                                 std::string_view module, std::string_view function) const {
-    for (const auto& arg : args)
-        if (!json_fields::all_finite(arg)) {
-            auto error = call_failure(Failure::not_json, peer().node, module, function);
-            error.message = "the " + std::string(what) +
-                            "'s arguments hold a number JSON cannot carry (NaN or infinity); nothing was sent";
-            return error;
-        }
-    return std::nullopt;
-}
-
-std::optional<ErrorMessage> Connection::too_large(std::string_view what, const std::string& frame,
-                                                  std::string_view module, std::string_view function) const {
-    if (frame.size() <= settings_.max_message_size) return std::nullopt;
-    auto error = call_error(ErrorCode::bad_request,
-                            std::string(what) + " of " + std::to_string(frame.size()) +
-                                " bytes exceeds the maximum message size of " +
-                                std::to_string(settings_.max_message_size),
-                            peer().node, module, function);
-    error.reason = Failure::too_large;
-    return error;
-}
-
 Result<void> Connection::cast(wire::Cast cast) {
-    if (auto error = not_json("cast", cast.args, cast.module, cast.function)) return std::move(*error);
+    if (auto error = not_json("cast", cast.args, peer().node, cast.module, cast.function)) return std::move(*error);
     if (closed()) return link_failure(LinkError::not_connected, peer().node, cast.module, cast.function);
     auto frame = wire::encode(cast, spares_.take());
-    if (auto error = too_large("cast", frame, cast.module, cast.function)) return std::move(*error);
-    if (!reserve(frame.size(), true)) return overloaded(cast.module, cast.function);
+    if (auto error = too_large("cast", frame.size(), settings_.max_message_size, peer().node, cast.module, cast.function)) return std::move(*error);
+    if (!reserve(frame.size(), true)) return overloaded(settings_.max_send_queue_bytes, peer().node, cast.module, cast.function);
     enqueue(std::move(frame));
     return {};
 }
 
 void Connection::request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done) {
     // Encoding happens on the caller's thread, off the connection's strand.
-    if (auto error = not_json("request", request.args, request.module, request.function))
+    if (auto error = not_json("request", request.args, peer().node, request.module, request.function))
         return done(std::move(*error));
     // Closed already (the node may be stopping, its strand about to run no more), or the
     // peer said bye: fail now, unsent, rather than queue what may never be looked at.
@@ -474,8 +442,9 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     // reading it as this side does (deadline_after: a huge timeout is none).
     request.timeout_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0));
     auto frame = wire::encode(request, spares_.take());
-    if (auto error = too_large("request", frame, request.module, request.function)) return done(std::move(*error));
-    if (!reserve(frame.size(), true)) return done(overloaded(request.module, request.function));
+    if (auto error = too_large("request", frame.size(), settings_.max_message_size, peer().node, request.module,
+                                 request.function)) return done(std::move(*error));
+    if (!reserve(frame.size(), true)) return done(overloaded(settings_.max_send_queue_bytes, peer().node, request.module, request.function));
     // The deadline counts from here, before the hop to the strand.
     const auto deadline = deadline_after(Clock::now(), timeout);
     Call call{std::move(done), deadline, std::move(request.module), std::move(request.function)};

@@ -252,14 +252,6 @@ private:
         settings_.counters->messages_sent.fetch_add(1, std::memory_order_relaxed);
     }
 
-    /// The `bad_request` error (Failure::not_json) of a `what` ("request", "cast") whose
-    /// `args` hold NaN or infinity, which no JSON text can carry; nullopt when they do not.
-    std::optional<ErrorMessage> not_json(std::string_view what, const boost::json::array& args,
-                                         std::string_view module, std::string_view function) const;
-    /// The `bad_request` error of a `what` ("request", "cast") whose `frame` is over the
-    /// size limit; nullopt when it fits.
-    std::optional<ErrorMessage> too_large(std::string_view what, const std::string& frame,
-                                          std::string_view module, std::string_view function) const;
     void configure();
     /// Acceptor: the TLS handshake (over TLS), or a look at the first bytes for a TLS
     /// ClientHello (plain TCP), then the WebSocket accept.
@@ -290,8 +282,6 @@ private:
     /// Counts `bytes` into the send queue (LinkCore::reserve), counting a refusal as
     /// overloaded. Any thread.
     bool reserve(std::size_t bytes, bool refusable);
-    /// The `service_unavailable` "overloaded" error of a refused request or cast.
-    ErrorMessage overloaded(std::string_view module, std::string_view function) const;
     /// The buffers of a write of `count` queued frames: the frames separated by
     /// wire::batch_separator (one message).
     const std::vector<boost::asio::const_buffer>& batch_buffers(std::size_t count);

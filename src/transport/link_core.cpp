@@ -1,5 +1,7 @@
 #include "transport/link_core.hpp"
 
+#include "json_fields.hpp"
+
 namespace rpclb::detail {
 
 std::optional<LinkCore::Clock::time_point> LinkCore::start_call(std::uint64_t id, Call call) {
@@ -91,6 +93,36 @@ bool LinkCore::push(std::string frame) {
     if (queue_.push(std::move(frame))) return true;
     release(bytes);
     return false;
+}
+
+std::optional<ErrorMessage> not_json(std::string_view what, const boost::json::array& args, std::string_view peer,
+                                     std::string_view module, std::string_view function) {
+    for (const auto& arg : args)
+        if (!json_fields::all_finite(arg)) {
+            auto error = call_failure(Failure::not_json, peer, module, function);
+            error.message = "the " + std::string(what) +
+                            "'s arguments hold a number JSON cannot carry (NaN or infinity); nothing was sent";
+            return error;
+        }
+    return std::nullopt;
+}
+
+std::optional<ErrorMessage> too_large(std::string_view what, std::size_t size, std::size_t max_size,
+                                      std::string_view peer, std::string_view module, std::string_view function) {
+    if (size <= max_size) return std::nullopt;
+    auto error = call_error(ErrorCode::bad_request,
+                            std::string(what) + " of " + std::to_string(size) +
+                                " bytes exceeds the maximum message size of " + std::to_string(max_size),
+                            peer, module, function);
+    error.reason = Failure::too_large;
+    return error;
+}
+
+ErrorMessage overloaded(std::size_t max_send_queue_bytes, std::string_view peer, std::string_view module,
+                        std::string_view function) {
+    auto error = call_failure(Failure::overloaded, peer, module, function);
+    error.details["max_send_queue_bytes"] = max_send_queue_bytes;
+    return error;
 }
 
 }  // namespace rpclb::detail

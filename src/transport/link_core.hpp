@@ -132,4 +132,19 @@ private:
     std::atomic<std::size_t> queued_bytes_{0};
 };
 
+// Why a request or cast (`what`: "request", "cast") to `peer` must not be sent; each is
+// checked before the frame is queued, so the caller gets the error at once.
+
+/// `bad_request` (Failure::not_json) when `args` hold NaN or infinity, which no JSON text
+/// can carry; nullopt when they do not.
+std::optional<ErrorMessage> not_json(std::string_view what, const boost::json::array& args, std::string_view peer,
+                                     std::string_view module, std::string_view function);
+/// `bad_request` (Failure::too_large) when a frame of `size` bytes is over `max_size`.
+std::optional<ErrorMessage> too_large(std::string_view what, std::size_t size, std::size_t max_size,
+                                      std::string_view peer, std::string_view module, std::string_view function);
+/// `service_unavailable` (Failure::overloaded, with `details.max_send_queue_bytes`): the
+/// send queue is full (LinkCore::reserve refused).
+ErrorMessage overloaded(std::size_t max_send_queue_bytes, std::string_view peer, std::string_view module,
+                        std::string_view function);
+
 }  // namespace rpclb::detail

@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -195,4 +196,25 @@ BOOST_AUTO_TEST_CASE(after_a_failure_nothing_queues_and_the_frames_being_written
     BOOST_TEST(!core.push("third"));
     core.end_write([](std::string&&) {});
     BOOST_TEST(core.reserve(1000, true));  // every byte was released
+}
+
+BOOST_AUTO_TEST_CASE(what_cannot_be_sent_is_refused_with_an_error_that_says_why) {
+    using rpclb::detail::not_json;
+    using rpclb::detail::overloaded;
+    using rpclb::detail::too_large;
+    boost::json::array finite{1, 2.5, "x"};
+    BOOST_TEST(!not_json("request", finite, "peer", "m", "f"));
+    boost::json::array nan{1, boost::json::array{std::nan("")}};
+    auto e = not_json("cast", nan, "peer", "m", "f");
+    BOOST_REQUIRE(e);
+    BOOST_TEST((e->code == ErrorCode::bad_request));
+    BOOST_TEST(e->message.starts_with("the cast's arguments hold a number JSON cannot carry"));
+    BOOST_TEST(!too_large("request", 100, 100, "peer", "m", "f"));
+    e = too_large("request", 101, 100, "peer", "m", "f");
+    BOOST_REQUIRE(e);
+    BOOST_TEST(e->message == "request of 101 bytes exceeds the maximum message size of 100");
+    BOOST_TEST((e->reason == rpclb::Failure::too_large));
+    const auto full = overloaded(1000, "peer", "m", "f");
+    BOOST_TEST((full.code == ErrorCode::service_unavailable));
+    BOOST_TEST(boost::json::value_to<std::size_t>(full.details.at("max_send_queue_bytes")) == 1000u);
 }
