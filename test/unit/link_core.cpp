@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE link_core
 #include "../../src/transport/link_core.hpp"
 
+#include <boost/json/value_to.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
