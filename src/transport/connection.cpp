@@ -1,17 +1,15 @@
 #include "transport/connection.hpp"
 
 #include "transport/block_cache.hpp"
-#include "transport/tls.hpp"
+#include "transport/link_open.hpp"
 
 #include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/host_port.hpp>
 
 #include <boost/asio/bind_executor.hpp>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/websocket/stream_base.hpp>
 
@@ -97,8 +95,6 @@ void Connection::configure() {
             on_control(kind, std::string_view(payload.data(), payload.size()));
         });
     });
-    beast::error_code ignored;
-    ws_.socket().set_option(tcp::no_delay(true), ignored);
 }
 
 std::string Connection::describe_peer() const {
@@ -112,114 +108,17 @@ void Connection::start() {
     handshake_timer_.async_wait([self](beast::error_code ec) {
         if (!ec && !self->established_) self->fail({LinkError::handshake_timed_out});
     });
-    if (role() == Role::acceptor) {
-        asio::dispatch(ws_.get_executor(), [self] {
-            self->configure();
-            if (self->ws_.tls())
-                self->accept_tls();
-            else
-                self->accept_plain();
-        });
-        return;
-    }
     asio::dispatch(ws_.get_executor(), [self] {
-        // Mesh checked the seed (seed_problem); a gossiped address is a peer's own listen
-        // address, written by to_host_port.
-        auto parts = split_host_port(self->target_).value_or(HostPort{self->target_, ""});
-        auto host = std::move(parts.host);
-        auto port = std::move(parts.port);
-        // A numeric address needs no resolver (whose first use starts a thread).
-        beast::error_code numeric;
-        const auto address = asio::ip::make_address(host, numeric);
-        const auto port_number = parse_port(port);
-        if (!numeric && port_number) {
-            const std::array endpoints{tcp::endpoint(address, *port_number)};
-            return asio::async_connect(self->ws_.socket(), endpoints,
-                                       [self, host](beast::error_code ec, const tcp::endpoint&) {
-                                           self->on_connected(ec, host);
-                                       });
-        }
-        auto resolver = std::make_shared<tcp::resolver>(self->ws_.get_executor());
-        resolver->async_resolve(host, port, [self, resolver, host](beast::error_code ec,
-                                                                   tcp::resolver::results_type results) {
-            if (ec) return self->fail({LinkError::resolve_failed, ec, "resolve " + self->target_});
-            // handshake_timer_ (armed in start) bounds the connect too: fail() closes the socket.
-            asio::async_connect(self->ws_.socket(), results,
-                                [self, host](beast::error_code ec, const tcp::endpoint&) { self->on_connected(ec, host); });
-        });
-    });
-}
-
-void Connection::on_connected(beast::error_code ec, const std::string& host) {
-    if (ec) return fail({LinkError::connect_failed, ec, "connect " + target_});
-    configure();
-    if (ws_.tls())
-        dial_tls(host);
-    else
-        dial_websocket();
-}
-
-void Connection::accept_tls() {
-    auto self = shared_from_this();
-    ws_.tls_layer().async_handshake(asio::ssl::stream_base::server, [self](beast::error_code ec) {
-        if (ec) return self->tls_fail(describe_tls_failure(ec, self->ws_.tls_layer().native_handle(), Role::acceptor));
-        self->accept_websocket();
-    });
-}
-
-void Connection::accept_plain() {
-    // Whatever the peer sent first: a TLS record starts with its content type, 22 for a
-    // handshake (RFC 8446 section 5.1), where a WebSocket upgrade starts with "GET".
-    auto self = shared_from_this();
-    ws_.socket().async_read_some(asio::buffer(first_bytes_), [self](beast::error_code ec, std::size_t n) {
-        if (ec) return self->fail(LinkClose::from(ec, "websocket accept"));
-        if (self->first_bytes_[0] == 22)
-            return self->tls_fail("the peer speaks TLS and this node is plaintext (no tls.cert)");
-        self->ws_.visit([&](auto& ws) {
-            ws.async_accept(asio::buffer(self->first_bytes_.data(), n), [self](beast::error_code ec) {
-                if (ec) return self->fail(LinkClose::from(ec, "websocket accept"));
-                self->on_websocket_open();
-            });
-        });
-    });
-}
-
-void Connection::accept_websocket() {
-    ws_.visit([self = shared_from_this()](auto& ws) {
-        ws.async_accept([self](beast::error_code ec) {
-            if (ec) return self->fail(LinkClose::from(ec, "websocket accept"));
-            self->on_websocket_open();
-        });
-    });
-}
-
-void Connection::dial_tls(const std::string& host) {
-    prepare_tls_dial(ws_.tls_layer().native_handle(), host);
-    auto self = shared_from_this();
-    ws_.tls_layer().async_handshake(asio::ssl::stream_base::client, [self](beast::error_code ec) {
-        if (ec) return self->tls_fail(describe_tls_failure(ec, self->ws_.tls_layer().native_handle(), Role::dialer));
-        self->dial_websocket();
-    });
-}
-
-void Connection::dial_websocket() {
-    ws_.visit([self = shared_from_this()](auto& ws) {
-        ws.async_handshake(self->target_, "/rpclb", [self](beast::error_code ec) {
-            if (!ec) return self->on_websocket_open();
-            // In TLS 1.3 the acceptor checks this side's certificate after this side's
-            // handshake has completed: its refusal arrives here, as an alert.
-            if (self->ws_.tls() && ec.category() == asio::error::get_ssl_category())
-                return self->tls_fail(describe_tls_failure(ec, self->ws_.tls_layer().native_handle(), Role::dialer));
-            if (self->ws_.tls() && ec == asio::ssl::error::stream_truncated)
-                return self->tls_fail("the peer closed the connection right after the TLS handshake (" +
-                                      ec.message() + "); it may have refused this node's certificate");
-            // A TLS acceptor closes on a plaintext upgrade without answering it.
-            if (!self->ws_.tls() && link_error(ec) == LinkError::reset)
-                return self->tls_fail("the peer closed the connection without answering the WebSocket upgrade "
-                                      "(websocket handshake: " + ec.message() +
-                                      "); is it a TLS node? This node is plaintext (no tls.cert)");
-            self->fail(LinkClose::from(ec, "websocket handshake"));
-        });
+        self->configure();
+        auto opened = [self](std::optional<OpenFailure> failure) {
+            if (!failure) return self->on_websocket_open();
+            if (failure->tls_problem) return self->tls_fail(*failure->tls_problem);
+            self->fail(failure->close);
+        };
+        if (self->role() == Role::acceptor)
+            open_accepted(self->ws_, std::move(opened));
+        else
+            open_dialled(self->ws_, self->target_, std::move(opened));
     });
 }
 

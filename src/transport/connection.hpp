@@ -14,7 +14,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -22,9 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -253,16 +250,6 @@ private:
     }
 
     void configure();
-    /// Acceptor: the TLS handshake (over TLS), or a look at the first bytes for a TLS
-    /// ClientHello (plain TCP), then the WebSocket accept.
-    void accept_tls();
-    void accept_plain();
-    void accept_websocket();
-    /// Dialer, once connected: the TLS handshake (over TLS), then the WebSocket handshake.
-    void dial_tls(const std::string& host);
-    /// Dialer: the TCP connect to `host` ended with `ec`.
-    void on_connected(boost::system::error_code ec, const std::string& host);
-    void dial_websocket();
     /// A TLS failure (see ConnectionOwner::on_tls_failed): reports it, then fails.
     void tls_fail(const std::string& reason);
     void on_websocket_open();
@@ -304,9 +291,6 @@ private:
     const ConnectionSettings& settings_;
     std::string target_;
     std::string remote_;  // accepted: the peer's ADDRESS:PORT, for logs
-    // Plain acceptor: the first bytes read, to tell a TLS ClientHello from a WebSocket
-    // upgrade; handed to the WebSocket accept.
-    std::array<char, 512> first_bytes_{};
     Handshake handshake_;
     boost::beast::flat_buffer buffer_;
     LinkCore core_;  // pending calls, deadlines, write queue

@@ -1,0 +1,33 @@
+// Opening a link's WebSocket in either role: TCP, TLS, the upgrade (internal).
+#pragma once
+
+#include "transport/link_error.hpp"
+#include "transport/mesh_stream.hpp"
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace rpclb::detail {
+
+/// How opening a link failed: the close to report and, when TLS is to blame (its
+/// handshake failed, or one side speaks TLS and the other does not), the words that say how.
+struct OpenFailure {
+    LinkClose close;
+    std::optional<std::string> tls_problem;
+};
+/// Called once, on the stream's strand: nullopt when the WebSocket is open.
+using OpenDone = std::function<void(std::optional<OpenFailure>)>;
+
+/// Acceptor: over TLS, the TLS handshake; over plain TCP, a look at the first bytes, since
+/// a TLS ClientHello there means the peer speaks TLS and this node does not; then the
+/// WebSocket accept. `ws` must outlive the operation (`done` keeps its owner alive). Runs
+/// on the stream's strand.
+void open_accepted(MeshStream& ws, OpenDone done);
+
+/// Dialer: resolves `target` ("host:port"; a numeric address needs no resolver), connects,
+/// then the TLS handshake (the host as server name) and the WebSocket upgrade. Nothing here
+/// bounds the time: the caller's handshake timer closes the socket. As open_accepted.
+void open_dialled(MeshStream& ws, const std::string& target, OpenDone done);
+
+}  // namespace rpclb::detail
