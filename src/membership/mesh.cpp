@@ -43,20 +43,25 @@ bool dials_first(const std::string& a, const std::string& b) { return a < b; }
 
 }  // namespace
 
-Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::io_context& ioc,
-           Groups& groups, RequestSink& sink)
-    : options_(options), ioc_(ioc), groups_(groups), sink_(sink), reconnect_timer_(ioc), accept_retry_timer_(ioc) {
-    settings_.local = wire::PeerInfo{options.name, incarnation, "", options.client};
-    settings_.cookie = options.cookie;
-    settings_.max_message_size = options.max_message_size;
-    settings_.max_batch_frames = options.max_batch_frames;
-    settings_.accept_channels = options.call_channels;
-    settings_.max_send_queue_bytes = options.max_send_queue_bytes;
-    settings_.idle_timeout = options.idle_timeout;
-    settings_.handshake_timeout = options.handshake_timeout;
+Mesh::Mesh(MeshOptions options, const std::string& incarnation, asio::io_context& ioc, Groups& groups,
+           RequestSink& sink)
+    : options_(std::move(options)),
+      ioc_(ioc),
+      groups_(groups),
+      sink_(sink),
+      reconnect_timer_(ioc),
+      accept_retry_timer_(ioc) {
+    settings_.local = wire::PeerInfo{options_.name, incarnation, "", options_.client};
+    settings_.cookie = options_.cookie;
+    settings_.max_message_size = options_.max_message_size;
+    settings_.max_batch_frames = options_.max_batch_frames;
+    settings_.accept_channels = options_.call_channels;
+    settings_.max_send_queue_bytes = options_.max_send_queue_bytes;
+    settings_.idle_timeout = options_.idle_timeout;
+    settings_.handshake_timeout = options_.handshake_timeout;
     // Throws std::invalid_argument naming the field; a key or CA without a certificate too.
-    if (options.tls.enabled() || !options.tls.key.empty() || !options.tls.ca.empty())
-        settings_.tls = make_tls_context(options.tls);
+    if (options_.tls.enabled() || !options_.tls.key.empty() || !options_.tls.ca.empty())
+        settings_.tls = make_tls_context(options_.tls);
 }
 
 void Mesh::listen() {
@@ -666,8 +671,8 @@ void Mesh::close_all(std::chrono::milliseconds limit, bool served_all) {
     BlockCache::instance().trim(true);
 }
 
-ClusterStats Mesh::stats() const noexcept {
-    ClusterStats stats;
+MeshStats Mesh::stats() const noexcept {
+    MeshStats stats;
     stats.bad_frames = bad_frames_.load();
     stats.auth_failures = auth_failures_.load();
     stats.peers_lost = peers_lost_.load();
