@@ -1,8 +1,11 @@
 // One node of an rpclb cluster: identity, mesh, groups, RPC, balancers.
 #pragma once
 
+#include <rpclb/call_options.hpp>
+#include <rpclb/cluster_options.hpp>
 #include <rpclb/error.hpp>
 #include <rpclb/groups.hpp>
+#include <rpclb/handler.hpp>
 #include <rpclb/load_balancer.hpp>
 #include <rpclb/node_filter.hpp>
 #include <rpclb/plugin_registry.hpp>
@@ -32,157 +35,6 @@
 #include <vector>
 
 namespace rpclb {
-
-/// Options of a node. Durations are std::chrono; defaults and ranges: doc/reference/configuration.md.
-struct ClusterOptions {
-    /// Node name `short@host`. Required; must contain exactly one '@' with non-empty parts.
-    std::string name;
-    /// Listener "HOST:PORT"; port 0 picks a free port (see Cluster::listen_endpoint).
-    /// Ignored for client nodes.
-    std::string listen = "127.0.0.1:0";
-    /// "HOST:PORT" of nodes to join through. Re-dialled every `reconnect_interval`
-    /// while not connected.
-    std::vector<std::string> seeds;
-    /// Shared secret; every node of a cluster must hold the same. Required, non-empty.
-    std::string cookie;
-    /// A client node (Erlang's hidden node): no listener, dials every node it learns of,
-    /// hosts no group members.
-    bool client = false;
-    /// Plugin directories searched before RPCLB_PLUGIN_PATH and the install directory.
-    std::vector<std::filesystem::path> plugin_path;
-    /// Threads running the network (io_context). Range 1..64.
-    std::size_t network_threads = 1;
-    /// Threads running handlers. Range 1..1024.
-    std::size_t worker_threads = 2;
-    /// A peer silent for this long is gone (WebSocket keep-alive pings are sent at half
-    /// of it). Default 3 s.
-    std::chrono::milliseconds idle_timeout{3000};
-    /// Longest time for a connection's WebSocket and cookie handshakes. Default 5 s.
-    std::chrono::milliseconds handshake_timeout{5000};
-    /// How often unconnected seeds are dialled again. Default 1 s.
-    std::chrono::milliseconds reconnect_interval{1000};
-    /// Longest wait in stop() for calls this node is serving to finish (after its
-    /// balancers have left and drained) before connections close. Handlers still queued on
-    /// the worker pool when it has passed are dropped unrun (their callers' calls fail with
-    /// the closing connection; local calls with "node stopping"); running ones finish.
-    /// Default 15 s.
-    std::chrono::milliseconds stop_timeout{15000};
-    /// Largest frame sent or accepted, in bytes. Default 16 MiB.
-    std::size_t max_message_size = 16u * 1024u * 1024u;
-    /// Most frames one WebSocket message carries when frames queue up behind a write on
-    /// a connection (coalescing: one message and one system call for many small frames,
-    /// never more than `max_message_size` bytes in all). Used only towards a peer that
-    /// reads batches (it says so in its handshake); 1 turns batching off. Range 1..1024.
-    /// Default 64.
-    std::size_t max_batch_frames = 64;
-    /// Most bytes of frames waiting to be written on one connection (back-pressure: a peer
-    /// that stops reading must not grow this node's memory without bound). A request or
-    /// cast that would pass it fails at once with `service_unavailable` "overloaded"
-    /// (Failure::overloaded), unless the queue is empty; answers, group updates and
-    /// handshake frames are never refused (they count, though). At least
-    /// `max_message_size`. Default 64 MiB.
-    std::size_t max_send_queue_bytes = 64u * 1024u * 1024u;
-    /// Blocking calls do their own I/O: a blocking call() to another node is sent on a
-    /// call channel, a connection of its own to that node driven by the calling thread,
-    /// instead of being handed to a network thread and back (no thread hand-off, one
-    /// context switch per call). Channels are opened on first use (at most 16 per node),
-    /// pooled, and live while the pair's mesh link does; both nodes must support them (a
-    /// node says so in its handshake). Asynchronous calls, casts and calls that find no
-    /// free channel use the mesh link. A dial may take a quarter of the call's timeout at
-    /// most; a call whose dial failed goes on the mesh link with the time left. false:
-    /// every call uses the mesh link, and the node accepts no channel from its peers
-    /// either (its handshake does not offer them). Default true.
-    /// doc/architecture.md "Call channels".
-    bool call_channels = true;
-    /// TLS on every mesh connection (TlsOptions: certificate, key, CA, oldest version).
-    /// Off by default (plaintext). Every node of a cluster, clients included, must agree:
-    /// a TLS node and a plaintext node refuse each other.
-    TlsOptions tls;
-
-    // ---- routing defaults (seed §6, the application env) -------------------------------
-    /// Default of CallOptions::call_directly: load-balanced calls and the random-node
-    /// helpers run on this node (seed `call_directly?`). Default false.
-    bool call_directly = false;
-    /// Default of CallOptions::retry: wait and try again when no member or no node
-    /// matches (seed `retry?`). Default true.
-    bool retry = true;
-    /// Default of CallOptions::retry_count: retries after the first attempt, or
-    /// `unlimited_retries`. Default 5 (seed).
-    std::size_t retry_count = 5;
-    /// Seed `excluded_node_patterns` (§4.3): node short names containing one of these are
-    /// skipped by node filters unless the filter names the pattern itself. Default none.
-    std::vector<std::string> excluded_node_patterns;
-};
-
-
-/// Options of one call (seed §1.4).
-struct CallOptions {
-    /// Deadline of each request sent, from the moment it is sent. Default 10 s (seed). The
-    /// no-route retry's waits come before any request and are not counted (seed §4.1:
-    /// only `timeout` is forwarded to the remote call); bound them with `retry_count` and
-    /// `retry_sleep`. Range 1 ms..4294967295 ms (erpc's, without its 0). A call with a
-    /// timeout outside it fails at once with `bad_request` ("timeout must be 1 to
-    /// 4294967295 ms; got N ms", naming node, module and function), on every path: nothing
-    /// is picked, sent or run. Casts ignore it.
-    std::chrono::milliseconds timeout{10000};
-    /// Route through this balancer; empty = call the given node directly.
-    std::string load_balancer;
-    /// Routing key forwarded to the balancer's algorithm.
-    std::optional<std::string> key;
-    /// When set, receives the name of the node the call was sent to (after the balancer's
-    /// pick), like gRPC's `ClientContext::peer()`. Must stay valid until the call completes;
-    /// written before completion, from the thread that routes the call.
-    std::string* peer = nullptr;
-    /// Run load-balanced calls and the random-node helpers on this node, with no
-    /// selection, retry or draining (seed §4.4). Unset: ClusterOptions::call_directly.
-    std::optional<bool> call_directly;
-    /// Retry when no member / no node matches (seed §4.1). Unset: ClusterOptions::retry.
-    std::optional<bool> retry;
-    /// Retries after the first attempt (total attempts = count + 1), or
-    /// `unlimited_retries`. Unset: ClusterOptions::retry_count.
-    std::optional<std::size_t> retry_count;
-    /// Wait between attempts. Default 5 s (seed; per call only).
-    std::chrono::milliseconds retry_sleep{5000};
-    /// For async_call() and async_call_on_random_node(): run the completion handler on
-    /// the network thread that completes the call (the one that read the answer, or whose
-    /// deadline timer fired, or that saw the connection drop) instead of handing it to the
-    /// worker pool: no thread hand-off on the calling side, the client-side twin of
-    /// HandlerOptions::run_inline (gRPC's callback API runs its reactions on its own
-    /// threads the same way). Applies only to a handler with no executor of its own (an
-    /// associated executor is always used) and no cancellation slot (whose signal is
-    /// emitted on the pool), and only to completions that happen on a network thread: a
-    /// call that completes inside async_call() (one that fails at once) or on another
-    /// thread is handed to the worker pool as usual, so a handler that starts the next
-    /// call never recurses. It may start further async calls. The handler must not block:
-    /// while it runs, no other frame of that connection (nor, with one network thread, of
-    /// any connection) is read; a blocking call() from it fails at once with
-    /// `internal_server_error` "blocking call from a network thread would deadlock", as
-    /// from an inline handler. It must not throw (an exception ends the process through
-    /// std::terminate) and must not call stop(). Ignored by blocking calls. Default false.
-    bool run_completion_inline = false;
-};
-
-/// A registered function: takes the call's JSON array of arguments, returns a JSON value
-/// or an ErrorMessage. Runs on the worker pool, or inline (HandlerOptions). An exception it throws becomes an
-/// `internal_server_error` whose message is the exception's what().
-using Handler = std::function<CallResult(const boost::json::array& args)>;
-
-/// How a registered function runs.
-struct HandlerOptions {
-    /// Run the handler on the thread that read the request (a network thread), and write
-    /// its answer from there, instead of handing it to the worker pool: no thread hand-off
-    /// on the serving side, as gRPC's callback API and brpc's in-place handling do. The
-    /// handler must not block: while it runs, no other frame of that connection (nor, with
-    /// one network thread, of any connection) is read. Calls to this node from itself run
-    /// it on the calling thread. Default false (the worker pool).
-    bool run_inline = false;
-    /// An inline run longer than this is counted in ClusterStats::slow_inline_runs and
-    /// logged as a warning, once per function. Wall-clock time (a handler that blocks uses
-    /// no CPU), so a run the kernel preempted on a busy machine counts too. Default 1 ms;
-    /// at least 1 us (register_function throws std::invalid_argument otherwise); ignored
-    /// unless run_inline.
-    std::chrono::microseconds slow_threshold{1000};
-};
 
 /// Counters a node keeps about its own health.
 struct ClusterStats {

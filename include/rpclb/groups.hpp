@@ -1,7 +1,7 @@
 // Replicated named groups of nodes: the `:pg` equivalent.
 #pragma once
 
-#include <rpclb/selection_algorithm.hpp>
+#include <rpclb/member_snapshot.hpp>
 
 #include <boost/json/object.hpp>
 

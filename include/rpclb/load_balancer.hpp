@@ -24,7 +24,9 @@
 
 namespace rpclb {
 
-class Cluster;
+namespace detail {
+class ClusterLink;
+}  // namespace detail
 
 
 /// Options of a balancer (seed §1.1; `selection_algorithm` is named `algorithm` here and
@@ -67,8 +69,9 @@ struct LoadBalancerOptions {
 /// start() and stop() are called one at a time (Service's contract).
 class LoadBalancer : public Service, public std::enable_shared_from_this<LoadBalancer> {
 public:
-    /// Used by Cluster. `hosted` = started on this node by the user.
-    LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
+    /// Used by Cluster, which passes what the balancer reaches of it (`node`, internal;
+    /// it must outlive the balancer). `hosted` = started on this node by the user.
+    LoadBalancer(detail::ClusterLink& node, LoadBalancerOptions options,
                  std::shared_ptr<SelectionAlgorithm> algorithm, bool hosted);
     ~LoadBalancer() override;
 
@@ -316,7 +319,7 @@ private:
                                                        const boost::json::object& options, bool& local);
     ErrorMessage change_error(ErrorCode code, const std::string& algorithm, std::string message) const;
 
-    Cluster& cluster_;
+    detail::ClusterLink& node_;
     // What the algorithm reaches of the node (AlgorithmContext::host); declared before
     // the algorithm so that it outlives it.
     std::unique_ptr<AlgorithmHost> host_;

@@ -45,20 +45,73 @@ std::function<void(const SupervisorEvent&)> supervisor_events(TelemetryBus& bus)
     };
 }
 
+// The options of each part, from the node's.
+detail::MeshOptions mesh_options(const ClusterOptions& o) {
+    return detail::MeshOptions{.name = o.name,
+                               .client = o.client,
+                               .listen = o.listen,
+                               .seeds = o.seeds,
+                               .cookie = o.cookie,
+                               .reconnect_interval = o.reconnect_interval,
+                               .idle_timeout = o.idle_timeout,
+                               .handshake_timeout = o.handshake_timeout,
+                               .max_message_size = o.max_message_size,
+                               .max_batch_frames = o.max_batch_frames,
+                               .max_send_queue_bytes = o.max_send_queue_bytes,
+                               .call_channels = o.call_channels,
+                               .tls = o.tls};
+}
+
+detail::RpcOptions rpc_options(const ClusterOptions& o) {
+    return detail::RpcOptions{.node = o.name, .max_message_size = o.max_message_size};
+}
+
+detail::RouterOptions router_options(const ClusterOptions& o) {
+    return detail::RouterOptions{.name = o.name,
+                                 .call_directly = o.call_directly,
+                                 .retry = o.retry,
+                                 .retry_count = o.retry_count,
+                                 .excluded_node_patterns = o.excluded_node_patterns};
+}
+
 }  // namespace
 
-Cluster::Impl::Impl(Cluster& owner, ClusterOptions opts)
+Cluster::Impl::Impl(ClusterOptions opts)
     : options(std::move(opts)),
       incarnation(draw_incarnation()),
       runtime(options.network_threads, options.worker_threads),
-      groups(options.name),
-      plugins(options.plugin_path),
+      node_groups(options.name),
+      plugin_registry(options.plugin_path),
       root(SupervisorOptions{.name = options.name, .on_event = supervisor_events(bus)}),
-      balancers(owner, options, groups, plugins, bus, root, supervisor_events(bus)),
-      rpc(options, runtime.workers(), balancers),
-      mesh(options, incarnation, runtime.network(), groups, rpc),
+      balancers(*this, options.client, *this),
+      rpc(rpc_options(options), runtime.workers(), balancers),
+      mesh(mesh_options(options), incarnation, runtime.network(), node_groups, rpc),
       channels(mesh.settings(), options.call_channels),
-      router(options, runtime.network(), mesh, channels, rpc, balancers, bus) {}
+      router(router_options(options), runtime.network(), mesh, channels, rpc, balancers, bus) {}
+
+void Cluster::Impl::supervise(const std::shared_ptr<LoadBalancer>& b) {
+    // The balancer's subtree (seed §1.1): the algorithm's services first, then the
+    // balancer, so that it joins last and leaves first; one_for_all, so that a failure of
+    // any of them restarts them all (§3.6).
+    auto tree = std::make_shared<Supervisor>(SupervisorOptions{
+        .name = b->name(), .strategy = RestartStrategy::one_for_all, .on_event = supervisor_events(bus)});
+    for (const auto& service : b->prepare()) tree->add_child(ChildSpec{service->name(), service});
+    // The balancer's stop drains for up to drain_timeout; give it that and some more.
+    constexpr std::chrono::milliseconds margin{5000};
+    const auto drain = b->options().drain_timeout;
+    tree->add_child(ChildSpec{b->name() + "_server", b, RestartType::permanent,
+                              drain < infinite_shutdown - margin ? drain + margin : infinite_shutdown});
+    root.start_child(ChildSpec{b->name(), tree, RestartType::permanent, infinite_shutdown});
+}
+
+// The subtree stops in reverse order: the balancer leaves and drains, then its services.
+void Cluster::Impl::unsupervise(std::string_view name) { root.remove_child(name); }
+
+boost::asio::any_io_executor Cluster::Impl::workers() { return runtime.workers().get_executor(); }
+
+void Cluster::Impl::serve(std::string module, std::string function, Handler handler) {
+    rpc.register_function(std::move(module), std::move(function), std::move(handler), HandlerOptions{});
+}
 
 void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
     self->mesh.set_self(std::shared_ptr<detail::Mesh>(self, &self->mesh));
@@ -87,9 +140,9 @@ void Cluster::Impl::start() {
     if (!options.client) mesh.listen();  // throws before anything runs
     running = true;
     root.start();
-    for (const auto& dir : plugins.missing_directories())
+    for (const auto& dir : plugin_registry.missing_directories())
         RPCLB_LOG("plugins", error) << "plugin directory " << dir << " does not exist";
-    groups.set_observer([this](const std::string& group, NodeChange change, const std::vector<std::string>& nodes) {
+    node_groups.set_observer([this](const std::string& group, NodeChange change, const std::vector<std::string>& nodes) {
         if (!bus.active()) return;
         Event e{.name = change == NodeChange::joined ? EventName::membership_join : EventName::membership_leave};
         e.group = group;
@@ -130,8 +183,8 @@ void Cluster::Impl::stop() {
     channels.stop();        // calls still waiting on a channel fail now, as on a closing link
     mesh.close_all(std::chrono::seconds(2), served_all);  // aborts what the peer does not close in time
     runtime.stop();
-    groups.set_broadcast({});
-    groups.set_observer({});
+    node_groups.set_broadcast({});
+    node_groups.set_observer({});
     RPCLB_LOG("mesh", info) << options.name << " stopped";
 }
 
@@ -139,7 +192,7 @@ void Cluster::Impl::stop() {
 
 Cluster::Cluster(ClusterOptions options) {
     validate(options);
-    impl_ = std::make_shared<Impl>(*this, std::move(options));
+    impl_ = std::make_shared<Impl>(std::move(options));
     Impl::wire_up(impl_);
 }
 
@@ -153,12 +206,24 @@ const std::string& Cluster::name() const noexcept { return impl_->options.name; 
 const ClusterOptions& Cluster::options() const noexcept { return impl_->options; }
 const std::string& Cluster::incarnation() const noexcept { return impl_->incarnation; }
 std::optional<boost::asio::ip::tcp::endpoint> Cluster::listen_endpoint() const { return impl_->mesh.listen_endpoint(); }
-Groups& Cluster::groups() noexcept { return impl_->groups; }
-PluginRegistry& Cluster::plugins() noexcept { return impl_->plugins; }
+Groups& Cluster::groups() noexcept { return impl_->node_groups; }
+PluginRegistry& Cluster::plugins() noexcept { return impl_->plugin_registry; }
 TelemetryBus& Cluster::telemetry() noexcept { return impl_->bus; }
 
 ClusterStats Cluster::stats() const noexcept {
-    auto stats = impl_->mesh.stats();
+    const auto mesh = impl_->mesh.stats();
+    ClusterStats stats;
+    stats.bad_frames = mesh.bad_frames;
+    stats.auth_failures = mesh.auth_failures;
+    stats.peers_lost = mesh.peers_lost;
+    stats.frames_sent = mesh.frames_sent;
+    stats.messages_sent = mesh.messages_sent;
+    stats.overloaded = mesh.overloaded;
+    stats.known_nodes = mesh.known_nodes;
+    stats.cookie_refusals = mesh.cookie_refusals;
+    stats.tls_failures = mesh.tls_failures;
+    stats.unauthenticated_refused = mesh.unauthenticated_refused;
+    stats.oversize_before_handshake = mesh.oversize_before_handshake;
     stats.slow_inline_runs = impl_->rpc.slow_inline_runs();
     stats.expired_requests = impl_->rpc.expired_requests();
     stats.channel_calls = impl_->channels.calls();
@@ -200,7 +265,7 @@ Result<std::string> Cluster::select_node(std::string_view balancer_name, const P
 }
 
 Result<std::vector<std::string>> Cluster::get_members(std::string_view balancer) const {
-    const auto members = impl_->groups.members(balancer);
+    const auto members = impl_->node_groups.members(balancer);
     if (members->nodes.empty()) return empty_members_error(balancer);
     return members->nodes;
 }
@@ -327,6 +392,17 @@ void Cluster::initiate_cast(std::string node, std::optional<NodeFilter> filter, 
                            CallSpec{CallSpec::Kind::cast, std::move(node), std::move(filter), std::move(module),
                                     std::move(function), std::move(args), std::move(options)},
                            std::move(handler), to_void);
+}
+
+void Cluster::Impl::call(std::string node, std::string module, std::string function, boost::json::array args,
+                         std::chrono::milliseconds timeout, CallCompletion handler) {
+    // A direct call: no balancer in the options, so nothing is picked, counted or retried.
+    CallOptions options;
+    options.timeout = timeout;
+    initiate<CallResult>(router, runtime,
+                         CallSpec{CallSpec::Kind::call, std::move(node), std::nullopt, std::move(module),
+                                  std::move(function), std::move(args), std::move(options)},
+                         std::move(handler), [](CallResult r) { return r; });
 }
 
 CallResult Cluster::call(std::string_view node, std::string_view module, std::string_view function,

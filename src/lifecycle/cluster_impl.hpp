@@ -5,6 +5,7 @@
 #include "lifecycle/runtime.hpp"
 #include "membership/mesh.hpp"
 #include "routing/balancer_registry.hpp"
+#include "routing/cluster_link.hpp"
 #include "routing/router.hpp"
 #include "rpc/rpc_server.hpp"
 #include "transport/call_channels.hpp"
@@ -13,13 +14,23 @@
 #include <rpclb/supervisor.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace rpclb {
 
-struct Cluster::Impl {
-    Impl(Cluster& owner, ClusterOptions options);
+/// The node's parts and their wiring. It is what the parts below reach of the node
+/// through their own interfaces: the balancers' ClusterLink and the registry's
+/// BalancerSupervisor (the root Supervisor's subtrees). Lives in a shared_ptr that the
+/// parts' asynchronous operations share (wire_up), so it outlives the Cluster while they
+/// run.
+///
+/// Thread safety: as Cluster's (every override may be called from any thread).
+struct Cluster::Impl final : detail::ClusterLink, detail::BalancerSupervisor {
+    explicit Impl(ClusterOptions options);
 
     /// Gives the parts with asynchronous operations their aliases of `self` (call once,
     /// right after make_shared: their operations then keep the whole node alive).
@@ -28,12 +39,29 @@ struct Cluster::Impl {
     void start();
     void stop();
 
+    // detail::ClusterLink
+    const std::string& node_name() const noexcept override { return options.name; }
+    const std::vector<std::string>& excluded_node_patterns() const noexcept override {
+        return options.excluded_node_patterns;
+    }
+    Groups& groups() noexcept override { return node_groups; }
+    PluginRegistry& plugins() noexcept override { return plugin_registry; }
+    TelemetryBus& telemetry() noexcept override { return bus; }
+    boost::asio::any_io_executor workers() override;
+    void serve(std::string module, std::string function, Handler handler) override;
+    void call(std::string node, std::string module, std::string function, boost::json::array args,
+              std::chrono::milliseconds timeout, CallCompletion handler) override;
+
+    // detail::BalancerSupervisor
+    void supervise(const std::shared_ptr<LoadBalancer>& balancer) override;
+    void unsupervise(std::string_view name) override;
+
     ClusterOptions options;
     std::string incarnation;
     detail::Runtime runtime;
     TelemetryBus bus;
-    Groups groups;
-    PluginRegistry plugins;
+    Groups node_groups;
+    PluginRegistry plugin_registry;
     // The root of the node's supervision tree: one one_for_all subtree per hosted
     // balancer (its algorithm's services, then the LoadBalancer), named after it.
     Supervisor root;

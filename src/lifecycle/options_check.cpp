@@ -61,9 +61,4 @@ std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
     return std::nullopt;
 }
 
-std::optional<OptionProblem> check(const HandlerOptions& o) {
-    if (o.slow_threshold.count() >= 1) return std::nullopt;
-    return problem("slow_threshold", "must be at least 1 us; got " + std::to_string(o.slow_threshold.count()) + " us");
-}
-
 }  // namespace rpclb::detail

@@ -1,7 +1,6 @@
 // Membership: the listener, dialling, gossip of known_ nodes, one connection per pair,
-// peer loss.
+// refusals. How links end (a lost peer, this node's bye and close) is in mesh_loss.cpp.
 #include "membership/mesh.hpp"
-#include "transport/block_cache.hpp"
 #include "transport/call_channels.hpp"
 #include "transport/tls.hpp"
 
@@ -43,20 +42,25 @@ bool dials_first(const std::string& a, const std::string& b) { return a < b; }
 
 }  // namespace
 
-Mesh::Mesh(const ClusterOptions& options, const std::string& incarnation, asio::io_context& ioc,
-           Groups& groups, RequestSink& sink)
-    : options_(options), ioc_(ioc), groups_(groups), sink_(sink), reconnect_timer_(ioc), accept_retry_timer_(ioc) {
-    settings_.local = wire::PeerInfo{options.name, incarnation, "", options.client};
-    settings_.cookie = options.cookie;
-    settings_.max_message_size = options.max_message_size;
-    settings_.max_batch_frames = options.max_batch_frames;
-    settings_.accept_channels = options.call_channels;
-    settings_.max_send_queue_bytes = options.max_send_queue_bytes;
-    settings_.idle_timeout = options.idle_timeout;
-    settings_.handshake_timeout = options.handshake_timeout;
+Mesh::Mesh(MeshOptions options, const std::string& incarnation, asio::io_context& ioc, Groups& groups,
+           RequestSink& sink)
+    : options_(std::move(options)),
+      ioc_(ioc),
+      groups_(groups),
+      sink_(sink),
+      reconnect_timer_(ioc),
+      accept_retry_timer_(ioc) {
+    settings_.local = wire::PeerInfo{options_.name, incarnation, "", options_.client};
+    settings_.cookie = options_.cookie;
+    settings_.max_message_size = options_.max_message_size;
+    settings_.max_batch_frames = options_.max_batch_frames;
+    settings_.accept_channels = options_.call_channels;
+    settings_.max_send_queue_bytes = options_.max_send_queue_bytes;
+    settings_.idle_timeout = options_.idle_timeout;
+    settings_.handshake_timeout = options_.handshake_timeout;
     // Throws std::invalid_argument naming the field; a key or CA without a certificate too.
-    if (options.tls.enabled() || !options.tls.key.empty() || !options.tls.ca.empty())
-        settings_.tls = make_tls_context(options.tls);
+    if (options_.tls.enabled() || !options_.tls.key.empty() || !options_.tls.ca.empty())
+        settings_.tls = make_tls_context(options_.tls);
 }
 
 void Mesh::listen() {
@@ -400,119 +404,6 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
         std::move(frame));
 }
 
-void Mesh::on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool established) {
-    if (established && c->channel()) {
-        {
-            std::lock_guard lock(mutex_);
-            auto [first, last] = channels_.equal_range(c->peer().node);
-            for (auto it = first; it != last; ++it)
-                if (it->second == c) {
-                    channels_.erase(it);
-                    break;
-                }
-        }
-        changed_.notify_all();
-        return;
-    }
-    bool lost = false;
-    {
-        // Held until the peer has left every group: a link that drop_link() took out of
-        // peers_ meanwhile fails its calls (after this returns) only once that is done.
-        std::lock_guard loss(loss_mutex_);
-        {
-            std::lock_guard lock(mutex_);
-            forget_connecting(c);
-            if (!c->target().empty()) dialing_.erase(c->target());
-            if (established) {
-                auto it = peers_.find(c->peer().node);
-                if (it != peers_.end() && it->second == c) {
-                    peers_.erase(it);
-                    lost = true;
-                }
-            }
-        }
-        // Before the connection fails its pending calls (Connection::fail): no caller
-        // learns of the loss while a balancer may still pick the peer.
-        if (lost) groups_.remove_node(c->peer().node);
-    }
-    if (!established && !c->target().empty()) {
-        std::lock_guard lock(mutex_);
-        for (auto it = known_.begin(); it != known_.end(); ++it) {
-            if (it->second.info.listen != c->target() || peers_.contains(it->first)) continue;
-            if (++it->second.failures >= max_redials) {
-                RPCLB_LOG("mesh", info) << "giving up on " << it->first << " after " << max_redials
-                                        << " failed dials";
-                known_.erase(it);
-            }
-            break;
-        }
-    }
-    if (lost) forget_unless_redialled(c->peer().node);
-    changed_.notify_all();
-    if (!established && reason.kind == LinkError::resolve_failed) {
-        bool first = false;
-        {
-            std::lock_guard lock(mutex_);
-            const bool seed =
-                std::find(options_.seeds.begin(), options_.seeds.end(), c->target()) != options_.seeds.end();
-            first = seed && warned_seeds_.insert(c->target()).second;
-        }
-        if (first && !stopping_)
-            RPCLB_LOG("mesh", warning) << "seed \"" << c->target() << "\": cannot " << reason.describe()
-                                       << "; still retrying every " << options_.reconnect_interval.count() << " ms";
-    }
-    if (!lost) {
-        if (!established && !stopping_)
-            RPCLB_LOG("mesh", debug) << "connection " << (c->target().empty() ? "from a peer" : "to " + c->target())
-                                     << " ended before joining: " << reason.describe();
-        return;
-    }
-    peer_lost(c, reason, (c->going_away() || c->peer_quiet()) && reason.kind == LinkError::closed_by_peer);
-}
-
-void Mesh::forget_unless_redialled(const std::string& node) {
-    std::lock_guard lock(mutex_);
-    // A lost peer this node doesn't redial is forgotten now: the table of known
-    // nodes holds only nodes that are connected or being redialled.
-    if (!dials(node)) known_.erase(node);
-}
-
-void Mesh::peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool clean) {
-    ++peers_lost_;
-    if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason.describe();
-    // Call channels live with the pair's mesh link, both ways. One exception: a link that
-    // a stopping node closed cleanly after the byes leaves the channels its peer opened to
-    // close_all(), which lets their callers close them, so that a request on one is read
-    // and answered rather than dropped unread.
-    if (!(stopping_ && clean))
-        for (auto& channel : take_channels(c->peer().node))
-            channel->abort(reason.kind, "the mesh link was lost: " + reason.describe());
-    if (on_peer_lost_) on_peer_lost_(c->peer().node, reason.kind, clean);
-}
-
-void Mesh::drop_link(const Connection& link, const LinkClose& reason) {
-    std::shared_ptr<Connection> c;
-    {
-        std::lock_guard loss(loss_mutex_);
-        {
-            std::lock_guard lock(mutex_);
-            const auto it = peers_.find(link.peer().node);
-            // Gone already (its own close got there first), replaced, or saying bye: a
-            // stopping peer closes its channels itself, and has left its groups.
-            if (it == peers_.end() || it->second.get() != &link || link.going_away() || link.peer_quiet()) return;
-            c = it->second;
-            peers_.erase(it);
-        }
-        groups_.remove_node(c->peer().node);
-    }
-    forget_unless_redialled(c->peer().node);
-    changed_.notify_all();
-    // Its pending calls fail now, after the peer has left every group; its own on_closed
-    // finds it gone from peers_ and leaves the rest to peer_lost() here.
-    c->abort(reason.kind, reason.detail);
-    peer_lost(c, reason, false);
-}
-
 void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) {
     ++bad_frames_;
     RPCLB_LOG("mesh", warning) << "refused a frame from "
@@ -596,78 +487,8 @@ std::shared_ptr<Connection> Mesh::connection_to(std::string_view node) const {
     return it->second;
 }
 
-void Mesh::say_goodbye(std::chrono::milliseconds limit) {
-    std::vector<std::shared_ptr<Connection>> all;
-    {
-        std::lock_guard lock(mutex_);
-        for (auto& [name, c] : peers_) all.push_back(c);
-    }
-    for (auto& c : all)
-        if (c->mark_bye_sent()) c->send(wire::encode(wire::Bye{}));
-    // Requests that crossed our bye on the wire are still served meanwhile; each peer's
-    // answer is the last frame it sends us before going quiet.
-    auto answered = [&] {
-        for (auto& c : all)
-            if (!c->going_away() && !c->peer_quiet() && !c->closed()) return false;
-        return true;
-    };
-    std::unique_lock lock(mutex_);
-    if (!changed_.wait_for(lock, limit, answered))
-        RPCLB_LOG("mesh", warning) << "some peers did not answer bye in time";
-}
-
-void Mesh::close_all(std::chrono::milliseconds limit, bool served_all) {
-    stopping_ = true;
-    asio::post(ioc_, [self = self_.lock()] {
-        boost::system::error_code ignored;
-        self->reconnect_timer_.cancel();
-        self->accept_retry_timer_.cancel();
-        if (self->acceptor_) self->acceptor_->close(ignored);
-    });
-    std::vector<std::shared_ptr<Connection>> all;
-    std::size_t links = 0;
-    {
-        std::lock_guard lock(mutex_);
-        for (auto& [name, c] : peers_) all.push_back(c);
-        all.insert(all.end(), connecting_.begin(), connecting_.end());
-        for (auto& [name, c] : channels_) all.push_back(c);
-        links = served_all ? all.size() - channels_.size() : all.size();
-    }
-    // The call channels peers opened to this node are theirs to close: each caller closes
-    // its channels when it sees the link close after our bye (an idle one at once, a busy
-    // one once its call is answered). Until then this node keeps reading and answering
-    // them, so a request written on a channel just before the caller saw the bye is never
-    // dropped unread (balancers have stopped by now: a load-balanced one gets `draining`).
-    // When served calls outlived stop_timeout, what waits on a channel would wait for
-    // nothing: the channels close with the links.
-    for (std::size_t i = 0; i < links; ++i) all[i]->close(LinkError::stopping);
-    // Each close first writes what is queued, then the close handshake; on_closed wakes us
-    // (and takes a closed channel out of channels_, where one accepted meanwhile appears).
-    const auto all_closed = [&] {
-        for (auto& c : all)
-            if (!c->closed()) return false;
-        return channels_.empty();
-    };
-    std::unique_lock lock(mutex_);
-    if (!changed_.wait_for(lock, limit, all_closed)) {
-        // A peer that does not answer (stopped, or cut off) would leave its connection
-        // open, and requests to it queued on a strand that no thread runs once the network
-        // threads stop: end such connections now, so that what waits on them fails.
-        for (auto& [name, c] : channels_) all.push_back(c);
-        lock.unlock();
-        for (auto& c : all)
-            if (!c->closed()) c->abort(LinkError::stopping, "the peer did not answer the close");
-        lock.lock();
-        changed_.wait_for(lock, std::chrono::seconds(1), all_closed);
-    }
-    lock.unlock();
-    // No keep-alive tick of this node's will free the decoded large values' kept blocks
-    // any more (another node of the process that uses them only refills them).
-    BlockCache::instance().trim(true);
-}
-
-ClusterStats Mesh::stats() const noexcept {
-    ClusterStats stats;
+MeshStats Mesh::stats() const noexcept {
+    MeshStats stats;
     stats.bad_frames = bad_frames_.load();
     stats.auth_failures = auth_failures_.load();
     stats.peers_lost = peers_lost_.load();

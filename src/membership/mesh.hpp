@@ -4,8 +4,8 @@
 
 #include "transport/connection.hpp"
 
-#include <rpclb/cluster.hpp>
 #include <rpclb/groups.hpp>
+#include <rpclb/tls.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -14,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,6 +27,41 @@
 #include <vector>
 
 namespace rpclb::detail {
+
+/// What the mesh needs of a node's options. Built by Cluster from the ClusterOptions fields
+/// of the same names, which document each one (ranges are checked there, not here). Plain
+/// data.
+struct MeshOptions {
+    std::string name;                   ///< this node, `short@host`
+    bool client = false;                ///< a client node: no listener, dials every node
+    std::string listen;                 ///< listener "HOST:PORT" (not for a client node)
+    std::vector<std::string> seeds;     ///< "HOST:PORT" of nodes to join through
+    std::string cookie;                 ///< the cluster's shared secret
+    std::chrono::milliseconds reconnect_interval{1000};
+    std::chrono::milliseconds idle_timeout{3000};
+    std::chrono::milliseconds handshake_timeout{5000};
+    std::size_t max_message_size = 16u * 1024u * 1024u;
+    std::size_t max_batch_frames = 64;
+    std::size_t max_send_queue_bytes = 64u * 1024u * 1024u;
+    bool call_channels = true;          ///< accept call channels from peers
+    TlsOptions tls;                     ///< TLS on every mesh connection, or off
+};
+
+/// The mesh's counters; Cluster folds them into ClusterStats, whose fields of the same
+/// names document them. A copy taken at one moment (each field read on its own).
+struct MeshStats {
+    std::uint64_t bad_frames = 0;
+    std::uint64_t auth_failures = 0;
+    std::uint64_t peers_lost = 0;
+    std::uint64_t frames_sent = 0;
+    std::uint64_t messages_sent = 0;
+    std::uint64_t overloaded = 0;
+    std::uint64_t known_nodes = 0;
+    std::uint64_t cookie_refusals = 0;
+    std::uint64_t tls_failures = 0;
+    std::uint64_t unauthenticated_refused = 0;
+    std::uint64_t oversize_before_handshake = 0;
+};
 
 /// Where the mesh hands the calls and casts that peers send.
 class RequestSink {
@@ -44,8 +81,9 @@ public:
 /// arrive on the connections' strands.
 class Mesh final : public ConnectionOwner {
 public:
-    Mesh(const ClusterOptions& options, const std::string& incarnation, boost::asio::io_context& ioc,
-         Groups& groups, RequestSink& sink);
+    /// Throws std::invalid_argument when `options.tls` is refused (make_tls_context).
+    Mesh(MeshOptions options, const std::string& incarnation, boost::asio::io_context& ioc, Groups& groups,
+         RequestSink& sink);
 
     /// Gives the mesh the shared_ptr its asynchronous operations hold (an alias of the
     /// node's). Call once, before listen().
@@ -87,7 +125,7 @@ public:
     /// nullopt when it is not connected or has not answered a timed ping yet.
     std::optional<std::chrono::microseconds> keepalive_rtt(std::string_view node) const;
     std::optional<boost::asio::ip::tcp::endpoint> listen_endpoint() const { return bound_; }
-    ClusterStats stats() const noexcept;
+    MeshStats stats() const noexcept;
     /// Entries in the table of known nodes (bounded: see on_closed).
     std::size_t known_count() const;
 
@@ -153,7 +191,7 @@ private:
     void peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool clean);
     bool dials(const std::string& node) const;
 
-    const ClusterOptions& options_;
+    const MeshOptions options_;
     ConnectionSettings settings_;
     boost::asio::io_context& ioc_;
     Groups& groups_;

@@ -4,21 +4,22 @@
 #include <rpclb/algorithm_host.hpp>
 
 namespace rpclb {
-class Cluster;
 class LoadBalancer;
 }  // namespace rpclb
 
 namespace rpclb::detail {
 
-/// One balancer's AlgorithmHost: the balancer's own member snapshots, and the Cluster's
-/// direct async calls, worker executor, function registry and telemetry, nothing more.
-/// Owned by its LoadBalancer, which outlives the algorithm's services.
+class ClusterLink;
+
+/// One balancer's AlgorithmHost: the balancer's own member snapshots, and the node's
+/// direct async calls, worker executor, function registry and telemetry (its
+/// ClusterLink), nothing more. Owned by its LoadBalancer, which outlives the algorithm's
+/// services.
 ///
 /// Thread safety: distinct objects safe; shared objects safe.
 class BalancerHost final : public AlgorithmHost {
 public:
-    BalancerHost(Cluster& cluster, const LoadBalancer& balancer) noexcept
-        : cluster_(cluster), balancer_(balancer) {}
+    BalancerHost(ClusterLink& link, const LoadBalancer& balancer) noexcept : link_(link), balancer_(balancer) {}
 
     std::shared_ptr<const MemberSnapshot> members() const override;
     boost::asio::any_io_executor executor() const override;
@@ -29,7 +30,7 @@ private:
     void initiate_call(std::string node, std::string module, std::string function, boost::json::array args,
                        std::chrono::milliseconds timeout, CallCompletion handler) override;
 
-    Cluster& cluster_;
+    ClusterLink& link_;
     const LoadBalancer& balancer_;
 };
 

@@ -6,17 +6,8 @@
 
 namespace rpclb::detail {
 
-BalancerRegistry::BalancerRegistry(Cluster& cluster, const ClusterOptions& options, Groups& groups,
-                                   PluginRegistry& plugins, TelemetryBus& bus, Supervisor& root,
-                                   SupervisorEvents supervisor_events)
-    : cluster_(cluster),
-      options_(options),
-      groups_(groups),
-      plugins_(plugins),
-      bus_(bus),
-      root_(root),
-      supervisor_events_(std::move(supervisor_events)),
-      table_(std::make_shared<const Table>()) {}
+BalancerRegistry::BalancerRegistry(ClusterLink& node, bool client, BalancerSupervisor& supervisor)
+    : node_(node), client_(client), supervisor_(supervisor), table_(std::make_shared<const Table>()) {}
 
 void BalancerRegistry::edit(const std::function<void(Table&)>& change) {
     auto table = std::make_shared<Table>(*table_.load());
@@ -67,7 +58,7 @@ std::optional<AnnouncedAlgorithm> announced_algorithm(const Groups& groups, std:
 
 boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> BalancerRegistry::create_algorithm(
     const std::string& name) {
-    return load_algorithm(plugins_, bus_, name);
+    return load_algorithm(node_.plugins(), node_.telemetry(), name);
 }
 
 std::shared_ptr<LoadBalancer> BalancerRegistry::start(LoadBalancerOptions options) {
@@ -88,20 +79,9 @@ std::shared_ptr<LoadBalancer> BalancerRegistry::start(LoadBalancerOptions option
     } unreserve{*this, options.name};
     auto algorithm = create_algorithm(options.algorithm);
     if (!algorithm) throw std::runtime_error("balancer " + options.name + ": " + algorithm.error().message);
-    if (options_.client) options.node_match_list = NodeMatchList::none();
-    auto b = std::make_shared<LoadBalancer>(cluster_, std::move(options), std::move(*algorithm), true);
-    // The balancer's subtree (seed §1.1): the algorithm's services first, then the
-    // balancer, so that it joins last and leaves first; one_for_all, so that a failure of
-    // any of them restarts them all (§3.6).
-    auto tree = std::make_shared<Supervisor>(SupervisorOptions{
-        .name = b->name(), .strategy = RestartStrategy::one_for_all, .on_event = supervisor_events_});
-    for (const auto& service : b->prepare()) tree->add_child(ChildSpec{service->name(), service});
-    // The balancer's stop drains for up to drain_timeout; give it that and some more.
-    constexpr std::chrono::milliseconds margin{5000};
-    const auto drain = b->options().drain_timeout;
-    tree->add_child(ChildSpec{b->name() + "_server", b, RestartType::permanent,
-                              drain < infinite_shutdown - margin ? drain + margin : infinite_shutdown});
-    root_.start_child(ChildSpec{b->name(), tree, RestartType::permanent, infinite_shutdown});
+    if (client_) options.node_match_list = NodeMatchList::none();
+    auto b = std::make_shared<LoadBalancer>(node_, std::move(options), std::move(*algorithm), true);
+    supervisor_.supervise(b);
     std::shared_ptr<LoadBalancer> previous_routing;
     {
         std::lock_guard lock(edit_mutex_);
@@ -125,8 +105,8 @@ bool BalancerRegistry::stop(std::string_view name) {
         if (!table_.load()->hosted.contains(name)) return false;
         edit([&](Table& t) { t.hosted.erase(t.hosted.find(name)); });
     }
-    // The subtree stops in reverse order: the balancer leaves and drains, then its services.
-    root_.remove_child(name);
+    // The balancer leaves and drains, then its services stop.
+    supervisor_.unsupervise(name);
     RPCLB_LOG("balancer", info) << "stopped balancer " << name;
     return true;
 }
@@ -151,12 +131,12 @@ Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::route(std::string_view n
 Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::build_routing(std::string_view name) {
     // Built with no lock held (plugin loading, init, the group monitor); two calls that
     // race here both build, and the one that publishes second uses the first's.
-    const auto members = groups_.members(name);
+    const auto members = node_.groups().members(name);
     if (members->nodes.empty()) return empty_members_error(name);
     LoadBalancerOptions options;
     options.name = std::string(name);
     options.node_match_list = NodeMatchList::none();
-    if (auto announced = announced_algorithm(groups_, name)) {
+    if (auto announced = announced_algorithm(node_.groups(), name)) {
         options.algorithm = std::move(announced->algorithm);
         options.algorithm_opts = std::move(announced->options);
     }
@@ -165,7 +145,7 @@ Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::build_routing(std::strin
         return ErrorMessage{ErrorCode::service_unavailable,
                             "cannot load algorithm " + options.algorithm + ": " + algorithm.error().message,
                             boost::json::object{{"load_balancer", name}, {"algorithm", options.algorithm}}};
-    auto b = std::make_shared<LoadBalancer>(cluster_, std::move(options), std::move(*algorithm), false);
+    auto b = std::make_shared<LoadBalancer>(node_, std::move(options), std::move(*algorithm), false);
     try {
         b->start();
     } catch (const std::exception& e) {
@@ -190,13 +170,23 @@ Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::hosted(std::string_view 
     return ErrorMessage{ErrorCode::service_unavailable,
                         "no balancer " + std::string(name) +
                             " is started on this node to count the call; start it or drop the load_balancer option",
-                        boost::json::object{{"load_balancer", name}, {"node", options_.name}}};
+                        boost::json::object{{"load_balancer", name}, {"node", node_.node_name()}}};
 }
 
 std::shared_ptr<LoadBalancer> BalancerRegistry::accepting(std::string_view name) const {
     const auto table = table_.load();
     auto it = table->hosted.find(name);
     return it != table->hosted.end() && it->second->joined() ? it->second : nullptr;
+}
+
+ServedBalancers::Handle BalancerRegistry::admit(std::string_view name) noexcept {
+    auto b = accepting(name);
+    if (b) b->track_served();
+    return b;
+}
+
+void BalancerRegistry::release(const Handle& handle) noexcept {
+    static_cast<LoadBalancer*>(handle.get())->release_served();  // admit() hands out LoadBalancers only
 }
 
 void BalancerRegistry::clear() {

@@ -1,9 +1,13 @@
 // The balancers of one node: hosted ones and routing-only ones (internal).
 #pragma once
 
-#include <rpclb/cluster.hpp>
+#include "routing/cluster_link.hpp"
+#include "rpc/served_balancers.hpp"
+
+#include <rpclb/groups.hpp>
 #include <rpclb/load_balancer.hpp>
-#include <rpclb/supervisor.hpp>
+#include <rpclb/plugin_registry.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include <atomic>
 #include <functional>
@@ -37,21 +41,39 @@ struct AnnouncedAlgorithm {
 /// from it and follow its changes. Takes the Groups' mutex.
 std::optional<AnnouncedAlgorithm> announced_algorithm(const Groups& groups, std::string_view group);
 
+/// How hosted balancers run: each with its algorithm's services as one supervised unit,
+/// restarted together (seed §1.1, §3.6; doc/explanation/supervision.md). Implemented by
+/// Cluster (lifecycle) on the node's root Supervisor.
+///
+/// Thread safety: both members may be called from any thread; calls for the same name are
+/// not concurrent (BalancerRegistry reserves a name while it starts it).
+class BalancerSupervisor {
+public:
+    virtual ~BalancerSupervisor() = default;
+    /// Starts `balancer`'s services (LoadBalancer::prepare()) and then the balancer, under
+    /// a supervisor named after it. Returns once it is started (joined when it matches).
+    /// Throws what a failing start throws (std::runtime_error naming the balancer); then
+    /// nothing of it is left running.
+    virtual void supervise(const std::shared_ptr<LoadBalancer>& balancer) = 0;
+    /// Stops what supervise() started for `name`: the balancer (leave, drain), then its
+    /// services. No effect for an unknown name.
+    virtual void unsupervise(std::string_view name) = 0;
+};
+
 /// Finds the balancer a call routes through and owns their life: hosted balancers
-/// (started here, each a supervised subtree of the node's root Supervisor) and
-/// routing-only ones (built on first use from what the group's members announce).
+/// (started here, each run by the BalancerSupervisor) and routing-only ones (built on
+/// first use from what the group's members announce). It is also the serving side's
+/// ServedBalancers: a request routed here counts on the hosted balancer that routed it.
 ///
 /// The call path reads an immutable table swapped on every change, so a call takes no
 /// lock; plugin loading, an algorithm's `init`, group monitors and telemetry all run with
 /// no lock held. Changes are serialised by a mutex no call takes.
 ///
 /// Thread safety: every member may be called from any thread.
-class BalancerRegistry {
+class BalancerRegistry final : public ServedBalancers {
 public:
-    using SupervisorEvents = std::function<void(const SupervisorEvent&)>;
-
-    BalancerRegistry(Cluster& cluster, const ClusterOptions& options, Groups& groups, PluginRegistry& plugins,
-                     TelemetryBus& bus, Supervisor& root, SupervisorEvents supervisor_events);
+    /// `client`: a client node, whose hosted balancers never join their group.
+    BalancerRegistry(ClusterLink& node, bool client, BalancerSupervisor& supervisor);
 
     /// Cluster::start_balancer.
     std::shared_ptr<LoadBalancer> start(LoadBalancerOptions options);
@@ -67,8 +89,12 @@ public:
     /// routed by it; null while it drains or after it left (callers then get `draining`).
     std::shared_ptr<LoadBalancer> accepting(std::string_view name) const;
     std::vector<std::string> hosted_names() const;
+
+    // ServedBalancers: accepting(name), its served calls counted (LoadBalancer::track_served).
+    Handle admit(std::string_view name) noexcept override;
+    void release(const Handle& handle) noexcept override;
     /// Forgets every balancer (stop() of the node) and stops the routing-only ones; the
-    /// hosted ones stop with the root Supervisor.
+    /// hosted ones stop with their supervisor (the node's root Supervisor).
     void clear();
 
     /// Loads an algorithm plugin and publishes `plugin.loaded` / `plugin.rejected`.
@@ -86,13 +112,9 @@ private:
     void edit(const std::function<void(Table&)>& edit);
     Result<std::shared_ptr<LoadBalancer>> build_routing(std::string_view name);
 
-    Cluster& cluster_;
-    const ClusterOptions& options_;
-    Groups& groups_;
-    PluginRegistry& plugins_;
-    TelemetryBus& bus_;
-    Supervisor& root_;
-    SupervisorEvents supervisor_events_;
+    ClusterLink& node_;
+    const bool client_;
+    BalancerSupervisor& supervisor_;
     std::atomic<std::shared_ptr<const Table>> table_;
     std::mutex edit_mutex_;        // serialises edits of the table; never taken by a call
     std::set<std::string, std::less<>> starting_;  // names being started (guarded by edit_mutex_)

@@ -1,4 +1,3 @@
-#include <rpclb/cluster.hpp>
 #include <rpclb/detail/log.hpp>
 #include <rpclb/load_balancer.hpp>
 
@@ -7,6 +6,7 @@
 
 #include "routing/balancer_host.hpp"
 #include "routing/balancer_registry.hpp"
+#include "routing/cluster_link.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/json/serialize.hpp>
@@ -27,10 +27,10 @@ ErrorMessage algorithm_failure(std::string_view balancer, std::string message) {
 
 }  // namespace
 
-LoadBalancer::LoadBalancer(Cluster& cluster, LoadBalancerOptions options,
+LoadBalancer::LoadBalancer(detail::ClusterLink& node, LoadBalancerOptions options,
                            std::shared_ptr<SelectionAlgorithm> algorithm, bool hosted)
-    : cluster_(cluster),
-      host_(std::make_unique<detail::BalancerHost>(cluster, *this)),
+    : node_(node),
+      host_(std::make_unique<detail::BalancerHost>(node, *this)),
       options_(std::move(options)),
       hosted_(hosted) {
     auto engine = std::make_shared<Engine>(
@@ -64,8 +64,8 @@ std::shared_ptr<const LoadBalancer::Route> LoadBalancer::make_route(std::shared_
 }
 
 LoadBalancer::~LoadBalancer() {
-    if (monitor_id_) cluster_.groups().demonitor(monitor_id_);
-    if (announcement_monitor_id_) cluster_.groups().demonitor(announcement_monitor_id_);
+    if (monitor_id_) node_.groups().demonitor(monitor_id_);
+    if (announcement_monitor_id_) node_.groups().demonitor(announcement_monitor_id_);
     // Services' code lives in the algorithm's plugin; they must go before the algorithm
     // drops the last reference to its library.
     services_.clear();
@@ -92,7 +92,7 @@ boost::json::object LoadBalancer::announcement() const {
 const std::vector<std::shared_ptr<Service>>& LoadBalancer::prepare() {
     if (prepared_) return services_;
     const auto engine = route_.load()->engine;
-    const AlgorithmContext context{options_.name, cluster_.name(), host_.get()};
+    const AlgorithmContext context{options_.name, node_.node_name(), host_.get()};
     // The hook running, for the message: "init", "services()" or "local()".
     const char* hook = "init";
     auto failure = [&](const std::string& what) {
@@ -131,7 +131,7 @@ void LoadBalancer::start() {
         while (started > 0) services_[--started]->stop();
         throw std::runtime_error("balancer " + options_.name + ": service failed to start");
     }
-    auto& groups = cluster_.groups();
+    auto& groups = node_.groups();
     monitor_id_ = groups.monitor(options_.name, [this](const std::string&, NodeChange change,
                                                        const std::vector<std::string>& nodes) {
         on_change(change, nodes);
@@ -145,7 +145,7 @@ void LoadBalancer::start() {
         const auto previous = route_.load();
         route_.store(make_route(groups.members(options_.name), previous->engine, previous.get()));
     }
-    if (hosted_ && options_.node_match_list.matches(cluster_.name(), cluster_.options().excluded_node_patterns)) {
+    if (hosted_ && options_.node_match_list.matches(node_.node_name(), node_.excluded_node_patterns())) {
         std::lock_guard lock(announce_mutex_);
         groups.join(options_.name, announcement());
         joined_ = true;
@@ -158,12 +158,12 @@ void LoadBalancer::stop() noexcept {
     started_ = false;
     try {
         std::lock_guard lock(announce_mutex_);
-        if (joined_.exchange(false)) cluster_.groups().leave(options_.name);
+        if (joined_.exchange(false)) node_.groups().leave(options_.name);
     } catch (const std::exception& e) {
         RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": leaving the group failed: " << e.what();
     }
     // The seed's Drainer (§4.2): wait for this node's calls through the balancer.
-    auto& bus = cluster_.telemetry();
+    auto& bus = node_.telemetry();
     const auto began = std::chrono::steady_clock::now();
     Event drain{.name = EventName::drain_begin};
     drain.load_balancer = options_.name;
@@ -185,12 +185,12 @@ void LoadBalancer::stop() noexcept {
     }
     if (!hosted_)
         for (auto it = services_.rbegin(); it != services_.rend(); ++it) (*it)->stop();
-    if (monitor_id_) cluster_.groups().demonitor(std::exchange(monitor_id_, 0));
-    if (announcement_monitor_id_) cluster_.groups().demonitor(std::exchange(announcement_monitor_id_, 0));
+    if (monitor_id_) node_.groups().demonitor(std::exchange(monitor_id_, 0));
+    if (announcement_monitor_id_) node_.groups().demonitor(std::exchange(announcement_monitor_id_, 0));
 }
 
 void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& nodes) {
-    const auto current = cluster_.groups().members(options_.name);
+    const auto current = node_.groups().members(options_.name);
     std::shared_ptr<const Engine> engine;
     {
         std::lock_guard lock(publish_mutex_);
@@ -212,13 +212,13 @@ void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& 
 void LoadBalancer::post_follow() {
     // Loading a plugin and running `init` would hold up the thread delivering group
     // changes: the worker pool does it.
-    boost::asio::post(cluster_.worker_executor(), [weak = weak_from_this()] {
+    boost::asio::post(node_.workers(), [weak = weak_from_this()] {
         if (auto self = weak.lock()) self->follow_announcement();
     });
 }
 
 void LoadBalancer::follow_announcement() {
-    auto announced = detail::announced_algorithm(cluster_.groups(), options_.name);
+    auto announced = detail::announced_algorithm(node_.groups(), options_.name);
     if (!announced) return;
     {
         const auto engine = route_.load()->engine;
@@ -233,14 +233,14 @@ ErrorMessage LoadBalancer::change_error(ErrorCode code, const std::string& algor
     return ErrorMessage{code, std::move(message),
                         boost::json::object{{"load_balancer", options_.name},
                                             {"algorithm", algorithm},
-                                            {"node", cluster_.name()}}};
+                                            {"node", node_.node_name()}}};
 }
 
 Result<std::shared_ptr<const LoadBalancer::Engine>> LoadBalancer::build_engine(const std::string& algorithm,
                                                                                 const boost::json::object& options,
                                                                                 bool& local) {
-    auto& plugins = cluster_.plugins();
-    auto made = detail::load_algorithm(plugins, cluster_.telemetry(), algorithm);
+    auto& plugins = node_.plugins();
+    auto made = detail::load_algorithm(plugins, node_.telemetry(), algorithm);
     if (!made) {
         if (!plugins.find(algorithm))
             return change_error(ErrorCode::not_found, algorithm,
@@ -249,7 +249,7 @@ Result<std::shared_ptr<const LoadBalancer::Engine>> LoadBalancer::build_engine(c
         return change_error(ErrorCode::bad_request, algorithm, made.error().message);
     }
     auto engine = std::make_shared<Engine>(Engine{std::move(*made), algorithm, options});
-    const AlgorithmContext context{options_.name, cluster_.name(), host_.get()};
+    const AlgorithmContext context{options_.name, node_.node_name(), host_.get()};
     const char* hook = "init";
     auto failure = [&](const std::string& what) {
         return change_error(ErrorCode::bad_request, algorithm,
@@ -301,7 +301,7 @@ Result<void> LoadBalancer::set_algorithm(const std::string& algorithm, const boo
                                 << algorithm << " " << boost::json::serialize(options);
     if (hosted_) {
         std::lock_guard lock(announce_mutex_);
-        if (joined_) cluster_.groups().join(options_.name, announcement());
+        if (joined_) node_.groups().join(options_.name, announcement());
     }
     return {};
 }
@@ -327,7 +327,7 @@ Result<LoadBalancer::Picked> LoadBalancer::pick(const PickOptions& options) {
     const auto& snapshot = route->members;
     const Engine& engine = *route->engine;
     // The seed's selection events (§5.2), from the dispatch so custom algorithms get them.
-    auto& bus = cluster_.telemetry();
+    auto& bus = node_.telemetry();
     if (snapshot->nodes.empty()) {
         if (bus.active()) {
             Event e{.name = EventName::node_selected_empty};

@@ -356,9 +356,15 @@ private:
 
 // ---- Router ----------------------------------------------------------------------------
 
-Router::Router(const ClusterOptions& options, asio::io_context& ioc, Mesh& mesh, CallChannels& channels,
-               RpcServer& rpc, BalancerRegistry& balancers, TelemetryBus& bus)
-    : options_(options), mesh_(mesh), channels_(channels), rpc_(rpc), balancers_(balancers), bus_(bus), retry_strand_(ioc.get_executor()) {}
+Router::Router(RouterOptions options, asio::io_context& ioc, Mesh& mesh, CallChannels& channels, RpcServer& rpc,
+               BalancerRegistry& balancers, TelemetryBus& bus)
+    : options_(std::move(options)),
+      mesh_(mesh),
+      channels_(channels),
+      rpc_(rpc),
+      balancers_(balancers),
+      bus_(bus),
+      retry_strand_(ioc.get_executor()) {}
 
 std::shared_ptr<CallOperation> Router::start(CallSpec spec, Done done, bool inline_local) {
     auto op = std::make_shared<CallOperation>(self_.lock(), std::move(spec), std::move(done));

@@ -2,7 +2,12 @@
 // retry, release (internal).
 #pragma once
 
-#include <rpclb/cluster.hpp>
+#include <rpclb/call_options.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/node_filter.hpp>
+#include <rpclb/telemetry.hpp>
+
+#include <boost/json/array.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -10,11 +15,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace rpclb::detail {
 
@@ -23,6 +30,17 @@ class CallChannels;
 class RpcServer;
 class BalancerRegistry;
 class CallOperation;
+
+/// What the Router needs of a node's options: its name and the defaults of CallOptions.
+/// Built by Cluster from the ClusterOptions fields of the same names, which document
+/// them. Plain data.
+struct RouterOptions {
+    std::string name;  ///< this node, `short@host`
+    bool call_directly = false;
+    bool retry = true;
+    std::size_t retry_count = 5;
+    std::vector<std::string> excluded_node_patterns;
+};
 
 /// What one call or cast asks for. `filter` set = the random-node helpers; else a
 /// non-empty `options.load_balancer` = load-balanced; else direct to `node`.
@@ -46,7 +64,7 @@ class Router {
 public:
     using Done = std::function<void(CallResult)>;
 
-    Router(const ClusterOptions& options, boost::asio::io_context& ioc, Mesh& mesh, CallChannels& channels,
+    Router(RouterOptions options, boost::asio::io_context& ioc, Mesh& mesh, CallChannels& channels,
            RpcServer& rpc, BalancerRegistry& balancers, TelemetryBus& bus);
 
     /// Gives the router the shared_ptr its operations hold (an alias of the node's).
@@ -79,7 +97,7 @@ public:
     void stop_sending() noexcept { sending_stopped_ = true; }
     bool sending_stopped() const noexcept { return sending_stopped_.load(); }
 
-    const ClusterOptions& options() const noexcept { return options_; }
+    const RouterOptions& options() const noexcept { return options_; }
     Mesh& mesh() noexcept { return mesh_; }
     CallChannels& channels() noexcept { return channels_; }
     RpcServer& rpc() noexcept { return rpc_; }
@@ -87,7 +105,7 @@ public:
     TelemetryBus& bus() noexcept { return bus_; }
 
 private:
-    const ClusterOptions& options_;
+    const RouterOptions options_;
     Mesh& mesh_;
     CallChannels& channels_;
     RpcServer& rpc_;

@@ -1,11 +1,9 @@
 #include "rpc/rpc_server.hpp"
 
 #include "json_fields.hpp"
-#include "routing/balancer_registry.hpp"
 
 #include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/log.hpp>
-#include <rpclb/detail/options_check.hpp>
 
 #include <boost/asio/post.hpp>
 
@@ -37,8 +35,8 @@ void name_call(ErrorMessage& error, std::string_view node, std::string_view modu
 
 }  // namespace
 
-RpcServer::RpcServer(const ClusterOptions& options, asio::thread_pool& workers, BalancerRegistry& balancers)
-    : options_(options), workers_(workers), balancers_(balancers), table_(std::make_shared<const Table>()) {}
+RpcServer::RpcServer(RpcOptions options, asio::thread_pool& workers, ServedBalancers& balancers)
+    : options_(std::move(options)), workers_(workers), balancers_(balancers), table_(std::make_shared<const Table>()) {}
 
 void RpcServer::register_function(std::string module, std::string function, Handler handler,
                                   HandlerOptions handler_options) {
@@ -79,7 +77,7 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
     if (!entry)
         return call_error(ErrorCode::not_found,
                           "function " + std::string(module) + "." + std::string(function) + " is not registered",
-                          options_.name, module, function);
+                          options_.node, module, function);
     const bool timed = entry->options.run_inline;
     const auto began = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     CallResult result = [&]() -> CallResult {
@@ -87,10 +85,10 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
             return entry->handler(args);
         } catch (const std::exception& e) {
             if (threw) *threw = true;
-            return call_error(ErrorCode::internal_server_error, e.what(), options_.name, module, function);
+            return call_error(ErrorCode::internal_server_error, e.what(), options_.node, module, function);
         } catch (...) {
             if (threw) *threw = true;
-            return call_error(ErrorCode::internal_server_error, "unknown exception", options_.name, module,
+            return call_error(ErrorCode::internal_server_error, "unknown exception", options_.node, module,
                               function);
         }
     }();
@@ -110,7 +108,7 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
         auto error = std::move(result).error();
         error.details.erase(draining_detail);  // reserved: would make the caller run it again
         error.reason = {};
-        name_call(error, options_.name, module, function);
+        name_call(error, options_.node, module, function);
         return error;
     }
     return result;
@@ -133,7 +131,7 @@ void RpcServer::run_local(std::string module, std::string function, boost::json:
     asio::post(workers_, [this, entry = std::move(entry), module = std::move(module), function = std::move(function),
                   args = std::move(args), done = std::move(done)] {
         if (skip_abandoned())
-            return done(call_failure(Failure::node_stopping, options_.name, module, function), false);
+            return done(call_failure(Failure::node_stopping, options_.node, module, function), false);
         bool threw = false;
         auto result = run(entry.get(), module, function, args, &threw);
         done(std::move(result), threw);
@@ -153,7 +151,7 @@ std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_v
                                 [](const auto& m) { return json_fields::all_finite(m.value()); });
     }
     if (not_json) {
-        auto error = call_failure(Failure::not_json, options_.name, module, function);
+        auto error = call_failure(Failure::not_json, options_.node, module, function);
         error.code = ErrorCode::internal_server_error;
         error.message = std::string("the handler's ") + (result ? "answer holds" : "error details hold") +
                         " a number JSON cannot carry (NaN or infinity)";
@@ -165,7 +163,7 @@ std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_v
         id, call_error(ErrorCode::internal_server_error,
                        "response of " + std::to_string(frame.size()) + " bytes exceeds the maximum message size of " +
                            std::to_string(options_.max_message_size),
-                       options_.name, module, function)});
+                       options_.node, module, function)});
 }
 
 RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<const Entry> entry) {
@@ -176,15 +174,14 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
     auto& r = served.request;
     if (r.timeout_ms) served.deadline = deadline_after(std::chrono::steady_clock::now(), *r.timeout_ms);
     if (!r.load_balancer.empty()) {
-        served.balancer = balancers_.accepting(r.load_balancer);
+        served.balancer = balancers_.admit(r.load_balancer);  // its drain waits for this call too
         if (!served.balancer) {
             // Routed here by a balancer this node has left or is draining: refuse it unrun,
             // so that the caller picks another member.
             served.refusal = wire::encode(
-                wire::Response{r.id, draining_error(options_.name, r.module, r.function, r.load_balancer)});
+                wire::Response{r.id, draining_error(options_.node, r.module, r.function, r.load_balancer)});
             return served;
         }
-        served.balancer->track_served();  // its drain waits for this call too
     }
     served.before_stop = begin_serving();
     served.entry = entry ? std::move(entry) : find(r.module, r.function);
@@ -199,12 +196,12 @@ CallResult RpcServer::run_unless_expired(const Served& served) {
     return call_error(ErrorCode::request_timeout,
                       "not run: the caller's timeout of " + std::to_string(*r.timeout_ms) +
                           " ms passed while the request waited for a worker",
-                      options_.name, r.module, r.function);
+                      options_.node, r.module, r.function);
 }
 
 void RpcServer::finish(Served& served) {
     if (served.refusal) return;
-    if (served.balancer) served.balancer->release_served();
+    if (served.balancer) balancers_.release(served.balancer);
     end_serving(served.before_stop);
 }
 

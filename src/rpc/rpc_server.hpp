@@ -3,8 +3,9 @@
 #pragma once
 
 #include "membership/mesh.hpp"
+#include "rpc/served_balancers.hpp"
 
-#include <rpclb/cluster.hpp>
+#include <rpclb/handler.hpp>
 #include <rpclb/detail/zero_waiter.hpp>
 
 #include <boost/asio/post.hpp>
@@ -22,7 +23,15 @@
 
 namespace rpclb::detail {
 
-class BalancerRegistry;
+/// What RpcServer needs of this node: its name and the size limit of answers. Built by
+/// Cluster from ClusterOptions (the fields of the same names). Plain data.
+struct RpcOptions {
+    /// This node's name, `short@host`; named in every error of a call served here.
+    std::string node;
+    /// Largest answer frame, in bytes; a bigger answer is replaced by an
+    /// `internal_server_error` saying so.
+    std::size_t max_message_size = 16u * 1024u * 1024u;
+};
 
 /// Runs the functions registered on this node for requests and casts from peers and for
 /// local calls.
@@ -36,7 +45,7 @@ class BalancerRegistry;
 /// Thread safety: every member may be called from any thread.
 class RpcServer final : public RequestSink {
 public:
-    RpcServer(const ClusterOptions& options, boost::asio::thread_pool& workers, BalancerRegistry& balancers);
+    RpcServer(RpcOptions options, boost::asio::thread_pool& workers, ServedBalancers& balancers);
 
     void register_function(std::string module, std::string function, Handler handler, HandlerOptions options);
 
@@ -95,7 +104,7 @@ private:
     struct Served {
         wire::Request request;
         std::shared_ptr<const Entry> entry{};
-        std::shared_ptr<LoadBalancer> balancer{};
+        ServedBalancers::Handle balancer{};
         std::optional<std::string> refusal{};
         bool before_stop = false;  // counted in serving_before_stop_ (begin_serving)
         /// When the caller gives up on it (wire::Request::timeout_ms from its arrival;
@@ -126,9 +135,9 @@ private:
     bool skip_abandoned() const noexcept;
     void end_serving(bool before_stop);
 
-    const ClusterOptions& options_;
+    const RpcOptions options_;
     boost::asio::thread_pool& workers_;
-    BalancerRegistry& balancers_;
+    ServedBalancers& balancers_;
     std::atomic<std::shared_ptr<const Table>> table_;
     std::mutex edit_mutex_;  // serialises registrations (never taken when serving)
     std::atomic<std::int64_t> serving_{0};  // requests and casts received, not yet answered

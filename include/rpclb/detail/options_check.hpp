@@ -1,11 +1,12 @@
-// The valid ranges of ClusterOptions and HandlerOptions, checked in one place: by the
-// Cluster constructor and register_function (which throw) and by the JSON config loader
-// (which names the field in an ErrorMessage). Each part checks its own options beside them:
+// The valid ranges of ClusterOptions, checked in one place: by the Cluster constructor
+// (which throws) and by the JSON config loader (which names the field in an ErrorMessage).
+// Each part checks its own options beside them: HandlerOptions in handler.hpp,
 // LoadBalancerOptions in load_balancer.hpp, TlsOptions in tls.hpp, a listen address in
-// host_port.hpp.
+// host_port.hpp; this header brings those checks in too.
 #pragma once
 
-#include <rpclb/cluster.hpp>
+#include <rpclb/cluster_options.hpp>
+#include <rpclb/handler.hpp>
 #include <rpclb/load_balancer.hpp>
 #include <rpclb/tls.hpp>
 
@@ -45,9 +46,5 @@ inline constexpr std::size_t max_node_name = 1024;
 /// `seeds` are checked when the node dials them (they may be host names to resolve).
 /// Thread safety: pure function.
 std::optional<OptionProblem> check(const ClusterOptions& options, Identity identity = Identity::required);
-
-/// The problem of a function's HandlerOptions, or nullopt: `slow_threshold` must be at
-/// least 1 us. register_function throws its message(). Thread safety: pure function.
-std::optional<OptionProblem> check(const HandlerOptions& options);
 
 }  // namespace rpclb::detail

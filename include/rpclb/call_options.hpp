@@ -1,0 +1,60 @@
+// Options of one call or cast.
+#pragma once
+
+#include <rpclb/retry.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace rpclb {
+
+/// Options of one call (seed §1.4).
+struct CallOptions {
+    /// Deadline of each request sent, from the moment it is sent. Default 10 s (seed). The
+    /// no-route retry's waits come before any request and are not counted (seed §4.1:
+    /// only `timeout` is forwarded to the remote call); bound them with `retry_count` and
+    /// `retry_sleep`. Range 1 ms..4294967295 ms (erpc's, without its 0). A call with a
+    /// timeout outside it fails at once with `bad_request` ("timeout must be 1 to
+    /// 4294967295 ms; got N ms", naming node, module and function), on every path: nothing
+    /// is picked, sent or run. Casts ignore it.
+    std::chrono::milliseconds timeout{10000};
+    /// Route through this balancer; empty = call the given node directly.
+    std::string load_balancer;
+    /// Routing key forwarded to the balancer's algorithm.
+    std::optional<std::string> key;
+    /// When set, receives the name of the node the call was sent to (after the balancer's
+    /// pick), like gRPC's `ClientContext::peer()`. Must stay valid until the call completes;
+    /// written before completion, from the thread that routes the call.
+    std::string* peer = nullptr;
+    /// Run load-balanced calls and the random-node helpers on this node, with no
+    /// selection, retry or draining (seed §4.4). Unset: ClusterOptions::call_directly.
+    std::optional<bool> call_directly;
+    /// Retry when no member / no node matches (seed §4.1). Unset: ClusterOptions::retry.
+    std::optional<bool> retry;
+    /// Retries after the first attempt (total attempts = count + 1), or
+    /// `unlimited_retries`. Unset: ClusterOptions::retry_count.
+    std::optional<std::size_t> retry_count;
+    /// Wait between attempts. Default 5 s (seed; per call only).
+    std::chrono::milliseconds retry_sleep{5000};
+    /// For async_call() and async_call_on_random_node(): run the completion handler on
+    /// the network thread that completes the call (the one that read the answer, or whose
+    /// deadline timer fired, or that saw the connection drop) instead of handing it to the
+    /// worker pool: no thread hand-off on the calling side, the client-side twin of
+    /// HandlerOptions::run_inline (gRPC's callback API runs its reactions on its own
+    /// threads the same way). Applies only to a handler with no executor of its own (an
+    /// associated executor is always used) and no cancellation slot (whose signal is
+    /// emitted on the pool), and only to completions that happen on a network thread: a
+    /// call that completes inside async_call() (one that fails at once) or on another
+    /// thread is handed to the worker pool as usual, so a handler that starts the next
+    /// call never recurses. It may start further async calls. The handler must not block:
+    /// while it runs, no other frame of that connection (nor, with one network thread, of
+    /// any connection) is read; a blocking call() from it fails at once with
+    /// `internal_server_error` "blocking call from a network thread would deadlock", as
+    /// from an inline handler. It must not throw (an exception ends the process through
+    /// std::terminate) and must not call stop(). Ignored by blocking calls. Default false.
+    bool run_completion_inline = false;
+};
+
+}  // namespace rpclb

@@ -1,0 +1,95 @@
+// Options of a node (Cluster's constructor, the JSON config loader).
+#pragma once
+
+#include <rpclb/tls.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace rpclb {
+
+/// Options of a node. Durations are std::chrono; defaults and ranges: doc/reference/configuration.md.
+struct ClusterOptions {
+    /// Node name `short@host`. Required; must contain exactly one '@' with non-empty parts.
+    std::string name;
+    /// Listener "HOST:PORT"; port 0 picks a free port (see Cluster::listen_endpoint).
+    /// Ignored for client nodes.
+    std::string listen = "127.0.0.1:0";
+    /// "HOST:PORT" of nodes to join through. Re-dialled every `reconnect_interval`
+    /// while not connected.
+    std::vector<std::string> seeds;
+    /// Shared secret; every node of a cluster must hold the same. Required, non-empty.
+    std::string cookie;
+    /// A client node (Erlang's hidden node): no listener, dials every node it learns of,
+    /// hosts no group members.
+    bool client = false;
+    /// Plugin directories searched before RPCLB_PLUGIN_PATH and the install directory.
+    std::vector<std::filesystem::path> plugin_path;
+    /// Threads running the network (io_context). Range 1..64.
+    std::size_t network_threads = 1;
+    /// Threads running handlers. Range 1..1024.
+    std::size_t worker_threads = 2;
+    /// A peer silent for this long is gone (WebSocket keep-alive pings are sent at half
+    /// of it). Default 3 s.
+    std::chrono::milliseconds idle_timeout{3000};
+    /// Longest time for a connection's WebSocket and cookie handshakes. Default 5 s.
+    std::chrono::milliseconds handshake_timeout{5000};
+    /// How often unconnected seeds are dialled again. Default 1 s.
+    std::chrono::milliseconds reconnect_interval{1000};
+    /// Longest wait in stop() for calls this node is serving to finish (after its
+    /// balancers have left and drained) before connections close. Handlers still queued on
+    /// the worker pool when it has passed are dropped unrun (their callers' calls fail with
+    /// the closing connection; local calls with "node stopping"); running ones finish.
+    /// Default 15 s.
+    std::chrono::milliseconds stop_timeout{15000};
+    /// Largest frame sent or accepted, in bytes. Default 16 MiB.
+    std::size_t max_message_size = 16u * 1024u * 1024u;
+    /// Most frames one WebSocket message carries when frames queue up behind a write on
+    /// a connection (coalescing: one message and one system call for many small frames,
+    /// never more than `max_message_size` bytes in all). Used only towards a peer that
+    /// reads batches (it says so in its handshake); 1 turns batching off. Range 1..1024.
+    /// Default 64.
+    std::size_t max_batch_frames = 64;
+    /// Most bytes of frames waiting to be written on one connection (back-pressure: a peer
+    /// that stops reading must not grow this node's memory without bound). A request or
+    /// cast that would pass it fails at once with `service_unavailable` "overloaded"
+    /// (Failure::overloaded), unless the queue is empty; answers, group updates and
+    /// handshake frames are never refused (they count, though). At least
+    /// `max_message_size`. Default 64 MiB.
+    std::size_t max_send_queue_bytes = 64u * 1024u * 1024u;
+    /// Blocking calls do their own I/O: a blocking call() to another node is sent on a
+    /// call channel, a connection of its own to that node driven by the calling thread,
+    /// instead of being handed to a network thread and back (no thread hand-off, one
+    /// context switch per call). Channels are opened on first use (at most 16 per node),
+    /// pooled, and live while the pair's mesh link does; both nodes must support them (a
+    /// node says so in its handshake). Asynchronous calls, casts and calls that find no
+    /// free channel use the mesh link. A dial may take a quarter of the call's timeout at
+    /// most; a call whose dial failed goes on the mesh link with the time left. false:
+    /// every call uses the mesh link, and the node accepts no channel from its peers
+    /// either (its handshake does not offer them). Default true.
+    /// doc/architecture.md "Call channels".
+    bool call_channels = true;
+    /// TLS on every mesh connection (TlsOptions: certificate, key, CA, oldest version).
+    /// Off by default (plaintext). Every node of a cluster, clients included, must agree:
+    /// a TLS node and a plaintext node refuse each other.
+    TlsOptions tls;
+
+    // ---- routing defaults (seed §6, the application env) -------------------------------
+    /// Default of CallOptions::call_directly: load-balanced calls and the random-node
+    /// helpers run on this node (seed `call_directly?`). Default false.
+    bool call_directly = false;
+    /// Default of CallOptions::retry: wait and try again when no member or no node
+    /// matches (seed `retry?`). Default true.
+    bool retry = true;
+    /// Default of CallOptions::retry_count: retries after the first attempt, or
+    /// `unlimited_retries`. Default 5 (seed).
+    std::size_t retry_count = 5;
+    /// Seed `excluded_node_patterns` (§4.3): node short names containing one of these are
+    /// skipped by node filters unless the filter names the pattern itself. Default none.
+    std::vector<std::string> excluded_node_patterns;
+};
+
+}  // namespace rpclb
