@@ -1,5 +1,6 @@
 #include "transport/blocking_channel.hpp"
 
+#include <rpclb/detail/handshake.hpp>
 #include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/log.hpp>
 

@@ -1,7 +1,8 @@
 // One call channel, driven by the calling thread with blocking socket calls (internal).
 #pragma once
 
-#include "transport/connection.hpp"
+#include "transport/link_error.hpp"
+#include "transport/link_settings.hpp"
 
 #include <boost/asio/io_context.hpp>
 

@@ -284,7 +284,7 @@ void Connection::write_next() {
     take_stream_back();
     if (core_.write_idle()) return start_close();
     // Frames that queued up behind the last write go out together, as one message, to a
-    // peer that reads batches (never past the size limit; see WriteQueue::begin_write).
+    // peer that reads batches (never past the size limit; see LinkCore::begin_write).
     const auto count = core_.begin_write();
     count_written(count);
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };

@@ -4,13 +4,13 @@
 #include "transport/frame_pool.hpp"
 #include "transport/link_core.hpp"
 #include "transport/link_error.hpp"
+#include "transport/link_settings.hpp"
 #include "transport/mesh_stream.hpp"
 
 #include <rpclb/detail/handshake.hpp>
 #include <rpclb/detail/wire.hpp>
 #include <rpclb/error.hpp>
 
-#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
@@ -60,38 +60,6 @@ public:
     /// The peer sent a message over max_handshake_message before the cookie handshake was
     /// done; the connection closes next (on_closed follows).
     virtual void on_oversize_before_handshake(const std::shared_ptr<Connection>&) {}
-};
-
-/// What the connections of a node have written, summed (relaxed counters; any thread).
-struct WireCounters {
-    std::atomic<std::uint64_t> frames_sent{0};    ///< frames written, batched or not
-    std::atomic<std::uint64_t> messages_sent{0};  ///< WebSocket messages written
-    std::atomic<std::uint64_t> overloaded{0};     ///< requests and casts refused: send queue full
-};
-
-/// The reason text of the WebSocket close (code 1008, policy violation) by which an
-/// acceptor tells a dialer that its cookie proof failed. It carries nothing about the
-/// cookie; a dialer that gets it stops dialling that address.
-inline constexpr std::string_view cookie_refused_close_reason = "rpclb: cookie refused";
-
-/// Settings shared by every connection of a node.
-struct ConnectionSettings {
-    wire::PeerInfo local;
-    std::string cookie;
-    std::size_t max_message_size = wire::default_max_message_size;
-    /// Most frames per message towards a peer that reads batches (ClusterOptions); 1: none.
-    std::size_t max_batch_frames = 64;
-    /// Most bytes queued for writing per connection (ClusterOptions::max_send_queue_bytes).
-    std::size_t max_send_queue_bytes = std::size_t(64) << 20;
-    /// Shared by the node's connections; the pointer itself never changes.
-    std::shared_ptr<WireCounters> counters = std::make_shared<WireCounters>();
-    std::chrono::milliseconds idle_timeout{3000};
-    std::chrono::milliseconds handshake_timeout{5000};
-    /// TLS for every connection (make_tls_context); null: plain TCP.
-    std::shared_ptr<boost::asio::ssl::context> tls;
-    /// This node accepts call channels from its peers (ClusterOptions::call_channels);
-    /// its hellos say so (wire::Hello::channels).
-    bool accept_channels = true;
 };
 
 /// Where a connection is in its life. Each state follows the one before it, except that

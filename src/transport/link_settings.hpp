@@ -1,0 +1,50 @@
+// The settings every link of a node shares (internal).
+#pragma once
+
+#include <rpclb/detail/wire.hpp>
+
+#include <boost/asio/ssl/context.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace rpclb::detail {
+
+/// What the connections of a node have written, summed (relaxed counters; any thread).
+struct WireCounters {
+    std::atomic<std::uint64_t> frames_sent{0};    ///< frames written, batched or not
+    std::atomic<std::uint64_t> messages_sent{0};  ///< WebSocket messages written
+    std::atomic<std::uint64_t> overloaded{0};     ///< requests and casts refused: send queue full
+};
+
+/// The reason text of the WebSocket close (code 1008, policy violation) by which an
+/// acceptor tells a dialer that its cookie proof failed. It carries nothing about the
+/// cookie; a dialer that gets it stops dialling that address.
+inline constexpr std::string_view cookie_refused_close_reason = "rpclb: cookie refused";
+
+/// Settings shared by every connection of a node.
+struct ConnectionSettings {
+    wire::PeerInfo local;
+    std::string cookie;
+    std::size_t max_message_size = wire::default_max_message_size;
+    /// Most frames per message towards a peer that reads batches (ClusterOptions); 1: none.
+    std::size_t max_batch_frames = 64;
+    /// Most bytes queued for writing per connection (ClusterOptions::max_send_queue_bytes).
+    std::size_t max_send_queue_bytes = std::size_t(64) << 20;
+    /// Shared by the node's connections; the pointer itself never changes.
+    std::shared_ptr<WireCounters> counters = std::make_shared<WireCounters>();
+    std::chrono::milliseconds idle_timeout{3000};
+    std::chrono::milliseconds handshake_timeout{5000};
+    /// TLS for every connection (make_tls_context); null: plain TCP.
+    std::shared_ptr<boost::asio::ssl::context> tls;
+    /// This node accepts call channels from its peers (ClusterOptions::call_channels);
+    /// its hellos say so (wire::Hello::channels).
+    bool accept_channels = true;
+};
+
+}  // namespace rpclb::detail
