@@ -28,6 +28,12 @@ namespace {
 // still be answered with bad_request; beyond that the connection is closed.
 // Batched messages (wire::max_batch_bytes) are read whatever the limit; each of their
 // frames is still held to it.
+// This node ended the connection (it is stopping, or it gave the connection up): its
+// close says nothing about the peer or its cookie.
+bool closed_by_this_side(LinkError why) {
+    return why == LinkError::stopping || why == LinkError::refused || why == LinkError::channel_closed;
+}
+
 std::size_t established_message_max(const ConnectionSettings& settings) {
     return std::max(settings.max_message_size * 2, wire::max_batch_bytes);
 }
@@ -508,7 +514,7 @@ void Connection::fail(const LinkClose& reason) {
     core_.fail_writes();  // a write in progress keeps its frames until it completes
     if (reason.kind == LinkError::cookie_refused)
         owner_.on_cookie_refused(shared_from_this());
-    else if (!established_ && handshake_.awaiting_ready())
+    else if (!established_ && handshake_.awaiting_ready() && !closed_by_this_side(reason.kind))
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
                                                            " closed the connection after our proof "
                                                            "(its cookie differs, or it went away)");

@@ -1,14 +1,19 @@
 // Mesh membership between in-process nodes on 127.0.0.1.
 #define BOOST_TEST_MODULE mesh
 #include <rpclb/cluster.hpp>
+#include <rpclb/detail/handshake.hpp>
+#include <rpclb/detail/wire.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket/stream.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/port.hpp"
 #include "support/wait.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -213,3 +218,53 @@ BOOST_AUTO_TEST_CASE(churned_node_names_leave_the_tables_as_they_go) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// A node stopping while its dial waits for the acceptor's Ready closes that connection
+// itself: nothing is known about the acceptor's cookie, and no handshake failure is
+// counted or logged. The acceptor here answers the Hello and then says nothing.
+BOOST_AUTO_TEST_CASE(a_stop_during_the_cookie_handshake_is_no_handshake_failure) {
+    namespace ws = boost::beast::websocket;
+    namespace wire = rpclb::detail::wire;
+    boost::asio::io_context ioc;
+    tcp::acceptor listener(ioc, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+    const auto port = listener.local_endpoint().port();
+    std::atomic<bool> got_proof{false}, done{false};
+    std::thread silent([&] {
+        ws::stream<tcp::socket> peer(ioc);
+        listener.accept(peer.next_layer());
+        peer.accept();
+        peer.binary(true);
+        rpclb::detail::Handshake handshake(rpclb::detail::Role::acceptor,
+                                           {"silent@127.0.0.1", "inc-1", "127.0.0.1:" + std::to_string(port)},
+                                           "another-cookie");
+        handshake.start();
+        boost::beast::flat_buffer buffer;
+        boost::system::error_code ec;
+        while (!ec && !got_proof) {
+            buffer.clear();
+            peer.read(buffer, ec);
+            if (ec) break;
+            const std::string text(static_cast<const char*>(buffer.data().data()), buffer.size());
+            auto frame = wire::decode(text);
+            if (!frame) break;
+            if (std::holds_alternative<wire::Auth>(*frame)) got_proof = true;
+            for (const auto& out : handshake.on_frame(*frame).send) peer.write(boost::asio::buffer(wire::encode(out)), ec);
+        }
+        // Silent from here until the dialer goes away.
+        while (!ec) {
+            buffer.clear();
+            peer.read(buffer, ec);
+        }
+        done = true;
+    });
+    auto o = options("a@127.0.0.1");
+    o.seeds = {"127.0.0.1:" + std::to_string(port)};
+    o.handshake_timeout = 10s;
+    rpclb::Cluster a(o);
+    a.start();
+    BOOST_TEST_REQUIRE(eventually([&] { return got_proof.load(); }, 5s));
+    a.stop();
+    silent.join();
+    BOOST_TEST(done.load());
+    BOOST_TEST(a.stats().auth_failures == 0u);
+}
