@@ -108,7 +108,9 @@ LinkClose BlockingChannel::fail(const error_code& ec, std::string detail) {
     broken_ = true;
     std::lock_guard lock(abort_mutex_);
     if (aborted_) return *aborted_;
-    return LinkClose::from(ec, std::move(detail));
+    auto why = LinkClose::from(ec, std::move(detail));
+    peer_lost_ = why.kind != LinkError::closed_by_peer;
+    return why;
 }
 
 std::optional<std::string> BlockingChannel::open(const std::string& target, Clock::time_point deadline) {
@@ -185,18 +187,8 @@ RequestOutcome BlockingChannel::call(std::uint64_t id, std::string_view frame, C
     peer_lost_ = false;
     auto lost = [&](LinkError why) { return RequestOutcome{link_failure(why, node_, module, function), why}; };
     auto failed = [&]() -> RequestOutcome {
-        if (ec == asio::error::timed_out) {
-            broken_ = true;
-            return call_failure(Failure::timeout, node_, module, function);
-        }
-        bool aborted;
-        {
-            std::lock_guard lock(abort_mutex_);
-            aborted = aborted_.has_value();
-        }
-        const auto why = fail(ec);
-        peer_lost_ = !aborted && why.kind != LinkError::closed_by_peer;
-        return lost(why.kind);
+        if (ec == asio::error::timed_out) return call_failure(Failure::timeout, node_, module, function);
+        return lost(fail(ec).kind);
     };
     settings_.counters->frames_sent.fetch_add(1, std::memory_order_relaxed);
     settings_.counters->messages_sent.fetch_add(1, std::memory_order_relaxed);

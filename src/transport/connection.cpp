@@ -22,20 +22,25 @@ namespace ws = beast::websocket;
 using tcp = asio::ip::tcp;
 
 namespace {
-// Senders check the size limit first, so an oversize call fails at its caller with a
-// clear error; the receiver checks again (wire::decode) and Beast caps what is read.
-// Up to twice the limit is read so that a request a peer with a larger limit sent can
-// still be answered with bad_request; beyond that the connection is closed.
-// Batched messages (wire::max_batch_bytes) are read whatever the limit; each of their
-// frames is still held to it.
 // This node ended the connection (it is stopping, or it gave the connection up): its
 // close says nothing about the peer or its cookie.
 bool closed_by_this_side(LinkError why) {
     return why == LinkError::stopping || why == LinkError::refused || why == LinkError::channel_closed;
 }
 
+// Senders check the size limit first, so an oversize call fails at its caller with a
+// clear error; the receiver checks again (wire::decode) and Beast caps what is read.
+// Up to twice the limit is read so that a request a peer with a larger limit sent can
+// still be answered with bad_request; beyond that the connection is closed.
+// Batched messages (wire::max_batch_bytes) are read whatever the limit; each of their
+// frames is still held to it.
 std::size_t established_message_max(const ConnectionSettings& settings) {
     return std::max(settings.max_message_size * 2, wire::max_batch_bytes);
+}
+
+LinkCore make_core(const ConnectionSettings& settings) {
+    return LinkCore(settings.max_batch_frames, std::min(settings.max_message_size, wire::max_batch_bytes),
+                    settings.max_send_queue_bytes);
 }
 }  // namespace
 
@@ -45,8 +50,7 @@ Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSe
       settings_(settings),
       handshake_(Role::acceptor, settings.local, settings.cookie, settings.max_batch_frames > 1, false,
                  settings.accept_channels),
-      core_(settings.max_batch_frames, std::min(settings.max_message_size, wire::max_batch_bytes),
-            settings.max_send_queue_bytes),
+      core_(make_core(settings)),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()),
       ping_timer_(ws_.get_executor()) {
@@ -63,8 +67,7 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       target_(std::move(target)),
       handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1, false,
                  settings.accept_channels),
-      core_(settings.max_batch_frames, std::min(settings.max_message_size, wire::max_batch_bytes),
-            settings.max_send_queue_bytes),
+      core_(make_core(settings)),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()),
       ping_timer_(ws_.get_executor()) {}
@@ -263,7 +266,7 @@ void Connection::handle_step(Handshake::Step step) {
 }
 
 void Connection::send(std::string frame) {
-    reserve(frame.size(), false);
+    core_.reserve(frame.size(), false);  // answers are never refused
     enqueue(std::move(frame));
 }
 
@@ -277,10 +280,12 @@ void Connection::queue_frame(std::string frame) {
     if (core_.push(std::move(frame))) write_next();
 }
 
-bool Connection::reserve(std::size_t bytes, bool refusable) {
-    if (core_.reserve(bytes, refusable)) return true;
+std::optional<ErrorMessage> Connection::admit(std::string_view what, std::size_t size, std::string_view module,
+                                               std::string_view function) {
+    if (auto error = too_large(what, size, settings_.max_message_size, peer().node, module, function)) return error;
+    if (core_.reserve(size, true)) return std::nullopt;
     settings_.counters->overloaded.fetch_add(1, std::memory_order_relaxed);
-    return false;
+    return overloaded(settings_.max_send_queue_bytes, peer().node, module, function);
 }
 
 void Connection::write_next() {
@@ -328,8 +333,7 @@ Result<void> Connection::cast(wire::Cast cast) {
     if (auto error = not_json("cast", cast.args, peer().node, cast.module, cast.function)) return std::move(*error);
     if (closed()) return link_failure(LinkError::not_connected, peer().node, cast.module, cast.function);
     auto frame = wire::encode(cast, spares_.take());
-    if (auto error = too_large("cast", frame.size(), settings_.max_message_size, peer().node, cast.module, cast.function)) return std::move(*error);
-    if (!reserve(frame.size(), true)) return overloaded(settings_.max_send_queue_bytes, peer().node, cast.module, cast.function);
+    if (auto error = admit("cast", frame.size(), cast.module, cast.function)) return std::move(*error);
     enqueue(std::move(frame));
     return {};
 }
@@ -347,9 +351,7 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
     // reading it as this side does (deadline_after: a huge timeout is none).
     request.timeout_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0));
     auto frame = wire::encode(request, spares_.take());
-    if (auto error = too_large("request", frame.size(), settings_.max_message_size, peer().node, request.module,
-                                 request.function)) return done(std::move(*error));
-    if (!reserve(frame.size(), true)) return done(overloaded(settings_.max_send_queue_bytes, peer().node, request.module, request.function));
+    if (auto error = admit("request", frame.size(), request.module, request.function)) return done(std::move(*error));
     // The deadline counts from here, before the hop to the strand.
     const auto deadline = deadline_after(Clock::now(), timeout);
     Call call{std::move(done), deadline, std::move(request.module), std::move(request.function)};
@@ -385,14 +387,14 @@ void Connection::on_deadline() {
 }
 
 void Connection::answer_later() {
-    if (!channel_ || role() != Role::acceptor) return;
+    if (!channel_) return;
     ++answers_owed_;
     std::lock_guard lock(lend_mutex_);
     lent_ = answers_owed_ == 1 && !ws_.tls() && core_.write_idle() && !core_.writing() && state() == LinkState::open;
 }
 
 void Connection::answer(std::string frame) {
-    if (channel_ && role() == Role::acceptor) {
+    if (channel_) {
         std::unique_lock lock(lend_mutex_);
         if (std::exchange(lent_, false) && frame.size() <= max_lent_write) {
             beast::error_code ec;
@@ -409,7 +411,7 @@ void Connection::answer(std::string frame) {
 }
 
 void Connection::forgo_answer() {
-    if (!channel_ || role() != Role::acceptor) return;
+    if (!channel_) return;
     asio::dispatch(ws_.get_executor(), [self = shared_from_this()] { self->answer_delivered({}); });
 }
 

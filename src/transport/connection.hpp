@@ -234,9 +234,11 @@ private:
     /// On the strand: queues a reserved frame and writes it when it can (released instead
     /// when the connection has closed).
     void queue_frame(std::string frame);
-    /// Counts `bytes` into the send queue (LinkCore::reserve), counting a refusal as
-    /// overloaded. Any thread.
-    bool reserve(std::size_t bytes, bool refusable);
+    /// Checks an encoded request or cast (`what`) of `size` bytes before it is queued:
+    /// too_large(), or the send queue full (overloaded(), counted in WireCounters). nullopt
+    /// when it may go; its bytes are then reserved (LinkCore::reserve). Any thread.
+    std::optional<ErrorMessage> admit(std::string_view what, std::size_t size, std::string_view module,
+                                      std::string_view function);
     /// The buffers of a write of `count` queued frames: the frames separated by
     /// wire::batch_separator (one message).
     const std::vector<boost::asio::const_buffer>& batch_buffers(std::size_t count);
