@@ -39,6 +39,11 @@ template <> constexpr std::string_view frame_name<Request> = "req";
 template <> constexpr std::string_view frame_name<Cast> = "cast";
 template <> constexpr std::string_view frame_name<Response> = "res";
 template <> constexpr std::string_view frame_name<Bye> = "bye";
+template <> constexpr std::string_view frame_name<Probe> = "probe";
+template <> constexpr std::string_view frame_name<MemberState> = "member";
+
+constexpr std::array<std::string_view, 4> probe_kinds{"ping", "ping_req", "ack", "nack"};
+constexpr std::array<std::string_view, 3> member_healths{"alive", "suspect", "dead"};
 
 // ---- decoding ---------------------------------------------------------------------------
 
@@ -219,6 +224,36 @@ void read(Members& m, Cast& f) {
 }
 
 void read(Members& m, Bye& f) { m.optional_boolean("reply", f.reply); }
+
+// The index of `word` in `words`, or 0 with `m` failed naming `type` and `key`.
+template <std::size_t N>
+std::size_t one_of(Members& m, std::string_view type, std::string_view key, const std::string& word,
+                   const std::array<std::string_view, N>& words) {
+    for (std::size_t i = 0; i < N; ++i)
+        if (words[i] == word) return i;
+    m.fail_message("\"" + std::string(type) + "\" frame: member \"" + std::string(key) + "\" has an unknown value \"" +
+                   word.substr(0, 32) + "\"");
+    return 0;
+}
+
+void read(Members& m, Probe& f) {
+    std::string kind;
+    m.string("k", kind);
+    m.uint64("seq", f.seq);
+    m.optional_string("node", f.node);
+    if (!m.failed()) f.kind = static_cast<ProbeKind>(one_of(m, "probe", "k", kind, probe_kinds));
+    if (!m.failed() && f.kind == ProbeKind::ping_req && f.node.empty())
+        m.fail_message("\"probe\" frame: a \"ping_req\" needs member \"node\"");
+}
+
+void read(Members& m, MemberState& f) {
+    std::string state;
+    m.string("state", state);
+    m.string("node", f.node);
+    m.string("inc", f.incarnation);
+    m.uint64("v", f.version);
+    if (!m.failed()) f.state = static_cast<MemberHealth>(one_of(m, "member", "state", state, member_healths));
+}
 
 void read(Members& m, Response& f) {
     m.uint64("id", f.id);
@@ -510,6 +545,19 @@ void write(Writer& w, const Response& f) {
 
 void write(Writer& w, const Bye& f) {
     if (f.reply) w.boolean("reply", true);
+}
+
+void write(Writer& w, const Probe& f) {
+    w.string("k", probe_kinds[static_cast<std::size_t>(f.kind)]);
+    w.uint64("seq", f.seq);
+    if (!f.node.empty()) w.string("node", f.node);
+}
+
+void write(Writer& w, const MemberState& f) {
+    w.string("state", member_healths[static_cast<std::size_t>(f.state)]);
+    w.string("node", f.node);
+    w.string("inc", f.incarnation);
+    w.uint64("v", f.version);
 }
 
 }  // namespace

@@ -140,8 +140,41 @@ struct Bye {
     bool reply = false;
 };
 
+/// What a "probe" frame asks or answers (doc/explanation/failure-detection.md).
+enum class ProbeKind {
+    ping,      ///< "ping": answer with "ack" and the same seq
+    ping_req,  ///< "ping_req": ping `node` on the sender's behalf; "ack" (or "nack") with this seq
+    ack,       ///< "ack": the ping (or the indirect ping) with this seq was answered
+    nack,      ///< "nack": the indirect ping with this seq got no answer in time
+};
+
+/// "probe": {"t","k","seq"[,"node"]} — the failure detector's ping, indirect ping and
+/// their answers. `node` is set for "ping_req" only.
+struct Probe {
+    ProbeKind kind = ProbeKind::ping;
+    std::uint64_t seq = 0;
+    std::string node;
+};
+
+/// What a "member" frame says of a member.
+enum class MemberHealth {
+    alive,    ///< "alive": it answers (a member says so of itself to refute a suspicion)
+    suspect,  ///< "suspect": a probe of it went unanswered
+    dead,     ///< "dead": it stayed suspected for the suspicion timeout; drop its link
+};
+
+/// "member": {"t","state","node","inc","v"} — what the sender's failure detector says of
+/// `node`'s incarnation `inc` at version `v`. A member raises its version to refute a
+/// suspicion; news with a lower version than the receiver's is stale and ignored.
+struct MemberState {
+    MemberHealth state = MemberHealth::alive;
+    std::string node;
+    std::string incarnation;
+    std::uint64_t version = 0;
+};
+
 using Frame = std::variant<Hello, Auth, Ready, Nodes, GroupSync, GroupJoin, GroupLeave,
-                           Request, Cast, Response, Bye>;
+                           Request, Cast, Response, Bye, Probe, MemberState>;
 
 /// Why a frame was refused.
 enum class DecodeErrorKind {

@@ -1,0 +1,224 @@
+// The failure detector driven without sockets: frames handed over by the test, a virtual
+// clock (time points chosen here; nothing reads a clock), a fixed seed.
+#define BOOST_TEST_MODULE failure_detector
+#include "membership/failure_detector.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <string>
+
+using namespace std::chrono_literals;
+using rpclb::detail::DetectorOptions;
+using rpclb::detail::FailureDetector;
+namespace wire = rpclb::detail::wire;
+using Actions = FailureDetector::Actions;
+
+namespace {
+
+const FailureDetector::Clock::time_point t0{};
+
+DetectorOptions options() {
+    DetectorOptions o;
+    o.probe_interval = 100ms;
+    o.probe_timeout = 40ms;
+    o.indirect_probes = 2;
+    o.suspicion_min = 200ms;
+    o.suspicion_max = 600ms;
+    o.max_local_health = 4;
+    return o;
+}
+
+// A detector for "a" linked to `members` (incarnation "i-NAME" each).
+FailureDetector make(std::initializer_list<std::string> members) {
+    FailureDetector d("a", "i-a", options(), 7);
+    for (const auto& m : members) d.add(m, "i-" + m);
+    return d;
+}
+
+// The pings in `out`, as (target, seq).
+std::vector<std::pair<std::string, std::uint64_t>> pings(const Actions& out, wire::ProbeKind kind = wire::ProbeKind::ping) {
+    std::vector<std::pair<std::string, std::uint64_t>> found;
+    for (const auto& [to, p] : out.sends)
+        if (p.kind == kind) found.emplace_back(to, p.seq);
+    return found;
+}
+
+bool gossips(const Actions& out, wire::MemberHealth health, const std::string& node) {
+    return std::any_of(out.gossip.begin(), out.gossip.end(),
+                       [&](const wire::MemberState& s) { return s.state == health && s.node == node; });
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_ping_is_answered_with_an_ack_of_the_same_seq) {
+    auto d = make({"b"});
+    auto out = d.on_probe(t0, "b", {wire::ProbeKind::ping, 42, {}});
+    BOOST_REQUIRE(out.sends.size() == 1u);
+    BOOST_TEST(out.sends[0].first == "b");
+    BOOST_TEST((out.sends[0].second.kind == wire::ProbeKind::ack));
+    BOOST_TEST(out.sends[0].second.seq == 42u);
+}
+
+BOOST_AUTO_TEST_CASE(each_round_probes_every_member_once_one_per_interval) {
+    auto d = make({"b", "c", "d"});
+    std::multiset<std::string> probed;
+    auto now = t0;
+    for (int i = 0; i < 3; ++i) {
+        auto out = d.on_timer(now);
+        auto p = pings(out);
+        BOOST_REQUIRE(p.size() == 1u);
+        probed.insert(p[0].first);
+        d.on_probe(now + 1ms, p[0].first, {wire::ProbeKind::ack, p[0].second, {}});
+        now += 100ms;
+        BOOST_TEST((*d.next_timer() <= now));
+    }
+    BOOST_TEST((probed == std::multiset<std::string>{"b", "c", "d"}));
+    BOOST_TEST(d.rtt("b").has_value());
+    BOOST_TEST(!d.rtt("nobody").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_silent_member_is_pinged_indirectly_then_suspected_then_dead) {
+    auto d = make({"b", "c", "d"});
+    auto out = d.on_timer(t0);
+    const auto target = pings(out).at(0).first;
+    // No ack by the probe timeout: two others are asked to ping it.
+    out = d.on_timer(t0 + 40ms);
+    auto asked = pings(out, wire::ProbeKind::ping_req);
+    BOOST_TEST(asked.size() == 2u);
+    for (const auto& [via, seq] : asked) BOOST_TEST(via != target);
+    // Both answer that they got no ack: nacks, so this node is not the slow one.
+    for (const auto& [via, seq] : asked) d.on_probe(t0 + 80ms, via, {wire::ProbeKind::nack, seq, {}});
+    // End of the interval without any ack: suspected, and every member is told.
+    out = d.on_timer(t0 + 100ms);
+    BOOST_TEST(gossips(out, wire::MemberHealth::suspect, target));
+    BOOST_TEST(d.suspected(target));
+    BOOST_TEST(d.local_health() == 0);
+    // Unconfirmed: dead after suspicion_max (600 ms), not before.
+    for (auto t = t0 + 110ms; t < t0 + 700ms; t += 10ms) {
+        out = d.on_timer(t);
+        if (!out.dead.empty()) {
+            BOOST_TEST((t >= t0 + 700ms - 10ms));
+            break;
+        }
+        // Acks to this node's later probes keep the others alive.
+        for (const auto& [to, seq] : pings(out)) d.on_probe(t, to, {wire::ProbeKind::ack, seq, {}});
+    }
+    if (out.dead.empty()) out = d.on_timer(t0 + 700ms);
+    BOOST_REQUIRE(out.dead.size() == 1u);
+    BOOST_TEST(out.dead[0] == target);
+    BOOST_TEST(gossips(out, wire::MemberHealth::dead, target));
+    BOOST_TEST(d.size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(an_indirect_ack_keeps_the_member_unsuspected) {
+    auto d = make({"b", "c"});
+    auto out = d.on_timer(t0);
+    const auto [target, seq] = pings(out).at(0);
+    out = d.on_timer(t0 + 40ms);
+    const auto asked = pings(out, wire::ProbeKind::ping_req);
+    BOOST_REQUIRE(asked.size() == 1u);
+    d.on_probe(t0 + 60ms, asked[0].first, {wire::ProbeKind::ack, seq, {}});
+    out = d.on_timer(t0 + 100ms);
+    BOOST_TEST(!gossips(out, wire::MemberHealth::suspect, target));
+    BOOST_TEST(!d.suspected(target));
+}
+
+BOOST_AUTO_TEST_CASE(confirmations_from_other_members_shorten_the_suspicion) {
+    auto d = make({"b", "c", "d", "e"});
+    d.on_member(t0, "c", {wire::MemberHealth::suspect, "b", "i-b", 0});
+    d.on_member(t0, "d", {wire::MemberHealth::suspect, "b", "i-b", 0});
+    d.on_member(t0, "e", {wire::MemberHealth::suspect, "b", "i-b", 0});
+    BOOST_TEST(d.suspected("b"));
+    // Three suspecters: two confirmations of the first, which is k: the minimum applies.
+    Actions out;
+    for (auto t = t0; t <= t0 + 200ms && out.dead.empty(); t += 10ms) {
+        out = d.on_timer(t);
+        for (const auto& [to, seq] : pings(out)) d.on_probe(t, to, {wire::ProbeKind::ack, seq, {}});
+    }
+    BOOST_REQUIRE(out.dead.size() == 1u);
+    BOOST_TEST(out.dead[0] == "b");
+}
+
+BOOST_AUTO_TEST_CASE(a_suspected_node_refutes_with_a_higher_version_which_clears_the_suspicion) {
+    FailureDetector b("b", "i-b", options(), 1);
+    b.add("a", "i-a");
+    auto out = b.on_member(t0, "a", {wire::MemberHealth::suspect, "b", "i-b", 0});
+    BOOST_REQUIRE(out.gossip.size() == 1u);
+    const auto refutation = out.gossip[0];
+    BOOST_TEST((refutation.state == wire::MemberHealth::alive));
+    BOOST_TEST(refutation.version == 1u);
+    BOOST_TEST(b.local_health() == 1);  // refuting: perhaps this node is the slow one
+    // Another incarnation's suspicion is not this node's to refute.
+    BOOST_TEST(b.on_member(t0, "a", {wire::MemberHealth::suspect, "b", "i-old", 5}).empty());
+
+    auto d = make({"b", "c"});
+    d.on_member(t0, "c", {wire::MemberHealth::suspect, "b", "i-b", 0});
+    BOOST_TEST(d.suspected("b"));
+    d.on_member(t0 + 1ms, "b", refutation);
+    BOOST_TEST(!d.suspected("b"));
+    // A stale suspicion (version 0 < 1) is ignored; so is a "dead" of an old version.
+    d.on_member(t0 + 2ms, "c", {wire::MemberHealth::suspect, "b", "i-b", 0});
+    BOOST_TEST(!d.suspected("b"));
+    BOOST_TEST(d.on_member(t0 + 3ms, "c", {wire::MemberHealth::dead, "b", "i-b", 0}).dead.empty());
+    BOOST_TEST(d.on_member(t0 + 3ms, "c", {wire::MemberHealth::dead, "b", "i-b", 1}).dead.size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_ping_req_is_relayed_and_answered_with_an_ack_or_a_nack) {
+    auto d = make({"b", "c"});
+    auto out = d.on_probe(t0, "b", {wire::ProbeKind::ping_req, 9, "c"});
+    const auto relayed = pings(out);
+    BOOST_REQUIRE(relayed.size() == 1u);
+    BOOST_TEST(relayed[0].first == "c");
+    out = d.on_probe(t0 + 5ms, "c", {wire::ProbeKind::ack, relayed[0].second, {}});
+    BOOST_REQUIRE(pings(out, wire::ProbeKind::ack).size() == 1u);
+    BOOST_TEST(pings(out, wire::ProbeKind::ack)[0].first == "b");
+    BOOST_TEST(pings(out, wire::ProbeKind::ack)[0].second == 9u);
+
+    // No answer within the probe timeout: a nack, so the requester knows this node is up.
+    d.on_probe(t0 + 10ms, "b", {wire::ProbeKind::ping_req, 10, "c"});
+    out = d.on_timer(t0 + 60ms);
+    const auto nacks = pings(out, wire::ProbeKind::nack);
+    BOOST_REQUIRE(nacks.size() == 1u);
+    BOOST_TEST(nacks[0].first == "b");
+    BOOST_TEST(nacks[0].second == 10u);
+    // A target this node has no link to: a nack at once.
+    out = d.on_probe(t0, "b", {wire::ProbeKind::ping_req, 11, "zed"});
+    BOOST_TEST(pings(out, wire::ProbeKind::nack).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(missed_nacks_raise_local_health_which_stretches_the_probe_timeout) {
+    auto d = make({"b", "c", "d"});
+    auto out = d.on_timer(t0);
+    d.on_timer(t0 + 40ms);  // ping_reqs go out; nobody answers them
+    d.on_timer(t0 + 100ms);
+    BOOST_TEST(d.local_health() == 1);
+    // The next probe (sent at 100 ms) waits 2 × 40 ms before asking others.
+    out = d.on_timer(t0 + 100ms);
+    BOOST_TEST(pings(d.on_timer(t0 + 140ms), wire::ProbeKind::ping_req).empty());
+    BOOST_TEST(!pings(d.on_timer(t0 + 180ms), wire::ProbeKind::ping_req).empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_removed_member_is_no_longer_probed_and_a_new_incarnation_starts_afresh) {
+    auto d = make({"b"});
+    d.on_member(t0, "x", {wire::MemberHealth::suspect, "b", "i-b", 3});
+    BOOST_TEST(d.suspected("b"));
+    d.add("b", "i-b2");
+    BOOST_TEST(!d.suspected("b"));
+    d.remove("b");
+    BOOST_TEST(d.size() == 0u);
+    BOOST_TEST(!d.next_timer().has_value());
+    BOOST_TEST(pings(d.on_timer(t0 + 1s)).empty());
+}
+
+BOOST_AUTO_TEST_CASE(options_from_the_idle_timeout) {
+    const auto o = DetectorOptions::from_idle_timeout(3000ms);
+    BOOST_TEST(o.probe_interval.count() == 500);
+    BOOST_TEST(o.probe_timeout.count() == 250);
+    BOOST_TEST(o.suspicion_min.count() == 1500);
+    BOOST_TEST(o.suspicion_max.count() == 4500);
+    BOOST_TEST(DetectorOptions::from_idle_timeout(30000ms).probe_interval.count() == 1000);
+    BOOST_TEST(DetectorOptions::from_idle_timeout(10ms).probe_interval.count() == 100);
+}
