@@ -17,9 +17,9 @@ constexpr std::size_t max_relays = 256;
 DetectorOptions DetectorOptions::from_idle_timeout(milliseconds idle) {
     DetectorOptions o;
     o.probe_interval = std::clamp(idle / 6, milliseconds(100), milliseconds(1000));
-    o.probe_timeout = o.probe_interval / 2;
+    o.probe_timeout = std::clamp(idle / 6, milliseconds(100), milliseconds(2000));
     o.suspicion_min = std::max(idle / 2, o.probe_interval);
-    o.suspicion_max = std::max(idle * 3 / 2, o.suspicion_min);
+    o.suspicion_max = std::max(idle, o.suspicion_min);
     return o;
 }
 
@@ -31,17 +31,31 @@ void FailureDetector::add(const std::string& node, const std::string& incarnatio
     auto [it, inserted] = members_.try_emplace(node);
     auto& m = it->second;
     if (!inserted && m.incarnation == incarnation) {
-        m.suspect = false;  // a fresh link: it answered a handshake just now
-        m.suspecters.clear();
+        clear_suspicion(node, m);  // a fresh link: it answered a handshake just now
         return;
     }
-    m = Member{incarnation};
+    if (m.suspect) suspected_.erase(node);
+    m = Member{};
+    m.incarnation = incarnation;
 }
 
 void FailureDetector::remove(std::string_view node) {
-    if (auto it = members_.find(node); it != members_.end()) members_.erase(it);
+    if (auto it = members_.find(node); it != members_.end()) {
+        if (it->second.suspect) suspected_.erase(suspected_.find(node));
+        members_.erase(it);
+    }
     std::erase(round_, node);
-    if (probe_ && probe_->target == node) probe_.reset();
+    std::erase_if(probes_, [&](const Probe& p) { return p.target == node; });
+}
+
+FailureDetector::Probe* FailureDetector::probe_of(std::uint64_t seq) {
+    for (auto& p : probes_)
+        if (p.seq == seq) return &p;
+    return nullptr;
+}
+
+bool FailureDetector::probing(std::string_view node) const {
+    return std::any_of(probes_.begin(), probes_.end(), [&](const Probe& p) { return p.target == node; });
 }
 
 FailureDetector::Clock::duration FailureDetector::scaled(milliseconds d) const { return d * (1 + health_); }
@@ -49,9 +63,11 @@ FailureDetector::Clock::duration FailureDetector::scaled(milliseconds d) const {
 FailureDetector::Clock::duration FailureDetector::suspicion_timeout(const Member& m) const {
     // Lifeguard: from the maximum down to the minimum as independent confirmations arrive,
     // on a log scale; k confirmations (the indirect probes' count) reach the minimum.
-    const double k = static_cast<double>(std::max<std::size_t>(options_.indirect_probes, 1));
+    // No more confirmations are awaited than there are other members to send them.
+    const auto possible = members_.size() - 1;  // members_ holds m
+    const auto k = static_cast<double>(std::min(options_.indirect_probes, possible));
     const double confirmations = m.suspecters.empty() ? 0.0 : static_cast<double>(m.suspecters.size() - 1);
-    const double fraction = std::min(1.0, std::log(confirmations + 1.0) / std::log(k + 1.0));
+    const double fraction = k == 0 ? 1.0 : std::min(1.0, std::log(confirmations + 1.0) / std::log(k + 1.0));
     const auto span = options_.suspicion_max - options_.suspicion_min;
     const auto timeout =
         options_.suspicion_max - std::chrono::duration_cast<milliseconds>(span * fraction);
@@ -65,6 +81,7 @@ void FailureDetector::change_health(int delta) {
 std::string FailureDetector::next_target() {
     if (round_.empty()) {
         for (const auto& [name, m] : members_) round_.push_back(name);
+        std::sort(round_.begin(), round_.end());
         std::shuffle(round_.begin(), round_.end(), rng_);
     }
     if (round_.empty()) return {};
@@ -75,22 +92,34 @@ std::string FailureDetector::next_target() {
 
 void FailureDetector::start_probe(Clock::time_point now, Actions& out) {
     next_probe_at_ = now + scaled(options_.probe_interval);
-    const auto target = next_target();
-    if (target.empty()) {
-        next_probe_at_.reset();  // nothing to probe until a member is added
+    auto target = next_target();
+    if (!target.empty() && probing(target)) target = next_target();  // in flight still: the next one
+    if (target.empty() || probing(target)) {
+        if (members_.empty()) next_probe_at_.reset();  // nothing to probe until a member is added
         return;
     }
+    if (!last_heard_) last_heard_ = now;  // silence is counted from the first probe
     Probe p{target, next_seq_++, now};
     p.indirect_at = now + scaled(options_.probe_timeout);
-    p.ends_at = *next_probe_at_;
+    p.ends_at = p.indirect_at + scaled(options_.probe_timeout);
     out.sends.emplace_back(target, wire::Probe{wire::ProbeKind::ping, p.seq, {}});
-    probe_ = std::move(p);
+    probes_.push_back(std::move(p));
 }
 
-void FailureDetector::end_probe(Clock::time_point now, Actions& out) {
-    auto p = std::move(*probe_);
-    probe_.reset();
-    if (p.acked) return;
+void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
+    if (p.acked) {
+        auto it = members_.find(p.target);
+        if (it == members_.end()) return;
+        if (p.direct) {
+            it->second.direct_failures = 0;
+        } else if (++it->second.direct_failures >= 2) {
+            out.broken.push_back(p.target);
+            remove(p.target);
+        } else {
+            round_.push_back(p.target);  // probed again next, to tell a slow answer from a broken link
+        }
+        return;
+    }
     // Lifeguard: missed nacks mean this node, not the target, may be the slow one.
     if (p.nacks < p.asked) change_health(+1);
     auto it = members_.find(p.target);
@@ -100,14 +129,23 @@ void FailureDetector::end_probe(Clock::time_point now, Actions& out) {
                                            it->second.version});
 }
 
-void FailureDetector::suspect(Clock::time_point now, const std::string&, Member& m, const std::string& by,
+void FailureDetector::suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by,
                               Actions&) {
     if (!m.suspect) {
         m.suspect = true;
         m.suspected_at = now;
         m.suspecters.clear();
+        suspected_.insert(node);
     }
-    m.suspecters.insert(by);
+    if (m.suspecters.size() <= options_.indirect_probes &&
+        std::find(m.suspecters.begin(), m.suspecters.end(), by) == m.suspecters.end())
+        m.suspecters.push_back(by);
+}
+
+void FailureDetector::clear_suspicion(std::string_view node, Member& m) {
+    if (m.suspect) suspected_.erase(suspected_.find(node));
+    m.suspect = false;
+    m.suspecters.clear();
 }
 
 void FailureDetector::refute(std::uint64_t above, Actions& out) {
@@ -119,6 +157,7 @@ void FailureDetector::refute(std::uint64_t above, Actions& out) {
 FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const std::string& from,
                                                    const wire::Probe& probe) {
     Actions out;
+    last_heard_ = now;
     switch (probe.kind) {
     case wire::ProbeKind::ping:
         out.sends.emplace_back(from, wire::Probe{wire::ProbeKind::ack, probe.seq, {}});
@@ -133,12 +172,13 @@ FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const 
         }
         break;
     case wire::ProbeKind::ack:
-        if (probe_ && probe_->seq == probe.seq && !probe_->acked) {
-            probe_->acked = true;
-            change_health(-1);
-            if (from == probe_->target) {
+        if (auto* p = probe_of(probe.seq)) {
+            if (!p->acked) change_health(-1);
+            p->acked = true;
+            if (from == p->target && !p->direct) {
+                p->direct = true;
                 if (auto it = members_.find(from); it != members_.end())
-                    it->second.rtt = std::chrono::duration_cast<std::chrono::microseconds>(now - probe_->sent_at);
+                    it->second.rtt = std::chrono::duration_cast<std::chrono::microseconds>(now - p->sent_at);
             }
         } else if (auto it = relays_.find(probe.seq); it != relays_.end()) {
             out.sends.emplace_back(it->second.requester, wire::Probe{wire::ProbeKind::ack, it->second.requester_seq, {}});
@@ -146,7 +186,7 @@ FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const 
         }
         break;
     case wire::ProbeKind::nack:
-        if (probe_ && probe_->seq == probe.seq) ++probe_->nacks;
+        if (auto* p = probe_of(probe.seq)) ++p->nacks;
         break;
     }
     return out;
@@ -155,6 +195,7 @@ FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const 
 FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const std::string& from,
                                                     const wire::MemberState& state) {
     Actions out;
+    last_heard_ = now;
     if (state.node == self_) {
         if (state.incarnation == incarnation_ && state.state != wire::MemberHealth::alive && state.version >= version_)
             refute(state.version, out);
@@ -167,13 +208,18 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
     case wire::MemberHealth::alive:
         if (state.version > m.version) {
             m.version = state.version;
-            m.suspect = false;
-            m.suspecters.clear();
+            clear_suspicion(state.node, m);
         }
         break;
     case wire::MemberHealth::suspect:
         if (state.version >= m.version) {
             m.version = state.version;
+            // Probed next, so this node confirms the suspicion (or sees it refuted) within
+            // an interval rather than when the round comes to it.
+            if (!m.suspect && !probing(state.node)) {
+                std::erase(round_, state.node);
+                round_.push_back(state.node);
+            }
             suspect(now, state.node, m, from, out);
         }
         break;
@@ -189,19 +235,34 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
 
 FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
     Actions out;
-    if (probe_ && !probe_->acked && !probe_->indirect_sent && now >= probe_->indirect_at) {
-        probe_->indirect_sent = true;
+    if (last_heard_ && !members_.empty() && now >= *last_heard_ + options_.suspicion_max + options_.probe_timeout) {
+        // Cut off from every member: no suspicion of ours can be confirmed.
+        for (const auto& [name, m] : members_) out.broken.push_back(name);
+        for (const auto& name : out.broken) remove(name);
+        last_heard_.reset();
+    }
+    for (auto& p : probes_) {
+        if (p.acked || p.indirect_sent || now < p.indirect_at) continue;
+        p.indirect_sent = true;
         std::vector<std::string> others;
         for (const auto& [name, m] : members_)
-            if (name != probe_->target && !m.suspect) others.push_back(name);
+            if (name != p.target && !m.suspect) others.push_back(name);
         std::shuffle(others.begin(), others.end(), rng_);
         others.resize(std::min(others.size(), options_.indirect_probes));
         for (auto& via : others)
-            out.sends.emplace_back(std::move(via), wire::Probe{wire::ProbeKind::ping_req, probe_->seq, probe_->target});
-        probe_->asked = others.size();
+            out.sends.emplace_back(std::move(via), wire::Probe{wire::ProbeKind::ping_req, p.seq, p.target});
+        p.asked = others.size();
     }
-    if (probe_ && now >= probe_->ends_at) end_probe(now, out);
-    if (!probe_ && (!next_probe_at_ || now >= *next_probe_at_)) start_probe(now, out);
+    for (std::size_t i = 0; i < probes_.size();) {
+        if (now < probes_[i].ends_at) {
+            ++i;
+            continue;
+        }
+        auto p = std::move(probes_[i]);
+        probes_.erase(probes_.begin() + static_cast<std::ptrdiff_t>(i));
+        end_probe(now, std::move(p), out);  // p.target has no other probe in flight
+    }
+    if (!next_probe_at_ || now >= *next_probe_at_) start_probe(now, out);
     for (auto it = relays_.begin(); it != relays_.end();) {
         if (now < it->second.expires_at) {
             ++it;
@@ -211,8 +272,10 @@ FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
         it = relays_.erase(it);
     }
     std::vector<std::string> expired;
-    for (const auto& [name, m] : members_)
-        if (m.suspect && now >= m.suspected_at + suspicion_timeout(m)) expired.push_back(name);
+    for (const auto& name : suspected_) {
+        const auto& m = members_.find(name)->second;
+        if (now >= m.suspected_at + suspicion_timeout(m)) expired.push_back(name);
+    }
     for (const auto& name : expired) {
         const auto& m = members_.find(name)->second;
         out.gossip.push_back(wire::MemberState{wire::MemberHealth::dead, name, m.incarnation, m.version});
@@ -227,17 +290,19 @@ std::optional<FailureDetector::Clock::time_point> FailureDetector::next_timer() 
     auto consider = [&](Clock::time_point t) {
         if (!next || t < *next) next = t;
     };
-    if (probe_) {
-        if (!probe_->acked && !probe_->indirect_sent) consider(probe_->indirect_at);
-        consider(probe_->ends_at);
-    } else if (next_probe_at_) {
-        consider(*next_probe_at_);
-    } else if (!members_.empty()) {
-        consider(Clock::time_point::min());  // probe at once
+    for (const auto& p : probes_) {
+        if (!p.acked && !p.indirect_sent) consider(p.indirect_at);
+        consider(p.ends_at);
     }
+    if (next_probe_at_)
+        consider(*next_probe_at_);
+    else if (!members_.empty())
+        consider(Clock::time_point::min());  // probe at once
     for (const auto& [seq, r] : relays_) consider(r.expires_at);
-    for (const auto& [name, m] : members_)
-        if (m.suspect) consider(m.suspected_at + suspicion_timeout(m));
+    for (const auto& name : suspected_) {
+        const auto& m = members_.find(name)->second;
+        consider(m.suspected_at + suspicion_timeout(m));
+    }
     return next;
 }
 

@@ -3,6 +3,9 @@
 
 #include <rpclb/detail/wire.hpp>
 
+#include <boost/container_hash/hash.hpp>
+#include <boost/unordered/unordered_flat_map.hpp>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -20,15 +23,15 @@ namespace rpclb::detail {
 /// users set (ClusterOptions::idle_timeout); doc/explanation/failure-detection.md says
 /// what each trades.
 struct DetectorOptions {
-    std::chrono::milliseconds probe_interval{500};  ///< one probe per member per this, in turn
-    std::chrono::milliseconds probe_timeout{250};   ///< wait for a direct ack, then ask others
+    std::chrono::milliseconds probe_interval{500};  ///< a probe of the next member starts each interval
+    std::chrono::milliseconds probe_timeout{500};   ///< wait this for a direct ack, then as long for others
     std::size_t indirect_probes = 3;                ///< members asked to ping a silent one (k)
     std::chrono::milliseconds suspicion_min{1500};  ///< a suspect confirmed by k others is dead after this
-    std::chrono::milliseconds suspicion_max{4500};  ///< an unconfirmed suspect is dead after this
+    std::chrono::milliseconds suspicion_max{3000};  ///< an unconfirmed suspect is dead after this
     int max_local_health = 8;  ///< timeouts stretch up to (1 + this) times when this node is slow
 
-    /// probe_interval idle/6 within 100 ms…1 s, probe_timeout half of it, suspicion
-    /// idle/2 (confirmed) to 1.5 × idle (unconfirmed).
+    /// probe_interval idle/6 within 100 ms…1 s, probe_timeout idle/6 within 100 ms…2 s,
+    /// suspicion idle/2 (confirmed) to idle (unconfirmed).
     static DetectorOptions from_idle_timeout(std::chrono::milliseconds idle);
 };
 
@@ -36,12 +39,15 @@ struct DetectorOptions {
 /// Motivala 2002) with Lifeguard's local health and dynamic suspicion (Dadgar et al. 2017):
 /// each probe interval it pings the next member of a shuffled round; without an ack
 /// within the probe timeout it asks `indirect_probes` others to ping it; without any ack
-/// by the end of the interval it suspects it and tells every member. A suspect that does
+/// within a second probe timeout it suspects it and tells every member (probes overlap
+/// when the timeout exceeds the interval). A member suspected by another is probed next. A suspect that does
 /// not refute (a higher version of its own incarnation) within the suspicion timeout —
 /// shorter the more members confirm the suspicion — is dead: the detector tells every
 /// member and reports it, and the driver drops its link. A node that finds itself
 /// suspected refutes at once. Its own missed acks and refutations raise its local health
-/// score, which stretches its timeouts, so a slow node suspects others less.
+/// score, which stretches its timeouts, so a slow node suspects others less. A node that
+/// hears nothing from any member for the unconfirmed suspicion time while it probes is cut
+/// off: every link is reported broken at once rather than one suspicion at a time.
 ///
 /// Sans-I/O: driven by add/remove (links up and down), on_probe/on_member (frames read)
 /// and on_timer (the instant next_timer() asked for), all given the time; each returns
@@ -52,13 +58,16 @@ public:
     using Clock = std::chrono::steady_clock;
 
     /// What an event asks the driver to do: send each frame of `sends` to its node (over
-    /// that node's link; dropped when there is none), send each of `gossip` to every linked
-    /// member, then drop the links of `dead` (they left every view).
+    /// that node's link; dropped when there is none; a "ping" as the link's own ping, whose
+    /// answer the driver reports as an "ack" from that node), send each of `gossip` to
+    /// every linked member, then drop the links of `dead` (they left every view) and of
+    /// `broken` (the member answers others, but not twice running over this link).
     struct Actions {
         std::vector<std::pair<std::string, wire::Probe>> sends;
         std::vector<wire::MemberState> gossip;
         std::vector<std::string> dead;
-        bool empty() const noexcept { return sends.empty() && gossip.empty() && dead.empty(); }
+        std::vector<std::string> broken;
+        bool empty() const noexcept { return sends.empty() && gossip.empty() && dead.empty() && broken.empty(); }
     };
 
     FailureDetector(std::string self, std::string incarnation, DetectorOptions options, std::uint64_t seed);
@@ -95,10 +104,13 @@ private:
         std::uint64_t version = 0;
         bool suspect = false;
         Clock::time_point suspected_at{};
-        std::set<std::string> suspecters;  // distinct members that suspect it, this node included
+        // Distinct members that suspect it, this node included; only the first
+        // indirect_probes + 1 are kept, since more do not shorten the timeout further.
+        std::vector<std::string> suspecters;
         std::optional<std::chrono::microseconds> rtt;
+        int direct_failures = 0;  // probes in a row answered through others only
     };
-    // The probe of this interval: its target, seq, and what it has heard.
+    // A probe in flight: its target, seq, and what it has heard.
     struct Probe {
         std::string target;
         std::uint64_t seq = 0;
@@ -109,6 +121,7 @@ private:
         std::size_t asked = 0;   // indirect pings asked for
         std::size_t nacks = 0;   // "nack"s heard back
         bool acked = false;
+        bool direct = false;     // the ack came from the target itself
     };
     // A ping this node sends on another's behalf (ping_req).
     struct Relay {
@@ -120,8 +133,11 @@ private:
     Clock::duration scaled(std::chrono::milliseconds d) const;
     Clock::duration suspicion_timeout(const Member& m) const;
     void start_probe(Clock::time_point now, Actions& out);
-    void end_probe(Clock::time_point now, Actions& out);
+    void end_probe(Clock::time_point now, Probe p, Actions& out);
+    Probe* probe_of(std::uint64_t seq);
+    bool probing(std::string_view node) const;
     void suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by, Actions& out);
+    void clear_suspicion(std::string_view node, Member& m);
     void refute(std::uint64_t above, Actions& out);
     void change_health(int delta);
     std::string next_target();
@@ -133,10 +149,19 @@ private:
     std::uint64_t version_ = 0;
     int health_ = 0;
     std::uint64_t next_seq_ = 1;
-    std::map<std::string, Member, std::less<>> members_;
+    struct NameHash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view s) const noexcept { return boost::hash<std::string_view>{}(s); }
+    };
+    // Hashed, not ordered, for speed and size with thousands of members; walks that
+    // draw from the RNG sort first, so the probe order is the seed's alone.
+    boost::unordered_flat_map<std::string, Member, NameHash, std::equal_to<>> members_;
+    // The members with suspect set, so that timers need not walk every member.
+    std::set<std::string, std::less<>> suspected_;
     std::vector<std::string> round_;  // members still to probe this round, shuffled
-    std::optional<Probe> probe_;
+    std::vector<Probe> probes_;  // in flight, oldest first
     std::optional<Clock::time_point> next_probe_at_;
+    std::optional<Clock::time_point> last_heard_;  // the last probe frame or answer from any member
     std::map<std::uint64_t, Relay> relays_;  // by the seq of the ping sent on the requester's behalf
 };
 

@@ -1,6 +1,7 @@
 // Membership: the listener, dialling, gossip of known_ nodes, one connection per pair,
 // refusals. How links end (a lost peer, this node's bye and close) is in mesh_loss.cpp.
 #include "membership/mesh.hpp"
+#include "transport/block_cache.hpp"
 #include "transport/call_channels.hpp"
 #include "transport/tls.hpp"
 
@@ -12,6 +13,7 @@
 #include <boost/asio/strand.hpp>
 
 #include <algorithm>
+#include <random>
 
 namespace rpclb::detail {
 namespace asio = boost::asio;
@@ -36,6 +38,10 @@ constexpr std::size_t max_unauthenticated = 64;
 // counts so far: a flood of them must not flood the log.
 constexpr std::chrono::seconds refusal_log_interval{10};
 
+// How often the links' kept large-frame buffers (and the process's decoded large values)
+// are trimmed: a buffer unused for one to two of these is freed.
+constexpr std::chrono::seconds trim_interval{2};
+
 // The node that dials when two nodes learn of each other: the smaller name. Both ends
 // compute the same answer, so a pair normally gets exactly one connection.
 bool dials_first(const std::string& a, const std::string& b) { return a < b; }
@@ -49,14 +55,16 @@ Mesh::Mesh(MeshOptions options, const std::string& incarnation, asio::io_context
       groups_(groups),
       sink_(sink),
       reconnect_timer_(ioc),
-      accept_retry_timer_(ioc) {
+      accept_retry_timer_(ioc),
+      detector_(options_.name, incarnation, DetectorOptions::from_idle_timeout(options_.idle_timeout),
+                std::random_device{}()),
+      probe_timer_(ioc) {
     settings_.local = wire::PeerInfo{options_.name, incarnation, "", options_.client};
     settings_.cookie = options_.cookie;
     settings_.max_message_size = options_.max_message_size;
     settings_.max_batch_frames = options_.max_batch_frames;
     settings_.accept_channels = options_.call_channels;
     settings_.max_send_queue_bytes = options_.max_send_queue_bytes;
-    settings_.idle_timeout = options_.idle_timeout;
     settings_.handshake_timeout = options_.handshake_timeout;
     // Throws std::invalid_argument naming the field; a key or CA without a certificate too.
     if (options_.tls.enabled() || !options_.tls.key.empty() || !options_.tls.ca.empty())
@@ -207,7 +215,17 @@ void Mesh::schedule_reconnect() {
                     to_dial.push_back(k.info.listen);
         }
         for (const auto& address : to_dial) self->dial(address);
-        if (++self->ticks_ % regossip_ticks == 0) self->broadcast(wire::encode(self->known_nodes()));
+        if (++self->ticks_ % regossip_ticks == 0) {
+            // To one peer in turn, not to all: the whole mesh then sends N lists per round,
+            // not N².
+            std::shared_ptr<Connection> to;
+            {
+                std::lock_guard lock(self->mutex_);
+                if (!self->peers_.empty())
+                    to = std::next(self->peers_.begin(), (self->ticks_ / regossip_ticks) % self->peers_.size())->second;
+            }
+            if (to) to->send(wire::encode(self->known_nodes()));
+        }
         self->schedule_reconnect();
     });
 }
@@ -317,6 +335,11 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
         return;
     }
     if (replaced) replaced->close(LinkError::refused, "duplicate connection");
+    {
+        std::lock_guard lock(detector_mutex_);
+        detector_.add(peer.node, peer.incarnation);
+        arm_probe_timer();
+    }
     if (!peer.client && !peer.listen.empty()) {
         std::lock_guard lock(mutex_);
         known_[peer.node] = KnownNode{peer, 0};
@@ -374,6 +397,20 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
                 if (!c->peer().client) groups_.apply_join(node, f.group, std::move(f.meta));
             } else if constexpr (std::is_same_v<T, wire::GroupLeave>) {
                 groups_.apply_leave(node, f.group);
+            } else if constexpr (std::is_same_v<T, wire::Probe>) {
+                FailureDetector::Actions actions;
+                {
+                    std::lock_guard lock(detector_mutex_);
+                    actions = detector_.on_probe(FailureDetector::Clock::now(), node, f);
+                }
+                act(std::move(actions));
+            } else if constexpr (std::is_same_v<T, wire::MemberState>) {
+                FailureDetector::Actions actions;
+                {
+                    std::lock_guard lock(detector_mutex_);
+                    actions = detector_.on_member(FailureDetector::Clock::now(), node, f);
+                }
+                act(std::move(actions));
             } else if constexpr (std::is_same_v<T, wire::Bye>) {
                 if (f.reply) {
                     // The peer answers our bye: it sends nothing new. It is not stopping,
@@ -516,10 +553,95 @@ std::vector<std::string> Mesh::connected_nodes() const {
 }
 
 std::optional<std::chrono::microseconds> Mesh::keepalive_rtt(std::string_view node) const {
-    std::lock_guard lock(mutex_);
-    const auto it = peers_.find(node);
-    if (it == peers_.end()) return std::nullopt;
-    return it->second->keepalive_rtt();
+    std::lock_guard lock(detector_mutex_);
+    return detector_.rtt(node);
+}
+
+void Mesh::act(FailureDetector::Actions actions) {
+    if (actions.empty()) return;
+    {
+        std::lock_guard lock(detector_mutex_);
+        arm_probe_timer();
+    }
+    std::vector<std::pair<std::shared_ptr<Connection>, wire::Probe>> sends;
+    std::vector<std::pair<std::shared_ptr<Connection>, bool>> ended;  // true: the member is dead
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [node, probe] : actions.sends)
+            if (auto it = peers_.find(node); it != peers_.end()) sends.emplace_back(it->second, std::move(probe));
+        for (const auto& node : actions.dead)
+            if (auto it = peers_.find(node); it != peers_.end()) ended.emplace_back(it->second, true);
+        for (const auto& node : actions.broken)
+            if (auto it = peers_.find(node); it != peers_.end()) ended.emplace_back(it->second, false);
+    }
+    for (auto& [c, probe] : sends) {
+        if (probe.kind == wire::ProbeKind::ping)
+            c->probe(probe.seq);
+        else
+            c->send(wire::encode(wire::Frame(std::move(probe))));
+    }
+    for (auto& state : actions.gossip) broadcast(wire::encode(wire::Frame(std::move(state))));
+    for (auto& [c, dead] : ended) {
+        const LinkClose why{LinkError::timed_out, {},
+                            dead ? "no answer to probes for the suspicion timeout"
+                                 : "no answer over this link to two probes in a row that others got answered"};
+        RPCLB_LOG("mesh", warning) << c->peer().node << (dead ? " did not answer probes and was suspected for the "
+                                                                "suspicion timeout; dropping its link"
+                                                              : " answers other members' probes but not this "
+                                                                "node's, twice in a row; dropping the link");
+        // A peer that said bye has left its groups already, and a stopping node's links
+        // are closing: the link just ends.
+        if (c->going_away() || c->peer_quiet() || stopping_)
+            c->abort(why.kind, why.detail);
+        else
+            drop_link(*c, why);
+    }
+}
+
+void Mesh::on_probe_answered(const std::shared_ptr<Connection>& c, std::uint64_t seq) {
+    FailureDetector::Actions actions;
+    {
+        std::lock_guard lock(detector_mutex_);
+        actions = detector_.on_probe(FailureDetector::Clock::now(), c->peer().node, {wire::ProbeKind::ack, seq, {}});
+    }
+    act(std::move(actions));
+}
+
+void Mesh::arm_probe_timer() {
+    const auto next = detector_.next_timer();
+    if (!next || (probe_timer_at_ && *probe_timer_at_ <= *next) || detector_stopped_) return;
+    probe_timer_at_ = *next;
+    probe_timer_.expires_at(*next);  // cancels the wait for a later instant
+    probe_timer_.async_wait([weak = self_](boost::system::error_code ec) {
+        if (ec) return;
+        if (auto self = weak.lock()) self->on_probe_timer();
+    });
+}
+
+void Mesh::on_probe_timer() {
+    const auto now = FailureDetector::Clock::now();
+    FailureDetector::Actions actions;
+    bool trim = false;
+    {
+        std::lock_guard lock(detector_mutex_);
+        probe_timer_at_.reset();
+        actions = detector_.on_timer(now);
+        arm_probe_timer();
+        if (now >= next_trim_) {
+            next_trim_ = now + trim_interval;
+            trim = true;
+        }
+    }
+    if (trim) {
+        std::vector<std::shared_ptr<Connection>> links;
+        {
+            std::lock_guard lock(mutex_);
+            for (auto& [name, c] : peers_) links.push_back(c);
+        }
+        for (auto& c : links) c->trim_spares();
+        BlockCache::instance().trim();
+    }
+    act(std::move(actions));
 }
 
 std::vector<std::string> Mesh::routable_nodes() const {

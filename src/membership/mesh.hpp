@@ -2,6 +2,7 @@
 // peer loss (internal).
 #pragma once
 
+#include "membership/failure_detector.hpp"
 #include "transport/connection.hpp"
 
 #include <rpclb/groups.hpp>
@@ -73,8 +74,9 @@ public:
 };
 
 /// The full mesh of authenticated connections (doc/architecture.md "Nodes and the mesh"):
-/// listener, seeds and redials, gossip, duplicate and restart resolution, peer loss
-/// (the peer leaves every group at once), and the "bye" exchange of a stopping node.
+/// listener, seeds and redials, gossip, duplicate and restart resolution, failure
+/// detection over the links (FailureDetector, one timer for the node), peer loss (the peer
+/// leaves every group at once), and the "bye" exchange of a stopping node.
 /// Group frames go to `Groups`; requests and casts to the RequestSink.
 ///
 /// Thread safety: every public member may be called from any thread; connection events
@@ -121,8 +123,8 @@ public:
     std::vector<std::string> routable_nodes() const;
     /// Names of the nodes with an established connection, ascending.
     std::vector<std::string> connected_nodes() const;
-    /// The keep-alive round trip to connected node `node` (Connection::keepalive_rtt);
-    /// nullopt when it is not connected or has not answered a timed ping yet.
+    /// The round trip of the last direct probe of connected node `node` that it answered
+    /// (FailureDetector::rtt); nullopt when it is not connected or has not answered one yet.
     std::optional<std::chrono::microseconds> keepalive_rtt(std::string_view node) const;
     std::optional<boost::asio::ip::tcp::endpoint> listen_endpoint() const { return bound_; }
     MeshStats stats() const noexcept;
@@ -138,6 +140,7 @@ public:
     void on_cookie_refused(const std::shared_ptr<Connection>& c) override;
     void on_tls_failed(const std::shared_ptr<Connection>& c, const std::string& reason) override;
     void on_oversize_before_handshake(const std::shared_ptr<Connection>& c) override;
+    void on_probe_answered(const std::shared_ptr<Connection>& c, std::uint64_t seq) override;
 
     /// Runs (on a network thread) when a node refuses this node's cookie and leaves it
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
@@ -190,6 +193,13 @@ private:
     /// on_peer_lost_ told.
     void peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool clean);
     bool dials(const std::string& node) const;
+    /// Does what the failure detector asked: sends its frames, drops the links of the
+    /// members it found dead, and re-arms probe_timer_. Takes detector_mutex_ itself.
+    void act(FailureDetector::Actions actions);
+    /// Arms probe_timer_ for the detector's next instant, unless armed for it already
+    /// (detector_mutex_ held).
+    void arm_probe_timer();
+    void on_probe_timer();
 
     const MeshOptions options_;
     ConnectionSettings settings_;
@@ -258,6 +268,16 @@ private:
     // warning, then debug records. Bounded: cleared when it reaches 1024 entries.
     std::set<std::string> tls_warned_;
     std::atomic<bool> stopping_{false};
+
+    // The failure detector, its one timer and the instant it is armed for, and when the
+    // links' kept large-frame buffers are next trimmed; all under detector_mutex_, which
+    // is never held while mutex_ is taken or a frame is sent.
+    mutable std::mutex detector_mutex_;
+    FailureDetector detector_;
+    boost::asio::steady_timer probe_timer_;
+    std::optional<FailureDetector::Clock::time_point> probe_timer_at_;
+    FailureDetector::Clock::time_point next_trim_{};
+    bool detector_stopped_ = false;  // close_all() is done: the timer is not armed again
 };
 
 }  // namespace rpclb::detail

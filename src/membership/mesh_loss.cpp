@@ -48,6 +48,10 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reas
         // learns of the loss while a balancer may still pick the peer.
         if (lost) groups_.remove_node(c->peer().node);
     }
+    if (lost) {
+        std::lock_guard lock(detector_mutex_);
+        detector_.remove(c->peer().node);
+    }
     if (!established && !c->target().empty()) {
         std::lock_guard lock(mutex_);
         for (auto it = known_.begin(); it != known_.end(); ++it) {
@@ -117,6 +121,10 @@ void Mesh::drop_link(const Connection& link, const LinkClose& reason) {
             peers_.erase(it);
         }
         groups_.remove_node(c->peer().node);
+    }
+    {
+        std::lock_guard lock(detector_mutex_);
+        detector_.remove(c->peer().node);
     }
     forget_unless_redialled(c->peer().node);
     changed_.notify_all();
@@ -191,6 +199,15 @@ void Mesh::close_all(std::chrono::milliseconds limit, bool served_all) {
         changed_.wait_for(lock, std::chrono::seconds(1), all_closed);
     }
     lock.unlock();
+    {
+        // Probes ran meanwhile, so a peer cut off during the close was dropped.
+        std::lock_guard detector(detector_mutex_);
+        detector_stopped_ = true;
+        asio::post(ioc_, [self = self_.lock()] {
+            std::lock_guard lock(self->detector_mutex_);
+            self->probe_timer_.cancel();
+        });
+    }
     // No keep-alive tick of this node's will free the decoded large values' kept blocks
     // any more (another node of the process that uses them only refills them).
     BlockCache::instance().trim(true);

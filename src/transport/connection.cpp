@@ -1,6 +1,5 @@
 #include "transport/connection.hpp"
 
-#include "transport/block_cache.hpp"
 #include "transport/link_open.hpp"
 
 #include <rpclb/detail/deadline.hpp>
@@ -14,6 +13,7 @@
 #include <boost/beast/websocket/stream_base.hpp>
 
 #include <algorithm>
+#include <charconv>
 
 namespace rpclb::detail {
 namespace asio = boost::asio;
@@ -22,6 +22,8 @@ namespace ws = beast::websocket;
 using tcp = asio::ip::tcp;
 
 namespace {
+// A probe's ping payload: this prefix and the probe's seq; the pong echoes it.
+constexpr std::string_view probe_prefix = "probe ";
 // This node ended the connection (it is stopping, or it gave the connection up): its
 // close says nothing about the peer or its cookie.
 bool closed_by_this_side(LinkError why) {
@@ -52,8 +54,7 @@ Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSe
                  settings.accept_channels),
       core_(make_core(settings)),
       handshake_timer_(ws_.get_executor()),
-      deadline_timer_(ws_.get_executor()),
-      ping_timer_(ws_.get_executor()) {
+      deadline_timer_(ws_.get_executor()) {
     beast::error_code ec;
     const auto remote = ws_.socket().remote_endpoint(ec);
     if (!ec) remote_ = to_host_port(remote);
@@ -69,14 +70,16 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
                  settings.accept_channels),
       core_(make_core(settings)),
       handshake_timer_(ws_.get_executor()),
-      deadline_timer_(ws_.get_executor()),
-      ping_timer_(ws_.get_executor()) {}
+      deadline_timer_(ws_.get_executor()) {}
 
 void Connection::configure() {
     ws::stream_base::timeout t{};
     t.handshake_timeout = settings_.handshake_timeout;
-    t.idle_timeout = settings_.idle_timeout;
-    t.keep_alive_pings = true;
+    // No idle timeout and no pings: the mesh's failure detector watches the peer
+    // (membership/failure_detector.hpp), one probe per member per interval for the whole
+    // node instead of a timer per connection.
+    t.idle_timeout = ws::stream_base::none();
+    t.keep_alive_pings = false;
     ws_.visit([&](auto& ws) {
         // Until the cookie handshake is done a peer may be anyone who can reach the port:
         // Beast refuses a message over the handshake's own size from its frame header,
@@ -86,14 +89,10 @@ void Connection::configure() {
         // cost one call (bad_request), not the whole connection, which Beast would close on a
         // text frame.
         ws.binary(true);
-        // A message goes out in frames of the write buffer's size (128 KiB), and Beast
-        // sends its keep-alive pings (and the peer's pongs) in between them. As one frame, a
-        // big message on a slow link held every ping back until its last byte was written:
-        // the sender heard nothing for the idle timeout and closed a healthy connection
-        // (16 MiB at 10 Mbit/s takes 14 s; test/faults/slow_link.cpp). 128 KiB takes 0.1 s
-        // at that rate, and a 64 KiB call still goes out as one frame, in one system call
-        // (at 64 KiB its last bytes made a second frame and a second write on each side:
-        // bench/README.md, "Large payloads").
+        // A message goes out in frames of the write buffer's size (128 KiB), so control
+        // frames (a close) can go out in between them; a 64 KiB call still goes out as one
+        // frame, in one system call (at 64 KiB its last bytes made a second frame and a
+        // second write on each side: bench/README.md, "Large payloads").
         ws.auto_fragment(true);
         // A dialer also masks what it sends through this buffer: one system call per
         // 128 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
@@ -101,7 +100,11 @@ void Connection::configure() {
         ws.set_option(t);
         // Runs inside this connection's reads, which hold a reference to it.
         ws.control_callback([this](ws::frame_type kind, beast::string_view payload) {
-            on_control(kind, std::string_view(payload.data(), payload.size()));
+            std::uint64_t seq = 0;
+            const auto* end = payload.data() + payload.size();
+            if (kind == ws::frame_type::pong && payload.starts_with(probe_prefix) &&
+                std::from_chars(payload.data() + probe_prefix.size(), end, seq).ptr == end)
+                owner_.on_probe_answered(shared_from_this(), seq);
         });
     });
 }
@@ -243,15 +246,12 @@ void Connection::handle_step(Handshake::Step step) {
         core_.set_batching(handshake_.peer_batch() && settings_.max_batch_frames > 1);
         channel_ = handshake_.peer_channel();
         if (channel_) {
-            // An accepted call channel: the pair's mesh link watches the peer, and the
-            // dialer reads only while one of its calls waits, so it would never answer an
-            // idle ping in time (doc/explanation/call-channels.md). For the same reason a
-            // close waits briefly for the dialer's answer (Beast times the close handshake
-            // with handshake_timeout).
+            // An accepted call channel: the dialer reads only while one of its calls waits,
+            // so a close waits briefly for its answer (Beast times the close handshake with
+            // handshake_timeout).
             ws::stream_base::timeout t{};
             t.handshake_timeout = std::chrono::milliseconds(100);
             t.idle_timeout = ws::stream_base::none();
-            t.keep_alive_pings = false;
             ws_.visit([&](auto& ws) { ws.set_option(t); });
             // A lent write (answer) must never wait; Asio's asynchronous operations behave
             // the same in either mode.
@@ -261,7 +261,6 @@ void Connection::handle_step(Handshake::Step step) {
         established_ = true;
         if (state() == LinkState::handshaking) state_ = LinkState::open;
         owner_.on_established(shared_from_this());
-        if (!channel_) ping_next();
     }
 }
 
@@ -462,45 +461,25 @@ void Connection::refuse_cookie(const std::string& reason) {
     write_next();
 }
 
-namespace {
-// A timed ping's payload: this prefix and the ping's sequence number. Pongs echo it (RFC
-// 6455, section 5.5.3); Beast's own idle pings carry none.
-constexpr std::string_view rtt_ping_prefix = "rtt ";
-}  // namespace
-
-std::chrono::milliseconds Connection::keepalive_ping_interval() const noexcept {
-    using std::chrono::milliseconds;
-    return std::clamp(std::chrono::duration_cast<milliseconds>(settings_.idle_timeout) / 2, milliseconds(100),
-                      milliseconds(1000));
-}
-
-void Connection::ping_next() {
-    if (closed()) return;
-    spares_.trim();  // large-frame buffers kept but not used for a keep-alive interval
-    BlockCache::instance().trim();  // the same for the process's decoded large values
-    // One ping write at a time (Beast's rule); a ping still being written behind a large
-    // message is simply not followed by another.
-    if (!ping_writing_) {
-        ping_writing_ = true;
-        ping_sent_ = Clock::now();
-        const auto text = std::string(rtt_ping_prefix) + std::to_string(++ping_seq_);
-        ws::ping_data payload(text.data(), text.size());
-        ws_.visit([&](auto& ws) {
-            ws.async_ping(payload, [self = shared_from_this()](beast::error_code) { self->ping_writing_ = false; });
-        });
-    }
-    ping_timer_.expires_after(keepalive_ping_interval());
-    ping_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-        if (!ec) self->ping_next();
+void Connection::probe(std::uint64_t seq) {
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), seq] {
+        if (self->state() != LinkState::open) return;
+        self->probes_.push_back(seq);
+        self->ping_next();
     });
 }
 
-void Connection::on_control(ws::frame_type kind, std::string_view payload) {
-    if (kind != ws::frame_type::pong || !payload.starts_with(rtt_ping_prefix)) return;
-    payload.remove_prefix(rtt_ping_prefix.size());
-    if (payload != std::to_string(ping_seq_)) return;  // the pong of an earlier ping
-    rtt_us_.store(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - ping_sent_).count(),
-                  std::memory_order_relaxed);
+void Connection::ping_next() {
+    if (pinging_ || probes_.empty() || state() != LinkState::open) return;
+    pinging_ = true;
+    const auto text = std::string(probe_prefix) + std::to_string(probes_.front());
+    probes_.erase(probes_.begin());
+    ws_.visit([&](auto& ws) {
+        ws.async_ping(ws::ping_data(text.data(), text.size()), [self = shared_from_this()](beast::error_code) {
+            self->pinging_ = false;
+            self->ping_next();
+        });
+    });
 }
 
 void Connection::fail(const LinkClose& reason) {
@@ -509,7 +488,6 @@ void Connection::fail(const LinkClose& reason) {
     spares_.trim(true);
     handshake_timer_.cancel();
     deadline_timer_.cancel();
-    ping_timer_.cancel();
     beast::error_code ignored;
     ws_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     ws_.socket().close(ignored);

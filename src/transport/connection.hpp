@@ -60,6 +60,8 @@ public:
     /// The peer sent a message over max_handshake_message before the cookie handshake was
     /// done; the connection closes next (on_closed follows).
     virtual void on_oversize_before_handshake(const std::shared_ptr<Connection>&) {}
+    /// The peer answered probe `seq` (Connection::probe). On the connection's strand.
+    virtual void on_probe_answered(const std::shared_ptr<Connection>&, std::uint64_t /*seq*/) {}
 };
 
 /// Where a connection is in its life. Each state follows the one before it, except that
@@ -73,8 +75,9 @@ enum class LinkState : std::uint8_t {
 };
 
 /// A WebSocket to one peer, the I/O driver of its LinkCore: the handshakes, one read loop,
-/// one write path (LinkCore's queue, coalesced into batches), the deadline timer and the
-/// keep-alive pings. Its state changes and its I/O run on its strand; the public members
+/// one write path (LinkCore's queue, coalesced into batches) and the deadline timer. It
+/// sends no keep-alive of its own: the mesh's failure detector probes the peer over it.
+/// Its state changes and its I/O run on its strand; the public members
 /// are safe from any thread. On an accepted call channel a worker may write one answer
 /// itself while the strand has lent it the stream (answer_later).
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -147,7 +150,7 @@ public:
     void abort(LinkError why, std::string detail = {});
 
     /// An accepted call channel (the dialer's wire::Hello::channel) rather than a mesh
-    /// link: it carries only requests and their answers, and has no keep-alive pings.
+    /// link: it carries only requests and their answers, and is not probed.
     /// Meaningful once established.
     bool channel() const noexcept { return channel_.load(); }
     /// The peer accepts call channels (wire::Hello::channels); meaningful once established.
@@ -169,17 +172,14 @@ public:
     LinkState state() const noexcept { return state_.load(); }
     /// The cookie handshake succeeded (the connection may have closed since).
     bool established() const noexcept { return established_.load(); }
-    /// Round trip of this connection's last answered keep-alive ping: once established,
-    /// the connection sends a WebSocket ping every keepalive_ping_interval() and times
-    /// its pong (RFC 6455, section 5.5.2). nullopt before the first pong. Any thread.
-    std::optional<std::chrono::microseconds> keepalive_rtt() const noexcept {
-        const auto us = rtt_us_.load(std::memory_order_relaxed);
-        if (us < 0) return std::nullopt;
-        return std::chrono::microseconds(us);
-    }
-    /// How often an established connection pings: half the idle timeout, within
-    /// 100 ms..1 s, so a healthy peer's pongs arrive well before the idle timeout.
-    std::chrono::milliseconds keepalive_ping_interval() const noexcept;
+    /// Sends a WebSocket ping carrying `seq` (RFC 6455 §5.5.2), which goes out between
+    /// the fragments of a large message and which the peer's WebSocket answers by itself;
+    /// its pong calls the owner's on_probe_answered. Pings queue behind one in flight
+    /// (Beast allows one). Any thread.
+    void probe(std::uint64_t seq);
+    /// Frees the large-frame buffers kept when none was used since the last call (the
+    /// mesh calls it every few seconds; FramePool::trim). Any thread.
+    void trim_spares() { spares_.trim(); }
     bool closed() const noexcept { return state() == LinkState::closed; }
 
     /// The peer said "bye" (it is stopping): no new request may be sent here.
@@ -251,10 +251,7 @@ private:
     void fail(const LinkClose& reason);
     void arm_deadline(Clock::time_point deadline);
     void on_deadline();
-    /// Sends the next timed keep-alive ping, then waits keepalive_ping_interval().
-    void ping_next();
-    /// A control frame was read: a pong to the last timed ping sets rtt_us_.
-    void on_control(boost::beast::websocket::frame_type kind, std::string_view payload);
+    void ping_next();  // sends the first of probes_, unless a ping is in flight
 
     MeshStream ws_;
     ConnectionOwner& owner_;
@@ -274,14 +271,8 @@ private:
     bool refusing_cookie_ = false;  // acceptor: the close says cookie_refused_close_reason
     boost::asio::steady_timer handshake_timer_;
     boost::asio::steady_timer deadline_timer_;
-    // Timed keep-alive pings (keepalive_rtt): the timer, the sequence number the last
-    // ping carried and when it was sent, whether a ping write is in progress (Beast allows
-    // one), and the last round trip in microseconds (-1: none yet).
-    boost::asio::steady_timer ping_timer_;
-    std::uint64_t ping_seq_ = 0;
-    Clock::time_point ping_sent_{};
-    bool ping_writing_ = false;
-    std::atomic<std::int64_t> rtt_us_{-1};
+    std::vector<std::uint64_t> probes_;  // probe seqs to send as pings, oldest first (strand)
+    bool pinging_ = false;               // a ping is being written (strand)
     // Accepted call channel: answers promised (answer_later) and not yet delivered (strand
     // only; no read is started while there are any), and whether the stream is lent to
     // the thread that brings the answer (under lend_mutex_, which that thread holds while

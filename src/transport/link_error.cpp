@@ -33,7 +33,7 @@ std::string_view to_string(LinkError e) noexcept {
     switch (e) {
         case LinkError::closed_by_peer: return "closed by peer";
         case LinkError::reset: return "connection lost";
-        case LinkError::timed_out: return "keep-alive timeout (nothing heard from the peer)";
+        case LinkError::timed_out: return "no answer to probes (the peer is unresponsive)";
         case LinkError::handshake_timed_out: return "handshake timed out";
         case LinkError::resolve_failed: return "cannot resolve the address";
         case LinkError::connect_failed: return "cannot connect";

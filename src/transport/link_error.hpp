@@ -20,7 +20,7 @@ namespace rpclb::detail {
 enum class LinkError : int {
     closed_by_peer = 1,       ///< the peer closed it with a WebSocket close: a clean end
     reset = 2,                ///< it ended without a close: end of stream, reset, broken pipe
-    timed_out = 3,            ///< nothing heard from the peer for the idle timeout (keep-alive)
+    timed_out = 3,            ///< the failure detector found the peer dead or this link broken
     handshake_timed_out = 4,  ///< not established within the handshake timeout
     resolve_failed = 5,       ///< the dialled address did not resolve
     connect_failed = 6,       ///< the TCP connect failed (refused, unreachable)

@@ -38,7 +38,6 @@ struct ConnectionSettings {
     std::size_t max_send_queue_bytes = std::size_t(64) << 20;
     /// Shared by the node's connections; the pointer itself never changes.
     std::shared_ptr<WireCounters> counters = std::make_shared<WireCounters>();
-    std::chrono::milliseconds idle_timeout{3000};
     std::chrono::milliseconds handshake_timeout{5000};
     /// TLS for every connection (make_tls_context); null: plain TCP.
     std::shared_ptr<boost::asio::ssl::context> tls;

@@ -18,7 +18,7 @@ namespace {
 
 // The details.reason of a call that the keep-alive's verdict failed (doc/architecture.md
 // "Errors").
-constexpr std::string_view keepalive_timeout = "keep-alive timeout (nothing heard from the peer)";
+constexpr std::string_view keepalive_timeout = "no answer to probes (the peer is unresponsive)";
 
 std::string reason_of(const rpclb::ErrorMessage& e) {
     const auto* v = e.details.if_contains("reason");

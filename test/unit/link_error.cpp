@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_CASE(the_category_gives_one_stable_text_per_kind) {
     // The texts callers see in details.reason (doc/architecture.md "Errors").
     BOOST_TEST(to_string(LinkError::closed_by_peer) == "closed by peer");
     BOOST_TEST(to_string(LinkError::reset) == "connection lost");
-    BOOST_TEST(to_string(LinkError::timed_out) == "keep-alive timeout (nothing heard from the peer)");
+    BOOST_TEST(to_string(LinkError::timed_out) == "no answer to probes (the peer is unresponsive)");
     BOOST_TEST(to_string(LinkError::not_connected) == "not connected");
     BOOST_TEST(category.message(last_value + 1).find("unknown") != std::string::npos);
 }
