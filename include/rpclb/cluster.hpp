@@ -71,6 +71,9 @@ struct ClusterStats {
     /// (detail::max_handshake_message) before its cookie handshake was done. Its payload
     /// is not buffered: the frame's header is enough to refuse it.
     std::uint64_t oversize_before_handshake = 0;
+    /// Connections a peer refused or dropped because an older live incarnation of this
+    /// node's name holds it there (doc/architecture.md "Restarts and one name, one node").
+    std::uint64_t name_conflicts = 0;
     /// Blocking calls this node sent on a call channel (ClusterOptions::call_channels).
     std::uint64_t channel_calls = 0;
     /// Call channels open now: dialled by this node, plus accepted from peers. A size.
@@ -119,7 +122,8 @@ public:
     /// The options the node was built with (validated; never changes).
     const ClusterOptions& options() const noexcept;
 
-    /// Random id drawn at construction; a restarted node has a new one.
+    /// Id drawn at construction: the start time in milliseconds then random bits (20 hex
+    /// digits), so incarnations sort by start time; a restarted node has a new one.
     const std::string& incarnation() const noexcept;
 
     /// The bound listener (with the chosen port); nullopt for a client node or before start.
@@ -136,11 +140,11 @@ public:
     /// safety: any thread.
     std::optional<std::string> cookie_refused_by() const;
 
-    /// Round trip of the last keep-alive ping to connected node `node`: each connection
-    /// pings its peer every idle_timeout / 2 (within 100 ms..1 s) with a WebSocket ping
-    /// and times the pong (RFC 6455, section 5.5), so this includes the peer's network
-    /// thread and any message queued ahead of the ping. nullopt when `node` is not
-    /// connected or has not answered a ping yet. Thread safety: any thread.
+    /// Round trip of the failure detector's last direct probe of connected node `node`
+    /// that it answered: a WebSocket ping over the link and its pong (RFC 6455, section
+    /// 5.5), so it includes the peer's network thread. Each member is probed once per
+    /// round of the detector (doc/explanation/failure-detection.md). nullopt when `node`
+    /// is not connected or has not answered a probe yet. Thread safety: any thread.
     std::optional<std::chrono::microseconds> keepalive_rtt(std::string_view node) const;
 
     /// The replicated groups.

@@ -32,8 +32,9 @@ struct ClusterOptions {
     std::size_t network_threads = 1;
     /// Threads running handlers. Range 1..1024.
     std::size_t worker_threads = 2;
-    /// A peer silent for this long is gone (WebSocket keep-alive pings are sent at half
-    /// of it). Default 3 s.
+    /// Sets the failure detector's timings: a silent peer is suspected after about one
+    /// probe round and dead between idle_timeout / 2 and idle_timeout later
+    /// (doc/explanation/failure-detection.md). Default 3 s.
     std::chrono::milliseconds idle_timeout{3000};
     /// Longest time for a connection's WebSocket and cookie handshakes. Default 5 s.
     std::chrono::milliseconds handshake_timeout{5000};

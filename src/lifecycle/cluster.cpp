@@ -20,11 +20,16 @@ namespace asio = boost::asio;
 
 namespace {
 
+// 20 hex digits: the start time in milliseconds since the epoch (11 digits), then 36
+// random bits. Incarnations sort by start time as strings, which the mesh uses to give a
+// contested name to its older incarnation.
 std::string draw_incarnation() {
     std::random_device rd;
-    std::uniform_int_distribution<std::uint64_t> dist;
+    std::uniform_int_distribution<std::uint64_t> dist(0, (std::uint64_t(1) << 36) - 1);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count();
     std::ostringstream out;
-    out << std::hex << std::setw(16) << std::setfill('0') << dist(rd);  // always 16 digits
+    out << std::hex << std::setfill('0') << std::setw(11) << ms << std::setw(9) << dist(rd);
     return out.str();
 }
 
@@ -224,6 +229,7 @@ ClusterStats Cluster::stats() const noexcept {
     stats.tls_failures = mesh.tls_failures;
     stats.unauthenticated_refused = mesh.unauthenticated_refused;
     stats.oversize_before_handshake = mesh.oversize_before_handshake;
+    stats.name_conflicts = mesh.name_conflicts;
     stats.slow_inline_runs = impl_->rpc.slow_inline_runs();
     stats.expired_requests = impl_->rpc.expired_requests();
     stats.channel_calls = impl_->channels.calls();

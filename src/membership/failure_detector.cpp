@@ -37,15 +37,23 @@ void FailureDetector::add(const std::string& node, const std::string& incarnatio
     if (m.suspect) suspected_.erase(node);
     m = Member{};
     m.incarnation = incarnation;
+    suspicion_due_known_ = false;  // the timeouts depend on the number of members
 }
 
 void FailureDetector::remove(std::string_view node) {
     if (auto it = members_.find(node); it != members_.end()) {
         if (it->second.suspect) suspected_.erase(suspected_.find(node));
         members_.erase(it);
+        suspicion_due_known_ = false;
     }
     std::erase(round_, node);
     std::erase_if(probes_, [&](const Probe& p) { return p.target == node; });
+}
+
+void FailureDetector::probe_next(const std::string& node) {
+    if (!members_.contains(node) || probing(node)) return;
+    std::erase(round_, node);
+    round_.push_back(node);
 }
 
 FailureDetector::Probe* FailureDetector::probe_of(std::uint64_t seq) {
@@ -140,10 +148,18 @@ void FailureDetector::suspect(Clock::time_point now, const std::string& node, Me
     if (m.suspecters.size() <= options_.indirect_probes &&
         std::find(m.suspecters.begin(), m.suspecters.end(), by) == m.suspecters.end())
         m.suspecters.push_back(by);
+    // A new suspicion or confirmation only brings a deadline closer.
+    if (suspicion_due_known_) {
+        const auto due = m.suspected_at + suspicion_timeout(m);
+        if (!suspicion_due_ || due < *suspicion_due_) suspicion_due_ = due;
+    }
 }
 
 void FailureDetector::clear_suspicion(std::string_view node, Member& m) {
-    if (m.suspect) suspected_.erase(suspected_.find(node));
+    if (m.suspect) {
+        suspected_.erase(suspected_.find(node));
+        suspicion_due_known_ = false;
+    }
     m.suspect = false;
     m.suspecters.clear();
 }
@@ -197,8 +213,11 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
     Actions out;
     last_heard_ = now;
     if (state.node == self_) {
-        if (state.incarnation == incarnation_ && state.state != wire::MemberHealth::alive && state.version >= version_)
+        if (state.incarnation != incarnation_ || state.state == wire::MemberHealth::alive) return out;
+        if (state.version >= version_)
             refute(state.version, out);
+        else  // stale news: the sender (which linked this node again since) learns the version
+            out.notices.emplace_back(from, wire::MemberState{wire::MemberHealth::alive, self_, incarnation_, version_});
         return out;
     }
     auto it = members_.find(state.node);
@@ -220,6 +239,9 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
                 std::erase(round_, state.node);
                 round_.push_back(state.node);
             }
+            // The suspect may not have heard it (the suspecter's link to it may be going
+            // down): tell it too, so that it can refute.
+            if (!m.suspect && from != state.node) out.notices.emplace_back(state.node, state);
             suspect(now, state.node, m, from, out);
         }
         break;
@@ -272,13 +294,18 @@ FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
         it = relays_.erase(it);
     }
     std::vector<std::string> expired;
-    for (const auto& name : suspected_) {
-        const auto& m = members_.find(name)->second;
-        if (now >= m.suspected_at + suspicion_timeout(m)) expired.push_back(name);
+    if (const auto due = earliest_suspicion(); due && now >= *due) {
+        for (const auto& name : suspected_) {
+            const auto& m = members_.find(name)->second;
+            if (now >= m.suspected_at + suspicion_timeout(m)) expired.push_back(name);
+        }
     }
     for (const auto& name : expired) {
         const auto& m = members_.find(name)->second;
-        out.gossip.push_back(wire::MemberState{wire::MemberHealth::dead, name, m.incarnation, m.version});
+        // The node that raised the suspicion tells every member; the others, whose timers
+        // run out at about the same time, drop the member quietly (no N² verdicts).
+        if (!m.suspecters.empty() && m.suspecters.front() == self_)
+            out.gossip.push_back(wire::MemberState{wire::MemberHealth::dead, name, m.incarnation, m.version});
         out.dead.push_back(name);
         remove(name);
     }
@@ -299,11 +326,21 @@ std::optional<FailureDetector::Clock::time_point> FailureDetector::next_timer() 
     else if (!members_.empty())
         consider(Clock::time_point::min());  // probe at once
     for (const auto& [seq, r] : relays_) consider(r.expires_at);
-    for (const auto& name : suspected_) {
-        const auto& m = members_.find(name)->second;
-        consider(m.suspected_at + suspicion_timeout(m));
-    }
+    if (const auto due = earliest_suspicion()) consider(*due);
     return next;
+}
+
+std::optional<FailureDetector::Clock::time_point> FailureDetector::earliest_suspicion() const {
+    if (!suspicion_due_known_) {
+        suspicion_due_.reset();
+        for (const auto& name : suspected_) {
+            const auto& m = members_.find(name)->second;
+            const auto due = m.suspected_at + suspicion_timeout(m);
+            if (!suspicion_due_ || due < *suspicion_due_) suspicion_due_ = due;
+        }
+        suspicion_due_known_ = true;
+    }
+    return suspicion_due_;
 }
 
 std::optional<std::chrono::microseconds> FailureDetector::rtt(std::string_view node) const {

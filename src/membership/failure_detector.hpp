@@ -60,14 +60,18 @@ public:
     /// What an event asks the driver to do: send each frame of `sends` to its node (over
     /// that node's link; dropped when there is none; a "ping" as the link's own ping, whose
     /// answer the driver reports as an "ack" from that node), send each of `gossip` to
-    /// every linked member, then drop the links of `dead` (they left every view) and of
-    /// `broken` (the member answers others, but not twice running over this link).
+    /// every linked member, send each of `notices` to its node only, then drop the links
+    /// of `dead` (they left every view) and of `broken` (the member answers others, but
+    /// not twice running over this link).
     struct Actions {
         std::vector<std::pair<std::string, wire::Probe>> sends;
         std::vector<wire::MemberState> gossip;
+        std::vector<std::pair<std::string, wire::MemberState>> notices;
         std::vector<std::string> dead;
         std::vector<std::string> broken;
-        bool empty() const noexcept { return sends.empty() && gossip.empty() && dead.empty() && broken.empty(); }
+        bool empty() const noexcept {
+            return sends.empty() && gossip.empty() && notices.empty() && dead.empty() && broken.empty();
+        }
     };
 
     FailureDetector(std::string self, std::string incarnation, DetectorOptions options, std::uint64_t seed);
@@ -77,6 +81,8 @@ public:
     void add(const std::string& node, const std::string& incarnation);
     /// The link to `node` is gone (closed, dropped, or the member said bye): no longer probed.
     void remove(std::string_view node);
+    /// `node` is probed next (another incarnation claims its name: is it still alive?).
+    void probe_next(const std::string& node);
 
     Actions on_probe(Clock::time_point now, const std::string& from, const wire::Probe& probe);
     Actions on_member(Clock::time_point now, const std::string& from, const wire::MemberState& state);
@@ -138,6 +144,7 @@ private:
     bool probing(std::string_view node) const;
     void suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by, Actions& out);
     void clear_suspicion(std::string_view node, Member& m);
+    std::optional<Clock::time_point> earliest_suspicion() const;
     void refute(std::uint64_t above, Actions& out);
     void change_health(int delta);
     std::string next_target();
@@ -158,6 +165,10 @@ private:
     boost::unordered_flat_map<std::string, Member, NameHash, std::equal_to<>> members_;
     // The members with suspect set, so that timers need not walk every member.
     std::set<std::string, std::less<>> suspected_;
+    // The earliest of their deadlines, computed again only after a suspicion ends or the
+    // members change: with thousands of suspects, each event need not walk them all.
+    mutable std::optional<Clock::time_point> suspicion_due_;
+    mutable bool suspicion_due_known_ = false;
     std::vector<std::string> round_;  // members still to probe this round, shuffled
     std::vector<Probe> probes_;  // in flight, oldest first
     std::optional<Clock::time_point> next_probe_at_;

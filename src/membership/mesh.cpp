@@ -288,7 +288,8 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     const auto& peer = c->peer();
     std::shared_ptr<Connection> replaced;
     bool keep = true;
-    bool clash = false;
+    bool clash = false;     // refused: an older incarnation holds the name
+    bool displaced = false;  // `replaced` is a newer incarnation under the same name
     {
         std::lock_guard lock(mutex_);
         forget_connecting(c);
@@ -300,12 +301,20 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
             peers_.emplace(peer.node, c);
         } else if (it->second->peer().incarnation != peer.incarnation) {
             // Another incarnation under a name that is still connected: either the node
-            // restarted and its old connection is not yet known_ dead (the keep-alive will
-            // drop it within the idle timeout, then the newcomer's redial succeeds), or two
-            // processes use one name. Either way the connected one stays, as Erlang refuses
-            // a second node of the same name.
-            keep = false;
-            clash = true;
+            // restarted and its old link is not yet known dead (the failure detector probes
+            // it next; the newcomer's redial succeeds once it is dropped), or two live
+            // processes use one name. The older incarnation (incarnations sort by start
+            // time) keeps the name on every node, so a name claimed on both sides of a
+            // partition has one owner everywhere after the heal, and the other is told
+            // (name_taken_close_reason).
+            if (peer.incarnation < it->second->peer().incarnation) {
+                replaced = it->second;
+                it->second = c;
+                displaced = true;
+            } else {
+                keep = false;
+                clash = true;
+            }
         } else {
             // Two connections for one pair (both dialled at once): keep the one dialled
             // by the smaller name, then the one with the smaller dialer nonce. Both ends
@@ -326,15 +335,29 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     if (!keep) {
         if (peer.node == options_.name)
             RPCLB_LOG("mesh", debug) << "connected to itself via " << c->target() << "; ignored";
+        if (clash) {
+            if (name_clash_due(peer.node + "\n" + peer.incarnation))
+                RPCLB_LOG("mesh", warning) << "refused " << peer.node << " incarnation " << peer.incarnation
+                                           << ": an older incarnation of that name is connected";
+            std::lock_guard lock(detector_mutex_);
+            detector_.probe_next(peer.node);  // a restart gets in as soon as the old one is found dead
+        }
         if (clash)
-            RPCLB_LOG("mesh", warning) << "refused " << peer.node << " incarnation " << peer.incarnation
-                                       << ": that name is connected as another incarnation";
-        c->close(LinkError::refused, peer.node == options_.name ? "connected to itself"
-                                     : clash                   ? "name in use by a connected incarnation"
-                                                               : "duplicate connection");
+            c->close(LinkError::name_taken, "an older incarnation of " + peer.node + " is connected");
+        else
+            c->close(LinkError::refused, peer.node == options_.name ? "connected to itself" : "duplicate connection");
         return;
     }
-    if (replaced) replaced->close(LinkError::refused, "duplicate connection");
+    if (displaced) {
+        RPCLB_LOG("mesh", warning) << "dropped " << peer.node << " incarnation " << replaced->peer().incarnation
+                                   << ": the older incarnation " << peer.incarnation << " holds that name";
+        // The newer incarnation's memberships and channels go; the older one's sync follows.
+        groups_.remove_node(peer.node);
+        for (auto& channel : take_channels(peer.node)) channel->abort(LinkError::name_taken);
+        replaced->close(LinkError::name_taken, "an older incarnation of " + peer.node + " is connected");
+    } else if (replaced) {
+        replaced->close(LinkError::refused, "duplicate connection");
+    }
     {
         std::lock_guard lock(detector_mutex_);
         detector_.add(peer.node, peer.incarnation);
@@ -392,11 +415,11 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
             } else if constexpr (std::is_same_v<T, wire::Nodes>) {
                 on_nodes(f);
             } else if constexpr (std::is_same_v<T, wire::GroupSync>) {
-                if (!c->peer().client) groups_.apply_sync(node, f.groups);
+                if (!c->peer().client && holds_name(c)) groups_.apply_sync(node, f.groups);
             } else if constexpr (std::is_same_v<T, wire::GroupJoin>) {
-                if (!c->peer().client) groups_.apply_join(node, f.group, std::move(f.meta));
+                if (!c->peer().client && holds_name(c)) groups_.apply_join(node, f.group, std::move(f.meta));
             } else if constexpr (std::is_same_v<T, wire::GroupLeave>) {
-                groups_.apply_leave(node, f.group);
+                if (holds_name(c)) groups_.apply_leave(node, f.group);
             } else if constexpr (std::is_same_v<T, wire::Probe>) {
                 FailureDetector::Actions actions;
                 {
@@ -537,6 +560,7 @@ MeshStats Mesh::stats() const noexcept {
     stats.tls_failures = tls_failures_.load();
     stats.unauthenticated_refused = unauthenticated_refused_.load();
     stats.oversize_before_handshake = oversize_before_handshake_.load();
+    stats.name_conflicts = name_conflicts_.load();
     return stats;
 }
 
@@ -564,11 +588,14 @@ void Mesh::act(FailureDetector::Actions actions) {
         arm_probe_timer();
     }
     std::vector<std::pair<std::shared_ptr<Connection>, wire::Probe>> sends;
+    std::vector<std::pair<std::shared_ptr<Connection>, wire::MemberState>> notices;
     std::vector<std::pair<std::shared_ptr<Connection>, bool>> ended;  // true: the member is dead
     {
         std::lock_guard lock(mutex_);
         for (auto& [node, probe] : actions.sends)
             if (auto it = peers_.find(node); it != peers_.end()) sends.emplace_back(it->second, std::move(probe));
+        for (auto& [node, state] : actions.notices)
+            if (auto it = peers_.find(node); it != peers_.end()) notices.emplace_back(it->second, std::move(state));
         for (const auto& node : actions.dead)
             if (auto it = peers_.find(node); it != peers_.end()) ended.emplace_back(it->second, true);
         for (const auto& node : actions.broken)
@@ -581,6 +608,7 @@ void Mesh::act(FailureDetector::Actions actions) {
             c->send(wire::encode(wire::Frame(std::move(probe))));
     }
     for (auto& state : actions.gossip) broadcast(wire::encode(wire::Frame(std::move(state))));
+    for (auto& [c, state] : notices) c->send(wire::encode(wire::Frame(std::move(state))));
     for (auto& [c, dead] : ended) {
         const LinkClose why{LinkError::timed_out, {},
                             dead ? "no answer to probes for the suspicion timeout"
@@ -596,6 +624,26 @@ void Mesh::act(FailureDetector::Actions actions) {
         else
             drop_link(*c, why);
     }
+}
+
+void Mesh::on_name_taken(const std::shared_ptr<Connection>& c) {
+    ++name_conflicts_;
+    if (name_clash_due(options_.name + "\n" + c->describe_peer()))
+        RPCLB_LOG("mesh", error) << c->describe_peer() << " refused this node: an older live incarnation of "
+                                 << options_.name << " holds that name there (stop the other process, or give "
+                                 << "this one another name)";
+}
+
+bool Mesh::holds_name(const std::shared_ptr<Connection>& c) const {
+    std::lock_guard lock(mutex_);
+    const auto it = peers_.find(c->peer().node);
+    return it != peers_.end() && it->second->peer().incarnation == c->peer().incarnation;
+}
+
+bool Mesh::name_clash_due(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    if (name_clashes_logged_.size() >= 1024) name_clashes_logged_.clear();
+    return name_clashes_logged_.insert(key).second;
 }
 
 void Mesh::on_probe_answered(const std::shared_ptr<Connection>& c, std::uint64_t seq) {

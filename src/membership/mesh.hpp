@@ -62,6 +62,7 @@ struct MeshStats {
     std::uint64_t tls_failures = 0;
     std::uint64_t unauthenticated_refused = 0;
     std::uint64_t oversize_before_handshake = 0;
+    std::uint64_t name_conflicts = 0;  ///< links a peer refused: an older incarnation holds this node's name
 };
 
 /// Where the mesh hands the calls and casts that peers send.
@@ -141,6 +142,7 @@ public:
     void on_tls_failed(const std::shared_ptr<Connection>& c, const std::string& reason) override;
     void on_oversize_before_handshake(const std::shared_ptr<Connection>& c) override;
     void on_probe_answered(const std::shared_ptr<Connection>& c, std::uint64_t seq) override;
+    void on_name_taken(const std::shared_ptr<Connection>& c) override;
 
     /// Runs (on a network thread) when a node refuses this node's cookie and leaves it
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
@@ -200,6 +202,11 @@ private:
     /// (detector_mutex_ held).
     void arm_probe_timer();
     void on_probe_timer();
+    /// True the first time `key` ("NAME\nINCARNATION") clashes; bounded like tls_warned_.
+    bool name_clash_due(const std::string& key);
+    /// True while `c`'s incarnation holds its name here (a replaced one's group frames
+    /// still in flight are ignored).
+    bool holds_name(const std::shared_ptr<Connection>& c) const;
 
     const MeshOptions options_;
     ConnectionSettings settings_;
@@ -259,6 +266,7 @@ private:
     std::atomic<std::uint64_t> tls_failures_{0};
     std::atomic<std::uint64_t> unauthenticated_refused_{0};
     std::atomic<std::uint64_t> oversize_before_handshake_{0};
+    std::atomic<std::uint64_t> name_conflicts_{0};
     // When each kind of refusal of an unauthenticated peer was last logged (steady_clock
     // ticks; 0: never).
     std::atomic<std::chrono::steady_clock::rep> last_refused_log_{0};
@@ -267,6 +275,7 @@ private:
     // an incoming peer's IP address): a peer redialled every reconnect_interval gets one
     // warning, then debug records. Bounded: cleared when it reaches 1024 entries.
     std::set<std::string> tls_warned_;
+    std::set<std::string> name_clashes_logged_;  // name clashes already warned of (name_clash_due)
     std::atomic<bool> stopping_{false};
 
     // The failure detector, its one timer and the instant it is armed for, and when the

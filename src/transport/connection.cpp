@@ -159,12 +159,14 @@ void Connection::do_read() {
                                                     " bytes before the cookie handshake was done"});
                 }
                 auto reason = LinkClose::from(ec);
-                if (reason.kind == LinkError::closed_by_peer && !self->established_ &&
-                    self->handshake_.awaiting_ready()) {
+                if (reason.kind == LinkError::closed_by_peer) {
                     const auto why = self->ws_.visit([](auto& ws) { return ws.reason(); });
-                    if (why.code == ws::close_code::policy_error &&
-                        std::string_view(why.reason.data(), why.reason.size()) == cookie_refused_close_reason)
+                    const std::string_view text(why.reason.data(), why.reason.size());
+                    if (why.code == ws::close_code::policy_error && text == cookie_refused_close_reason &&
+                        !self->established_ && self->handshake_.awaiting_ready())
                         reason.kind = LinkError::cookie_refused;
+                    if (why.code == ws::close_code::policy_error && text == name_taken_close_reason)
+                        reason.kind = LinkError::name_taken;
                 }
                 return self->fail(reason);
             }
@@ -195,8 +197,11 @@ void Connection::on_read(std::size_t) {
         failure = on_frame_text(text);
     }
     // The frames viewed buffer_: empty it only now, and before the next read is started
-    // (which may fill it at once).
-    buffer_.consume(buffer_.size());
+    // (which may fill it at once). A buffer grown by a large message is freed once a
+    // message a quarter of its size or less follows, so an idle link holds a few KiB.
+    const auto read = buffer_.size();
+    buffer_.consume(read);
+    if (buffer_.capacity() > 8 * 1024 && read <= buffer_.capacity() / 4) buffer_.shrink_to_fit();
     if (!failure.empty()) return fail({LinkError::handshake_failed, {}, failure});
     if (closed() || answers_owed_ > 0) return;  // answer_delivered reads again
     do_read();
@@ -443,9 +448,11 @@ void Connection::start_close() {
     if (close_started_) return;
     close_started_ = true;
     // Say goodbye politely; fail() then runs with the reason. A peer that never answers
-    // the close frame is ended by the idle timeout.
+    // the close frame is ended by the handshake timeout (Beast times the close with it).
     ws::close_reason why(ws::close_code::normal);
     if (refusing_cookie_) why = ws::close_reason(ws::close_code::policy_error, cookie_refused_close_reason);
+    if (close_reason_ && close_reason_->kind == LinkError::name_taken)
+        why = ws::close_reason(ws::close_code::policy_error, name_taken_close_reason);
     ws_.visit([&](auto& ws) {
         ws.async_close(why, [self = shared_from_this()](beast::error_code) { self->fail(*self->close_reason_); });
     });
@@ -494,7 +501,10 @@ void Connection::fail(const LinkClose& reason) {
     core_.fail_writes();  // a write in progress keeps its frames until it completes
     if (reason.kind == LinkError::cookie_refused)
         owner_.on_cookie_refused(shared_from_this());
-    else if (!established_ && handshake_.awaiting_ready() && !closed_by_this_side(reason.kind))
+    else if (reason.kind == LinkError::name_taken && !(close_reason_ && close_reason_->kind == LinkError::name_taken))
+        owner_.on_name_taken(shared_from_this());
+    else if (!established_ && handshake_.awaiting_ready() && !closed_by_this_side(reason.kind) &&
+             reason.kind != LinkError::name_taken)
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
                                                            " closed the connection after our proof "
                                                            "(its cookie differs, or it went away)");

@@ -60,6 +60,9 @@ public:
     /// The peer sent a message over max_handshake_message before the cookie handshake was
     /// done; the connection closes next (on_closed follows).
     virtual void on_oversize_before_handshake(const std::shared_ptr<Connection>&) {}
+    /// The peer closed this connection because an older live incarnation of this node's
+    /// name holds it there (name_taken_close_reason). Runs just before on_closed.
+    virtual void on_name_taken(const std::shared_ptr<Connection>&) {}
     /// The peer answered probe `seq` (Connection::probe). On the connection's strand.
     virtual void on_probe_answered(const std::shared_ptr<Connection>&, std::uint64_t /*seq*/) {}
 };

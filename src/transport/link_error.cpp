@@ -48,6 +48,7 @@ std::string_view to_string(LinkError e) noexcept {
         case LinkError::stopping: return "this node is stopping";
         case LinkError::channel_closed: return "call channel closed by this node";
         case LinkError::not_connected: return "not connected";
+        case LinkError::name_taken: return "name held by another live incarnation";
     }
     return {};
 }

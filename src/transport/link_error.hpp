@@ -35,6 +35,7 @@ enum class LinkError : int {
     stopping = 15,            ///< this node is stopping
     channel_closed = 16,      ///< this node closed the call channel (given up by its pool)
     not_connected = 17,       ///< no open connection (or the peer said bye): the request was not sent
+    name_taken = 18,          ///< the node's name is held by an older live incarnation (name_taken_close_reason)
 };
 
 /// The category of LinkError values; name() is "rpclb.link", message() the value's text.

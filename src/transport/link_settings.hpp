@@ -26,6 +26,10 @@ struct WireCounters {
 /// acceptor tells a dialer that its cookie proof failed. It carries nothing about the
 /// cookie; a dialer that gets it stops dialling that address.
 inline constexpr std::string_view cookie_refused_close_reason = "rpclb: cookie refused";
+/// The reason of the WebSocket close (policy_error) with which a node refuses, or drops, a
+/// connection from an incarnation whose name an older live incarnation holds: the
+/// receiver reads it as LinkError::name_taken.
+inline constexpr std::string_view name_taken_close_reason = "rpclb: name taken";
 
 /// Settings shared by every connection of a node.
 struct ConnectionSettings {

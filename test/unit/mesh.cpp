@@ -150,6 +150,51 @@ BOOST_AUTO_TEST_CASE(restarted_node_is_a_new_incarnation_without_old_memberships
     BOOST_TEST(a.groups().members("old")->nodes.empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_newer_incarnation_of_a_connected_name_is_refused_and_told) {
+    rpclb::Cluster a(options("a@127.0.0.1"));
+    a.start();
+    auto ox = options("x@127.0.0.1");
+    ox.seeds = {address(a)};
+    rpclb::Cluster first(ox);
+    first.start();
+    BOOST_REQUIRE(eventually([&] { return a.connected_nodes().size() == 1; }, 5s));
+    rpclb::Cluster second(ox);  // newer: started later under the same name
+    BOOST_REQUIRE(second.incarnation() > first.incarnation());
+    second.start();
+    BOOST_TEST(eventually([&] { return second.stats().name_conflicts > 0; }, 5s));
+    // The first keeps the name: a still routes x to it.
+    first.register_function("m", "who", [](const boost::json::array&) -> rpclb::CallResult { return 1; });
+    second.register_function("m", "who", [](const boost::json::array&) -> rpclb::CallResult { return 2; });
+    BOOST_TEST(a.call("x@127.0.0.1", "m", "who").value() == boost::json::value(1));
+    BOOST_TEST(first.stats().name_conflicts == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_older_incarnation_takes_its_name_back_from_a_newer_one) {
+    // As after a partition in which each side had one process of the name: every node
+    // gives the name to the older incarnation, whichever it met first.
+    rpclb::Cluster a(options("a@127.0.0.1"));
+    a.start();
+    auto ox = options("x@127.0.0.1");
+    ox.seeds = {address(a)};
+    rpclb::Cluster older(ox);  // drawn first: the older incarnation
+    rpclb::Cluster newer(ox);
+    BOOST_REQUIRE(older.incarnation() < newer.incarnation());
+    newer.start();
+    newer.groups().join("g");
+    BOOST_REQUIRE(eventually([&] { return a.groups().members("g")->nodes.size() == 1; }, 5s));
+    older.start();
+    BOOST_TEST(eventually([&] { return newer.stats().name_conflicts > 0; }, 5s));
+    // The newer one's memberships went with it; the older one now answers for x.
+    BOOST_TEST(eventually([&] { return a.groups().members("g")->nodes.empty(); }, 5s));
+    older.register_function("m", "who", [](const boost::json::array&) -> rpclb::CallResult { return 1; });
+    newer.register_function("m", "who", [](const boost::json::array&) -> rpclb::CallResult { return 2; });
+    BOOST_TEST(eventually([&] {
+        auto r = a.call("x@127.0.0.1", "m", "who");
+        return r.has_value() && *r == boost::json::value(1);
+    }, 5s));
+    BOOST_TEST(older.stats().name_conflicts == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(wrong_cookie_is_refused_and_counted) {
     rpclb::Cluster a(options("a@127.0.0.1"));
     a.start();

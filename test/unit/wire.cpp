@@ -42,6 +42,12 @@ bool same(const proto::Response& a, const proto::Response& b) {
     return a.id == b.id && a.result == b.result;
 }
 bool same(const proto::Bye& a, const proto::Bye& b) { return a.reply == b.reply; }
+bool same(const proto::Probe& a, const proto::Probe& b) {
+    return a.kind == b.kind && a.seq == b.seq && a.node == b.node;
+}
+bool same(const proto::MemberState& a, const proto::MemberState& b) {
+    return a.state == b.state && a.node == b.node && a.incarnation == b.incarnation && a.version == b.version;
+}
 
 bool same(const proto::Frame& a, const proto::Frame& b) {
     if (a.index() != b.index()) return false;
@@ -82,6 +88,13 @@ std::vector<proto::Frame> one_of_each() {
                                                "b@h", "math", "sub"))});
     frames.emplace_back(proto::Bye{});
     frames.emplace_back(proto::Bye{true});
+    frames.emplace_back(proto::Probe{proto::ProbeKind::ping, 1, ""});
+    frames.emplace_back(proto::Probe{proto::ProbeKind::ping_req, 2, "c@h"});
+    frames.emplace_back(proto::Probe{proto::ProbeKind::ack, std::numeric_limits<std::uint64_t>::max(), ""});
+    frames.emplace_back(proto::Probe{proto::ProbeKind::nack, 3, ""});
+    frames.emplace_back(proto::MemberState{proto::MemberHealth::alive, "a@h", "inc-1", 0});
+    frames.emplace_back(proto::MemberState{proto::MemberHealth::suspect, "a@h", "inc-1", 7});
+    frames.emplace_back(proto::MemberState{proto::MemberHealth::dead, "a@h", "inc-1", 8});
     return frames;
 }
 
@@ -106,6 +119,18 @@ BOOST_AUTO_TEST_CASE(round_trip_each_frame_type) {
         seen[frame.index()] = true;
     }
     for (std::size_t i = 0; i < seen.size(); ++i) BOOST_TEST(seen[i], "no frame of index " << i);
+}
+
+BOOST_AUTO_TEST_CASE(probe_and_member_frames_refuse_unknown_words) {
+    auto e = decode_error(R"({"t":"probe","k":"poke","seq":1})");
+    BOOST_TEST((e.kind == proto::DecodeErrorKind::bad_shape));
+    BOOST_TEST(e.message.find("\"k\" has an unknown value \"poke\"") != std::string::npos, e.message);
+    e = decode_error(R"({"t":"probe","k":"ping_req","seq":1})");
+    BOOST_TEST(e.message.find("needs member \"node\"") != std::string::npos, e.message);
+    e = decode_error(R"({"t":"member","state":"zombie","node":"a","inc":"i","v":0})");
+    BOOST_TEST(e.message.find("\"state\" has an unknown value") != std::string::npos, e.message);
+    BOOST_TEST(proto::encode(proto::Probe{proto::ProbeKind::ping_req, 5, "b@h"}) ==
+               R"({"t":"probe","k":"ping_req","seq":5,"node":"b@h"})");
 }
 
 BOOST_AUTO_TEST_CASE(encode_writes_compact_json_with_documented_members) {

@@ -1,0 +1,512 @@
+// mesh_sim: the membership simulator. N virtual nodes, each running the real
+// FailureDetector, on a simulated link layer (test/sim/mesh_world.hpp), in virtual time,
+// all randomness from one seed. A run starts the nodes, lets them converge, injects a
+// random schedule of faults, heals everything and checks the invariants that
+// doc/how-to/test-and-fuzz.md#the-membership-simulator lists.
+//
+//   mesh_sim --nodes N --seeds S [--seed X] [--faults LIST] [--seeds-nodes K]
+//
+// runs seeds X … X+S−1 (X defaults to 1; LIST is comma-separated fault kinds, `all` (the
+// default) or `none`) and prints `seeds_run S violations V max_converge_virtual_s T`,
+// preceded by one line per failing run with the command that replays it. Exit status 1
+// when a run violated an invariant, 2 on a usage error. RPCLB_SIM_THREADS (default: the
+// number of cores) runs seeds in parallel; RPCLB_SIM_VERBOSE=1 prints one line per run.
+#include "mesh_world.hpp"
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace rpclb::sim {
+namespace {
+
+enum class Fault { drop, delay, reorder, partition, asym, crash, restart, stall, mass_restart };
+constexpr const char* fault_names[] = {"drop",  "delay",   "reorder", "partition",   "asym",
+                                       "crash", "restart", "stall",   "mass_restart"};
+constexpr int fault_kinds = 9;
+
+struct Options {
+    std::uint32_t nodes = 0;
+    std::uint32_t seed_nodes = 1;
+    std::uint64_t runs = 0;
+    std::uint64_t first_seed = 1;
+    std::string fault_list = "all";
+    std::vector<Fault> faults;
+    DetectorOptions detector;  // the defaults: probe 500 ms, suspicion 1.5 … 4.5 s
+    NetOptions net;
+    Micros fault_phase = 30 * sec;  // faults start within this
+};
+
+// The bounds the invariants check, all derived from the options.
+struct Bounds {
+    Micros transit;     // longest a frame sent before the heal can take: latency + both ends' fault delays
+    Micros handshake;   // dial to link, at most
+    Micros probe;       // longest probe interval: stretched by the highest local health
+    Micros suspicion;   // longest suspicion: suspicion_max
+    Micros converge;    // invariant 1: heal → every view whole, no suspect
+    Micros removed;     // invariant 2: a live member out of a live node's view after the heal
+    Micros excuse;      // invariant 4: after a fault ends, verdicts involving its nodes are excused this long
+
+    explicit Bounds(const Options& o) {
+        const auto& n = o.net;
+        const Micros retransmits = n.rto * ((Micros{1} << n.max_retransmits) - 1);
+        transit = n.latency_max + 2 * (n.delay_max + n.delay_jitter + n.reorder_jitter + retransmits);
+        handshake = n.handshake_trips * n.latency_max;
+        probe = to_micros(o.detector.probe_interval) * (1 + o.detector.max_local_health);
+        suspicion = to_micros(o.detector.suspicion_max);
+        // Held and delayed frames land (transit); a probe begun before the heal ends (probe)
+        // and its suspicion runs out or is refuted (suspicion, transit); a "dead" verdict's
+        // link is redialled at the next tick, once more if the peer still held the old link
+        // (2 reconnects, 2 handshakes); the last gossip lands (transit).
+        converge = 3 * transit + probe + suspicion + 2 * n.reconnect + 2 * handshake;
+        removed = suspicion + n.reconnect + handshake + 2 * transit;
+        excuse = transit + probe + suspicion + transit;
+    }
+};
+
+struct RunResult {
+    std::uint64_t seed = 0;
+    std::vector<std::string> violations;
+    double clean_s = -1;  // clean start → converged, from the last node's start
+    double heal_s = -1;   // heal → converged
+    std::uint64_t events = 0;
+    std::size_t faults = 0;
+    std::uint64_t false_dead = 0;
+    std::uint64_t broken = 0;
+    std::uint64_t dead = 0;  // every "dead" verdict, excused or not
+};
+
+std::string seconds(Micros t) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(t) / sec);
+    return buf;
+}
+
+class Run {
+public:
+    Run(const Options& o, std::uint64_t seed)
+        : o_(o), b_(o), w_(o.nodes, o.seed_nodes, o.detector, o.net, seed), excused_(o.nodes, 0) {
+        r_.seed = seed;
+        w_.on_dead = [this](std::uint32_t viewer, std::uint32_t member, std::uint32_t inc, std::uint32_t source) {
+            judge_dead(viewer, member, inc, source);
+        };
+        w_.on_unlinked = [this](std::uint32_t viewer, std::uint32_t member) {
+            if (tracking_ && w_.live(viewer) && w_.live(member)) removed_.try_emplace(key(viewer, member), w_.now());
+        };
+        w_.on_linked = [this](std::uint32_t a, std::uint32_t b) {
+            if (tracking_) {
+                settle(a, b);
+                settle(b, a);
+            }
+        };
+    }
+
+    RunResult go() {
+        const auto n = o_.nodes;
+        auto& rng = w_.rng();
+        // Clean start: the seeds at 0, the others within 2 s.
+        Micros last_start = 0;
+        for (std::uint32_t i = 0; i < n; ++i) {
+            const Micros t = w_.is_seed(i) ? 0 : std::uniform_int_distribution<Micros>(0, 2 * sec)(rng);
+            last_start = std::max(last_start, t);
+            w_.at(t, [this, i] { w_.start(i); });
+        }
+        const Micros clean_limit = last_start + 120 * sec;
+        auto converged_at = wait_converged(last_start, clean_limit);
+        if (!converged_at) {
+            violate("1: no convergence from a clean start within 120 s of the last start (" + why_not() + ")");
+            return finish();
+        }
+        r_.clean_s = static_cast<double>(*converged_at - last_start) / sec;
+
+        // Faults, drawn now; which nodes they hit is drawn when they start.
+        Micros heal = w_.now();
+        if (!o_.faults.empty()) {
+            const Micros begin = w_.now() + 1 * sec;
+            bool mass_done = false;
+            for (Micros t = begin; t < begin + o_.fault_phase;
+                 t += std::uniform_int_distribution<Micros>(500 * ms, 3 * sec)(rng)) {
+                auto kind = o_.faults[std::uniform_int_distribution<std::size_t>(0, o_.faults.size() - 1)(rng)];
+                if (kind == Fault::mass_restart) {
+                    if (mass_done) continue;
+                    mass_done = true;
+                }
+                const Micros length = std::uniform_int_distribution<Micros>(1 * sec, 8 * sec)(rng);
+                // A restart's downtime ends by t + 2 s; the other faults last `length`.
+                const bool restarts = kind == Fault::restart || kind == Fault::mass_restart;
+                heal = std::max(heal, restarts ? t + 2 * sec : t + length);
+                inject(kind, t, length);
+                ++r_.faults;
+            }
+        }
+        w_.run_until(heal);
+        // Heal everything still broken (every fault ends by `heal` on its own; this is the
+        // safety net).
+        if (w_.partitioned()) w_.heal_partition();
+        for (std::uint32_t i = 0; i < n; ++i) w_.resume(i);
+
+        // Invariant 2 from here: every live member missing from a live view is timed.
+        tracking_ = true;
+        heal_ = w_.now();
+        for (std::uint32_t i = 0; i < n; ++i)
+            for (std::uint32_t j = 0; j < n; ++j)
+                if (i != j && w_.live(i) && w_.live(j) && !w_.linked(i).test(j)) removed_.emplace(key(i, j), heal_);
+
+        converged_at = wait_converged(heal_, heal_ + b_.converge);
+        if (!converged_at) {
+            violate("1: views not whole " + seconds(b_.converge) + " s after the heal (" + why_not() + ")");
+        } else {
+            r_.heal_s = static_cast<double>(*converged_at - heal_) / sec;
+            // Stays so: nothing left over from the faults undoes it.
+            w_.run_until(heal_ + b_.converge + b_.removed);
+            if (!whole() || !consistent(true))
+                violate("1: views came apart after converging (" + why_not() + ")");
+        }
+        for (const auto& [k, since] : removed_)
+            if (w_.now() - std::max(since, heal_) > b_.removed) {
+                violate("2: " + w_.name(static_cast<std::uint32_t>(k >> 32)) + " still without " +
+                        w_.name(static_cast<std::uint32_t>(k)) + " at the end");
+                break;
+            }
+        return finish();
+    }
+
+private:
+    static std::uint64_t key(std::uint32_t a, std::uint32_t b) { return std::uint64_t{a} << 32 | b; }
+
+    void violate(std::string what) {
+        if (r_.violations.size() < 8) r_.violations.push_back(std::move(what));
+    }
+    RunResult finish() {
+        r_.events = w_.events();
+        r_.broken = w_.broken();
+        return std::move(r_);
+    }
+
+    void settle(std::uint32_t viewer, std::uint32_t member) {
+        auto it = removed_.find(key(viewer, member));
+        if (it == removed_.end()) return;
+        const auto out = w_.now() - std::max(it->second, heal_);
+        if (out > b_.removed && !removed_reported_) {
+            removed_reported_ = true;
+            violate("2: " + w_.name(member) + " out of " + w_.name(viewer) + "'s view for " + seconds(out) +
+                    " s after the heal (bound " + seconds(b_.removed) + " s)");
+        }
+        removed_.erase(it);
+    }
+
+    // Invariant 4: a "dead" verdict on a node that is up, unstalled and reachable, the
+    // incarnation the viewer linked, with no fault touching the viewer, the member or the
+    // node that said so in the last `excuse`.
+    void judge_dead(std::uint32_t viewer, std::uint32_t member, std::uint32_t inc, std::uint32_t source) {
+        const auto now = w_.now();
+        ++r_.dead;
+        if (w_.health(member) != Health::up || w_.incarnation(member) != inc) return;
+        if (w_.health(viewer) != Health::up) return;
+        if (!w_.reachable(viewer, member) || !w_.reachable(member, viewer)) return;
+        if (now < excused_[viewer] || now < excused_[member] || now < excused_[source]) return;
+        if (r_.false_dead++ == 0)
+            violate("4: " + w_.name(viewer) + " found " + w_.name(member) + " (live, reachable) dead at " +
+                    seconds(now) + " s" + (source == viewer ? "" : ", told by " + w_.name(source)) +
+                    (std::max({excused_[viewer], excused_[member], excused_[source]}) == 0
+                         ? "; no fault touched them"
+                         : "; faults touching them ended by " +
+                               seconds(std::max({excused_[viewer], excused_[member], excused_[source]}) - b_.excuse) +
+                               " s"));
+    }
+
+    void excuse(std::uint32_t i, Micros end) {
+        excused_[i] = std::max(excused_[i], end + b_.excuse);
+    }
+    std::uint32_t pick(auto&& ok) {
+        auto& rng = w_.rng();
+        for (int tries = 0; tries < 64; ++tries) {
+            const auto i = std::uniform_int_distribution<std::uint32_t>(0, o_.nodes - 1)(rng);
+            if (ok(i)) return i;
+        }
+        return o_.nodes;  // none found
+    }
+    std::vector<std::uint32_t> some_nodes() {
+        const auto count = std::uniform_int_distribution<std::uint32_t>(1, std::max<std::uint32_t>(1, o_.nodes / 20))(w_.rng());
+        std::vector<std::uint32_t> v;
+        for (std::uint32_t k = 0; k < count; ++k)
+            if (auto i = pick([&](std::uint32_t i) { return w_.live(i); }); i < o_.nodes) v.push_back(i);
+        return v;
+    }
+
+    void inject(Fault kind, Micros t, Micros length) {
+        const Micros end = t + length;
+        switch (kind) {
+        case Fault::drop:
+        case Fault::delay:
+        case Fault::reorder:
+            w_.at(t, [this, kind, end] {
+                for (auto i : some_nodes()) {
+                    if (kind == Fault::drop) w_.set_loss(i, end);
+                    if (kind == Fault::reorder) w_.set_reorder(i, end);
+                    if (kind == Fault::delay)
+                        w_.set_delay(i, std::uniform_int_distribution<Micros>(50 * ms, o_.net.delay_max)(w_.rng()), end);
+                    excuse(i, end);
+                }
+            });
+            break;
+        case Fault::partition:
+        case Fault::asym:
+            w_.at(t, [this, kind, end] {
+                if (w_.partitioned()) return;  // one partition at a time
+                std::vector<bool> side(o_.nodes);
+                const double share = std::uniform_real_distribution<double>(0.1, 0.5)(w_.rng());
+                for (std::uint32_t i = 0; i < o_.nodes; ++i) side[i] = std::bernoulli_distribution(share)(w_.rng());
+                // The nodes of side A are excused: a verdict between two nodes of side B
+                // (or about a node cut off from the viewer) is not.
+                for (std::uint32_t i = 0; i < o_.nodes; ++i)
+                    if (side[i]) excuse(i, end);
+                w_.partition(std::move(side), kind == Fault::asym ? World::Cut::one_way : World::Cut::both_ways);
+                w_.at(end, [this] { w_.heal_partition(); });
+            });
+            break;
+        case Fault::crash:
+            w_.at(t, [this, end] {
+                // Permanently; never a seed (a node that restarts later needs one), and at
+                // most a tenth of the nodes.
+                if (crashed_ >= o_.nodes / 10) return;
+                const auto i = pick([&](std::uint32_t i) { return w_.health(i) == Health::up && !w_.is_seed(i); });
+                if (i == o_.nodes) return;
+                ++crashed_;
+                w_.crash(i);
+                excuse(i, end);
+            });
+            break;
+        case Fault::restart:
+            w_.at(t, [this, t] {
+                const auto i = pick([&](std::uint32_t i) { return w_.health(i) == Health::up; });
+                if (i == o_.nodes) return;
+                const Micros back = t + std::uniform_int_distribution<Micros>(200 * ms, 2 * sec)(w_.rng());
+                w_.crash(i);
+                excuse(i, back);
+                w_.at(back, [this, i] { w_.start(i); });
+            });
+            break;
+        case Fault::stall:
+            w_.at(t, [this, end] {
+                const auto i = pick([&](std::uint32_t i) { return w_.health(i) == Health::up; });
+                if (i == o_.nodes) return;
+                w_.stall(i);
+                excuse(i, end);
+                w_.at(end, [this, i] { w_.resume(i); });
+            });
+            break;
+        case Fault::mass_restart:
+            w_.at(t, [this, t] {
+                std::vector<std::uint32_t> up;
+                for (std::uint32_t i = 0; i < o_.nodes; ++i)
+                    if (w_.health(i) == Health::up) up.push_back(i);
+                std::shuffle(up.begin(), up.end(), w_.rng());
+                up.resize(up.size() / 2);
+                for (auto i : up) {
+                    const Micros back = t + std::uniform_int_distribution<Micros>(0, 2 * sec)(w_.rng());
+                    w_.crash(i);
+                    excuse(i, back);
+                    w_.at(back, [this, i] { w_.start(i); });
+                }
+            });
+            break;
+        }
+    }
+
+    // Every live node linked to every other live node.
+    bool whole() const {
+        std::size_t live = 0;
+        for (std::uint32_t i = 0; i < o_.nodes; ++i) live += w_.live(i);
+        for (std::uint32_t i = 0; i < o_.nodes; ++i)
+            if (w_.live(i) && w_.linked_count(i) != live - 1) return false;
+        return true;
+    }
+    // Each link carries the member's current incarnation (invariant 3), the detector probes
+    // exactly the linked members, and, with `suspects`, suspects none of them.
+    bool consistent(bool suspects) {
+        for (std::uint32_t i = 0; i < o_.nodes; ++i) {
+            if (!w_.live(i)) continue;
+            const auto* fd = w_.detector(i);
+            if (fd->size() != w_.linked_count(i)) {
+                problem_ = w_.name(i) + "'s detector probes " + std::to_string(fd->size()) + " members, linked to " +
+                           std::to_string(w_.linked_count(i));
+                return false;
+            }
+            bool ok = true;
+            w_.linked(i).for_each([&](std::uint32_t j) {
+                if (!ok) return;
+                if (!w_.live(j) || w_.linked_incarnation(i, j) != w_.incarnation(j)) {
+                    problem_ = "3: " + w_.name(i) + " still links " + w_.name(j) + " incarnation " +
+                               std::to_string(w_.linked_incarnation(i, j)) + ", current " +
+                               std::to_string(w_.incarnation(j)) + (w_.live(j) ? "" : " (down)");
+                    ok = false;
+                } else if (suspects && fd->suspected(w_.name(j))) {
+                    problem_ = w_.name(i) + " suspects " + w_.name(j);
+                    ok = false;
+                }
+            });
+            if (!ok) return false;
+        }
+        return true;
+    }
+    std::string why_not() {
+        std::size_t live = 0;
+        for (std::uint32_t i = 0; i < o_.nodes; ++i) live += w_.live(i);
+        for (std::uint32_t i = 0; i < o_.nodes; ++i)
+            if (w_.live(i) && w_.linked_count(i) != live - 1) {
+                std::string missing;
+                int shown = 0;
+                for (std::uint32_t j = 0; j < o_.nodes && shown < 3; ++j)
+                    if (j != i && w_.live(j) && !w_.linked(i).test(j)) {
+                        missing += (shown++ ? "," : "") + w_.name(j);
+                    }
+                std::uint32_t j0 = 0;
+                while (j0 == i || !w_.live(j0) || w_.linked(i).test(j0)) ++j0;
+                return w_.name(i) + " links " + std::to_string(w_.linked_count(i)) + " of " + std::to_string(live - 1) +
+                       " live nodes, missing " + missing + " [" + w_.debug_pair(i, j0) + "]";
+            }
+        consistent(true);
+        return problem_;
+    }
+    // Steps of 100 ms until every view is whole and consistent, or `limit`.
+    std::optional<Micros> wait_converged(Micros from, Micros limit) {
+        w_.run_until(std::max(w_.now(), from));
+        Micros next_full = 0;
+        while (true) {
+            if (whole() && w_.now() >= next_full) {
+                if (consistent(true)) return w_.now();
+                next_full = w_.now() + 500 * ms;  // the full check is O(N²): not every step
+            }
+            if (w_.now() >= limit) return std::nullopt;
+            w_.run_until(std::min(limit, w_.now() + 100 * ms));
+        }
+    }
+
+    const Options& o_;
+    const Bounds b_;
+    World w_;
+    RunResult r_;
+    std::vector<Micros> excused_;
+    std::uint32_t crashed_ = 0;
+    bool tracking_ = false;
+    bool removed_reported_ = false;
+    Micros heal_ = 0;
+    std::unordered_map<std::uint64_t, Micros> removed_;
+    std::string problem_;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+    std::cerr << "mesh_sim: " << why
+              << "\nusage: mesh_sim --nodes N --seeds S [--seed X] [--faults LIST] [--seeds-nodes K]\n"
+                 "  --seeds S        number of runs, with seeds X, X+1, ..., X+S-1 (X defaults to 1)\n"
+                 "  --seeds-nodes K  nodes 0..K-1 are the seed nodes every node joins through (default 1)\n"
+                 "  --faults    comma-separated, from: all none drop delay reorder partition asym crash restart "
+                 "stall mass_restart (default all)\n";
+    std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    auto number = [&](int& k) -> std::uint64_t {
+        if (k + 1 >= argc) usage(std::string(argv[k]) + " needs a value");
+        char* end = nullptr;
+        const auto v = std::strtoull(argv[++k], &end, 10);
+        if (!end || *end) usage(std::string("not a number: ") + argv[k]);
+        return v;
+    };
+    for (int k = 1; k < argc; ++k) {
+        const std::string a = argv[k];
+        if (a == "--nodes") o.nodes = static_cast<std::uint32_t>(number(k));
+        else if (a == "--seeds") o.runs = number(k);
+        else if (a == "--seed") o.first_seed = number(k);
+        else if (a == "--seeds-nodes") o.seed_nodes = static_cast<std::uint32_t>(number(k));
+        else if (a == "--faults") {
+            if (k + 1 >= argc) usage("--faults needs a value");
+            o.fault_list = argv[++k];
+        } else usage("unknown argument " + a);
+    }
+    if (o.nodes < 2 || o.nodes > 60000) usage("--nodes must be 2 … 60000");
+    if (o.runs == 0) usage("--seeds must be at least 1");
+    if (o.seed_nodes < 1 || o.seed_nodes > o.nodes) usage("--seeds-nodes must be 1 … N");
+    std::stringstream list(o.fault_list);
+    for (std::string f; std::getline(list, f, ',');) {
+        if (f == "all") {
+            for (int i = 0; i < fault_kinds; ++i) o.faults.push_back(static_cast<Fault>(i));
+        } else if (f != "none") {
+            int i = 0;
+            while (i < fault_kinds && f != fault_names[i]) ++i;
+            if (i == fault_kinds) usage("unknown fault " + f);
+            o.faults.push_back(static_cast<Fault>(i));
+        }
+    }
+    return o;
+}
+
+}  // namespace
+}  // namespace rpclb::sim
+
+int main(int argc, char** argv) {
+    using namespace rpclb::sim;
+    const auto o = parse(argc, argv);
+    const Bounds b(o);
+    const bool verbose = std::getenv("RPCLB_SIM_VERBOSE") != nullptr;
+    unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    if (const char* t = std::getenv("RPCLB_SIM_THREADS")) threads = std::max(1, std::atoi(t));
+    threads = static_cast<unsigned>(std::min<std::uint64_t>(threads, o.runs));
+    if (verbose)
+        std::cout << "bounds: converge " << seconds(b.converge) << " s, removed " << seconds(b.removed)
+                  << " s, excuse " << seconds(b.excuse) << " s (transit " << seconds(b.transit) << ", probe "
+                  << seconds(b.probe) << ", suspicion " << seconds(b.suspicion) << ")" << std::endl;
+
+    std::vector<RunResult> results(o.runs);
+    std::atomic<std::uint64_t> next{0};
+    std::mutex print;
+    auto worker = [&] {
+        for (std::uint64_t k; (k = next++) < o.runs;) {
+            const auto started = std::chrono::steady_clock::now();
+            results[k] = Run(o, o.first_seed + k).go();
+            if (verbose) {
+                const auto& r = results[k];
+                rusage ru{};
+                getrusage(RUSAGE_SELF, &ru);
+                std::lock_guard lock(print);
+                std::cout << "seed " << r.seed << " faults " << r.faults << " clean_converge_virtual_s " << r.clean_s
+                          << " heal_converge_virtual_s " << r.heal_s << " false_dead " << r.false_dead << " dead_verdicts " << r.dead << " broken " << r.broken << " events "
+                          << r.events << " wall_s "
+                          << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+                          << " max_rss_mib " << ru.ru_maxrss / 1024 << std::endl;
+            }
+        }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+
+    std::uint64_t violations = 0;
+    double max_converge = 0;
+    for (const auto& r : results) {
+        max_converge = std::max({max_converge, r.heal_s, o.faults.empty() ? r.clean_s : 0.0});
+        if (r.violations.empty()) continue;
+        ++violations;
+        std::cout << "FAIL replay: mesh_sim --nodes " << o.nodes << " --seeds 1 --seed " << r.seed << " --faults "
+                  << o.fault_list
+                  << (o.seed_nodes != 1 ? " --seeds-nodes " + std::to_string(o.seed_nodes) : std::string()) << "\n";
+        for (const auto& v : r.violations) std::cout << "  violated " << v << "\n";
+    }
+    std::cout << "seeds_run " << o.runs << " violations " << violations << " max_converge_virtual_s " << max_converge
+              << std::endl;
+    return violations > 0 ? 1 : 0;
+}
