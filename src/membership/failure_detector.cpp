@@ -111,6 +111,7 @@ void FailureDetector::start_probe(Clock::time_point now, Actions& out) {
     p.indirect_at = now + scaled(options_.probe_timeout);
     p.ends_at = p.indirect_at + scaled(options_.probe_timeout);
     out.sends.emplace_back(target, wire::Probe{wire::ProbeKind::ping, p.seq, {}});
+    members_.find(target)->second.last_seq = p.seq;
     probes_.push_back(std::move(p));
 }
 
@@ -188,6 +189,8 @@ FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const 
         }
         break;
     case wire::ProbeKind::ack:
+        if (auto it = members_.find(from); it != members_.end() && it->second.last_seq == probe.seq)
+            it->second.direct_failures = 0;  // the link answers, if slowly
         if (auto* p = probe_of(probe.seq)) {
             if (!p->acked) change_health(-1);
             p->acked = true;
@@ -257,7 +260,15 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
 
 FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
     Actions out;
-    if (last_heard_ && !members_.empty() && now >= *last_heard_ + options_.suspicion_max + options_.probe_timeout) {
+    // Woken more than half a probe timeout after the instant asked for: this node is not
+    // being scheduled in time, and its probes' silence may be its own.
+    if (const auto due = next_timer(); due && *due != Clock::time_point::min() && now > *due + options_.probe_timeout / 2)
+        change_health(+1);
+    // Silent for the unconfirmed suspicion time plus a whole probe (interval and both
+    // timeouts, stretched by local health, so that a slow node's sparse probes had their
+    // chance).
+    const auto silence = options_.suspicion_max + scaled(options_.probe_interval) + 2 * scaled(options_.probe_timeout);
+    if (last_heard_ && !members_.empty() && now >= *last_heard_ + silence) {
         // Cut off from every member: no suspicion of ours can be confirmed.
         for (const auto& [name, m] : members_) out.broken.push_back(name);
         for (const auto& name : out.broken) remove(name);

@@ -45,9 +45,11 @@ struct DetectorOptions {
 /// shorter the more members confirm the suspicion — is dead: the detector tells every
 /// member and reports it, and the driver drops its link. A node that finds itself
 /// suspected refutes at once. Its own missed acks and refutations raise its local health
-/// score, which stretches its timeouts, so a slow node suspects others less. A node that
-/// hears nothing from any member for the unconfirmed suspicion time while it probes is cut
-/// off: every link is reported broken at once rather than one suspicion at a time.
+/// score, which stretches its timeouts, so a slow node suspects others less; so does a
+/// timer that runs late (the node is not being scheduled). A node that
+/// hears nothing from any member for the unconfirmed suspicion time and one whole probe
+/// while it probes is cut off: every link is reported broken at once rather than one
+/// suspicion at a time.
 ///
 /// Sans-I/O: driven by add/remove (links up and down), on_probe/on_member (frames read)
 /// and on_timer (the instant next_timer() asked for), all given the time; each returns
@@ -115,6 +117,7 @@ private:
         std::vector<std::string> suspecters;
         std::optional<std::chrono::microseconds> rtt;
         int direct_failures = 0;  // probes in a row answered through others only
+        std::uint64_t last_seq = 0;  // the seq of its last probe (a late pong still counts)
     };
     // A probe in flight: its target, seq, and what it has heard.
     struct Probe {
