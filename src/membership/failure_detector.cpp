@@ -129,6 +129,7 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
         }
         return;
     }
+    ++unanswered_;
     // Lifeguard: missed nacks mean this node, not the target, may be the slow one.
     if (p.nacks < p.asked) change_health(+1);
     auto it = members_.find(p.target);
@@ -175,6 +176,7 @@ FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const 
                                                    const wire::Probe& probe) {
     Actions out;
     last_heard_ = now;
+    unanswered_ = 0;
     switch (probe.kind) {
     case wire::ProbeKind::ping:
         out.sends.emplace_back(from, wire::Probe{wire::ProbeKind::ack, probe.seq, {}});
@@ -215,6 +217,7 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
                                                     const wire::MemberState& state) {
     Actions out;
     last_heard_ = now;
+    unanswered_ = 0;
     if (state.node == self_) {
         if (state.incarnation != incarnation_ || state.state == wire::MemberHealth::alive) return out;
         if (state.version >= version_)
@@ -264,11 +267,10 @@ FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
     // being scheduled in time, and its probes' silence may be its own.
     if (const auto due = next_timer(); due && *due != Clock::time_point::min() && now > *due + options_.probe_timeout / 2)
         change_health(+1);
-    // Silent for the unconfirmed suspicion time plus a whole probe (interval and both
-    // timeouts, stretched by local health, so that a slow node's sparse probes had their
-    // chance).
-    const auto silence = options_.suspicion_max + scaled(options_.probe_interval) + 2 * scaled(options_.probe_timeout);
-    if (last_heard_ && !members_.empty() && now >= *last_heard_ + silence) {
+    // Silent for the unconfirmed suspicion time and a probe timeout, and at least two of
+    // its probes ended unanswered meanwhile (a slow node's sparse probes count, not time).
+    if (last_heard_ && !members_.empty() && unanswered_ >= 2 &&
+        now >= *last_heard_ + options_.suspicion_max + options_.probe_timeout) {
         // Cut off from every member: no suspicion of ours can be confirmed.
         for (const auto& [name, m] : members_) out.broken.push_back(name);
         for (const auto& name : out.broken) remove(name);

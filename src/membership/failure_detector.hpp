@@ -47,8 +47,8 @@ struct DetectorOptions {
 /// suspected refutes at once. Its own missed acks and refutations raise its local health
 /// score, which stretches its timeouts, so a slow node suspects others less; so does a
 /// timer that runs late (the node is not being scheduled). A node that
-/// hears nothing from any member for the unconfirmed suspicion time and one whole probe
-/// while it probes is cut off: every link is reported broken at once rather than one
+/// hears nothing from any member for the unconfirmed suspicion time while two of its
+/// probes go unanswered is cut off: every link is reported broken at once rather than one
 /// suspicion at a time.
 ///
 /// Sans-I/O: driven by add/remove (links up and down), on_probe/on_member (frames read)
@@ -176,6 +176,7 @@ private:
     std::vector<Probe> probes_;  // in flight, oldest first
     std::optional<Clock::time_point> next_probe_at_;
     std::optional<Clock::time_point> last_heard_;  // the last probe frame or answer from any member
+    int unanswered_ = 0;  // probes ended with no answer since then
     std::map<std::uint64_t, Relay> relays_;  // by the seq of the ping sent on the requester's behalf
 };
 

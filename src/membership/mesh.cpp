@@ -1,7 +1,7 @@
 // Membership: the listener, dialling, gossip of known_ nodes, one connection per pair,
-// refusals. How links end (a lost peer, this node's bye and close) is in mesh_loss.cpp.
+// refusals. How links end (a lost peer, this node's bye and close) is in mesh_loss.cpp;
+// the failure detector's driver in mesh_probes.cpp.
 #include "membership/mesh.hpp"
-#include "transport/block_cache.hpp"
 #include "transport/call_channels.hpp"
 #include "transport/tls.hpp"
 
@@ -37,10 +37,6 @@ constexpr std::size_t max_unauthenticated = 64;
 // Refusals of unauthenticated peers are logged at most once per this interval, with the
 // counts so far: a flood of them must not flood the log.
 constexpr std::chrono::seconds refusal_log_interval{10};
-
-// How often the links' kept large-frame buffers (and the process's decoded large values)
-// are trimmed: a buffer unused for one to two of these is freed.
-constexpr std::chrono::seconds trim_interval{2};
 
 // The node that dials when two nodes learn of each other: the smaller name. Both ends
 // compute the same answer, so a pair normally gets exactly one connection.
@@ -574,122 +570,6 @@ std::vector<std::string> Mesh::connected_nodes() const {
     std::vector<std::string> names;
     for (const auto& [name, c] : peers_) names.push_back(name);
     return names;
-}
-
-std::optional<std::chrono::microseconds> Mesh::keepalive_rtt(std::string_view node) const {
-    std::lock_guard lock(detector_mutex_);
-    return detector_.rtt(node);
-}
-
-void Mesh::act(FailureDetector::Actions actions) {
-    if (actions.empty()) return;
-    {
-        std::lock_guard lock(detector_mutex_);
-        arm_probe_timer();
-    }
-    std::vector<std::pair<std::shared_ptr<Connection>, wire::Probe>> sends;
-    std::vector<std::pair<std::shared_ptr<Connection>, wire::MemberState>> notices;
-    std::vector<std::pair<std::shared_ptr<Connection>, bool>> ended;  // true: the member is dead
-    {
-        std::lock_guard lock(mutex_);
-        for (auto& [node, probe] : actions.sends)
-            if (auto it = peers_.find(node); it != peers_.end()) sends.emplace_back(it->second, std::move(probe));
-        for (auto& [node, state] : actions.notices)
-            if (auto it = peers_.find(node); it != peers_.end()) notices.emplace_back(it->second, std::move(state));
-        for (const auto& node : actions.dead)
-            if (auto it = peers_.find(node); it != peers_.end()) ended.emplace_back(it->second, true);
-        for (const auto& node : actions.broken)
-            if (auto it = peers_.find(node); it != peers_.end()) ended.emplace_back(it->second, false);
-    }
-    for (auto& [c, probe] : sends) {
-        if (probe.kind == wire::ProbeKind::ping)
-            c->probe(probe.seq);
-        else
-            c->send(wire::encode(wire::Frame(std::move(probe))));
-    }
-    for (auto& state : actions.gossip) broadcast(wire::encode(wire::Frame(std::move(state))));
-    for (auto& [c, state] : notices) c->send(wire::encode(wire::Frame(std::move(state))));
-    for (auto& [c, dead] : ended) {
-        const LinkClose why{LinkError::timed_out, {},
-                            dead ? "no answer to probes for the suspicion timeout"
-                                 : "no answer over this link to two probes in a row that others got answered"};
-        RPCLB_LOG("mesh", warning) << c->peer().node << (dead ? " did not answer probes and was suspected for the "
-                                                                "suspicion timeout; dropping its link"
-                                                              : " answers other members' probes but not this "
-                                                                "node's, twice in a row; dropping the link");
-        // A peer that said bye has left its groups already, and a stopping node's links
-        // are closing: the link just ends.
-        if (c->going_away() || c->peer_quiet() || stopping_)
-            c->abort(why.kind, why.detail);
-        else
-            drop_link(*c, why);
-    }
-}
-
-void Mesh::on_name_taken(const std::shared_ptr<Connection>& c) {
-    ++name_conflicts_;
-    if (name_clash_due(options_.name + "\n" + c->describe_peer()))
-        RPCLB_LOG("mesh", error) << c->describe_peer() << " refused this node: an older live incarnation of "
-                                 << options_.name << " holds that name there (stop the other process, or give "
-                                 << "this one another name)";
-}
-
-bool Mesh::holds_name(const std::shared_ptr<Connection>& c) const {
-    std::lock_guard lock(mutex_);
-    const auto it = peers_.find(c->peer().node);
-    return it != peers_.end() && it->second->peer().incarnation == c->peer().incarnation;
-}
-
-bool Mesh::name_clash_due(const std::string& key) {
-    std::lock_guard lock(mutex_);
-    if (name_clashes_logged_.size() >= 1024) name_clashes_logged_.clear();
-    return name_clashes_logged_.insert(key).second;
-}
-
-void Mesh::on_probe_answered(const std::shared_ptr<Connection>& c, std::uint64_t seq) {
-    FailureDetector::Actions actions;
-    {
-        std::lock_guard lock(detector_mutex_);
-        actions = detector_.on_probe(FailureDetector::Clock::now(), c->peer().node, {wire::ProbeKind::ack, seq, {}});
-    }
-    act(std::move(actions));
-}
-
-void Mesh::arm_probe_timer() {
-    const auto next = detector_.next_timer();
-    if (!next || (probe_timer_at_ && *probe_timer_at_ <= *next) || detector_stopped_) return;
-    probe_timer_at_ = *next;
-    probe_timer_.expires_at(*next);  // cancels the wait for a later instant
-    probe_timer_.async_wait([weak = self_](boost::system::error_code ec) {
-        if (ec) return;
-        if (auto self = weak.lock()) self->on_probe_timer();
-    });
-}
-
-void Mesh::on_probe_timer() {
-    const auto now = FailureDetector::Clock::now();
-    FailureDetector::Actions actions;
-    bool trim = false;
-    {
-        std::lock_guard lock(detector_mutex_);
-        probe_timer_at_.reset();
-        actions = detector_.on_timer(now);
-        arm_probe_timer();
-        if (now >= next_trim_) {
-            next_trim_ = now + trim_interval;
-            trim = true;
-        }
-    }
-    if (trim) {
-        std::vector<std::shared_ptr<Connection>> links;
-        {
-            std::lock_guard lock(mutex_);
-            for (auto& [name, c] : peers_) links.push_back(c);
-        }
-        for (auto& c : links) c->trim_spares();
-        BlockCache::instance().trim();
-    }
-    act(std::move(actions));
 }
 
 std::vector<std::string> Mesh::routable_nodes() const {

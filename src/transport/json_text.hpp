@@ -3,7 +3,9 @@
 
 #include <boost/json/value.hpp>
 
+#include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -29,5 +31,88 @@ void append_json_string(std::string& out, std::string_view s);
 void append_json(std::string& out, const boost::json::value& v);
 void append_json(std::string& out, const boost::json::array& a);
 void append_json(std::string& out, const boost::json::object& o);
+
+/// Appends compact JSON to one string. Strings and JSON values are written straight into
+/// the output buffer (append_json_string, append_json), so a request's arguments are
+/// neither copied into a temporary document nor serialized into a temporary string.
+///
+/// Each member function writes one member of the object being built; `begin_*` opens a
+/// nested container (keyed at object level, unkeyed for array elements). Keys must be
+/// plain ASCII that needs no escaping (the codec's literals). Thread safety: none.
+class JsonWriter {
+public:
+    explicit JsonWriter(std::string buffer = {}) : out_(std::move(buffer)) {
+        out_.clear();
+        out_.reserve(256);
+    }
+
+    void begin_object() { open('{'); }
+    void end_object() { close('}'); }
+    void begin_array(std::string_view key) {
+        write_key(key);
+        open('[');
+    }
+    void end_array() { close(']'); }
+
+    void string(std::string_view key, std::string_view s) {
+        write_key(key);
+        append_json_string(out_, s);
+        need_comma_ = true;
+    }
+
+    void uint64(std::string_view key, std::uint64_t n) { number(key, n); }
+    void integer(std::string_view key, int n) { number(key, n); }
+
+    void boolean(std::string_view key, bool b) {
+        write_key(key);
+        out_ += b ? "true" : "false";
+        need_comma_ = true;
+    }
+
+    template <class Json>  // json::value, json::array or json::object
+    void value(std::string_view key, const Json& v) {
+        write_key(key);
+        append_json(out_, v);
+        need_comma_ = true;
+    }
+
+    std::string finish() && { return std::move(out_); }
+
+private:
+    void separate() {
+        if (need_comma_) out_ += ',';
+        need_comma_ = false;
+    }
+
+    void write_key(std::string_view key) {
+        separate();
+        out_ += '"';
+        out_ += key;
+        out_ += "\":";
+    }
+
+    void open(char c) {
+        separate();
+        out_ += c;
+    }
+
+    void close(char c) {
+        out_ += c;
+        need_comma_ = true;
+    }
+
+    template <class N>
+    void number(std::string_view key, N n) {
+        write_key(key);
+        char buf[24];
+        auto [end, ec] = std::to_chars(buf, buf + sizeof buf, n);
+        out_.append(buf, end);
+        need_comma_ = true;
+    }
+
+    std::string out_;
+    bool need_comma_ = false;  // a value was just written at this nesting level
+};
+
 
 }  // namespace rpclb::detail::wire

@@ -109,6 +109,18 @@ public:
     // The raw member, for values of any JSON type ("ok").
     json::value* raw(std::string_view key) { return failed() ? nullptr : obj_.if_contains(key); }
 
+    // A string member that must be one of `words`: its index (0 once failed).
+    template <std::size_t N>
+    std::size_t word(std::string_view key, const std::array<std::string_view, N>& words) {
+        std::string s;
+        string(key, s);
+        for (std::size_t i = 0; i < N && !failed(); ++i)
+            if (words[i] == s) return i;
+        fail_message("\"" + std::string(type_) + "\" frame: member \"" + std::string(key) + "\" has an unknown value \"" +
+                     s.substr(0, 32) + "\"");
+        return 0;
+    }
+
     void fail_message(std::string message) {
         if (!failed())
             error_.emplace(DecodeError{DecodeErrorKind::bad_shape, std::move(message), std::nullopt});
@@ -225,34 +237,17 @@ void read(Members& m, Cast& f) {
 
 void read(Members& m, Bye& f) { m.optional_boolean("reply", f.reply); }
 
-// The index of `word` in `words`, or 0 with `m` failed naming `type` and `key`.
-template <std::size_t N>
-std::size_t one_of(Members& m, std::string_view type, std::string_view key, const std::string& word,
-                   const std::array<std::string_view, N>& words) {
-    for (std::size_t i = 0; i < N; ++i)
-        if (words[i] == word) return i;
-    m.fail_message("\"" + std::string(type) + "\" frame: member \"" + std::string(key) + "\" has an unknown value \"" +
-                   word.substr(0, 32) + "\"");
-    return 0;
-}
-
 void read(Members& m, Probe& f) {
-    std::string kind;
-    m.string("k", kind);
+    f.kind = static_cast<ProbeKind>(m.word("k", probe_kinds));
     m.uint64("seq", f.seq);
     m.optional_string("node", f.node);
-    if (!m.failed()) f.kind = static_cast<ProbeKind>(one_of(m, "probe", "k", kind, probe_kinds));
-    if (!m.failed() && f.kind == ProbeKind::ping_req && f.node.empty())
-        m.fail_message("\"probe\" frame: a \"ping_req\" needs member \"node\"");
 }
 
 void read(Members& m, MemberState& f) {
-    std::string state;
-    m.string("state", state);
+    f.state = static_cast<MemberHealth>(m.word("state", member_healths));
     m.string("node", f.node);
     m.string("inc", f.incarnation);
     m.uint64("v", f.version);
-    if (!m.failed()) f.state = static_cast<MemberHealth>(one_of(m, "member", "state", state, member_healths));
 }
 
 void read(Members& m, Response& f) {
@@ -388,88 +383,7 @@ Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
 
 // ---- encoding ---------------------------------------------------------------------------
 
-// Appends compact JSON to one string. Strings and JSON values are written straight into
-// the output buffer (json_text.hpp: the same text as Boost.JSON's serializer, faster on
-// long strings), so a request's arguments are neither copied into a temporary document
-// nor serialized into a temporary string.
-//
-// Each member function writes one member of the object being built; `begin_*` opens a
-// nested container (keyed at object level, unkeyed for array elements).
-class Writer {
-public:
-    explicit Writer(std::string buffer = {}) : out_(std::move(buffer)) {
-        out_.clear();
-        out_.reserve(256);
-    }
-
-    void begin_object() { open('{'); }
-    void end_object() { close('}'); }
-    void begin_array(std::string_view key) {
-        write_key(key);
-        open('[');
-    }
-    void end_array() { close(']'); }
-
-    void string(std::string_view key, std::string_view s) {
-        write_key(key);
-        append_json_string(out_, s);
-        need_comma_ = true;
-    }
-
-    void uint64(std::string_view key, std::uint64_t n) { number(key, n); }
-    void integer(std::string_view key, int n) { number(key, n); }
-
-    void boolean(std::string_view key, bool b) {
-        write_key(key);
-        out_ += b ? "true" : "false";
-        need_comma_ = true;
-    }
-
-    template <class Json>  // json::value, json::array or json::object
-    void value(std::string_view key, const Json& v) {
-        write_key(key);
-        append_json(out_, v);
-        need_comma_ = true;
-    }
-
-    std::string finish() && { return std::move(out_); }
-
-private:
-    void separate() {
-        if (need_comma_) out_ += ',';
-        need_comma_ = false;
-    }
-
-    // Keys are literals of this file: plain ASCII that needs no escaping.
-    void write_key(std::string_view key) {
-        separate();
-        out_ += '"';
-        out_ += key;
-        out_ += "\":";
-    }
-
-    void open(char c) {
-        separate();
-        out_ += c;
-    }
-
-    void close(char c) {
-        out_ += c;
-        need_comma_ = true;
-    }
-
-    template <class N>
-    void number(std::string_view key, N n) {
-        write_key(key);
-        char buf[24];
-        auto [end, ec] = std::to_chars(buf, buf + sizeof buf, n);
-        out_.append(buf, end);
-        need_comma_ = true;
-    }
-
-    std::string out_;
-    bool need_comma_ = false;  // a value was just written at this nesting level
-};
+using Writer = JsonWriter;  // json_text.hpp
 
 void write_peer(Writer& w, const PeerInfo& p) {
     w.string("node", p.node);
@@ -571,13 +485,9 @@ std::optional<std::uint64_t> peek_frame_id(std::string_view text, std::string_vi
 }
 
 std::string_view to_string(DecodeErrorKind kind) noexcept {
-    switch (kind) {
-    case DecodeErrorKind::too_large: return "too_large";
-    case DecodeErrorKind::bad_json: return "bad_json";
-    case DecodeErrorKind::bad_shape: return "bad_shape";
-    case DecodeErrorKind::unknown_type: return "unknown_type";
-    }
-    return "unknown";
+    constexpr std::array<std::string_view, 4> names{"too_large", "bad_json", "bad_shape", "unknown_type"};
+    const auto i = static_cast<std::size_t>(kind);
+    return i < names.size() ? names[i] : "unknown";
 }
 
 boost::system::result<Frame, DecodeError> decode(std::string_view text, std::size_t max_size) {

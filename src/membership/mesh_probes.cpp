@@ -1,0 +1,134 @@
+// Membership: the failure detector's driver (its frames, its one timer, its verdicts) and
+// the name rule's messages. The rest of Mesh is in mesh.cpp and mesh_loss.cpp.
+#include "membership/mesh.hpp"
+#include "transport/block_cache.hpp"
+
+#include <rpclb/detail/log.hpp>
+
+namespace rpclb::detail {
+
+namespace {
+
+// How often the links' kept large-frame buffers (and the process's decoded large values)
+// are trimmed: a buffer unused for one to two of these is freed.
+constexpr std::chrono::seconds trim_interval{2};
+
+}  // namespace
+
+std::optional<std::chrono::microseconds> Mesh::keepalive_rtt(std::string_view node) const {
+    std::lock_guard lock(detector_mutex_);
+    return detector_.rtt(node);
+}
+
+void Mesh::act(FailureDetector::Actions actions) {
+    if (actions.empty()) return;
+    {
+        std::lock_guard lock(detector_mutex_);
+        arm_probe_timer();
+    }
+    std::vector<std::pair<std::shared_ptr<Connection>, wire::Probe>> sends;
+    std::vector<std::pair<std::shared_ptr<Connection>, wire::MemberState>> notices;
+    std::vector<std::pair<std::shared_ptr<Connection>, bool>> ended;  // true: the member is dead
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [node, probe] : actions.sends)
+            if (auto it = peers_.find(node); it != peers_.end()) sends.emplace_back(it->second, std::move(probe));
+        for (auto& [node, state] : actions.notices)
+            if (auto it = peers_.find(node); it != peers_.end()) notices.emplace_back(it->second, std::move(state));
+        for (const auto& node : actions.dead)
+            if (auto it = peers_.find(node); it != peers_.end()) ended.emplace_back(it->second, true);
+        for (const auto& node : actions.broken)
+            if (auto it = peers_.find(node); it != peers_.end()) ended.emplace_back(it->second, false);
+    }
+    for (auto& [c, probe] : sends) {
+        if (probe.kind == wire::ProbeKind::ping)
+            c->probe(probe.seq);
+        else
+            c->send(wire::encode(wire::Frame(std::move(probe))));
+    }
+    for (auto& state : actions.gossip) broadcast(wire::encode(wire::Frame(std::move(state))));
+    for (auto& [c, state] : notices) c->send(wire::encode(wire::Frame(std::move(state))));
+    for (auto& [c, dead] : ended) {
+        const LinkClose why{LinkError::timed_out, {},
+                            dead ? "no answer to probes for the suspicion timeout"
+                                 : "no answer over this link to two probes in a row that others got answered"};
+        RPCLB_LOG("mesh", warning) << c->peer().node << (dead ? " did not answer probes and was suspected for the "
+                                                                "suspicion timeout; dropping its link"
+                                                              : " answers other members' probes but not this "
+                                                                "node's, twice in a row; dropping the link");
+        // A peer that said bye has left its groups already, and a stopping node's links
+        // are closing: the link just ends.
+        if (c->going_away() || c->peer_quiet() || stopping_)
+            c->abort(why.kind, why.detail);
+        else
+            drop_link(*c, why);
+    }
+}
+
+void Mesh::on_name_taken(const std::shared_ptr<Connection>& c) {
+    ++name_conflicts_;
+    if (name_clash_due(options_.name + "\n" + c->describe_peer()))
+        RPCLB_LOG("mesh", error) << c->describe_peer() << " refused this node: an older live incarnation of "
+                                 << options_.name << " holds that name there (stop the other process, or give "
+                                 << "this one another name)";
+}
+
+bool Mesh::holds_name(const std::shared_ptr<Connection>& c) const {
+    std::lock_guard lock(mutex_);
+    const auto it = peers_.find(c->peer().node);
+    return it != peers_.end() && it->second->peer().incarnation == c->peer().incarnation;
+}
+
+bool Mesh::name_clash_due(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    if (name_clashes_logged_.size() >= 1024) name_clashes_logged_.clear();
+    return name_clashes_logged_.insert(key).second;
+}
+
+void Mesh::on_probe_answered(const std::shared_ptr<Connection>& c, std::uint64_t seq) {
+    FailureDetector::Actions actions;
+    {
+        std::lock_guard lock(detector_mutex_);
+        actions = detector_.on_probe(FailureDetector::Clock::now(), c->peer().node, {wire::ProbeKind::ack, seq, {}});
+    }
+    act(std::move(actions));
+}
+
+void Mesh::arm_probe_timer() {
+    const auto next = detector_.next_timer();
+    if (!next || (probe_timer_at_ && *probe_timer_at_ <= *next) || detector_stopped_) return;
+    probe_timer_at_ = *next;
+    probe_timer_.expires_at(*next);  // cancels the wait for a later instant
+    probe_timer_.async_wait([weak = self_](boost::system::error_code ec) {
+        if (ec) return;
+        if (auto self = weak.lock()) self->on_probe_timer();
+    });
+}
+
+void Mesh::on_probe_timer() {
+    const auto now = FailureDetector::Clock::now();
+    FailureDetector::Actions actions;
+    bool trim = false;
+    {
+        std::lock_guard lock(detector_mutex_);
+        probe_timer_at_.reset();
+        actions = detector_.on_timer(now);
+        arm_probe_timer();
+        if (now >= next_trim_) {
+            next_trim_ = now + trim_interval;
+            trim = true;
+        }
+    }
+    if (trim) {
+        std::vector<std::shared_ptr<Connection>> links;
+        {
+            std::lock_guard lock(mutex_);
+            for (auto& [name, c] : peers_) links.push_back(c);
+        }
+        for (auto& c : links) c->trim_spares();
+        BlockCache::instance().trim();
+    }
+    act(std::move(actions));
+}
+
+}  // namespace rpclb::detail
