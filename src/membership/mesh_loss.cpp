@@ -208,7 +208,7 @@ void Mesh::close_all(std::chrono::milliseconds limit, bool served_all) {
             self->probe_timer_.cancel();
         });
     }
-    // No keep-alive tick of this node's will free the decoded large values' kept blocks
+    // No trim tick of this node's will free the decoded large values' kept blocks
     // any more (another node of the process that uses them only refills them).
     BlockCache::instance().trim(true);
 }

@@ -25,9 +25,9 @@ namespace rpclb::detail {
 ///
 /// Size classes: quarter steps between powers of two (16, 20, 24, 28, 32, 40, ... KiB), so
 /// a block wastes at most a fifth of its size. At most `max_bytes` are kept in all.
-/// trim() frees them when no block was kept or reused since the previous trim(): every
-/// connection calls it at its keep-alive tick, so memory kept after a
-/// burst of large calls goes back within two keep-alive intervals once the traffic stops;
+/// trim() frees them when no block was kept or reused since the previous trim(): the
+/// mesh calls it at its trim tick (2 s), so memory kept after a burst of large calls goes
+/// back within two ticks once the traffic stops;
 /// a node's stop frees them all (Mesh::stop). A process whose nodes have no connection
 /// left keeps them (4 MiB at most) until its next connection ticks or a node stops.
 ///

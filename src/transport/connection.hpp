@@ -107,7 +107,7 @@ public:
 
     /// An empty buffer to encode the next frame for this connection into: the memory of
     /// a large frame already written, when one is kept (FramePool: mesh links only,
-    /// trimmed at keep-alive ticks), else a new string. Thread safety: any thread.
+    /// trimmed at the mesh's trim ticks), else a new string. Thread safety: any thread.
     std::string spare_buffer() { return spares_.take(); }
 
     /// Queues a cast (no answer). Errors: `bad_request` (Failure::too_large) when its frame

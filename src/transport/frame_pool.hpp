@@ -23,9 +23,9 @@ namespace rpclb::detail {
 /// Only buffers of `min_capacity` to `max_capacity` bytes are kept, at most `max_spares`
 /// of them (`limit`, which a call channel sets to none) and `max_bytes` in all. trim()
 /// frees them when no large frame (`min_capacity` bytes or more) was written since the
-/// last trim(): the connection calls it every keep-alive interval and when it closes, so
-/// after a burst of large calls a link that goes back to small ones gives the memory back
-/// within two intervals. While buffers are kept, a small frame is encoded into one too
+/// last trim(): the mesh calls it every trim tick (2 s) and the connection when it closes,
+/// so after a burst of large calls a link that goes back to small ones gives the memory
+/// back within two ticks. While buffers are kept, a small frame is encoded into one too
 /// (its size is not known before); when none is kept, take() costs one atomic load.
 ///
 /// Thread safety: every member may be called from any thread (a caller encodes its
