@@ -1,7 +1,7 @@
 // Partitions: three rpclb-node processes in network namespaces (faults/netns.hpp), links
 // cut so that packets vanish without a reset. Checks the failure detection the
-// architecture promises (a silent peer is gone within the keep-alive idle timeout, calls
-// waiting on it fail then or at their deadline), that the mesh re-forms after the link
+// architecture promises (the probes find a silent peer gone within the idle timeout + 2 s;
+// calls waiting on it fail then or at their deadline), that the mesh re-forms after the link
 // heals with every node's view the same, and that a lossy, slow link is not mistaken for
 // a dead one. Prints the measured times (doc/explanation/failure-detection.md).
 #define BOOST_TEST_MODULE partitions
