@@ -297,36 +297,32 @@ def main():
     if a.verify_admin and verify_admin(nodes, N - 1, "converged"):
         status = 1
 
+    def out_of_views(victim, observers, sig, key):
+        """Sends `sig` to `victim`; prints KEY with the seconds until no observer has it in
+        its view (or "timeout"). True when it left every view in time."""
+        poll_all(observers)
+        t0 = time.time()
+        os.kill(victim.pid, sig)
+        if wait_until(lambda: all(victim.name not in n.view for n in observers),
+                      t0 + a.out_deadline, a.interval / 5, observers):
+            print(f"{key} {fmt(max(n.lost_at[victim.name] for n in observers) - t0)}", flush=True)
+            return True
+        left = sum(1 for n in observers if victim.name in n.view)
+        log(f"{victim.name} still in {left} views {a.out_deadline:g} s after {signal.Signals(sig).name}")
+        print(f"{key} timeout", flush=True)
+        return False
+
     # --- SIGKILL a non-seed node ---------------------------------------------------------
     killed = nodes[-1]
     rest = [n for n in nodes if n is not killed]
-    poll_all(nodes)
-    t_kill = time.time()
-    os.kill(killed.pid, signal.SIGKILL)
-    if wait_until(lambda: all(killed.name not in n.view for n in rest),
-                  t_kill + a.out_deadline, a.interval / 5, rest):
-        print(f"kill_out_s {fmt(max(n.lost_at[killed.name] for n in rest) - t_kill)}", flush=True)
-    else:
-        left = sum(1 for n in rest if killed.name in n.view)
-        log(f"{killed.name} still in {left} views {a.out_deadline:g} s after SIGKILL")
-        print("kill_out_s timeout", flush=True)
+    if not out_of_views(killed, rest, signal.SIGKILL, "kill_out_s"):
         status = 1
 
     # --- SIGSTOP another non-seed node -------------------------------------------------------
     stalled = nodes[-2]
     others = [n for n in rest if n is not stalled]
-    poll_all(rest)
-    t_stop = time.time()
-    os.kill(stalled.pid, signal.SIGSTOP)
     try:
-        if wait_until(lambda: all(stalled.name not in n.view for n in others),
-                      t_stop + a.out_deadline, a.interval / 5, others):
-            print(f"stall_out_s {fmt(max(n.lost_at[stalled.name] for n in others) - t_stop)}",
-                  flush=True)
-        else:
-            left = sum(1 for n in others if stalled.name in n.view)
-            log(f"{stalled.name} still in {left} views {a.out_deadline:g} s after SIGSTOP")
-            print("stall_out_s timeout", flush=True)
+        if not out_of_views(stalled, others, signal.SIGSTOP, "stall_out_s"):
             status = 1
     finally:
         t_cont = time.time()

@@ -125,7 +125,7 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
             out.broken.push_back(p.target);
             remove(p.target);
         } else {
-            round_.push_back(p.target);  // probed again next, to tell a slow answer from a broken link
+            probe_next(p.target);  // to tell a slow answer from a broken link
         }
         return;
     }
@@ -134,13 +134,12 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
     if (p.nacks < p.asked) change_health(+1);
     auto it = members_.find(p.target);
     if (it == members_.end() || it->second.suspect) return;
-    suspect(now, p.target, it->second, self_, out);
+    suspect(now, p.target, it->second, self_);
     out.gossip.push_back(wire::MemberState{wire::MemberHealth::suspect, p.target, it->second.incarnation,
                                            it->second.version});
 }
 
-void FailureDetector::suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by,
-                              Actions&) {
+void FailureDetector::suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by) {
     if (!m.suspect) {
         m.suspect = true;
         m.suspected_at = now;
@@ -241,14 +240,13 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
             m.version = state.version;
             // Probed next, so this node confirms the suspicion (or sees it refuted) within
             // an interval rather than when the round comes to it.
-            if (!m.suspect && !probing(state.node)) {
-                std::erase(round_, state.node);
-                round_.push_back(state.node);
+            if (!m.suspect) {
+                probe_next(state.node);
+                // The suspect may not have heard it (the suspecter's link to it may be
+                // going down): tell it too, so that it can refute.
+                if (from != state.node) out.notices.emplace_back(state.node, state);
             }
-            // The suspect may not have heard it (the suspecter's link to it may be going
-            // down): tell it too, so that it can refute.
-            if (!m.suspect && from != state.node) out.notices.emplace_back(state.node, state);
-            suspect(now, state.node, m, from, out);
+            suspect(now, state.node, m, from);
         }
         break;
     case wire::MemberHealth::dead:

@@ -145,7 +145,7 @@ private:
     void end_probe(Clock::time_point now, Probe p, Actions& out);
     Probe* probe_of(std::uint64_t seq);
     bool probing(std::string_view node) const;
-    void suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by, Actions& out);
+    void suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by);
     void clear_suspicion(std::string_view node, Member& m);
     std::optional<Clock::time_point> earliest_suspicion() const;
     void refute(std::uint64_t above, Actions& out);

@@ -417,19 +417,9 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
             } else if constexpr (std::is_same_v<T, wire::GroupLeave>) {
                 if (holds_name(c)) groups_.apply_leave(node, f.group);
             } else if constexpr (std::is_same_v<T, wire::Probe>) {
-                FailureDetector::Actions actions;
-                {
-                    std::lock_guard lock(detector_mutex_);
-                    actions = detector_.on_probe(FailureDetector::Clock::now(), node, f);
-                }
-                act(std::move(actions));
+                drive([&](auto now) { return detector_.on_probe(now, node, f); });
             } else if constexpr (std::is_same_v<T, wire::MemberState>) {
-                FailureDetector::Actions actions;
-                {
-                    std::lock_guard lock(detector_mutex_);
-                    actions = detector_.on_member(FailureDetector::Clock::now(), node, f);
-                }
-                act(std::move(actions));
+                drive([&](auto now) { return detector_.on_member(now, node, f); });
             } else if constexpr (std::is_same_v<T, wire::Bye>) {
                 if (f.reply) {
                     // The peer answers our bye: it sends nothing new. It is not stopping,

@@ -195,8 +195,20 @@ private:
     /// on_peer_lost_ told.
     void peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool clean);
     bool dials(const std::string& node) const;
-    /// Does what the failure detector asked: sends its frames, drops the links of the
-    /// members it found dead, and re-arms probe_timer_. Takes detector_mutex_ itself.
+    /// Runs one event of the failure detector, `event(now)`, under detector_mutex_, re-arms
+    /// probe_timer_, then does what the detector asked (act) with no lock held.
+    template <class Event>
+    void drive(Event&& event) {
+        FailureDetector::Actions actions;
+        {
+            std::lock_guard lock(detector_mutex_);
+            actions = event(FailureDetector::Clock::now());
+            arm_probe_timer();
+        }
+        act(std::move(actions));
+    }
+    /// Does what the failure detector asked: sends its frames, then drops the links of the
+    /// members it found dead or whose links it found broken.
     void act(FailureDetector::Actions actions);
     /// Arms probe_timer_ for the detector's next instant, unless armed for it already
     /// (detector_mutex_ held).

@@ -22,10 +22,6 @@ std::optional<std::chrono::microseconds> Mesh::keepalive_rtt(std::string_view no
 
 void Mesh::act(FailureDetector::Actions actions) {
     if (actions.empty()) return;
-    {
-        std::lock_guard lock(detector_mutex_);
-        arm_probe_timer();
-    }
     std::vector<std::pair<std::shared_ptr<Connection>, wire::Probe>> sends;
     std::vector<std::pair<std::shared_ptr<Connection>, wire::MemberState>> notices;
     std::vector<std::pair<std::shared_ptr<Connection>, bool>> ended;  // true: the member is dead
@@ -86,12 +82,7 @@ bool Mesh::name_clash_due(const std::string& key) {
 }
 
 void Mesh::on_probe_answered(const std::shared_ptr<Connection>& c, std::uint64_t seq) {
-    FailureDetector::Actions actions;
-    {
-        std::lock_guard lock(detector_mutex_);
-        actions = detector_.on_probe(FailureDetector::Clock::now(), c->peer().node, {wire::ProbeKind::ack, seq, {}});
-    }
-    act(std::move(actions));
+    drive([&](auto now) { return detector_.on_probe(now, c->peer().node, {wire::ProbeKind::ack, seq, {}}); });
 }
 
 void Mesh::arm_probe_timer() {
@@ -106,19 +97,15 @@ void Mesh::arm_probe_timer() {
 }
 
 void Mesh::on_probe_timer() {
-    const auto now = FailureDetector::Clock::now();
-    FailureDetector::Actions actions;
     bool trim = false;
-    {
-        std::lock_guard lock(detector_mutex_);
+    drive([&](auto now) {
         probe_timer_at_.reset();
-        actions = detector_.on_timer(now);
-        arm_probe_timer();
         if (now >= next_trim_) {
             next_trim_ = now + trim_interval;
             trim = true;
         }
-    }
+        return detector_.on_timer(now);
+    });
     if (trim) {
         std::vector<std::shared_ptr<Connection>> links;
         {
@@ -128,7 +115,6 @@ void Mesh::on_probe_timer() {
         for (auto& c : links) c->trim_spares();
         BlockCache::instance().trim();
     }
-    act(std::move(actions));
 }
 
 }  // namespace rpclb::detail
