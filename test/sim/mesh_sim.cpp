@@ -16,9 +16,11 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -407,14 +409,14 @@ private:
     std::string problem_;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-    std::cerr << "mesh_sim: " << why
-              << "\nusage: mesh_sim --nodes N --seeds S [--seed X] [--faults LIST] [--seeds-nodes K]\n"
+[[noreturn]] void usage(const std::string& why, int status = 2) {
+    (status == 0 ? std::cout : std::cerr) << (why.empty() ? "" : "mesh_sim: " + why + "\n")
+              << "usage: mesh_sim --nodes N --seeds S [--seed X] [--faults LIST] [--seeds-nodes K]\n"
                  "  --seeds S        number of runs, with seeds X, X+1, ..., X+S-1 (X defaults to 1)\n"
                  "  --seeds-nodes K  nodes 0..K-1 are the seed nodes every node joins through (default 1)\n"
                  "  --faults    comma-separated, from: all none drop delay reorder partition asym crash restart "
                  "stall mass_restart (default all)\n";
-    std::exit(2);
+    std::exit(status);
 }
 
 Options parse(int argc, char** argv) {
@@ -422,23 +424,29 @@ Options parse(int argc, char** argv) {
     auto number = [&](int& k) -> std::uint64_t {
         if (k + 1 >= argc) usage(std::string(argv[k]) + " needs a value");
         char* end = nullptr;
-        const auto v = std::strtoull(argv[++k], &end, 10);
-        if (!end || *end) usage(std::string("not a number: ") + argv[k]);
+        const char* text = argv[++k];
+        errno = 0;
+        const auto v = std::strtoull(text, &end, 10);
+        if (!end || *end || *text == '-' || *text == '\0' || errno == ERANGE)
+            usage(std::string("not a number: ") + text);
         return v;
     };
     for (int k = 1; k < argc; ++k) {
         const std::string a = argv[k];
-        if (a == "--nodes") o.nodes = static_cast<std::uint32_t>(number(k));
+        if (a == "--help" || a == "-h") usage("", 0);
+        else if (a == "--nodes") o.nodes = static_cast<std::uint32_t>(std::min<std::uint64_t>(number(k), 1u << 30));
         else if (a == "--seeds") o.runs = number(k);
         else if (a == "--seed") o.first_seed = number(k);
-        else if (a == "--seeds-nodes") o.seed_nodes = static_cast<std::uint32_t>(number(k));
+        else if (a == "--seeds-nodes") o.seed_nodes = static_cast<std::uint32_t>(std::min<std::uint64_t>(number(k), 1u << 30));
         else if (a == "--faults") {
             if (k + 1 >= argc) usage("--faults needs a value");
             o.fault_list = argv[++k];
         } else usage("unknown argument " + a);
     }
-    if (o.nodes < 2 || o.nodes > 60000) usage("--nodes must be 2 … 60000");
-    if (o.runs == 0) usage("--seeds must be at least 1");
+    if (o.nodes < 2 || o.nodes > 10000) usage("--nodes must be 2 … 10000");
+    if (o.runs == 0 || o.runs > 1000000) usage("--seeds must be 1 … 1000000");
+    if (o.fault_list.empty()) usage("--faults needs at least one kind (or none)");
+    if (o.first_seed > std::numeric_limits<std::uint64_t>::max() - o.runs) usage("--seed X + S would wrap");
     if (o.seed_nodes < 1 || o.seed_nodes > o.nodes) usage("--seeds-nodes must be 1 … N");
     std::stringstream list(o.fault_list);
     for (std::string f; std::getline(list, f, ',');) {

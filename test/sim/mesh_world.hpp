@@ -304,7 +304,12 @@ private:
     }
 
     void dispatch(Event& e) {
-        if (e.kind == Kind::call) return calls_[e.tag]();
+        if (e.kind == Kind::call) {
+            // Moved out first: the call may schedule more (at()), which can grow calls_.
+            auto call = std::move(calls_[e.tag]);
+            calls_[e.tag] = nullptr;
+            return call();
+        }
         auto& node = nodes_[e.to];
         const bool frame = e.kind == Kind::probe || e.kind == Kind::member || e.kind == Kind::close || e.kind == Kind::nodes;
         if (frame && blocked(e.from, e.to)) {
