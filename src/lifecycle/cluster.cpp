@@ -11,6 +11,8 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/system_executor.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <random>
 #include <iomanip>
 #include <sstream>
@@ -22,12 +24,19 @@ namespace {
 
 // 20 hex digits: the start time in milliseconds since the epoch (11 digits), then 36
 // random bits. Incarnations sort by start time as strings, which the mesh uses to give a
-// contested name to its older incarnation.
+// contested name to its older incarnation. Within one process the time part only grows,
+// so a node made later always sorts later, even within one millisecond.
 std::string draw_incarnation() {
+    static std::atomic<std::int64_t> last_ms{0};
     std::random_device rd;
     std::uniform_int_distribution<std::uint64_t> dist(0, (std::uint64_t(1) << 36) - 1);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::system_clock::now().time_since_epoch()).count();
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count();
+    std::int64_t prev = last_ms.load();
+    std::int64_t ms = 0;
+    do {
+        ms = std::max(now, prev + 1);
+    } while (!last_ms.compare_exchange_weak(prev, ms));
     std::ostringstream out;
     out << std::hex << std::setfill('0') << std::setw(11) << ms << std::setw(9) << dist(rd);
     return out.str();
