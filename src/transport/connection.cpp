@@ -73,31 +73,8 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       deadline_timer_(ws_.get_executor()) {}
 
 void Connection::configure() {
-    ws::stream_base::timeout t{};
-    t.handshake_timeout = settings_.handshake_timeout;
-    // No idle timeout and no pings: the mesh's failure detector watches the peer
-    // (membership/failure_detector.hpp), one probe per member per interval for the whole
-    // node instead of a timer per connection.
-    t.idle_timeout = ws::stream_base::none();
-    t.keep_alive_pings = false;
+    configure_stream(ws_, settings_.handshake_timeout);
     ws_.visit([&](auto& ws) {
-        // Until the cookie handshake is done a peer may be anyone who can reach the port:
-        // Beast refuses a message over the handshake's own size from its frame header,
-        // before reading its payload (handle_step raises the limit once established).
-        ws.read_message_max(max_handshake_message);
-        // Binary frames: the payload is JSON text, but a string that is not valid UTF-8 must
-        // cost one call (bad_request), not the whole connection, which Beast would close on a
-        // text frame.
-        ws.binary(true);
-        // A message goes out in frames of the write buffer's size (128 KiB), so control
-        // frames (a close) can go out in between them; a 64 KiB call still goes out as one
-        // frame, in one system call (at 64 KiB its last bytes made a second frame and a
-        // second write on each side: bench/README.md, "Large payloads").
-        ws.auto_fragment(true);
-        // A dialer also masks what it sends through this buffer: one system call per
-        // 128 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
-        ws.write_buffer_bytes(128 * 1024);
-        ws.set_option(t);
         // Runs inside this connection's reads, which hold a reference to it.
         ws.control_callback([this](ws::frame_type kind, beast::string_view payload) {
             std::uint64_t seq = 0;
@@ -158,17 +135,7 @@ void Connection::do_read() {
                                                 "a message over " + std::to_string(max_handshake_message) +
                                                     " bytes before the cookie handshake was done"});
                 }
-                auto reason = LinkClose::from(ec);
-                if (reason.kind == LinkError::closed_by_peer) {
-                    const auto why = self->ws_.visit([](auto& ws) { return ws.reason(); });
-                    const std::string_view text(why.reason.data(), why.reason.size());
-                    if (why.code == ws::close_code::policy_error && text == cookie_refused_close_reason &&
-                        !self->established_ && self->handshake_.awaiting_ready())
-                        reason.kind = LinkError::cookie_refused;
-                    if (why.code == ws::close_code::policy_error && text == name_taken_close_reason)
-                        reason.kind = LinkError::name_taken;
-                }
-                return self->fail(reason);
+                return self->fail(read_failure(self->ws_, ec, !self->established_ && self->handshake_.awaiting_ready()));
             }
             self->on_read(bytes);
         });
@@ -203,7 +170,7 @@ void Connection::on_read(std::size_t) {
     buffer_.consume(read);
     if (buffer_.capacity() > 8 * 1024 && read <= buffer_.capacity() / 4) buffer_.shrink_to_fit();
     if (!failure.empty()) return fail({LinkError::handshake_failed, {}, failure});
-    if (closed() || answers_owed_ > 0) return;  // answer_delivered reads again
+    if (closed() || loan_.owed()) return;  // answer_delivered reads again
     do_read();
 }
 
@@ -250,19 +217,7 @@ void Connection::handle_step(Handshake::Step step) {
         ws_.visit([&](auto& ws) { ws.read_message_max(established_message_max(settings_)); });
         core_.set_batching(handshake_.peer_batch() && settings_.max_batch_frames > 1);
         channel_ = handshake_.peer_channel();
-        if (channel_) {
-            // An accepted call channel: the dialer reads only while one of its calls waits,
-            // so a close waits briefly for its answer (Beast times the close handshake with
-            // handshake_timeout).
-            ws::stream_base::timeout t{};
-            t.handshake_timeout = std::chrono::milliseconds(100);
-            t.idle_timeout = ws::stream_base::none();
-            ws_.visit([&](auto& ws) { ws.set_option(t); });
-            // A lent write (answer) must never wait; Asio's asynchronous operations behave
-            // the same in either mode.
-            beast::error_code ignored;
-            ws_.socket().non_blocking(true, ignored);
-        }
+        if (channel_) configure_call_channel(ws_);
         established_ = true;
         if (state() == LinkState::handshaking) state_ = LinkState::open;
         owner_.on_established(shared_from_this());
@@ -296,7 +251,7 @@ void Connection::write_next() {
     const auto now = state();
     if (core_.writing() || now == LinkState::connecting || now == LinkState::closed || handling_read_) return;
     if (core_.write_idle() && now != LinkState::saying_bye) return;
-    take_stream_back();
+    if (channel_) loan_.take_back();  // before this thread touches the stream
     if (core_.write_idle()) return start_close();
     // Frames that queued up behind the last write go out together, as one message, to a
     // peer that reads batches (never past the size limit; see LinkCore::begin_write).
@@ -392,22 +347,17 @@ void Connection::on_deadline() {
 
 void Connection::answer_later() {
     if (!channel_) return;
-    ++answers_owed_;
-    std::lock_guard lock(lend_mutex_);
-    lent_ = answers_owed_ == 1 && !ws_.tls() && core_.write_idle() && !core_.writing() && state() == LinkState::open;
+    loan_.promise(!ws_.tls() && core_.write_idle() && !core_.writing() && state() == LinkState::open);
 }
 
 void Connection::answer(std::string frame) {
     if (channel_) {
-        std::unique_lock lock(lend_mutex_);
-        if (std::exchange(lent_, false) && frame.size() <= max_lent_write) {
-            beast::error_code ec;
-            ws_.visit([&](auto& ws) { ws.write(asio::buffer(frame), ec); });
-            lock.unlock();
+        beast::error_code ec;
+        if (loan_.write_if_lent(frame.size() <= max_lent_write,
+                                [&] { ws_.visit([&](auto& ws) { ws.write(asio::buffer(frame), ec); }); })) {
             count_written(1);
             return asio::dispatch(ws_.get_executor(), [self = shared_from_this(), ec] { self->answer_delivered(ec); });
         }
-        lock.unlock();
         send(std::move(frame));
         return forgo_answer();
     }
@@ -420,10 +370,10 @@ void Connection::forgo_answer() {
 }
 
 void Connection::answer_delivered(beast::error_code ec) {
-    --answers_owed_;
+    const bool none_owed = loan_.delivered();
     if (closed()) return;
     if (ec) return fail(write_failure(ec));
-    if (answers_owed_ == 0 && !close_started_) do_read();
+    if (none_owed && !close_started_) do_read();
 }
 
 void Connection::close(LinkError why, std::string detail) {
@@ -491,7 +441,7 @@ void Connection::ping_next() {
 
 void Connection::fail(const LinkClose& reason) {
     if (state_.exchange(LinkState::closed) == LinkState::closed) return;
-    take_stream_back();  // before the socket closes under a lent write
+    if (channel_) loan_.take_back();  // before the socket closes under a lent write
     spares_.trim(true);
     handshake_timer_.cancel();
     deadline_timer_.cancel();

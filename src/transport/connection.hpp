@@ -1,11 +1,13 @@
 // One authenticated WebSocket connection between two nodes (internal).
 #pragma once
 
+#include "transport/connection_owner.hpp"
 #include "transport/frame_pool.hpp"
 #include "transport/link_core.hpp"
 #include "transport/link_error.hpp"
 #include "transport/link_settings.hpp"
 #include "transport/mesh_stream.hpp"
+#include "transport/stream_loan.hpp"
 
 #include <rpclb/detail/handshake.hpp>
 #include <rpclb/detail/wire.hpp>
@@ -19,63 +21,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace rpclb::detail {
-
-class Connection;
-
-/// What a connection tells the node that owns it. Every method runs on the
-/// connection's strand.
-class ConnectionOwner {
-public:
-    virtual ~ConnectionOwner() = default;
-    /// The cookie handshake succeeded; the connection may now carry traffic.
-    virtual void on_established(const std::shared_ptr<Connection>& connection) = 0;
-    /// A decoded frame other than a handshake frame or a Response.
-    virtual void on_frame(const std::shared_ptr<Connection>& connection, wire::Frame&& frame) = 0;
-    /// The connection is closed, for `reason` (its kind for decisions, describe() for
-    /// logs); `established` tells whether on_established ran. Runs before the requests
-    /// still pending on it fail, so that what the owner does about the loss (the mesh takes
-    /// the peer out of every balancer) is done before any caller learns of it.
-    virtual void on_closed(const std::shared_ptr<Connection>& connection, const LinkClose& reason,
-                           bool established) = 0;
-    /// A frame the codec refused (already answered when it was a request).
-    virtual void on_bad_frame(const std::shared_ptr<Connection>& connection,
-                              const wire::DecodeError& error) = 0;
-    /// The handshake failed (wrong cookie, version, protocol).
-    virtual void on_handshake_failed(const std::shared_ptr<Connection>& connection,
-                                     const std::string& reason) = 0;
-    /// The TLS handshake failed, or the peer's use of TLS differs from this node's (a
-    /// TLS node and a plaintext node); `reason` says which. Runs just before on_closed.
-    virtual void on_tls_failed(const std::shared_ptr<Connection>& connection, const std::string& reason) = 0;
-    /// This side dialled, sent its proof, and the acceptor refused it explicitly (its
-    /// close carried cookie_refused_close_reason): the cookies differ. Runs instead of
-    /// on_handshake_failed, just before on_closed.
-    virtual void on_cookie_refused(const std::shared_ptr<Connection>& connection) = 0;
-    /// The peer sent a message over max_handshake_message before the cookie handshake was
-    /// done; the connection closes next (on_closed follows).
-    virtual void on_oversize_before_handshake(const std::shared_ptr<Connection>&) {}
-    /// The peer closed this connection because an older live incarnation of this node's
-    /// name holds it there (name_taken_close_reason). Runs just before on_closed.
-    virtual void on_name_taken(const std::shared_ptr<Connection>&) {}
-    /// The peer answered probe `seq` (Connection::probe). On the connection's strand.
-    virtual void on_probe_answered(const std::shared_ptr<Connection>&, std::uint64_t /*seq*/) {}
-};
-
-/// Where a connection is in its life. Each state follows the one before it, except that
-/// any state may go to `closed`, and `handshaking` may go straight to `saying_bye`.
-enum class LinkState : std::uint8_t {
-    connecting,   ///< dialling or accepting: TCP, TLS, the WebSocket upgrade
-    handshaking,  ///< the WebSocket is open; the cookie handshake runs
-    open,         ///< established: calls, casts and membership frames flow
-    saying_bye,   ///< close() ran: what is queued goes out, then the WebSocket close
-    closed,       ///< ended; pending calls have failed
-};
 
 /// A WebSocket to one peer, the I/O driver of its LinkCore: the handshakes, one read loop,
 /// one write path (LinkCore's queue, coalesced into batches) and the deadline timer. It
@@ -129,9 +80,8 @@ public:
     /// (ConnectionOwner::on_frame) is handled: its answer will come from another thread,
     /// through answer() or, when there is none, forgo_answer(). On an accepted plain call
     /// channel the connection then reads nothing more until it has come (its dialer sends
-    /// one call at a time), and, when no write is in progress, lends the stream to the
-    /// thread that brings the answer, which writes it itself: the caller has it without a
-    /// hand-off back to the network thread. Elsewhere it does nothing.
+    /// one call at a time) and may lend that thread the stream (StreamLoan). Elsewhere it
+    /// does nothing.
     void answer_later();
     /// Sends the answer promised by answer_later(). Any thread. Written right here when
     /// the stream was lent and the frame is at most max_lent_write bytes (the socket is
@@ -207,13 +157,6 @@ private:
     /// On the strand: an answer promised by answer_later() went out (`ec`: how a lent
     /// write ended) or was forgone; reads resume once none is owed.
     void answer_delivered(boost::system::error_code ec);
-    /// On the strand, before it touches the stream: ends a loan (answer_later), waiting
-    /// for the borrower's write if one is in progress (short: the socket never blocks).
-    void take_stream_back() {
-        if (!channel_) return;
-        std::lock_guard lock(lend_mutex_);
-        lent_ = false;
-    }
     /// Counts a write of `count` frames in one message into WireCounters.
     void count_written(std::size_t count) noexcept {
         settings_.counters->frames_sent.fetch_add(count, std::memory_order_relaxed);
@@ -276,13 +219,7 @@ private:
     boost::asio::steady_timer deadline_timer_;
     std::vector<std::uint64_t> probes_;  // probe seqs to send as pings, oldest first (strand)
     bool pinging_ = false;               // a ping is being written (strand)
-    // Accepted call channel: answers promised (answer_later) and not yet delivered (strand
-    // only; no read is started while there are any), and whether the stream is lent to
-    // the thread that brings the answer (under lend_mutex_, which that thread holds while
-    // it writes).
-    int answers_owed_ = 0;
-    std::mutex lend_mutex_;
-    bool lent_ = false;
+    StreamLoan loan_;  // accepted call channel: answers owed, and the stream lent for them
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<LinkState> state_{LinkState::connecting};  // written on the strand only
     std::atomic<bool> established_{false};

@@ -1,5 +1,6 @@
 #include "transport/link_open.hpp"
 
+#include "transport/link_settings.hpp"
 #include "transport/tls.hpp"
 
 #include <rpclb/detail/host_port.hpp>
@@ -120,6 +121,58 @@ void open_dialled(MeshStream& ws, const std::string& target, OpenDone done) {
                                     on_connected(ws, target, host, done);
                                 });
         });
+}
+
+void configure_stream(MeshStream& ws, std::chrono::milliseconds handshake_timeout) {
+    beast::websocket::stream_base::timeout t{};
+    t.handshake_timeout = handshake_timeout;
+    // No idle timeout and no pings: the mesh's failure detector watches the peer
+    // (membership/failure_detector.hpp), one probe per member per interval for the whole
+    // node instead of a timer per connection.
+    t.idle_timeout = beast::websocket::stream_base::none();
+    t.keep_alive_pings = false;
+    ws.visit([&](auto& s) {
+        // Until the cookie handshake is done a peer may be anyone who can reach the port:
+        // Beast refuses a message over the handshake's own size from its frame header,
+        // before reading its payload.
+        s.read_message_max(max_handshake_message);
+        // Binary frames: the payload is JSON text, but a string that is not valid UTF-8 must
+        // cost one call (bad_request), not the whole connection, which Beast would close on a
+        // text frame.
+        s.binary(true);
+        // A message goes out in frames of the write buffer's size (128 KiB), so control
+        // frames (a close) can go out in between them; a 64 KiB call still goes out as one
+        // frame, in one system call (at 64 KiB its last bytes made a second frame and a
+        // second write on each side: bench/README.md, "Large payloads").
+        s.auto_fragment(true);
+        // A dialer also masks what it sends through this buffer: one system call per
+        // 128 KiB instead of per 4 KiB (Beast's default) for a big message or a batch.
+        s.write_buffer_bytes(128 * 1024);
+        s.set_option(t);
+    });
+}
+
+void configure_call_channel(MeshStream& ws) {
+    // The dialer reads only while one of its calls waits, so a close waits briefly for its
+    // answer (Beast times the close handshake with handshake_timeout).
+    beast::websocket::stream_base::timeout t{};
+    t.handshake_timeout = std::chrono::milliseconds(100);
+    t.idle_timeout = beast::websocket::stream_base::none();
+    ws.visit([&](auto& s) { s.set_option(t); });
+    // Asio's asynchronous operations behave the same in either mode.
+    error_code ignored;
+    ws.socket().non_blocking(true, ignored);
+}
+
+LinkClose read_failure(MeshStream& ws, const error_code& ec, bool awaiting_cookie_answer) {
+    auto reason = LinkClose::from(ec);
+    if (reason.kind != LinkError::closed_by_peer) return reason;
+    const auto why = ws.visit([](auto& s) { return s.reason(); });
+    if (why.code != beast::websocket::close_code::policy_error) return reason;
+    const std::string_view text(why.reason.data(), why.reason.size());
+    if (text == cookie_refused_close_reason && awaiting_cookie_answer) reason.kind = LinkError::cookie_refused;
+    if (text == name_taken_close_reason) reason.kind = LinkError::name_taken;
+    return reason;
 }
 
 }  // namespace rpclb::detail

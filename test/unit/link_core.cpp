@@ -2,6 +2,7 @@
 // virtual clock (time points chosen by the test; nothing here reads a clock).
 #define BOOST_TEST_MODULE link_core
 #include "../../src/transport/link_core.hpp"
+#include "../../src/transport/stream_loan.hpp"
 
 #include <boost/json/value_to.hpp>
 #include <boost/test/unit_test.hpp>
@@ -218,4 +219,34 @@ BOOST_AUTO_TEST_CASE(what_cannot_be_sent_is_refused_with_an_error_that_says_why)
     const auto full = overloaded(1000, "peer", "m", "f");
     BOOST_TEST((full.code == ErrorCode::service_unavailable));
     BOOST_TEST(boost::json::value_to<std::size_t>(full.details.at("max_send_queue_bytes")) == 1000u);
+}
+
+BOOST_AUTO_TEST_CASE(a_stream_is_lent_for_one_answer_and_taken_back_before_the_strand_uses_it) {
+    rpclb::detail::StreamLoan loan;
+    int writes = 0;
+    auto write = [&] { ++writes; };
+    loan.promise(true);
+    BOOST_TEST(loan.owed());
+    BOOST_TEST(!loan.write_if_lent(false, write));  // too large: the strand writes it
+    BOOST_TEST(!loan.write_if_lent(true, write));   // the loan ended with the refusal
+    BOOST_TEST(loan.delivered());
+    BOOST_TEST(!loan.owed());
+
+    loan.promise(true);
+    BOOST_TEST(loan.write_if_lent(true, write));
+    BOOST_TEST(writes == 1);
+    BOOST_TEST(!loan.write_if_lent(true, write));  // one write per loan
+    BOOST_TEST(loan.delivered());
+
+    loan.promise(true);
+    loan.take_back();  // the strand needs the stream first
+    BOOST_TEST(!loan.write_if_lent(true, write));
+    loan.promise(true);  // a second answer owed: never lent
+    BOOST_TEST(!loan.write_if_lent(true, write));
+    BOOST_TEST(!loan.delivered());
+    BOOST_TEST(loan.delivered());
+
+    loan.promise(false);  // a write in progress (or TLS): not lent
+    BOOST_TEST(!loan.write_if_lent(true, write));
+    BOOST_TEST(writes == 1);
 }
