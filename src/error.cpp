@@ -32,6 +32,7 @@ public:
             case Failure::overloaded: return "overloaded";
             case Failure::cookie_refused: return "cookie refused";
             case Failure::not_json: return "a number JSON cannot carry (NaN or infinity)";
+            case Failure::name_taken: return "name taken";
         }
         return "unknown rpclb failure " + std::to_string(value);
     }

@@ -12,10 +12,12 @@ namespace rpclb {
 
 /// Options of one call (seed §1.4).
 struct CallOptions {
-    /// Deadline of each request sent, from the moment it is sent. Default 10 s (seed). The
-    /// no-route retry's waits come before any request and are not counted (seed §4.1:
-    /// only `timeout` is forwarded to the remote call); bound them with `retry_count` and
-    /// `retry_sleep`. Range 1 ms..4294967295 ms (erpc's, without its 0). A call with a
+    /// Deadline of the whole call, from the moment it is made: the no-route retry's waits
+    /// for a member (`retry_count` × `retry_sleep`), re-routes after a `draining` reply and
+    /// the request itself; the request carries what is left to the serving node. Default
+    /// 10 s (seed). A call whose timeout runs out while it waits for a member fails with
+    /// `request_timeout` (Failure::timeout), "timeout while waiting for a member: " and
+    /// the balancer's error (the seed counted only the request). Range 1 ms..4294967295 ms (erpc's, without its 0). A call with a
     /// timeout outside it fails at once with `bad_request` ("timeout must be 1 to
     /// 4294967295 ms; got N ms", naming node, module and function), on every path: nothing
     /// is picked, sent or run. Casts ignore it.

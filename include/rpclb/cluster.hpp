@@ -140,6 +140,19 @@ public:
     /// safety: any thread.
     std::optional<std::string> cookie_refused_by() const;
 
+    /// One name, one live node: when this node's name is held at its peers by an older
+    /// live incarnation (another process started earlier under the same name), they refuse
+    /// this one. It keeps trying for twice `idle_timeout` (a holder that crashed unseen is
+    /// declared dead by then, and the restart gets in), then gives the name up: it logs an
+    /// error naming the conflict, closes its links, dials no one, and its calls fail at once
+    /// with Failure::name_taken. This returns that error's text once it has; nullopt
+    /// otherwise. Thread safety: any thread.
+    std::optional<std::string> name_taken() const;
+    /// Runs `handler` (on a network thread, once) when this node gives up its name (see
+    /// name_taken()), with the same text; `rpclb-node` exits 1 on it. It must not call
+    /// stop() itself (post that to another thread). Thread safety: any thread.
+    void on_name_lost(std::function<void(const std::string&)> handler);
+
     /// Round trip of the failure detector's last direct probe of connected node `node`
     /// that it answered: a WebSocket ping over the link and its pong (RFC 6455, section
     /// 5.5), so it includes the peer's network thread. Each member is probed once per

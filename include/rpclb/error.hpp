@@ -62,6 +62,10 @@ enum class Failure : int {
     /// carries code, message and details), so the caller sees only the code and message.
     /// A call to the local node serializes nothing and checks nothing.
     not_json = 12,
+    /// This node gave up its name: an older live incarnation of the same name held it at
+    /// its peers for twice the idle timeout (Cluster::name_taken). Calls from it fail at
+    /// once. Code `service_unavailable`.
+    name_taken = 13,
 };
 
 /// The category of Failure values; name() is "rpclb.failure".

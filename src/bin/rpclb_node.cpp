@@ -223,6 +223,13 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    // Another live process holds this node's name: the node gives it up and this process
+    // exits 1 (Cluster::on_name_lost), woken as by SIGTERM.
+    std::atomic<bool> name_lost{false};
+    cluster->on_name_lost([&name_lost](const std::string&) {
+        name_lost = true;
+        ::kill(::getpid(), SIGTERM);
+    });
     try {
         register_demo_functions(*cluster);
         cluster->start();
@@ -258,6 +265,12 @@ int main(int argc, char** argv) {
 
     int signal = 0;
     sigwait(&stop_signals, &signal);
+    if (name_lost) {
+        std::cerr << "rpclb-node: " << cluster->name_taken().value_or("name taken") << std::endl;
+        if (admin) admin->stop();
+        cluster->stop();
+        return 1;
+    }
     std::cerr << "rpclb-node: " << config->cluster.name << " got "
               << (admin_stop ? "the admin stop command" : signal == SIGTERM ? "SIGTERM" : "SIGINT")
               << ", leaving and draining" << std::endl;

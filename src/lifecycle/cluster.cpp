@@ -135,6 +135,18 @@ void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
                                           std::shared_ptr<detail::Router>(self, &self->router))] {
         if (auto r = router.lock()) r->wake();
     });
+    // So does giving up the name; the application hears of it too (Cluster::on_name_lost).
+    self->mesh.set_on_name_lost([self_weak = std::weak_ptr<Impl>(self)](const std::string& why) {
+        auto impl = self_weak.lock();
+        if (!impl) return;
+        impl->router.wake();
+        std::function<void(const std::string&)> handler;
+        {
+            std::lock_guard lock(impl->name_lost_mutex);
+            handler = impl->name_lost_handler;
+        }
+        if (handler) handler(why);
+    });
     // A node's call channels end with its mesh link.
     self->mesh.set_on_peer_lost([channels = std::weak_ptr<detail::CallChannels>(
                                      std::shared_ptr<detail::CallChannels>(self, &self->channels))](
@@ -249,6 +261,13 @@ ClusterStats Cluster::stats() const noexcept {
 std::vector<std::string> Cluster::connected_nodes() const { return impl_->mesh.connected_nodes(); }
 
 std::optional<std::string> Cluster::cookie_refused_by() const { return impl_->mesh.shut_out(); }
+
+std::optional<std::string> Cluster::name_taken() const { return impl_->mesh.name_lost(); }
+
+void Cluster::on_name_lost(std::function<void(const std::string&)> handler) {
+    std::lock_guard lock(impl_->name_lost_mutex);
+    impl_->name_lost_handler = std::move(handler);
+}
 
 std::optional<std::chrono::microseconds> Cluster::keepalive_rtt(std::string_view node) const {
     return impl_->mesh.keepalive_rtt(node);

@@ -15,7 +15,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +60,8 @@ struct Cluster::Impl final : detail::ClusterLink, detail::BalancerSupervisor {
 
     ClusterOptions options;
     std::string incarnation;
+    std::mutex name_lost_mutex;
+    std::function<void(const std::string&)> name_lost_handler;  // Cluster::on_name_lost
     detail::Runtime runtime;
     TelemetryBus bus;
     Groups node_groups;

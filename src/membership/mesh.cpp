@@ -180,7 +180,7 @@ void Mesh::dial(const std::string& address) {
     {
         std::lock_guard lock(mutex_);
         if (dialing_.contains(address) || self_targets_.contains(address) || refused_.contains(address) ||
-            bad_seeds_.contains(address))
+            bad_seeds_.contains(address) || name_lost_)
             return;
         dialing_.insert(address);
         c = std::make_shared<Connection>(asio::make_strand(ioc_), address, *this, settings_);
@@ -286,11 +286,15 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     bool keep = true;
     bool clash = false;     // refused: an older incarnation holds the name
     bool displaced = false;  // `replaced` is a newer incarnation under the same name
+    bool gave_up = false;    // refused: this node gave up its name
     {
         std::lock_guard lock(mutex_);
         forget_connecting(c);
         if (!c->target().empty()) dialing_.erase(c->target());
-        if (peer.node == options_.name) {
+        if (name_lost_) {
+            keep = false;  // this node gave its name up: it takes no link
+            gave_up = true;
+        } else if (peer.node == options_.name) {
             if (!c->target().empty()) self_targets_.insert(c->target());
             keep = false;
         } else if (auto it = peers_.find(peer.node); it == peers_.end()) {
@@ -341,7 +345,9 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
         if (clash)
             c->close(LinkError::name_taken, "an older incarnation of " + peer.node + " is connected");
         else
-            c->close(LinkError::refused, peer.node == options_.name ? "connected to itself" : "duplicate connection");
+            c->close(LinkError::refused, gave_up                    ? "this node gave up its name"
+                                         : peer.node == options_.name ? "connected to itself"
+                                                                      : "duplicate connection");
         return;
     }
     if (displaced) {
@@ -411,6 +417,7 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
             } else if constexpr (std::is_same_v<T, wire::Nodes>) {
                 on_nodes(f);
             } else if constexpr (std::is_same_v<T, wire::GroupSync>) {
+                accepted_by(node);
                 if (!c->peer().client && holds_name(c)) groups_.apply_sync(node, f.groups);
             } else if constexpr (std::is_same_v<T, wire::GroupJoin>) {
                 if (!c->peer().client && holds_name(c)) groups_.apply_join(node, f.group, std::move(f.meta));

@@ -148,6 +148,9 @@ public:
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
     /// (Router::wake). Set before start().
     void set_on_cookie_refused(std::function<void()> f) { on_cookie_refused_ = std::move(f); }
+    /// Runs (on a network thread, once) when this node gives up its name (name_lost()),
+    /// with the message it logged. Set before start().
+    void set_on_name_lost(std::function<void(const std::string&)> f) { on_name_lost_ = std::move(f); }
     /// Runs (on a network thread) when the mesh link to a node is lost, with its name, why
     /// the link ended, and whether it ended cleanly after the node's bye (its WebSocket
     /// close, not a drop), so that this node's call channels to it end too, for the same
@@ -166,6 +169,15 @@ public:
     /// and every seed and every known node refused the cookie), the name of a node that
     /// refused it; otherwise nullopt.
     std::optional<std::string> shut_out() const;
+    /// Once this node has given up its name, why: some peer kept refusing it
+    /// (name_taken_close_reason) for name_refusal_window(), because an older live
+    /// incarnation of the name holds it there. It then dials no one, refuses every link and
+    /// has closed its own. nullopt otherwise.
+    std::optional<std::string> name_lost() const;
+    /// How long peers may refuse this node's name before it gives the name up: twice the
+    /// idle timeout, since a holder that froze is declared dead within about one and a half
+    /// (doc/explanation/failure-detection.md), after which a restart gets in.
+    std::chrono::milliseconds name_refusal_window() const noexcept { return 2 * options_.idle_timeout; }
 
 private:
     void do_accept();
@@ -219,6 +231,11 @@ private:
     /// True while `c`'s incarnation holds its name here (a replaced one's group frames
     /// still in flight are ignored).
     bool holds_name(const std::shared_ptr<Connection>& c) const;
+    /// Gives up this node's name (name_lost()): logs `why`, stops dialling, closes every
+    /// link, tells on_name_lost_.
+    void give_up_name(const std::string& why);
+    /// `node` sent its group sync, so it took this incarnation: it no longer refuses the name.
+    void accepted_by(const std::string& node);
 
     const MeshOptions options_;
     ConnectionSettings settings_;
@@ -250,6 +267,12 @@ private:
     // dialled again (the refusal is explicit, see cookie_refused_close_reason).
     std::map<std::string, std::string, std::less<>> refused_;
     std::function<void()> on_cookie_refused_;
+    std::function<void(const std::string&)> on_name_lost_;
+    // Peers refusing this node's name (name_taken_close_reason), with when each first did;
+    // one that sends its group sync (it accepted this incarnation) is erased. Bounded by
+    // the peers this node dials.
+    std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> name_refused_;
+    std::optional<std::string> name_lost_;  // see name_lost()
     std::function<void(const std::string&, LinkError, bool)> on_peer_lost_;
     // Call channels peers opened to this node, by the peer's name (doc/architecture.md
     // "Call channels"); each is closed when that peer's mesh link goes.

@@ -5,6 +5,8 @@
 
 #include <rpclb/detail/log.hpp>
 
+#include <sstream>
+
 namespace rpclb::detail {
 
 namespace {
@@ -63,10 +65,51 @@ void Mesh::act(FailureDetector::Actions actions) {
 
 void Mesh::on_name_taken(const std::shared_ptr<Connection>& c) {
     ++name_conflicts_;
-    if (name_clash_due(options_.name + "\n" + c->describe_peer()))
-        RPCLB_LOG("mesh", error) << c->describe_peer() << " refused this node: an older live incarnation of "
-                                 << options_.name << " holds that name there (stop the other process, or give "
-                                 << "this one another name)";
+    const auto& by = c->peer().node;
+    const auto now = std::chrono::steady_clock::now();
+    bool first = false;
+    bool give_up = false;
+    {
+        std::lock_guard lock(mutex_);
+        if (name_lost_) return;
+        first = name_refused_.empty();
+        const auto since = name_refused_.try_emplace(by, now).first->second;
+        give_up = now - since >= name_refusal_window();
+    }
+    const auto window_s = std::chrono::duration<double>(name_refusal_window()).count();
+    if (give_up) {
+        std::ostringstream why;
+        why << by << " refused this node's name for " << window_s << " s: an older live incarnation of "
+            << options_.name << " holds it there (stop the other process, or give this one another name)";
+        return give_up_name(why.str());
+    }
+    if (first)
+        RPCLB_LOG("mesh", warning) << by << " refused this node: an older live incarnation of " << options_.name
+                                   << " holds that name there; trying again for up to " << window_s
+                                   << " s in case it has crashed";
+}
+
+void Mesh::give_up_name(const std::string& why) {
+    std::vector<std::shared_ptr<Connection>> links;
+    {
+        std::lock_guard lock(mutex_);
+        if (name_lost_) return;
+        name_lost_ = why;
+        for (const auto& [name, c] : peers_) links.push_back(c);
+    }
+    RPCLB_LOG("mesh", error) << "giving up: " << why;
+    for (const auto& c : links) c->close(LinkError::stopping, "this node gave up its name");
+    if (on_name_lost_) on_name_lost_(why);
+}
+
+void Mesh::accepted_by(const std::string& node) {
+    std::lock_guard lock(mutex_);
+    name_refused_.erase(node);
+}
+
+std::optional<std::string> Mesh::name_lost() const {
+    std::lock_guard lock(mutex_);
+    return name_lost_;
 }
 
 bool Mesh::holds_name(const std::shared_ptr<Connection>& c) const {

@@ -77,6 +77,8 @@ public:
     // sleep or a `draining` reply, have the same options).
     void start(bool on_caller_thread) {
         if (auto bad = bad_timeout()) return finish(std::move(*bad));
+        // The timeout bounds the whole call: waits for a member, re-routes and the request.
+        deadline_ = std::chrono::steady_clock::now() + spec_.options.timeout;
         attempt(on_caller_thread);
     }
 
@@ -210,7 +212,8 @@ private:
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
         wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};
-        auto timeout = spec_.options.timeout;
+        auto timeout = time_left();
+        if (timeout.count() <= 0) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
         if (on_caller_thread) {
             const auto began = std::chrono::steady_clock::now();
             if (auto result = router_->channels().call(*c, request, timeout)) return done(std::move(*result));
@@ -241,9 +244,34 @@ private:
     // node refused this node's cookie (picking again would not help), else refused unsent
     // (LinkError::not_connected: a balancer picks again).
     RequestOutcome unreachable(const std::string& target) const {
+        if (auto why = router_->mesh().name_lost()) return name_taken_error(*why);
         if (auto refused_by = router_->mesh().refused_by(target))
             return cookie_refused_error(*refused_by, target, spec_.module, spec_.function);
         return unsent(target, spec_.module, spec_.function);
+    }
+
+    // What is left of the call's timeout, rounded up to the millisecond (the first attempt
+    // gets the whole timeout); zero or less once the deadline has passed.
+    std::chrono::milliseconds time_left() const {
+        return std::chrono::ceil<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+    }
+
+    // The timeout ran out while the call waited for a member (`why`: the balancer's
+    // no-members error): `request_timeout` (Failure::timeout), saying what it waited for,
+    // with `why`'s details.
+    ErrorMessage timed_out_waiting(const ErrorMessage& why) const {
+        auto e = call_failure(Failure::timeout, router_->options().name, spec_.module, spec_.function);
+        e.message += " while waiting for a member: " + why.message;
+        for (const auto& [k, v] : why.details)
+            if (!e.details.contains(k)) e.details[k] = v;
+        return e;
+    }
+
+    // This node gave up its name (Mesh::name_lost): Failure::name_taken, saying `why`.
+    ErrorMessage name_taken_error(const std::string& why) const {
+        auto e = call_failure(Failure::name_taken, router_->options().name, spec_.module, spec_.function);
+        e.message = "this node gave up its name: " + why;
+        return e;
     }
 
     // The short-circuits of seed §4.4: no selection, no retry, no drainer.
@@ -257,11 +285,19 @@ private:
         // Waiting is pointless when every node this one could reach refused its cookie.
         if (auto refused_by = router_->mesh().shut_out())
             return finish(cookie_refused_error(*refused_by, router_->options().name, spec_.module, spec_.function));
+        // ...or when this node gave up its name.
+        if (auto why = router_->mesh().name_lost()) return finish(name_taken_error(*why));
         // A stopping node has cleared its balancers and groups itself: that is why there
         // is no route, so say the node stopped (not "no members registered").
         if (router_->stopping()) return finish(stopping_error());
         if (!retry_.consume()) return finish(std::move(final_error));
-        router_->after(retry_.sleep, [self = shared_from_this()](bool fired) {
+        auto wait = retry_.sleep;
+        if (spec_.kind == Spec::Kind::call) {
+            const auto left = time_left();
+            if (left.count() <= 0) return finish(timed_out_waiting(final_error));
+            wait = std::min(wait, left);
+        }
+        router_->after(wait, [self = shared_from_this()](bool fired) {
             if (fired) return self->attempt(false);
             self->finish(self->stopping_error());
         });
@@ -347,6 +383,7 @@ private:
     std::mutex claim_mutex_;  // claim() against finish(), for calls with a peer or a filter
     bool call_directly_ = false;
     RetryPolicy retry_;
+    std::chrono::steady_clock::time_point deadline_{};  // a call's: start() plus its timeout
     int reselections_ = 0;
     bool threw_ = false;  // a handler run here threw (rpc.exception)
     bool spanned_ = false;

@@ -149,6 +149,24 @@ BOOST_AUTO_TEST_CASE(retries_are_counted_and_spaced_by_retry_sleep) {
     BOOST_TEST((took < 2s));
 }
 
+// The call's timeout bounds its waits for a member, whatever retry_count and retry_sleep
+// would allow (by default 5 waits of 5 s).
+BOOST_AUTO_TEST_CASE(a_calls_timeout_bounds_its_waits_for_a_member) {
+    Pair p;
+    auto o = through("never-started");
+    o.timeout = 200ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = p.a.call("demo", "node", {}, o);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    BOOST_REQUIRE(!r);
+    BOOST_TEST(r.error().code == rpclb::ErrorCode::request_timeout);
+    BOOST_TEST(r.error().is(rpclb::Failure::timeout));
+    BOOST_TEST(r.error().message == "timeout while waiting for a member: no members registered");
+    BOOST_TEST(r.error().details.at("load_balancer").as_string() == "never-started");
+    BOOST_TEST((took >= 200ms));
+    BOOST_TEST((took < 3s));
+}
+
 BOOST_AUTO_TEST_CASE(the_node_default_turns_retry_off) {
     auto oa = options("a@127.0.0.1");
     oa.retry = false;

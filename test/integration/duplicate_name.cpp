@@ -1,0 +1,59 @@
+// One name, one live node: a second process started under a live node's name is refused
+// by its peers, keeps trying for twice the idle timeout, then gives up and exits 1 naming
+// the conflict; a restart whose predecessor froze unseen gets the name.
+#define BOOST_TEST_MODULE duplicate_name
+#include "support/node.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+
+using namespace std::chrono_literals;
+using namespace rpclb::test;
+
+namespace {
+
+const std::vector<std::string> fast_detection{"--idle-timeout", "600"};  // name given up after 1.2 s
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(duplicate_name, Harness)
+
+BOOST_AUTO_TEST_CASE(a_second_live_process_under_a_name_exits_1_naming_the_conflict) {
+    auto a = start_node({.name = "a", .extra_args = fast_detection});
+    auto x1 = start_node({.name = "x", .seeds = {a->address()}, .extra_args = fast_detection});
+    auto client = start_client({a->address()});
+    BOOST_REQUIRE(wait_for_connected(*client, {"a@127.0.0.1", "x@127.0.0.1"}));
+    auto x2 = start_node({.name = "x", .seeds = {a->address()}, .extra_args = fast_detection});
+    const auto status = x2->process().wait_exit(Process::Clock::now() + 10s);
+    BOOST_REQUIRE(status.has_value());
+    BOOST_TEST(WIFEXITED(*status));
+    BOOST_TEST(WEXITSTATUS(*status) == 1);
+    BOOST_TEST(x2->log_contains("a@127.0.0.1 refused this node's name for 1.2 s: an older live incarnation of "
+                                "x@127.0.0.1 holds it there"));
+    // The refusing peer said so once, at warning level, however often it was dialled.
+    BOOST_TEST(a->log_count("refused x@127.0.0.1 incarnation") == 1u);
+    // The holder goes on serving its name.
+    auto r = client->call("x@127.0.0.1", "demo", "node", {});
+    BOOST_TEST(r.has_value());
+    BOOST_TEST(x1->process().running());
+}
+
+BOOST_AUTO_TEST_CASE(a_restart_gets_the_name_of_a_holder_that_froze_unseen) {
+    auto a = start_node({.name = "a", .extra_args = fast_detection});
+    auto x1 = start_node({.name = "x", .seeds = {a->address()}, .extra_args = fast_detection});
+    rpclb::ClusterOptions options;
+    options.idle_timeout = 600ms;
+    auto client = start_client({a->address()}, options);
+    BOOST_REQUIRE(wait_for_connected(*client, {"a@127.0.0.1", "x@127.0.0.1"}));
+    BOOST_REQUIRE(x1->process().freeze());  // its links stay open: nobody knows it is gone
+    auto x2 = start_node({.name = "x", .seeds = {a->address()}, .extra_args = fast_detection});
+    rpclb::CallOptions quick;
+    quick.timeout = 300ms;
+    BOOST_TEST(eventually([&] { return client->call("x@127.0.0.1", "demo", "node", {}, quick).has_value(); }, 5s));
+    // It keeps the name: well past the 1.2 s it would have given up after, it still runs.
+    BOOST_TEST(!x2->process().wait_exit(Process::Clock::now() + 2s).has_value());
+    BOOST_TEST(!x2->log_contains("giving up"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
