@@ -26,7 +26,8 @@ struct ClusterOptions {
     /// A client node (Erlang's hidden node): no listener, dials every node it learns of,
     /// hosts no group members.
     bool client = false;
-    /// Plugin directories searched before RPCLB_PLUGIN_PATH and the install directory.
+    /// Plugin directories searched first: before RPCLB_PLUGIN_PATH, the plugin directory
+    /// beside the loaded librpclb.so and the compiled-in one (PluginRegistry).
     std::vector<std::filesystem::path> plugin_path;
     /// Threads running the network (io_context). Range 1..64.
     std::size_t network_threads = 1;
