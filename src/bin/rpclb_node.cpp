@@ -127,7 +127,7 @@ std::string flag_named(const po::variables_map& vm, const rpclb::ErrorMessage& e
 std::optional<rpclb::NodeConfig> node_config(const po::variables_map& vm) {
     rpclb::NodeConfig config;
     config.cluster.name = "node" + std::to_string(::getpid()) + "@127.0.0.1";
-    if (const char* env = std::getenv("RPCLB_COOKIE")) config.cluster.cookie = env;
+    config.cluster.cookie = rpclb::environment_cookie();
     if (const char* env = std::getenv("RPCLB_ADMIN_TOKEN")) config.admin.token = env;
     if (!apply_flags(vm, false, config)) return std::nullopt;
     if (vm.count("config")) {
