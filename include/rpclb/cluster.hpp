@@ -100,7 +100,9 @@ struct ClusterStats {
 /// once with `internal_server_error` instead of deadlocking).
 class Cluster {
 public:
-    /// Validates options. Throws std::invalid_argument naming the bad option.
+    /// Completes `options` with with_defaults() (an empty cookie from `RPCLB_COOKIE`, a
+    /// client node's missing name generated), then validates them; options() and name()
+    /// give the completed values. Throws std::invalid_argument naming the bad option.
     explicit Cluster(ClusterOptions options);
     ~Cluster();
 

@@ -13,7 +13,8 @@ namespace rpclb {
 
 /// Options of a node. Durations are std::chrono; defaults and ranges: doc/reference/configuration.md.
 struct ClusterOptions {
-    /// Node name `short@host`. Required; must contain exactly one '@' with non-empty parts.
+    /// Node name `short@host`: exactly one '@' with non-empty parts. Required for a node
+    /// that serves; a client node left without one gets unique_client_name().
     std::string name;
     /// Listener "HOST:PORT"; port 0 picks a free port (see Cluster::listen_endpoint).
     /// Ignored for client nodes.
@@ -21,12 +22,14 @@ struct ClusterOptions {
     /// "HOST:PORT" of nodes to join through. Re-dialled every `reconnect_interval`
     /// while not connected.
     std::vector<std::string> seeds;
-    /// Shared secret; every node of a cluster must hold the same. Required, non-empty.
+    /// Shared secret; every node of a cluster must hold the same. Required, non-empty;
+    /// left empty, it is read from the `RPCLB_COOKIE` environment variable.
     std::string cookie;
     /// A client node (Erlang's hidden node): no listener, dials every node it learns of,
     /// hosts no group members.
     bool client = false;
-    /// Plugin directories searched before RPCLB_PLUGIN_PATH and the install directory.
+    /// Plugin directories searched first: before RPCLB_PLUGIN_PATH, the plugin directory
+    /// beside the loaded librpclb.so and the compiled-in one (PluginRegistry).
     std::vector<std::filesystem::path> plugin_path;
     /// Threads running the network (io_context). Range 1..64.
     std::size_t network_threads = 1;
@@ -92,5 +95,26 @@ struct ClusterOptions {
     /// skipped by node filters unless the filter names the pattern itself. Default none.
     std::vector<std::string> excluded_node_patterns;
 };
+
+/// The value of the `RPCLB_COOKIE` environment variable; empty when it is unset.
+///
+/// Thread safety: reads the environment; safe while no thread changes it.
+std::string environment_cookie();
+
+/// A fresh client node name, `client-<16 hex digits>@<host>`: 64 random bits, and this
+/// machine's host name (`localhost` when it has none). Two clients named this way collide
+/// with a probability of about n² / 2⁶⁵.
+///
+/// Thread safety: safe.
+std::string unique_client_name();
+
+/// `options` with the values the Cluster constructor fills in before checking them: an
+/// empty `cookie` takes environment_cookie(), and a client node (`client`) with an empty
+/// `name` takes unique_client_name(). Values that are set are kept; nothing is checked.
+/// For a program that checks options itself (rpclb::detail::check) before making a
+/// Cluster.
+///
+/// Thread safety: as environment_cookie().
+ClusterOptions with_defaults(ClusterOptions options);
 
 }  // namespace rpclb

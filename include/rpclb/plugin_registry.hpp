@@ -33,9 +33,15 @@ struct LoadedPlugin {
 
 /// Loads `librpclb_<name>.so` plugins.
 ///
-/// Search path, first match wins: the directories given to the constructor, then each
-/// directory of the `RPCLB_PLUGIN_PATH` environment variable (colon-separated), then the
-/// install directory compiled into the library (`<prefix>/lib/rpclb/plugins`).
+/// Search path, first match wins:
+/// 1. the directories given to the constructor (ClusterOptions::plugin_path);
+/// 2. each directory of the `RPCLB_PLUGIN_PATH` environment variable (colon-separated);
+/// 3. `<directory of the loaded librpclb.so>/rpclb/plugins`, found at run time, which is
+///    where an install puts the plugins: an installed tree finds its own plugins wherever
+///    it was installed or moved to;
+/// 4. the install directory compiled into the library (`<prefix>/<libdir>/rpclb/plugins`
+///    of the configured prefix), unless it is the same as 3.
+/// A directory that doesn't exist is skipped; the "not found" error lists every one.
 ///
 /// Before creating anything the loader calls the plugin's `rpclb_plugin_info` and refuses
 /// a plugin whose ABI version, name or compiler identity differs from this library's.
@@ -47,12 +53,13 @@ struct LoadedPlugin {
 /// while plugin code runs).
 class PluginRegistry {
 public:
-    /// `search_path`: directories searched before `RPCLB_PLUGIN_PATH` and the install
-    /// directory. Directories that don't exist are reported by `missing_directories()`
-    /// and skipped.
+    /// `search_path`: directories searched before `RPCLB_PLUGIN_PATH` and the library's
+    /// own plugin directories. Directories that don't exist are reported by
+    /// `missing_directories()` and skipped.
     explicit PluginRegistry(std::vector<std::filesystem::path> search_path = {});
 
-    /// The full search path in order (constructor's, then environment, then install).
+    /// The full search path in order (constructor's, environment, beside the library,
+    /// compiled-in).
     const std::vector<std::filesystem::path>& search_path() const noexcept { return path_; }
 
     /// Directories given to the constructor or by the environment that don't exist.

@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
         ("retry-count", po::value(&retry_count)->default_value(5),
          "when a balancer has no members: retries after the first attempt (-1 = unlimited, 0 = none)")
         ("retry-sleep", po::value(&retry_sleep_ms)->default_value(5000), "wait between those retries, milliseconds")
-        ("name", po::value(&name), "client node name (default client<pid>@127.0.0.1)")
+        ("name", po::value(&name), "client node name (default client-<16 random hex digits>@<host name>)")
         ("plugins", po::value(&plugin_dirs)->composing(), "plugin directory searched first")
         ("log-level", po::value(&log_level)->default_value("warning"), "trace|debug|info|warning|error|fatal")
         ("tls-cert", po::value(&tls_cert), "PEM certificate of this client: TLS to every node (the cluster's nodes must use TLS)")
@@ -232,8 +232,7 @@ int main(int argc, char** argv) {
         for (const auto& seed : seeds)
             if (auto problem = rpclb::detail::dial_problem(seed))
                 throw std::invalid_argument("--seed \"" + seed + "\" " + *problem);
-        if (cookie.empty())
-            if (const char* env = std::getenv("RPCLB_COOKIE")) cookie = env;
+        if (cookie.empty()) cookie = rpclb::environment_cookie();
         if (cookie.empty()) throw std::invalid_argument("give --cookie or set RPCLB_COOKIE");
         if (balancer.empty() && node.empty()) throw std::invalid_argument("give --balancer or --node");
         if (count < 1 || count > 100'000'000) throw std::invalid_argument("--count must be in 1..100000000");
@@ -266,12 +265,13 @@ int main(int argc, char** argv) {
                        rpclb::parse_tls_version(tls_min_version).value_or(rpclb::TlsVersion::v1_3)};
         if (auto problem = rpclb::detail::check_tls(options.tls))
             throw std::invalid_argument(problem->flag() + ": " + problem->reason);
-        options.name = name.empty() ? "client" + std::to_string(::getpid()) + "@127.0.0.1" : name;
+        options.name = name;  // empty: a unique client-<hex>@<host> (with_defaults below)
         options.client = true;
         options.seeds = seeds;
         options.cookie = cookie;
         options.worker_threads = 1;
         for (const auto& dir : plugin_dirs) options.plugin_path.emplace_back(dir);
+        options = rpclb::with_defaults(std::move(options));
         // What the Cluster constructor would refuse (a --name without '@', say) is a bad
         // command line too: exit 2, naming the flag.
         if (auto problem = rpclb::detail::check(options))

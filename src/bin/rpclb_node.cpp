@@ -127,7 +127,7 @@ std::string flag_named(const po::variables_map& vm, const rpclb::ErrorMessage& e
 std::optional<rpclb::NodeConfig> node_config(const po::variables_map& vm) {
     rpclb::NodeConfig config;
     config.cluster.name = "node" + std::to_string(::getpid()) + "@127.0.0.1";
-    if (const char* env = std::getenv("RPCLB_COOKIE")) config.cluster.cookie = env;
+    config.cluster.cookie = rpclb::environment_cookie();
     if (const char* env = std::getenv("RPCLB_ADMIN_TOKEN")) config.admin.token = env;
     if (!apply_flags(vm, false, config)) return std::nullopt;
     if (vm.count("config")) {
@@ -237,14 +237,23 @@ int main(int argc, char** argv) {
         std::cerr << "rpclb-node: " << e.what() << "\n";
         return 1;
     }
+    // A node without a balancer it was asked for would serve a cluster that expects it
+    // there: every failure is reported, then the node leaves and exits 1.
+    bool balancers_started = true;
     for (const auto& lb : config->balancers) {
         try {
             cluster->start_balancer(lb);
         } catch (const std::exception& e) {
-            // The node keeps serving its other balancers and direct calls.
             std::cerr << "rpclb-node: cannot start balancer \"" << lb.name << "=" << lb.algorithm
                       << "\": " << e.what() << std::endl;
+            balancers_started = false;
         }
+    }
+    if (!balancers_started) {
+        std::cerr << "rpclb-node: exiting, since a balancer could not start" << std::endl;
+        for (const auto& b : cluster->balancer_names()) cluster->stop_balancer(b);
+        cluster->stop();
+        return 1;
     }
     if (admin) {
         try {

@@ -217,6 +217,7 @@ void Cluster::Impl::stop() {
 // ---- Cluster ---------------------------------------------------------------------------
 
 Cluster::Cluster(ClusterOptions options) {
+    options = with_defaults(std::move(options));
     validate(options);
     impl_ = std::make_shared<Impl>(std::move(options));
     Impl::wire_up(impl_);

@@ -1,5 +1,6 @@
 #include <rpclb/plugin_registry.hpp>
 
+#include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
 #include <dlfcn.h>
@@ -36,6 +37,27 @@ std::vector<std::filesystem::path> environment_path() {
     return dirs;
 }
 
+// `<directory of librpclb.so>/rpclb/plugins`, read from the loaded library at run time:
+// an install puts the plugins there, beside the library, and the pair stays together
+// when the installed tree is moved or installed with another prefix than the configured
+// one. Empty when the loader cannot say where the library is.
+std::filesystem::path library_relative_dir() {
+    std::error_code ec;
+    const std::filesystem::path library = boost::dll::this_line_location(ec);
+    if (ec || library.empty()) return {};
+    // The loader's name may hold "bin/../lib" (a $ORIGIN run path): normalise it for the
+    // error messages that list the folders.
+    auto dir = std::filesystem::weakly_canonical(library.parent_path(), ec);
+    if (ec) dir = library.parent_path().lexically_normal();
+    return dir / "rpclb" / "plugins";
+}
+
+bool same_directory(const std::filesystem::path& a, const std::filesystem::path& b) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(a, b, ec)) return true;
+    return a.lexically_normal() == b.lexically_normal();
+}
+
 // Algorithm names become file names, so anything that could leave the search directory
 // ("../x", "a/b") is refused before touching the file system.
 bool valid_name(std::string_view name) {
@@ -60,7 +82,10 @@ PluginRegistry::PluginRegistry(std::vector<std::filesystem::path> search_path)
     : given_(std::move(search_path)) {
     for (auto& dir : environment_path()) given_.push_back(std::move(dir));
     path_ = given_;
-    path_.emplace_back(RPCLB_PLUGIN_INSTALL_DIR);
+    if (auto beside = library_relative_dir(); !beside.empty()) path_.push_back(std::move(beside));
+    const std::filesystem::path built_in(RPCLB_PLUGIN_INSTALL_DIR);
+    // Installed where it was configured for, the library's folder is the built-in one.
+    if (path_.size() == given_.size() || !same_directory(path_.back(), built_in)) path_.push_back(built_in);
 }
 
 std::vector<std::filesystem::path> PluginRegistry::missing_directories() const {

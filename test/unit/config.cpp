@@ -8,6 +8,8 @@
 #include <boost/json/serialize.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "support/env.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -316,6 +318,8 @@ BOOST_AUTO_TEST_CASE(validate_requires_name_and_cookie) {
 }
 
 BOOST_AUTO_TEST_CASE(config_refuses_what_the_cluster_constructor_refuses) {
+    // The constructor would take a missing cookie from the environment.
+    const rpclb::test::ScopedEnv no_cookie("RPCLB_COOKIE", std::nullopt);
     const auto base = [] {
         rpclb::ClusterOptions o;
         o.name = "a@127.0.0.1";

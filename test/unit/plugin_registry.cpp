@@ -1,6 +1,8 @@
 #define BOOST_TEST_MODULE plugin_registry
 #include <boost/test/unit_test.hpp>
 
+#include "support/env.hpp"
+
 #include <rpclb/plugin_registry.hpp>
 
 #include <dlfcn.h>
@@ -17,6 +19,7 @@
 #include <vector>
 
 namespace fs = std::filesystem;
+using rpclb::test::ScopedEnv;
 
 namespace {
 
@@ -55,24 +58,19 @@ bool is_mapped(const std::string& file_name) {
     return search.found;
 }
 
-// Sets an environment variable for one scope, restoring the old value after.
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = old;
-        ::setenv(name, value, 1);
-    }
-    ~ScopedEnv() {
-        if (old_)
-            ::setenv(name_, old_->c_str(), 1);
-        else
-            ::unsetenv(name_);
-    }
-
-private:
-    const char* name_;
-    std::optional<std::string> old_;
-};
+// The directory of the librpclb.so mapped into this process, as the loader named it.
+fs::path librpclb_dir() {
+    fs::path found;
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, std::size_t, void* data) {
+            if (info->dlpi_name && fs::path(info->dlpi_name).filename().string().rfind("librpclb.so", 0) == 0)
+                *static_cast<fs::path*>(data) = info->dlpi_name;
+            return 0;
+        },
+        &found);
+    BOOST_TEST_REQUIRE(!found.empty(), "librpclb.so is not mapped");
+    return found.parent_path();
+}
 
 bool contains(const std::string& haystack, const std::string& needle) {
     return haystack.find(needle) != std::string::npos;
@@ -102,15 +100,20 @@ BOOST_AUTO_TEST_CASE(find_returns_file_in_first_directory_that_has_it) {
     BOOST_TEST(fs::exists(*file));
 }
 
-BOOST_AUTO_TEST_CASE(search_path_orders_constructor_environment_install_and_skips_empty_entries) {
+BOOST_AUTO_TEST_CASE(search_path_orders_constructor_environment_library_dir_install_and_skips_empty_entries) {
     ScopedEnv env("RPCLB_PLUGIN_PATH", "::/env/a::/env/b:");
     rpclb::PluginRegistry registry({"/given"});
     const auto& path = registry.search_path();
-    BOOST_TEST_REQUIRE(path.size() == 4u);
+    BOOST_TEST_REQUIRE(path.size() == 5u);
     BOOST_TEST(path[0] == fs::path("/given"));
     BOOST_TEST(path[1] == fs::path("/env/a"));
     BOOST_TEST(path[2] == fs::path("/env/b"));
-    BOOST_TEST(path[3].filename() == "plugins");
+    // Beside the librpclb.so this process loaded (the build tree's lib/ here), found at
+    // run time: an installed tree finds its own plugins wherever it is.
+    BOOST_TEST(path[3] == fs::weakly_canonical(librpclb_dir()) / "rpclb" / "plugins");
+    // Then the directory compiled in (the configured prefix's, not this build tree).
+    BOOST_TEST(path[4].filename() == "plugins");
+    BOOST_TEST(path[4] != path[3]);
 }
 
 BOOST_AUTO_TEST_CASE(missing_directories_reports_given_and_environment_dirs_that_do_not_exist) {

@@ -44,6 +44,8 @@ inline constexpr std::size_t max_node_name = 1024;
 /// | listen (not for a client node) | as parse_listen_address accepts |
 ///
 /// `seeds` are checked when the node dials them (they may be host names to resolve).
+/// Nothing is filled in here: the Cluster constructor applies rpclb::with_defaults() (the
+/// cookie from `RPCLB_COOKIE`, a client node's generated name) before this check.
 /// Thread safety: pure function.
 std::optional<OptionProblem> check(const ClusterOptions& options, Identity identity = Identity::required);
 

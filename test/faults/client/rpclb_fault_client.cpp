@@ -230,8 +230,7 @@ int main(int argc, char** argv) {
         }
         if (mode != "big" && mode != "picks" && mode != "load") throw std::invalid_argument("MODE must be big, picks or load");
         if (seeds.empty()) throw std::invalid_argument("give --seed");
-        if (cookie.empty())
-            if (const char* env = std::getenv("RPCLB_COOKIE")) cookie = env;
+        if (cookie.empty()) cookie = rpclb::environment_cookie();
         if (cookie.empty()) throw std::invalid_argument("give --cookie or set RPCLB_COOKIE");
         if (mode == "big" && (node.empty() || bytes < 0)) throw std::invalid_argument("big needs --node and --bytes");
         if (mode != "big" && balancers.empty()) throw std::invalid_argument(mode + " needs --balancer");
