@@ -62,6 +62,10 @@ enum class Failure : int {
     /// carries code, message and details), so the caller sees only the code and message.
     /// A call to the local node serializes nothing and checks nothing.
     not_json = 12,
+    /// A typed call's answer does not convert to the type its caller asked for
+    /// (<rpclb/typed.hpp>): `internal_server_error`, the message says what was expected and
+    /// what came; the handler did run.
+    bad_reply = 13,
 };
 
 /// The category of Failure values; name() is "rpclb.failure".
