@@ -35,25 +35,35 @@ struct Reply<void> {
 };
 
 /// Where a typed call goes, and its options: a node (to_node()) or a balancer (through()).
-/// A value type.
+/// A view: it refers to the names and options it was made from, which must live until
+/// the call is made (async_call() copies them before it returns). Trivially destructible
+/// on purpose: g++ 12 destroys some class temporaries inside a `co_await` expression
+/// wrongly (GCC bug 100611), and a Route made in place there is not such a temporary.
 struct Route {
-    /// The node to call; empty when `options.load_balancer` routes.
-    std::string node;
-    /// The call's options (timeout, key, retries, ...).
-    CallOptions options;
+    /// The node to call; empty when `balancer` routes.
+    std::string_view node;
+    /// The balancer that picks the node; empty for a call to `node`.
+    std::string_view balancer;
+    /// The call's options (timeout, key, retries, ...); null for the defaults. Its
+    /// `load_balancer` is ignored: `balancer` is the one.
+    const CallOptions* options = nullptr;
+
+    /// The CallOptions of the call: `*options` (or the defaults) with `balancer`.
+    CallOptions call_options() const {
+        CallOptions o = options ? *options : CallOptions{};
+        o.load_balancer = std::string(balancer);
+        return o;
+    }
 };
 
 /// A Route to node `node` (`short@host`; this node's own name runs the handler here).
-inline Route to_node(std::string node, CallOptions options = {}) {
-    options.load_balancer.clear();
-    return Route{std::move(node), std::move(options)};
-}
+/// `options`, when given, must outlive the call's start.
+inline Route to_node(std::string_view node, const CallOptions* options = nullptr) { return Route{node, {}, options}; }
 
-/// A Route through balancer `balancer`: its algorithm picks the member (options.key is its
-/// routing key).
-inline Route through(std::string balancer, CallOptions options = {}) {
-    options.load_balancer = std::move(balancer);
-    return Route{{}, std::move(options)};
+/// A Route through balancer `balancer`: its algorithm picks the member (`options->key` is
+/// its routing key). `options`, when given, must outlive the call's start.
+inline Route through(std::string_view balancer, const CallOptions* options = nullptr) {
+    return Route{{}, balancer, options};
 }
 
 /// The JSON array of `args`, each converted with `value_from`: the arguments of a JSON
@@ -110,37 +120,39 @@ Handler typed(F f, std::initializer_list<std::string_view> names = {}) {
 template <class T = boost::json::value, class... Args>
 Result<T> call(Cluster& cluster, const Route& route, std::string_view module, std::string_view function,
                const Args&... args) {
-    auto options = route.options;
+    auto options = route.call_options();
     std::string node;
     options.peer = &node;
     auto r = route.node.empty() ? cluster.call(module, function, detail::to_arguments(args...), options)
                                 : cluster.call(route.node, module, function, detail::to_arguments(args...), options);
-    if (node.empty()) node = route.node.empty() ? cluster.name() : route.node;  // sent nowhere: run here or failed
-    if (route.options.peer) *route.options.peer = node;
+    if (node.empty()) node = route.node.empty() ? cluster.name() : std::string(route.node);  // run here, or failed
+    if (route.options && route.options->peer) *route.options->peer = node;
     return detail::reply_of<T>(std::move(r), node, module, function);
 }
 
 namespace detail {
 
 template <class T, class Token, class... Args>
-auto async_typed_call(Cluster& cluster, Route route, std::string module, std::string function, Token&& token,
-                      const Args&... args) {
+auto async_typed_call(Cluster& cluster, const Route& route, std::string_view module, std::string_view function,
+                      Token&& token, const Args&... args) {
+    // Everything copied now, so that a deferred operation refers to nothing of the caller's.
     return boost::asio::async_initiate<Token, void(Result<T>)>(
-        [&cluster](auto handler, Route route, std::string module, std::string function, boost::json::array args) {
-            // CallOptions::peer writes the pick into `node`, which the completion keeps alive.
-            auto node = std::make_shared<std::string>();
-            TypedCompletion<T, decltype(handler)> completion{std::move(handler), node, route.options.peer,
-                                                             route.node.empty() ? cluster.name() : route.node,
-                                                             module, function};
-            route.options.peer = node.get();
-            if (route.node.empty())
-                cluster.async_call(std::move(module), std::move(function), std::move(args),
-                                   std::move(route.options), std::move(completion));
+        [&cluster](auto handler, std::string node, CallOptions options, std::string module, std::string function,
+                   boost::json::array args) {
+            // CallOptions::peer writes the pick into `picked`, which the completion keeps alive.
+            auto picked = std::make_shared<std::string>();
+            TypedCompletion<T, decltype(handler)> completion{std::move(handler), picked, options.peer,
+                                                             node.empty() ? cluster.name() : node, module, function};
+            options.peer = picked.get();
+            if (node.empty())
+                cluster.async_call(std::move(module), std::move(function), std::move(args), std::move(options),
+                                   std::move(completion));
             else
-                cluster.async_call(std::move(route.node), std::move(module), std::move(function), std::move(args),
-                                   std::move(route.options), std::move(completion));
+                cluster.async_call(std::move(node), std::move(module), std::move(function), std::move(args),
+                                   std::move(options), std::move(completion));
         },
-        token, std::move(route), std::move(module), std::move(function), to_arguments(args...));
+        token, std::string(route.node), route.call_options(), std::string(module), std::string(function),
+        to_arguments(args...));
 }
 
 }  // namespace detail
@@ -159,14 +171,14 @@ auto async_typed_call(Cluster& cluster, Route route, std::string module, std::st
 ///
 /// The arguments are converted to JSON before this returns (also for `deferred`).
 template <class T = boost::json::value, class... ArgsThenToken>
-auto async_call(Cluster& cluster, Route route, std::string module, std::string function,
+auto async_call(Cluster& cluster, Route route, std::string_view module, std::string_view function,
                 ArgsThenToken&&... args_then_token) {
     static_assert(sizeof...(ArgsThenToken) >= 1, "the last argument of async_call is the completion token");
     constexpr std::size_t argc = sizeof...(ArgsThenToken) - 1;
     auto all = std::forward_as_tuple(std::forward<ArgsThenToken>(args_then_token)...);
     using Token = std::tuple_element_t<argc, std::tuple<ArgsThenToken&&...>>;
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return detail::async_typed_call<T>(cluster, std::move(route), std::move(module), std::move(function),
+        return detail::async_typed_call<T>(cluster, route, module, function,
                                            std::forward<Token>(std::get<argc>(all)), std::get<I>(all)...);
     }(std::make_index_sequence<argc>{});
 }
