@@ -161,7 +161,8 @@ auto async_typed_call(Cluster& cluster, const Route& route, std::string_view mod
 /// the function's arguments. Completion signature `void(Result<T>)`, with
 /// Cluster::async_call()'s executor, cancellation and "never inline" rules.
 ///
-///     // In a coroutine: no braced list, so g++ 12 compiles it inside co_await.
+///     // In a coroutine, all inside the co_await, also with g++ 12: no braced list to
+///     // refuse, and the Route is trivially destructible (route-calls.md has both faults).
 ///     auto r = co_await rpclb::async_call<rpclb::Reply<int>>(cluster, rpclb::through("workers"),
 ///                                                           "inventory", "reserve", sku, 1,
 ///                                                           boost::asio::use_awaitable);

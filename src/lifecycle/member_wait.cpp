@@ -36,15 +36,17 @@ void MemberWait::start(std::chrono::milliseconds timeout, Completion handler, as
         handler_.swap(handler);  // swap: Boost 1.81's move-assignment wraps the handler in itself
         work_ = asio::prefer(std::move(executor), asio::execution::outstanding_work.tracked);
         slot_ = slot;
+        // Assigned before anything can finish the wait, which clears the slot.
+        if (slot.is_connected()) {
+            slot.assign([weak = weak_from_this()](asio::cancellation_type) {
+                if (auto self = weak.lock())
+                    self->finish(wait_failure(Failure::cancelled, self->node_, self->balancer_));
+            });
+        }
         timer_.expires_after(timeout);
         // The pending timer keeps the wait alive; finish() cancels it.
         timer_.async_wait([self = shared_from_this(), timeout](boost::system::error_code ec) {
             if (!ec) self->finish(self->timeout_error(timeout));
-        });
-    }
-    if (slot.is_connected()) {
-        slot.assign([weak = weak_from_this()](asio::cancellation_type) {
-            if (auto self = weak.lock()) self->finish(wait_failure(Failure::cancelled, self->node_, self->balancer_));
         });
     }
     // A change between monitor() and the check below reaches the monitor: none is missed.
