@@ -33,6 +33,7 @@ public:
             case Failure::cookie_refused: return "cookie refused";
             case Failure::not_json: return "a number JSON cannot carry (NaN or infinity)";
             case Failure::name_taken: return "name taken";
+            case Failure::bad_reply: return "the answer does not convert to the type asked for";
         }
         return "unknown rpclb failure " + std::to_string(value);
     }
@@ -44,7 +45,8 @@ ErrorCode code_of(Failure failure) noexcept {
         case Failure::cancelled: return ErrorCode::request_timeout;
         case Failure::too_large:
         case Failure::not_json: return ErrorCode::bad_request;
-        case Failure::would_deadlock: return ErrorCode::internal_server_error;
+        case Failure::would_deadlock:
+        case Failure::bad_reply: return ErrorCode::internal_server_error;
         default: return ErrorCode::service_unavailable;
     }
 }

@@ -28,7 +28,9 @@ struct CallOptions {
     std::optional<std::string> key;
     /// When set, receives the name of the node the call was sent to (after the balancer's
     /// pick), like gRPC's `ClientContext::peer()`. Must stay valid until the call completes;
-    /// written before completion, from the thread that routes the call.
+    /// written before completion, from the thread that routes the call. The older form:
+    /// the typed calls of <rpclb/typed.hpp> return the node with the value (`Reply<T>`),
+    /// with nothing for the caller to keep alive.
     std::string* peer = nullptr;
     /// Run load-balanced calls and the random-node helpers on this node, with no
     /// selection, retry or draining (seed §4.4). Unset: ClusterOptions::call_directly.

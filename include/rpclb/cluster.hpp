@@ -245,6 +245,18 @@ public:
             std::move(args), std::move(options));
     }
 
+    /// A load-balanced async_call(): `options.load_balancer` names the balancer (required;
+    /// without it the call completes with `bad_request`). The same completion, errors and
+    /// cancellation as the form with a node. The serving node's name comes back with the
+    /// typed calls of <rpclb/typed.hpp> (`Reply<T>`).
+    template <class CompletionToken>
+    auto async_call(std::string module, std::string function, boost::json::array args, CallOptions options,
+                    CompletionToken&& token) {
+        return boost::asio::async_initiate<CompletionToken, void(CallResult)>(
+            [this](CallCompletion handler, auto&&... a) { initiate_balanced_call(std::move(a)..., std::move(handler)); },
+            token, std::move(module), std::move(function), std::move(args), std::move(options));
+    }
+
     /// Asynchronous cast(). Completion signature `void(Result<void>)`: success once the
     /// request is queued (after any no-route retry).
     template <class CompletionToken>
@@ -325,8 +337,37 @@ public:
     /// `balancer(name)` then `select_node` (seed §1.3).
     Result<std::string> select_node(std::string_view balancer, const PickOptions& options = {});
 
-    /// Members of a balancer's group (seed §1.2); "no members registered" when empty.
+    /// Members of a balancer's group (seed §1.2); "no members registered" when empty, as
+    /// in the seed. For a list that is simply empty, read `groups().members(balancer)->nodes`.
     Result<std::vector<std::string>> get_members(std::string_view balancer) const;
+
+    /// Waits until balancer `balancer` has at least `count` members (as this node sees its
+    /// group), or `timeout` passes: a readiness check before the first call, in place of
+    /// retrying get_members(). Returns at once when there are enough already (and always
+    /// for a `count` of 0).
+    ///
+    /// Errors: `request_timeout` (Failure::timeout) "balancer \"B\" has N of the M members
+    /// waited for after T ms", details {"node", "load_balancer", "members": N, "wanted": M};
+    /// `service_unavailable` "node stopping" when this node stops (or has stopped) while
+    /// waiting; `internal_server_error` (Failure::would_deadlock) at once from a network
+    /// thread (an inline handler or completion), whose loop may be the one that applies the
+    /// membership change: use async_wait_for_members() there. Thread safety: any thread.
+    Result<void> wait_for_members(std::string_view balancer, std::size_t count, std::chrono::milliseconds timeout);
+
+    /// Asynchronous wait_for_members(): the same conditions and errors, with completion
+    /// signature `void(Result<void>)`, run on the handler's associated executor (default: the
+    /// worker pool), never inside this function. A handler's cancellation slot may cancel the
+    /// wait: it then completes with `request_timeout` "cancelled" (Failure::cancelled).
+    /// Any completion token (callback, `use_future`, `use_awaitable`, `deferred`).
+    template <class CompletionToken>
+    auto async_wait_for_members(std::string balancer, std::size_t count, std::chrono::milliseconds timeout,
+                                CompletionToken&& token) {
+        return boost::asio::async_initiate<CompletionToken, void(Result<void>)>(
+            [this](WaitCompletion handler, std::string b, std::size_t n, std::chrono::milliseconds t) {
+                initiate_wait_for_members(std::move(b), n, t, std::move(handler));
+            },
+            token, std::move(balancer), count, timeout);
+    }
 
 
     /// Executor of the worker pool (handlers, default completion executor).
@@ -339,6 +380,7 @@ private:
     struct Impl;
     using CallCompletion = boost::asio::any_completion_handler<void(CallResult)>;
     using CastCompletion = boost::asio::any_completion_handler<void(Result<void>)>;
+    using WaitCompletion = boost::asio::any_completion_handler<void(Result<void>)>;
 
     // Start an asynchronous call or cast (empty `node` with a filter = the random-node
     // helpers) and complete `handler` on its associated executor, keeping that executor's
@@ -346,6 +388,12 @@ private:
     void initiate_call(std::string node, std::optional<NodeFilter> filter, std::string module,
                        std::string function, boost::json::array args, CallOptions options,
                        CallCompletion handler);
+    // The load-balanced async_call: bad_request without options.load_balancer.
+    void initiate_balanced_call(std::string module, std::string function, boost::json::array args,
+                                CallOptions options, CallCompletion handler);
+    // Defined in src/lifecycle/member_wait.cpp.
+    void initiate_wait_for_members(std::string balancer, std::size_t count, std::chrono::milliseconds timeout,
+                                   WaitCompletion handler);
     void initiate_cast(std::string node, std::optional<NodeFilter> filter, std::string module,
                        std::string function, boost::json::array args, CallOptions options,
                        CastCompletion handler);

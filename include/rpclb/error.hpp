@@ -66,6 +66,10 @@ enum class Failure : int {
     /// its peers for twice the idle timeout (Cluster::name_taken). Calls from it fail at
     /// once. Code `service_unavailable`.
     name_taken = 13,
+    /// A typed call's answer does not convert to the type its caller asked for
+    /// (<rpclb/typed.hpp>): `internal_server_error`, the message says what was expected and
+    /// what came; the handler did run.
+    bad_reply = 14,
 };
 
 /// The category of Failure values; name() is "rpclb.failure".

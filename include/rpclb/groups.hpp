@@ -79,6 +79,11 @@ public:
     std::vector<std::string> group_names() const;
 
     /// Registers `callback` for changes of `group`. Returns an id for demonitor().
+    ///
+    /// During the node's own Cluster::stop() the callback hears NodeChange::left for every
+    /// member of `group`: this node's own membership as its balancers leave, then each
+    /// peer's as its connection closes. Those are this node's view emptying, not the members
+    /// stopping. An empty or unknown group has an empty members() snapshot, never an error.
     std::uint64_t monitor(const std::string& group, MonitorCallback callback);
     /// Registers `callback` for new announcements of members of `group` that stay members
     /// (a member joined again with a different `meta`): it gets NodeChange::joined and the

@@ -187,6 +187,7 @@ void Cluster::Impl::start() {
 
 void Cluster::Impl::stop() {
     if (!running || stopping.exchange(true)) return;
+    waits.stop();  // pending wait_for_members end before the loop holding their timers goes
     rpc.mark_stop();
     mesh.begin_stop();  // no new connections from here on
     router.stop();      // calls waiting for a route fail now
@@ -427,6 +428,22 @@ void Cluster::initiate_cast(std::string node, std::optional<NodeFilter> filter, 
                            CallSpec{CallSpec::Kind::cast, std::move(node), std::move(filter), std::move(module),
                                     std::move(function), std::move(args), std::move(options)},
                            std::move(handler), to_void);
+}
+
+void Cluster::initiate_balanced_call(std::string module, std::string function, boost::json::array args,
+                                    CallOptions options, CallCompletion handler) {
+    if (options.load_balancer.empty()) {
+        // Nothing to route: complete with the error, posted (never inside async_call) to the
+        // handler's executor, as initiate() does.
+        auto error = call_error(ErrorCode::bad_request, "a load-balanced call needs options.load_balancer", name(),
+                                module, function);
+        const auto fallback = impl_->runtime.workers_stopped() ? asio::any_completion_executor(asio::system_executor())
+                                                               : asio::any_completion_executor(worker_executor());
+        detail::post_completion(std::move(handler), fallback, CallResult(std::move(error)));
+        return;
+    }
+    initiate_call(name(), std::nullopt, std::move(module), std::move(function), std::move(args), std::move(options),
+                  std::move(handler));
 }
 
 void Cluster::Impl::call(std::string node, std::string module, std::string function, boost::json::array args,

@@ -2,6 +2,7 @@
 // job; Cluster only wires them together and runs the node's start and stop.
 #pragma once
 
+#include "lifecycle/member_wait.hpp"
 #include "lifecycle/runtime.hpp"
 #include "membership/mesh.hpp"
 #include "routing/balancer_registry.hpp"
@@ -74,6 +75,7 @@ struct Cluster::Impl final : detail::ClusterLink, detail::BalancerSupervisor {
     detail::Mesh mesh;
     detail::CallChannels channels;
     detail::Router router;
+    detail::MemberWaits waits;  // Cluster::wait_for_members
     std::atomic<bool> running{false};
     std::atomic<bool> stopping{false};
 };
