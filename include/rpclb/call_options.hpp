@@ -12,15 +12,15 @@ namespace rpclb {
 
 /// Options of one call (seed §1.4).
 struct CallOptions {
-    /// Deadline of the whole call, from the moment it is made: the no-route retry's waits
-    /// for a member (`retry_count` × `retry_sleep`), re-routes after a `draining` reply and
-    /// the request itself; the request carries what is left to the serving node. Default
-    /// 10 s (seed). A call whose timeout runs out while it waits for a member fails with
-    /// `request_timeout` (Failure::timeout), "timeout while waiting for a member: " and
-    /// the balancer's error (the seed counted only the request). Range 1 ms..4294967295 ms (erpc's, without its 0). A call with a
-    /// timeout outside it fails at once with `bad_request` ("timeout must be 1 to
-    /// 4294967295 ms; got N ms", naming node, module and function), on every path: nothing
-    /// is picked, sent or run. Casts ignore it.
+    /// Deadline of the whole call, from when it is made: the waits for a member
+    /// (`retry_count` × `retry_sleep`), re-routes after `draining` and the request, which
+    /// carries what is left to the serving node. Default 10 s. Run out while waiting for a
+    /// member: `request_timeout` (Failure::timeout), "timeout while waiting for a member: "
+    /// and the balancer's error (the seed counted only the request). Range 1 ms to
+    /// 4294967295 ms (erpc's, without its 0); a timeout outside it fails at once with
+    /// `bad_request` ("timeout must be 1 to 4294967295 ms; got N ms", naming node, module
+    /// and function), on every path: nothing is picked, sent or run. Casts ignore it.
+    /// Retries and their waits: doc/explanation/draining-and-retries.md.
     std::chrono::milliseconds timeout{10000};
     /// Route through this balancer; empty = call the given node directly.
     std::string load_balancer;

@@ -1,0 +1,71 @@
+// An inventory worker: holds stock per SKU and serves inventory.reserve as a member of the
+// "inventory" balancer (hash_ring: each SKU has one owner while the members stay the same).
+//
+//   inventory-worker NAME SEED...     e.g. inventory-worker w1@127.0.0.1
+//
+// The cookie comes from $RPCLB_COOKIE. Prints "NAME listening on HOST:PORT" once it
+// serves, then runs until SIGINT or SIGTERM, when it leaves the balancer, drains and stops.
+#include <rpclb/cluster.hpp>
+#include <rpclb/stop_signal.hpp>
+#include <rpclb/typed.hpp>
+
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace {
+
+// Stock per SKU on this worker; every SKU starts with `initial` units.
+class Stock {
+public:
+    static constexpr int initial = 1000;
+
+    // Takes `qty` units of `sku`; returns what is left, or an error when there is not enough.
+    rpclb::Result<int> reserve(const std::string& sku, int qty) {
+        if (qty <= 0)
+            return rpclb::ErrorMessage{rpclb::ErrorCode::bad_request, "qty must be positive", {{"qty", qty}}};
+        std::lock_guard lock(mutex_);
+        auto [it, added] = left_.try_emplace(sku, initial);
+        if (it->second < qty)
+            return rpclb::ErrorMessage{rpclb::ErrorCode::service_unavailable, "out of stock",
+                                       {{"sku", sku}, {"left", it->second}}};
+        return it->second -= qty;
+    }
+
+private:
+    std::mutex mutex_;
+    std::map<std::string, int> left_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::cerr << "usage: inventory-worker NAME [SEED...]\n";
+        return 2;
+    }
+    rpclb::StopSignal stop_signal;  // before any thread starts: SIGTERM now stops gracefully
+    rpclb::ClusterOptions options;
+    options.name = argv[1];
+    for (int i = 2; i < argc; ++i) options.seeds.emplace_back(argv[i]);
+    Stock stock;
+    try {
+        rpclb::Cluster cluster(options);
+        cluster.register_function("inventory", "reserve",
+                                  rpclb::typed([&stock](std::string sku, int qty) { return stock.reserve(sku, qty); },
+                                               {"sku", "qty"}));
+        cluster.start();
+        rpclb::LoadBalancerOptions inventory;
+        inventory.name = "inventory";
+        inventory.algorithm = "hash_ring";
+        inventory.algorithm_opts = {{"weight", 128}};  // virtual nodes per member on the ring
+        cluster.start_balancer(inventory);
+        std::cout << cluster.name() << " listening on " << cluster.listen_endpoint()->address().to_string() << ':'
+                  << cluster.listen_endpoint()->port() << std::endl;
+        return rpclb::run_until_signalled(cluster, stop_signal);
+    } catch (const std::exception& e) {
+        std::cerr << "inventory-worker: " << e.what() << "\n";
+        return 1;
+    }
+}
