@@ -34,9 +34,9 @@ cmake --build "$work/example" >"$work/example-build.log" 2>&1 || fail "building 
 export RPCLB_COOKIE="example-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 unset RPCLB_PLUGIN_PATH  # the installed library finds the installed plugins itself
 
-# wait_for FILE PATTERN: up to 10 s for a line of FILE to match PATTERN.
+# wait_for FILE PATTERN [SECONDS]: up to SECONDS (10) for a line of FILE to match PATTERN.
 wait_for() {
-  for _ in $(seq 1 200); do
+  for _ in $(seq 1 $((${3:-10} * 20))); do
     grep -q "$2" "$1" 2>/dev/null && return 0
     sleep 0.05
   done
@@ -48,8 +48,8 @@ start_worker() {
   "$work/example/inventory-worker" "$1@127.0.0.1" ${2:+"$2"} >"$work/$1.out" 2>"$work/$1.log" &
   pids+=("$!")
   echo "$!" >"$work/$1.pid"
-  wait_for "$work/$1.out" ' listening on ' || fail "worker $1 did not start"
-  address=$(sed -n 's/.* listening on \(.*\)$/\1/p' "$work/$1.out")
+  wait_for "$work/$1.out" '^listening on ' || fail "worker $1 did not start"
+  address=$(sed -n 's/^listening on \(.*\)$/\1/p' "$work/$1.out")
 }
 
 start_worker w1; seed="$address"
@@ -61,12 +61,13 @@ echo "three workers up; w1 at $seed"
 frontend=$!
 pids+=("$frontend")
 wait_for "$work/frontend.out" '^ready: 3 workers' || fail "the frontend did not see three workers"
+wait_for "$work/frontend.out" '^blocking calls done' 120 || fail "the frontend's blocking calls did not end"
 kill -9 "$(cat "$work/w3.pid")"
 echo "killed w3 while the frontend's calls ran"
 
 status=0
 wait "$frontend" || status=$?
-summary=$(tail -n 1 "$work/frontend.out")
+summary=$(grep '^{"calls"' "$work/frontend.out" || true)
 echo "frontend: $summary"
 [ "$status" -eq 0 ] || fail "the frontend exited $status"
 python3 - "$summary" <<'PY' || fail "the summary does not add up"
@@ -79,6 +80,8 @@ PY
 
 for w in w1 w2; do
   kill -TERM "$(cat "$work/$w.pid")"
-  wait "$(cat "$work/$w.pid")" || fail "worker $w exited $? on SIGTERM"
+  code=0
+  wait "$(cat "$work/$w.pid")" || code=$?
+  [ "$code" -eq 0 ] || fail "worker $w exited $code on SIGTERM"
 done
 echo "example OK"

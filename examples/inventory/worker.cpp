@@ -3,7 +3,7 @@
 //
 //   inventory-worker NAME SEED...     e.g. inventory-worker w1@127.0.0.1
 //
-// The cookie comes from $RPCLB_COOKIE. Prints "NAME listening on HOST:PORT" once it
+// The cookie comes from $RPCLB_COOKIE. Prints "listening on HOST:PORT" once it
 // serves, then runs until SIGINT or SIGTERM, when it leaves the balancer, drains and stops.
 #include <rpclb/cluster.hpp>
 #include <rpclb/stop_signal.hpp>
@@ -61,9 +61,10 @@ int main(int argc, char** argv) {
         inventory.algorithm = "hash_ring";
         inventory.algorithm_opts = {{"weight", 128}};  // virtual nodes per member on the ring
         cluster.start_balancer(inventory);
-        std::cout << cluster.name() << " listening on " << cluster.listen_endpoint()->address().to_string() << ':'
-                  << cluster.listen_endpoint()->port() << std::endl;
-        return rpclb::run_until_signalled(cluster, stop_signal);
+        const auto at = *cluster.listen_endpoint();
+        std::cout << "listening on " << at.address().to_string() << ':' << at.port() << std::endl;
+        rpclb::run_until_signalled(cluster, stop_signal);  // returns the signal's number
+        return 0;
     } catch (const std::exception& e) {
         std::cerr << "inventory-worker: " << e.what() << "\n";
         return 1;
