@@ -176,6 +176,17 @@ BOOST_AUTO_TEST_CASE(installed_node_finds_plugins_beside_its_library,
     BOOST_TEST(describe_status(*status) == "exited 0");
 }
 
+// An application or plugin includes the public headers only; the wire codec and the
+// handshake stay the library's own.
+BOOST_AUTO_TEST_CASE(installed_headers_leave_out_the_wire_codec_and_the_handshake,
+                     *boost::unit_test::precondition(cmake_build_or_skip)) {
+    MovedInstall install;
+    const auto detail = install.prefix / "include" / "rpclb" / "detail";
+    BOOST_TEST(fs::exists(install.prefix / "include" / "rpclb" / "cluster.hpp"));
+    BOOST_TEST(!fs::exists(detail / "wire.hpp"));
+    BOOST_TEST(!fs::exists(detail / "handshake.hpp"));
+}
+
 BOOST_AUTO_TEST_CASE(installed_node_exits_1_when_a_balancer_plugin_is_missing,
                      *boost::unit_test::precondition(cmake_build_or_skip)) {
     MovedInstall install;
