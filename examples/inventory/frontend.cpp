@@ -18,11 +18,13 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace asio = boost::asio;
@@ -92,13 +94,14 @@ asio::awaitable<void> reserve_from_coroutine(rpclb::Cluster& cluster, Tally& tal
 int main(int argc, char** argv) {
     int workers = 0;
     int calls = 0;
-    try {
-        if (argc != 4) throw std::invalid_argument("wrong number of arguments");
-        workers = std::stoi(argv[2]);
-        calls = std::stoi(argv[3]);
-        if (workers < 1 || calls < 2) throw std::invalid_argument("WORKERS must be 1 or more, CALLS 2 or more");
-    } catch (const std::exception& e) {
-        std::cerr << "usage: inventory-frontend SEED WORKERS CALLS (" << e.what() << ")\n";
+    // The whole of `text` as a number of at least `least`.
+    auto number = [](std::string_view text, int least, int& out) {
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+        return ec == std::errc() && end == text.data() + text.size() && out >= least;
+    };
+    if (argc != 4 || !number(argv[2], 1, workers) || !number(argv[3], 2, calls)) {
+        std::cerr << "usage: inventory-frontend SEED WORKERS CALLS (WORKERS a whole number of at least 1, "
+                     "CALLS of at least 2)\n";
         return 2;
     }
     rpclb::ClusterOptions options;

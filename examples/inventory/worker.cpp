@@ -4,7 +4,8 @@
 //   inventory-worker NAME SEED...     e.g. inventory-worker w1@127.0.0.1
 //
 // The cookie comes from $RPCLB_COOKIE. Prints "listening on HOST:PORT" once it
-// serves, then runs until SIGINT or SIGTERM, when it leaves the balancer, drains and stops.
+// serves, then runs until SIGINT or SIGTERM, when it leaves the balancer, drains and stops
+// (exit 0), or until it gives up its name to an older live worker of that name (exit 1).
 #include <rpclb/cluster.hpp>
 #include <rpclb/stop_signal.hpp>
 #include <rpclb/typed.hpp>
@@ -55,6 +56,9 @@ int main(int argc, char** argv) {
         cluster.register_function("inventory", "reserve",
                                   rpclb::typed([&stock](std::string sku, int qty) { return stock.reserve(sku, qty); },
                                                {"sku", "qty"}));
+        // Another live worker holds this name: it is given up (after twice the idle
+        // timeout), and the worker stops and exits 1.
+        cluster.on_name_lost([&stop_signal](const std::string&) { stop_signal.request_stop(); });
         cluster.start();
         rpclb::LoadBalancerOptions inventory;
         inventory.name = "inventory";
@@ -64,6 +68,10 @@ int main(int argc, char** argv) {
         const auto at = *cluster.listen_endpoint();
         std::cout << "listening on " << at.address().to_string() << ':' << at.port() << std::endl;
         rpclb::run_until_signalled(cluster, stop_signal);  // returns the signal's number
+        if (auto why = cluster.name_taken()) {
+            std::cerr << "inventory-worker: " << *why << "\n";
+            return 1;
+        }
         return 0;
     } catch (const std::exception& e) {
         std::cerr << "inventory-worker: " << e.what() << "\n";

@@ -287,6 +287,7 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     bool clash = false;     // refused: an older incarnation holds the name
     bool displaced = false;  // `replaced` is a newer incarnation under the same name
     bool gave_up = false;    // refused: this node gave up its name
+    bool refused_own_name = false;  // an older incarnation of this node's own name answered
     {
         std::lock_guard lock(mutex_);
         forget_connecting(c);
@@ -294,9 +295,17 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
         if (name_lost_) {
             keep = false;  // this node gave its name up: it takes no link
             gave_up = true;
-        } else if (peer.node == options_.name) {
+        } else if (peer.node == options_.name && peer.incarnation == settings_.local.incarnation) {
             if (!c->target().empty()) self_targets_.insert(c->target());
             keep = false;
+        } else if (peer.node == options_.name) {
+            // Another live process under this node's own name, met directly (one is the
+            // other's seed): the older keeps the name, as between third nodes below.
+            keep = false;
+            if (peer.incarnation > settings_.local.incarnation)
+                clash = true;  // it is newer: refused with name_taken_close_reason
+            else
+                refused_own_name = true;  // it is older: this node is the one refused
         } else if (auto it = peers_.find(peer.node); it == peers_.end()) {
             peers_.emplace(peer.node, c);
         } else if (it->second->peer().incarnation != peer.incarnation) {
@@ -333,7 +342,11 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
         }
     }
     if (!keep) {
-        if (peer.node == options_.name)
+        if (refused_own_name) {
+            on_name_taken(c);  // as if it had refused this node: the same window, the same end
+            return c->close(LinkError::refused, "an older incarnation of this node's name answered");
+        }
+        if (peer.node == options_.name && !clash)
             RPCLB_LOG("mesh", debug) << "connected to itself via " << c->target() << "; ignored";
         if (clash) {
             if (name_clash_due(peer.node + "\n" + peer.incarnation))

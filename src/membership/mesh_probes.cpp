@@ -77,14 +77,16 @@ void Mesh::on_name_taken(const std::shared_ptr<Connection>& c) {
         give_up = now - since >= name_refusal_window();
     }
     const auto window_s = std::chrono::duration<double>(name_refusal_window()).count();
+    // Met directly, an older process of this very name refuses it (Mesh::on_established).
+    const auto who = by == options_.name ? "the older process of this name at " + c->describe_peer() : by;
     if (give_up) {
         std::ostringstream why;
-        why << by << " refused this node's name for " << window_s << " s: an older live incarnation of "
+        why << who << " refused this node's name for " << window_s << " s: an older live incarnation of "
             << options_.name << " holds it there (stop the other process, or give this one another name)";
         return give_up_name(why.str());
     }
     if (first)
-        RPCLB_LOG("mesh", warning) << by << " refused this node: an older live incarnation of " << options_.name
+        RPCLB_LOG("mesh", warning) << who << " refused this node: an older live incarnation of " << options_.name
                                    << " holds that name there; trying again for up to " << window_s
                                    << " s in case it has crashed";
 }

@@ -39,6 +39,19 @@ BOOST_AUTO_TEST_CASE(a_second_live_process_under_a_name_exits_1_naming_the_confl
     BOOST_TEST(x1->process().running());
 }
 
+// The most natural mistake: the second process is seeded with the first's own address.
+BOOST_AUTO_TEST_CASE(a_second_process_seeded_with_the_holder_itself_exits_1) {
+    auto x1 = start_node({.name = "x", .extra_args = fast_detection});
+    auto x2 = start_node({.name = "x", .seeds = {x1->address()}, .extra_args = fast_detection});
+    const auto status = x2->process().wait_exit(Process::Clock::now() + 10s);
+    BOOST_REQUIRE(status.has_value());
+    BOOST_TEST(WIFEXITED(*status));
+    BOOST_TEST(WEXITSTATUS(*status) == 1);
+    BOOST_TEST(x2->log_contains("the older process of this name at " + x1->address() + " refused this node's name"));
+    BOOST_TEST(x1->log_count("refused x@127.0.0.1 incarnation") == 1u);
+    BOOST_TEST(x1->process().running());
+}
+
 BOOST_AUTO_TEST_CASE(a_restart_gets_the_name_of_a_holder_that_froze_unseen) {
     auto a = start_node({.name = "a", .extra_args = fast_detection});
     auto x1 = start_node({.name = "x", .seeds = {a->address()}, .extra_args = fast_detection});
