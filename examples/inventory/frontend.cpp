@@ -9,6 +9,7 @@
 // 0 when every call came back, served or with a reported error, and some were served; 1
 // otherwise; 2 on bad usage.
 #include <rpclb/cluster.hpp>
+#include <rpclb/log.hpp>
 #include <rpclb/typed.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
                      "CALLS of at least 2)\n";
         return 2;
     }
+    rpclb::log::init("info");  // the library's records on stderr, from info up
     rpclb::ClusterOptions options;
     options.client = true;
     options.seeds = {argv[1]};

@@ -7,6 +7,7 @@
 // serves, then runs until SIGINT or SIGTERM, when it leaves the balancer, drains and stops
 // (exit 0), or until it gives up its name to an older live worker of that name (exit 1).
 #include <rpclb/cluster.hpp>
+#include <rpclb/log.hpp>
 #include <rpclb/stop_signal.hpp>
 #include <rpclb/typed.hpp>
 
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
         std::cerr << "usage: inventory-worker NAME [SEED...]\n";
         return 2;
     }
+    rpclb::log::init("info");  // the library's records on stderr, from info up
     rpclb::StopSignal stop_signal;  // before any thread starts: SIGTERM now stops gracefully
     rpclb::ClusterOptions options;
     options.name = argv[1];
