@@ -78,6 +78,9 @@ BOOST_AUTO_TEST_CASE(every_kind_of_mismatch_is_named) {
                "argument 5: expected a non-negative integer, got null");
     BOOST_TEST(f(args(R"([true, 1.5, [], {}, 70000])")).error().message ==
                "argument 5: expected a non-negative integer, got integer (out of range)");
+    BOOST_TEST(f(args(R"([true, 1.5, [], {}, 2.5])")).error().message ==
+               "argument 5: expected a non-negative integer, got number (not a whole number)");
+    BOOST_TEST(f(args(R"([true, 1.5, [], {}, 2.0])")).has_value());  // a whole number converts
     BOOST_TEST(f(args(R"([true, 1.5, [1, "x"], {}, 1])")).error().message.starts_with("argument 3: "));
     BOOST_TEST(f(args(R"([true, 1.5, [1, 2], {"a": 1}, 1])")).has_value());
 }

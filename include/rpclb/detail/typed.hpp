@@ -16,6 +16,7 @@
 #include <boost/json/value_from.hpp>
 #include <boost/json/value_to.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -101,10 +102,17 @@ boost::system::result<T, std::string> convert(const boost::json::value& v) {
         const bool kind_mismatch = ec == je::error::not_string || ec == je::error::not_number ||
                                    ec == je::error::not_bool || ec == je::error::not_array ||
                                    ec == je::error::not_object || ec == je::error::not_null;
-        // Say why when the kinds alone don't: the right kind with a value out of range, or
-        // an element or member that didn't convert.
-        if (!kind_mismatch || expected.find(got) != std::string::npos)
-            why = ec == je::error::not_exact ? "out of range" : ec.message();
+        // Say why when the kinds alone don't: a number with a fraction where an integer is
+        // expected, the right kind with a value out of range, or an element or member that
+        // didn't convert.
+        if (!kind_mismatch || expected.find(got) != std::string::npos) {
+            if (ec != je::error::not_exact)
+                why = ec.message();
+            else if (v.is_double() && std::trunc(v.get_double()) != v.get_double())
+                why = "not a whole number";
+            else
+                why = "out of range";
+        }
     } catch (const std::exception& e) {
         why = e.what();  // a user's tag_invoke(value_to_tag<T>) that throws
     }
