@@ -75,6 +75,8 @@ ErrorMessage MemberWait::timeout_error(std::chrono::milliseconds timeout) const 
     e.reason = Failure::timeout;
     e.message = "balancer \"" + balancer_ + "\" has " + std::to_string(members) + " of the " + std::to_string(count_) +
                 " members waited for after " + std::to_string(timeout.count()) + " ms";
+    if (isolated && isolated())
+        e.message += "; this node is connected to no other node (are its seeds listening, with the same cookie?)";
     e.details = {{"node", node_},
                  {"load_balancer", balancer_},
                  {"members", static_cast<std::int64_t>(members)},
@@ -145,6 +147,7 @@ void Cluster::initiate_wait_for_members(std::string balancer, std::size_t count,
         detail::post_completion(std::move(handler), fallback, Result<void>(std::move(error)));
         return;
     }
+    wait->isolated = [&impl] { return impl.mesh.connected_nodes().empty(); };
     auto executor = asio::get_associated_executor(handler, fallback);
     wait->start(timeout, std::move(handler), std::move(executor));
 }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,8 +61,12 @@ public:
 
     const std::string& balancer() const noexcept { return balancer_; }
 
-    /// The error of a wait that ended by its deadline.
+    /// The error of a wait that ended by its deadline; it adds that this node reached no
+    /// other node when `isolated` says so.
     ErrorMessage timeout_error(std::chrono::milliseconds timeout) const;
+
+    /// True when this node is connected to no other node; set before start(), may be empty.
+    std::function<bool()> isolated;
 
 private:
     friend class MemberWaits;

@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
+#include "support/port.hpp"
 
 #include <rpclb/typed.hpp>
 
@@ -183,6 +184,23 @@ BOOST_AUTO_TEST_CASE(wait_for_members_times_out_naming_the_balancer_and_its_coun
 
     const auto empty = client->wait_for_members("nobody_here", 1, 50ms);
     BOOST_TEST(empty.error().message == "balancer \"nobody_here\" has 0 of the 1 members waited for after 50 ms");
+}
+
+BOOST_AUTO_TEST_CASE(a_wait_on_a_node_that_reached_no_other_says_so) {
+    PortReservation nobody;  // bound and never listening: its dials are refused
+    rpclb::ClusterOptions o;
+    o.name = "lonely@127.0.0.1";
+    o.client = true;
+    o.cookie = test_cookie;
+    o.seeds = {nobody.address()};
+    rpclb::Cluster lonely(o);
+    lonely.start();
+    const auto r = lonely.wait_for_members("w", 1, 200ms);
+    BOOST_REQUIRE(r.has_error());
+    BOOST_TEST(r.error().message ==
+               "balancer \"w\" has 0 of the 1 members waited for after 200 ms; this node is connected to no "
+               "other node (are its seeds listening, with the same cookie?)");
+    lonely.stop();
 }
 
 BOOST_AUTO_TEST_CASE(async_wait_for_members_completes_when_a_member_joins) {
