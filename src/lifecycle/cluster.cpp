@@ -123,6 +123,11 @@ void Cluster::Impl::unsupervise(std::string_view name) { root.remove_child(name)
 
 boost::asio::any_io_executor Cluster::Impl::workers() { return runtime.workers().get_executor(); }
 
+asio::any_completion_executor Cluster::Impl::completion_fallback() {
+    if (runtime.workers_stopped()) return asio::any_completion_executor(asio::system_executor());
+    return asio::any_completion_executor(runtime.workers().get_executor());
+}
+
 void Cluster::Impl::serve(std::string module, std::string function, Handler handler) {
     rpc.register_function(std::move(module), std::move(function), std::move(handler), HandlerOptions{});
 }
@@ -437,9 +442,7 @@ void Cluster::initiate_balanced_call(std::string module, std::string function, b
         // handler's executor, as initiate() does.
         auto error = call_error(ErrorCode::bad_request, "a load-balanced call needs options.load_balancer", name(),
                                 module, function);
-        const auto fallback = impl_->runtime.workers_stopped() ? asio::any_completion_executor(asio::system_executor())
-                                                               : asio::any_completion_executor(worker_executor());
-        detail::post_completion(std::move(handler), fallback, CallResult(std::move(error)));
+        detail::post_completion(std::move(handler), impl_->completion_fallback(), CallResult(std::move(error)));
         return;
     }
     initiate_call(name(), std::nullopt, std::move(module), std::move(function), std::move(args), std::move(options),

@@ -51,6 +51,9 @@ struct Cluster::Impl final : detail::ClusterLink, detail::BalancerSupervisor {
     PluginRegistry& plugins() noexcept override { return plugin_registry; }
     TelemetryBus& telemetry() noexcept override { return bus; }
     boost::asio::any_io_executor workers() override;
+    /// Where a completion runs when its handler names no executor: the worker pool, or,
+    /// once the pool has stopped, the system executor.
+    boost::asio::any_completion_executor completion_fallback();
     void serve(std::string module, std::string function, Handler handler) override;
     void call(std::string node, std::string module, std::string function, boost::json::array args,
               std::chrono::milliseconds timeout, CallCompletion handler) override;

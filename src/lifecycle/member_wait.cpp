@@ -133,8 +133,7 @@ void MemberWaits::stop() {
 void Cluster::initiate_wait_for_members(std::string balancer, std::size_t count, std::chrono::milliseconds timeout,
                                         WaitCompletion handler) {
     auto& impl = *impl_;
-    const auto fallback = impl.runtime.workers_stopped() ? asio::any_completion_executor(asio::system_executor())
-                                                         : asio::any_completion_executor(worker_executor());
+    const auto fallback = impl.completion_fallback();
     auto wait = std::make_shared<detail::MemberWait>(impl.node_groups, impl.runtime.network(), name(),
                                                      std::move(balancer), count);
     if (!impl.running || !impl.waits.add(wait)) {

@@ -215,14 +215,12 @@ private:
         auto timeout = time_left();
         if (timeout.count() <= 0) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
         if (on_caller_thread) {
-            const auto began = std::chrono::steady_clock::now();
             if (auto result = router_->channels().call(*c, request, timeout)) return done(std::move(*result));
-            // A channel dial that failed took part of the call's time: the link gets the rest,
-            // to the millisecond below (rounding up took a whole millisecond from every call
-            // that found no channel, so a 1 ms call on the link always timed out unsent).
-            const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
-            if (spent >= timeout) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
-            timeout -= spent;
+            // A channel dial that failed took part of the call's time: the link gets what is
+            // left, rounded up to the millisecond (rounding down took a whole millisecond from
+            // every call that found no channel, so a 1 ms call on the link timed out unsent).
+            timeout = time_left();
+            if (timeout.count() <= 0) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
         }
         // Once the node closes its connections (its channels stop with them, so the channel
         // above gave way), a request could be queued on a connection whose strand no thread
