@@ -217,8 +217,8 @@ private:
         if (on_caller_thread) {
             if (auto result = router_->channels().call(*c, request, timeout)) return done(std::move(*result));
             // A channel dial that failed took part of the call's time: the link gets what is
-            // left, rounded up to the millisecond (rounding down took a whole millisecond from
-            // every call that found no channel, so a 1 ms call on the link timed out unsent).
+            // left, rounded up to the millisecond, so that a 1 ms call that found no channel
+            // still goes out on the link.
             timeout = time_left();
             if (timeout.count() <= 0) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
         }
