@@ -13,8 +13,9 @@ usage: bash bench/mesh_scale.sh --nodes N [--build DIR] [--idle-seconds S] [--ex
 
 Starts N rpclb-node processes on 127.0.0.1 (each --workers 1, one balancer lb=round_robin,
 --listen 127.0.0.1:0 so the kernel picks a free port, read back from "listening on"),
-node 1 first and nodes 2..N all joining through node 1 as seed; plus one lone node with
-the same flags and no seed, as the memory baseline. Prints one "key value" line per figure
+node 1 first and nodes 2..N all joining through node 1 as seed; plus a two-node mesh of
+its own with the same flags (floor1, and floor2 joining it), whose second node is the
+memory floor. Prints one "key value" line per figure
 on stdout (progress and warnings go to stderr):
 
   nodes               N
@@ -24,13 +25,17 @@ on stdout (progress and warnings go to stderr):
   idle_us_per_pair_s  CPU time (utime+stime, /proc/PID/stat) of all N nodes over
                       --idle-seconds once converged (after --settle), / seconds /
                       N(N-1)/2 pairs, in microseconds; resolution 1 tick (10 ms) per node
-  rss_per_peer_kib    mean over nodes of (VmRSS - VmRSS of the lone node) / (N-1), KiB
+  rss_per_peer_kib    mean over nodes of (VmRSS - VmRSS of the floor node) / (N-2), KiB:
+                      the floor has run the same code and holds one peer, so what is
+                      left is what the other N-2 peers cost
+  anon_per_peer_kib   the same with the anonymous (private, not code) memory of
+                      /proc/PID/smaps_rollup
   kill_out_s          SIGKILL node N; seconds until it is out of every other node's view
   stall_out_s         SIGSTOP node N-1; seconds until it is out of every other node's view
                       (then SIGCONT)
 and, as context: librpclb_mtime (modification time of the librpclb.so the nodes load),
 idle_cpu_pct (all nodes, % of one core), idle_view_changes (view changes
-during the idle window: should be 0), rss_node_kib, rss_lone_kib, threads_per_node,
+during the idle window: should be 0), rss_node_kib, rss_floor_kib, threads_per_node,
 stall_rejoin_s (after SIGCONT, until the resumed node and the N-2 others see each other
 again).
 
@@ -188,9 +193,13 @@ echo "load_avg $load1"
 lib=$(ldd "$node_bin" 2>/dev/null | awk '/librpclb\.so/ {print $3; exit}')
 [[ -n "$lib" && -e "$lib" ]] && echo "librpclb_mtime $(date -u -r "$(readlink -f "$lib")" +%Y-%m-%dT%H:%M:%SZ)"
 
-start_node lone
-lone_pid=$last_pid
-listen_port lone "$lone_pid" >/dev/null
+# The memory floor: a node of a two-node mesh of its own (floor2 joins floor1), so that it
+# has run the mesh's code (whose pages its RSS counts) and holds one peer.
+start_node floor1
+floor1_port=$(listen_port floor1 "$last_pid")
+start_node floor2 "127.0.0.1:$floor1_port"
+floor_pid=$last_pid
+listen_port floor2 "$floor_pid" >/dev/null
 start_node n1
 seed_pid=$last_pid
 seed_port=$(listen_port n1 "$seed_pid")
@@ -203,7 +212,7 @@ done
 t_last=$(date +%s.%N)
 
 probe=(python3 "$here/mesh_scale_probe.py" --manifest "$run/manifest"
-       --lone "lone@127.0.0.1 $lone_pid $run/lone.err $run/lone.out" --t-last "$t_last"
+       --floor "floor2@127.0.0.1 $floor_pid $run/floor2.err $run/floor2.out" --t-last "$t_last"
        --deadline "$deadline" --out-deadline "$out_deadline" --idle-seconds "$idle" --settle "$settle")
 (( verify )) && probe+=(--verify-admin)
 if "${probe[@]}"; then status=0; else status=$?; fi

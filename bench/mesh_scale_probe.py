@@ -108,6 +108,13 @@ class Node:
                     return int(line.split()[1])
         raise KeyError(key)
 
+    def rollup(self, key):
+        with open(f"/proc/{self.pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+        raise KeyError(key)
+
 
 def poll_all(nodes):
     for n in nodes:
@@ -199,7 +206,7 @@ def verify_admin(nodes, expected_peers, what):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", required=True, help="lines: NAME PID STDERR STDOUT, seed first")
-    ap.add_argument("--lone", required=True, help="NAME PID STDERR STDOUT of the lone node")
+    ap.add_argument("--floor", required=True, help="NAME PID STDERR STDOUT of the memory floor node")
     ap.add_argument("--t-last", type=float, required=True, help="wall time of the last node start")
     ap.add_argument("--deadline", type=float, default=120.0)
     ap.add_argument("--out-deadline", type=float, default=60.0)
@@ -215,8 +222,8 @@ def main():
             if line.strip():
                 name, pid, err, out = line.split()
                 nodes.append(Node(name, int(pid), err, out))
-    lname, lpid, lerr, lout = a.lone.split()
-    lone = Node(lname, int(lpid), lerr, lout)
+    fname, fpid, ferr, fout = a.floor.split()
+    floor = Node(fname, int(fpid), ferr, fout)
     names = {n.name for n in nodes}
     N = len(nodes)
 
@@ -284,13 +291,16 @@ def main():
     print(f"idle_view_changes {flaps}", flush=True)
 
     # --- memory ----------------------------------------------------------------------
-    if not check_alive(nodes + [lone], "before the RSS reading"):
+    if not check_alive(nodes + [floor], "before the RSS reading"):
         return 1
     rss = [n.status("VmRSS") for n in nodes]
-    rss_lone = lone.status("VmRSS")
-    print(f"rss_per_peer_kib {fmt(sum((r - rss_lone) / (N - 1) for r in rss) / N, 1)}", flush=True)
+    anon = [n.rollup("Anonymous") for n in nodes]
+    rss_floor = floor.status("VmRSS")
+    anon_floor = floor.rollup("Anonymous")
+    print(f"rss_per_peer_kib {fmt(sum((r - rss_floor) / (N - 2) for r in rss) / N, 1)}", flush=True)
+    print(f"anon_per_peer_kib {fmt(sum((r - anon_floor) / (N - 2) for r in anon) / N, 1)}", flush=True)
     print(f"rss_node_kib {fmt(sum(rss) / N, 0)}", flush=True)
-    print(f"rss_lone_kib {rss_lone}", flush=True)
+    print(f"rss_floor_kib {rss_floor}", flush=True)
     print(f"threads_per_node {fmt(sum(n.status('Threads') for n in nodes) / N, 1)}", flush=True)
 
     status = 0

@@ -36,7 +36,7 @@ struct ClusterOptions {
     /// Threads running handlers. Range 1..1024.
     std::size_t worker_threads = 2;
     /// Sets the failure detector's timings: a silent peer is suspected after about one
-    /// probe round and dead between idle_timeout / 2 and idle_timeout later
+    /// probe interval and dead between idle_timeout / 3 and idle_timeout later
     /// (doc/explanation/failure-detection.md). Default 3 s.
     std::chrono::milliseconds idle_timeout{3000};
     /// Longest time for a connection's WebSocket and cookie handshakes. Default 5 s.

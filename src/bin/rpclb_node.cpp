@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
         ("plugins", po::value<std::vector<std::string>>()->composing(), "plugin directory searched first (repeatable)")
         ("balancer", po::value<std::vector<std::string>>()->composing(), "start balancer NAME=ALGORITHM (repeatable; replaces a file's balancer of that name)")
         ("workers", po::value<long>()->default_value(4), "handler threads, 1..1024")
-        ("idle-timeout", po::value<long>()->default_value(3000), "failure detection: probes every idle/6, a silent peer is dead idle/2..idle after suspected, ms")
+        ("idle-timeout", po::value<long>()->default_value(3000), "failure detection: probes every idle/3, a silent peer is dead idle/3..idle after suspected, ms")
         ("log-level", po::value<std::string>()->default_value("info"), "trace|debug|info|warning|error|fatal")
         ("admin", po::value<std::string>(), "serve the admin console on HOST:PORT (/metrics, /healthz, /readyz, WebSocket /admin)")
         ("admin-token", po::value<std::string>(), "admin token (default: $RPCLB_ADMIN_TOKEN); required unless --admin is a loopback address")

@@ -16,9 +16,9 @@ constexpr std::size_t max_relays = 256;
 
 DetectorOptions DetectorOptions::from_idle_timeout(milliseconds idle) {
     DetectorOptions o;
-    o.probe_interval = std::clamp(idle / 6, milliseconds(100), milliseconds(1000));
-    o.probe_timeout = std::clamp(idle / 6, milliseconds(100), milliseconds(2000));
-    o.suspicion_min = std::max(idle / 2, o.probe_interval);
+    o.probe_interval = std::clamp(idle / 3, milliseconds(100), milliseconds(1000));
+    o.probe_timeout = std::clamp(idle / 12, milliseconds(100), milliseconds(2000));
+    o.suspicion_min = std::max(idle / 3, o.probe_interval);
     o.suspicion_max = std::max(idle, o.suspicion_min);
     return o;
 }
@@ -37,6 +37,14 @@ void FailureDetector::add(const std::string& node, const std::string& incarnatio
     if (m.suspect) suspected_.erase(node);
     m = Member{};
     m.incarnation = incarnation;
+    // Into the current round at a random place (as SWIM does), not only into the next one:
+    // a round lasts as many intervals as it has members.
+    // (remove() took the name out of the round, so a new one is not in it.)
+    if (inserted && !round_.empty()) {
+        round_.push_back(node);
+        const auto at = std::uniform_int_distribution<std::size_t>(0, round_.size() - 1)(rng_);
+        std::swap(round_[at], round_.back());
+    }
     suspicion_due_known_ = false;  // the timeouts depend on the number of members
 }
 
@@ -86,6 +94,12 @@ void FailureDetector::change_health(int delta) {
     health_ = std::clamp(health_ + delta, 0, options_.max_local_health);
 }
 
+bool FailureDetector::confirms() {
+    const auto others = members_.size() > 1 ? members_.size() - 1 : 1;  // the suspect's other members
+    const double p = std::min(1.0, static_cast<double>(options_.indirect_probes + 1) / static_cast<double>(others));
+    return p >= 1.0 || std::bernoulli_distribution(p)(rng_);
+}
+
 std::string FailureDetector::next_target() {
     if (round_.empty()) {
         for (const auto& [name, m] : members_) round_.push_back(name);
@@ -107,6 +121,10 @@ void FailureDetector::start_probe(Clock::time_point now, Actions& out) {
         return;
     }
     if (!last_heard_) last_heard_ = now;  // silence is counted from the first probe
+    probe(now, target, out);
+}
+
+void FailureDetector::probe(Clock::time_point now, const std::string& target, Actions& out) {
     Probe p{target, next_seq_++, now};
     p.indirect_at = now + scaled(options_.probe_timeout);
     p.ends_at = p.indirect_at + scaled(options_.probe_timeout);
@@ -133,10 +151,14 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
     // Lifeguard: missed nacks mean this node, not the target, may be the slow one.
     if (p.nacks < p.asked) change_health(+1);
     auto it = members_.find(p.target);
-    if (it == members_.end() || it->second.suspect) return;
-    suspect(now, p.target, it->second, self_);
-    out.gossip.push_back(wire::MemberState{wire::MemberHealth::suspect, p.target, it->second.incarnation,
-                                           it->second.version});
+    if (it == members_.end()) return;
+    auto& m = it->second;
+    // Suspected by others already: this node's own unanswered probe is a confirmation,
+    // told to every member like a suspicion, which shortens the suspicion timeout.
+    const bool confirmed_here = std::find(m.suspecters.begin(), m.suspecters.end(), self_) != m.suspecters.end();
+    if (m.suspect && (confirmed_here || m.suspecters.size() > options_.indirect_probes)) return;
+    suspect(now, p.target, m, self_);
+    out.gossip.push_back(wire::MemberState{wire::MemberHealth::suspect, p.target, m.incarnation, m.version});
 }
 
 void FailureDetector::suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by) {
@@ -240,10 +262,15 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
             m.version = state.version;
             // Probed next, so this node confirms the suspicion (or sees it refuted) within
             // an interval rather than when the round comes to it.
+            // About k + 1 of the members that hear it probe the suspect at once, so that
+            // the suspicion is confirmed (or refuted) within a probe's time rather than
+            // when the round comes to it; not every member, which would flood a suspect
+            // that is only slow with probes it cannot answer in time.
             if (!m.suspect) {
-                probe_next(state.node);
+                if (confirms() && !probing(state.node)) probe(now, state.node, out);
                 // The suspect may not have heard it (the suspecter's link to it may be
-                // going down): tell it too, so that it can refute.
+                // going down, or cut): every member that hears it tells the suspect, so
+                // that it can refute.
                 if (from != state.node) out.notices.emplace_back(state.node, state);
             }
             suspect(now, state.node, m, from);
@@ -261,9 +288,9 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
 
 FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
     Actions out;
-    // Woken more than half a probe timeout after the instant asked for: this node is not
+    // Woken more than half a probe interval after the instant asked for: this node is not
     // being scheduled in time, and its probes' silence may be its own.
-    if (const auto due = next_timer(); due && *due != Clock::time_point::min() && now > *due + options_.probe_timeout / 2)
+    if (const auto due = next_timer(); due && *due != Clock::time_point::min() && now > *due + options_.probe_interval / 2)
         change_health(+1);
     // Silent for the unconfirmed suspicion time and a probe timeout, and at least two of
     // its probes ended unanswered meanwhile (a slow node's sparse probes count, not time).
@@ -328,8 +355,10 @@ std::optional<FailureDetector::Clock::time_point> FailureDetector::next_timer() 
     auto consider = [&](Clock::time_point t) {
         if (!next || t < *next) next = t;
     };
+    // An answered probe asks for no wake-up of its own: it ends at the next one.
     for (const auto& p : probes_) {
-        if (!p.acked && !p.indirect_sent) consider(p.indirect_at);
+        if (p.acked) continue;
+        if (!p.indirect_sent) consider(p.indirect_at);
         consider(p.ends_at);
     }
     if (next_probe_at_)

@@ -23,15 +23,15 @@ namespace rpclb::detail {
 /// users set (ClusterOptions::idle_timeout); doc/explanation/failure-detection.md says
 /// what each trades.
 struct DetectorOptions {
-    std::chrono::milliseconds probe_interval{500};  ///< a probe of the next member starts each interval
-    std::chrono::milliseconds probe_timeout{500};   ///< wait this for a direct ack, then as long for others
+    std::chrono::milliseconds probe_interval{1000};  ///< a probe of the next member starts each interval
+    std::chrono::milliseconds probe_timeout{250};    ///< wait this for a direct ack, then as long for others
     std::size_t indirect_probes = 3;                ///< members asked to ping a silent one (k)
-    std::chrono::milliseconds suspicion_min{1500};  ///< a suspect confirmed by k others is dead after this
+    std::chrono::milliseconds suspicion_min{1000};  ///< a suspect confirmed by k others is dead after this
     std::chrono::milliseconds suspicion_max{3000};  ///< an unconfirmed suspect is dead after this
     int max_local_health = 8;  ///< timeouts stretch up to (1 + this) times when this node is slow
 
-    /// probe_interval idle/6 within 100 ms…1 s, probe_timeout idle/6 within 100 ms…2 s,
-    /// suspicion idle/2 (confirmed) to idle (unconfirmed).
+    /// probe_interval idle/3 within 100 ms…1 s, probe_timeout idle/12 within 100 ms…2 s,
+    /// suspicion idle/3 (confirmed) to idle (unconfirmed).
     static DetectorOptions from_idle_timeout(std::chrono::milliseconds idle);
 };
 
@@ -40,7 +40,9 @@ struct DetectorOptions {
 /// each probe interval it pings the next member of a shuffled round; without an ack
 /// within the probe timeout it asks `indirect_probes` others to ping it; without any ack
 /// within a second probe timeout it suspects it and tells every member (probes overlap
-/// when the timeout exceeds the interval). A member suspected by another is probed next. A suspect that does
+/// when the timeout exceeds the interval). Of the members told of a suspicion, about k + 1
+/// probe the suspect at once to confirm it. A member linked mid-round joins the current
+/// round at a random place. A suspect that does
 /// not refute (a higher version of its own incarnation) within the suspicion timeout —
 /// shorter the more members confirm the suspicion — is dead: the detector tells every
 /// member and reports it, and the driver drops its link. A node that finds itself
@@ -142,6 +144,7 @@ private:
     Clock::duration scaled(std::chrono::milliseconds d) const;
     Clock::duration suspicion_timeout(const Member& m) const;
     void start_probe(Clock::time_point now, Actions& out);
+    void probe(Clock::time_point now, const std::string& target, Actions& out);  // a ping to a member
     void end_probe(Clock::time_point now, Probe p, Actions& out);
     Probe* probe_of(std::uint64_t seq);
     bool probing(std::string_view node) const;
@@ -151,6 +154,7 @@ private:
     void refute(std::uint64_t above, Actions& out);
     void change_health(int delta);
     std::string next_target();
+    bool confirms();  // true for about k + 1 of the members that hear a suspicion
 
     const std::string self_;
     const std::string incarnation_;

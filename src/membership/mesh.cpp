@@ -50,7 +50,6 @@ Mesh::Mesh(MeshOptions options, const std::string& incarnation, asio::io_context
       ioc_(ioc),
       groups_(groups),
       sink_(sink),
-      reconnect_timer_(ioc),
       accept_retry_timer_(ioc),
       detector_(options_.name, incarnation, DetectorOptions::from_idle_timeout(options_.idle_timeout),
                 std::random_device{}()),
@@ -97,7 +96,11 @@ void Mesh::start() {
         }
         dial(seed);
     }
-    asio::post(ioc_, [self = self_.lock()] { self->schedule_reconnect(); });
+    asio::post(ioc_, [self = self_.lock()] {
+        std::lock_guard lock(self->detector_mutex_);
+        self->next_reconnect_at_ = std::chrono::steady_clock::now() + self->options_.reconnect_interval;
+        self->arm_probe_timer();
+    });
 }
 
 bool Mesh::dials(const std::string& node) const { return options_.client || dials_first(options_.name, node); }
@@ -190,40 +193,30 @@ void Mesh::dial(const std::string& address) {
     c->start();
 }
 
-void Mesh::schedule_reconnect() {
-    reconnect_timer_.expires_after(options_.reconnect_interval);
-    reconnect_timer_.async_wait([self = self_.lock()](boost::system::error_code ec) {
-        if (ec || self->stopping_) return;
-        std::vector<std::string> to_dial;
+void Mesh::reconnect_tick() {
+    std::vector<std::string> to_dial;
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& seed : options_.seeds) {
+            bool connected = false;
+            for (const auto& [name, c] : peers_)
+                if (c->peer().listen == seed || c->target() == seed) connected = true;
+            if (!connected) to_dial.push_back(seed);
+        }
+        for (const auto& [name, k] : known_)
+            if (!peers_.contains(name) && dials(name)) to_dial.push_back(k.info.listen);
+    }
+    for (const auto& address : to_dial) dial(address);
+    if (++ticks_ % regossip_ticks == 0) {
+        // To one peer in turn, not to all: the whole mesh then sends N lists per round,
+        // not N².
+        std::shared_ptr<Connection> to;
         {
-            std::lock_guard lock(self->mutex_);
-            for (const auto& seed : self->options_.seeds) {
-                bool connected = false;
-                for (const auto& [name, c] : self->peers_)
-                    if (c->peer().listen == seed || c->target() == seed) connected = true;
-                if (!connected) to_dial.push_back(seed);
-            }
+            std::lock_guard lock(mutex_);
+            if (!peers_.empty()) to = std::next(peers_.begin(), (ticks_ / regossip_ticks) % peers_.size())->second;
         }
-        {
-            std::lock_guard lock(self->mutex_);
-            for (const auto& [name, k] : self->known_)
-                if (!self->peers_.contains(name) && self->dials(name))
-                    to_dial.push_back(k.info.listen);
-        }
-        for (const auto& address : to_dial) self->dial(address);
-        if (++self->ticks_ % regossip_ticks == 0) {
-            // To one peer in turn, not to all: the whole mesh then sends N lists per round,
-            // not N².
-            std::shared_ptr<Connection> to;
-            {
-                std::lock_guard lock(self->mutex_);
-                if (!self->peers_.empty())
-                    to = std::next(self->peers_.begin(), (self->ticks_ / regossip_ticks) % self->peers_.size())->second;
-            }
-            if (to) to->send(wire::encode(self->known_nodes()));
-        }
-        self->schedule_reconnect();
-    });
+        if (to) to->send(wire::encode(known_nodes()));
+    }
 }
 
 wire::Nodes Mesh::known_nodes() const {
@@ -384,15 +377,30 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     }
     RPCLB_LOG("mesh", info) << "connected to " << peer.node << (peer.client ? " (client)" : "")
                             << " incarnation " << peer.incarnation;
-    c->send(wire::encode(known_nodes()));
-    c->send(groups_.local_sync_frame());
-    // Tell the others about the newcomer so they connect to it too.
+    // A node heard of already learnt the cluster from whoever heard of it first, and the
+    // others were told about it then; a new one (or one lost and linked again) is sent
+    // this node's list, and the others are told about it so that they connect to it too.
+    bool fresh = true;
     if (!peer.client) {
+        std::lock_guard lock(mutex_);
+        fresh = hear(peer.node, peer.incarnation);
+    }
+    if (fresh) c->send(wire::encode(known_nodes()));
+    c->send(groups_.local_sync_frame());
+    if (fresh && !peer.client) {
         const auto frame = wire::encode(wire::Nodes{{peer}});
         std::lock_guard lock(mutex_);
         for (const auto& [name, other] : peers_)
             if (other != c) other->send(frame);
     }
+}
+
+bool Mesh::hear(const std::string& node, const std::string& incarnation) {
+    if (heard_.size() >= max_heard && !heard_.contains(node)) heard_.clear();
+    auto& known = heard_[node];
+    if (known == incarnation) return false;
+    known = incarnation;
+    return true;
 }
 
 void Mesh::on_nodes(const wire::Nodes& nodes) {
@@ -401,9 +409,11 @@ void Mesh::on_nodes(const wire::Nodes& nodes) {
         // node themselves, and an entry for one of them made from stale gossip (a peer
         // still listing a node that has already gone) would have no connection and no
         // redial to remove it.
-        if (node.node == options_.name || node.client || node.listen.empty() || !dials(node.node)) continue;
+        if (node.node == options_.name || node.client || node.listen.empty()) continue;
         {
             std::lock_guard lock(mutex_);
+            hear(node.node, node.incarnation);
+            if (!dials(node.node)) continue;
             auto& k = known_[node.node];
             if (k.info.incarnation != node.incarnation) k = KnownNode{node, 0};
             if (peers_.contains(node.node)) continue;

@@ -196,12 +196,17 @@ private:
     /// Every accepted call channel of `node`, removed.
     std::vector<std::shared_ptr<Connection>> take_channels(std::string_view node);
     void dial(const std::string& address);
-    void schedule_reconnect();
+    /// Redials the seeds and known nodes not linked, and every regossip_ticks-th time sends
+    /// this node's list to one peer in turn. Run by the node's one timer (on_probe_timer).
+    void reconnect_tick();
     void on_nodes(const wire::Nodes& nodes);
     void broadcast(const std::string& frame);
     wire::Nodes known_nodes() const;
     /// After `node` was lost: forgets it unless this node redials it.
     void forget_unless_redialled(const std::string& node);
+    /// Records that this node has heard of `node` at `incarnation`; true if it had not
+    /// (heard_; mutex_ held).
+    bool hear(const std::string& node, const std::string& incarnation);
     /// What follows the loss of peer link `c` once the peer has left every group: counted,
     /// logged, its accepted channels closed (unless `clean`ly closed while stopping), and
     /// on_peer_lost_ told.
@@ -222,7 +227,8 @@ private:
     /// Does what the failure detector asked: sends its frames, then drops the links of the
     /// members it found dead or whose links it found broken.
     void act(FailureDetector::Actions actions);
-    /// Arms probe_timer_ for the detector's next instant, unless armed for it already
+    /// Arms probe_timer_ for the earlier of the detector's next instant and the reconnect
+    /// tick, unless armed for it already
     /// (detector_mutex_ held).
     void arm_probe_timer();
     void on_probe_timer();
@@ -245,7 +251,6 @@ private:
     std::weak_ptr<Mesh> self_;
     std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
     std::optional<boost::asio::ip::tcp::endpoint> bound_;
-    boost::asio::steady_timer reconnect_timer_;
     // After a failed accept (out of descriptors: the connection stays in the backlog, so
     // accepting again at once fails again at once), the next accept waits on this timer;
     // a run of failures is logged once. Both used only by the accept loop.
@@ -291,8 +296,14 @@ private:
     // other during a long cut (max_redials) would never meet again after the heal while
     // both stay connected to a third: gossip was only sent when a connection came up.
     static constexpr int regossip_ticks = 10;
-    int ticks_ = 0;  // reconnect ticks so far; touched only by the reconnect timer's handler
+    int ticks_ = 0;  // reconnect ticks so far; touched only by the one timer's handler
     std::map<std::string, KnownNode, std::less<>> known_;
+    // Each node (name → incarnation) this node has heard of, from a list or a link, since
+    // it last lost it. A link to a node heard of already sends it no list and announces it
+    // to nobody: the node that heard of it first did both, so a join costs O(N) frames,
+    // not O(N) per link. At most max_heard names (authenticated peers only send them).
+    std::map<std::string, std::string, std::less<>> heard_;
+    static constexpr std::size_t max_heard = 65536;
 
     std::atomic<std::uint64_t> bad_frames_{0};
     std::atomic<std::uint64_t> auth_failures_{0};
@@ -320,6 +331,7 @@ private:
     FailureDetector detector_;
     boost::asio::steady_timer probe_timer_;
     std::optional<FailureDetector::Clock::time_point> probe_timer_at_;
+    std::optional<FailureDetector::Clock::time_point> next_reconnect_at_;  // detector_mutex_
     FailureDetector::Clock::time_point next_trim_{};
     bool detector_stopped_ = false;  // close_all() is done: the timer is not armed again
 };

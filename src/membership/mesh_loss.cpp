@@ -92,6 +92,7 @@ void Mesh::forget_unless_redialled(const std::string& node) {
     // A lost peer this node doesn't redial is forgotten now: the table of known
     // nodes holds only nodes that are connected or being redialled.
     if (!dials(node)) known_.erase(node);
+    heard_.erase(node);  // linked again, it is sent a list and announced again
 }
 
 void Mesh::peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool clean) {
@@ -158,7 +159,6 @@ void Mesh::close_all(std::chrono::milliseconds limit, bool served_all) {
     stopping_ = true;
     asio::post(ioc_, [self = self_.lock()] {
         boost::system::error_code ignored;
-        self->reconnect_timer_.cancel();
         self->accept_retry_timer_.cancel();
         if (self->acceptor_) self->acceptor_->close(ignored);
     });

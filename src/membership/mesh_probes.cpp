@@ -1,4 +1,5 @@
-// Membership: the failure detector's driver (its frames, its one timer, its verdicts) and
+// Membership: the node's one timer (the failure detector's instants, the reconnect tick,
+// the trim tick), the detector's frames and verdicts, and
 // the name rule's messages. The rest of Mesh is in mesh.cpp and mesh_loss.cpp.
 #include "membership/mesh.hpp"
 #include "transport/block_cache.hpp"
@@ -131,10 +132,18 @@ void Mesh::on_probe_answered(const std::shared_ptr<Connection>& c, std::uint64_t
 }
 
 void Mesh::arm_probe_timer() {
-    const auto next = detector_.next_timer();
-    if (!next || (probe_timer_at_ && *probe_timer_at_ <= *next) || detector_stopped_) return;
+    // The reconnect tick may run up to half an interval early or late (on_probe_timer):
+    // it wakes the node only when no probe comes within that half interval.
+    auto next = detector_.next_timer();
+    if (next_reconnect_at_ && !stopping_) {
+        const auto latest = *next_reconnect_at_ + options_.reconnect_interval / 2;
+        if (!next || latest < *next) next = latest;
+    }
+    if (!next || (probe_timer_at_ && *probe_timer_at_ == *next) || detector_stopped_) return;
     probe_timer_at_ = *next;
-    probe_timer_.expires_at(*next);  // cancels the wait for a later instant
+    // Cancels the wait for another instant: an earlier one (a probe answered before its
+    // timeout) would wake the node for nothing.
+    probe_timer_.expires_at(*next);
     probe_timer_.async_wait([weak = self_](boost::system::error_code ec) {
         if (ec) return;
         if (auto self = weak.lock()) self->on_probe_timer();
@@ -143,14 +152,23 @@ void Mesh::arm_probe_timer() {
 
 void Mesh::on_probe_timer() {
     bool trim = false;
+    bool reconnect = false;
     drive([&](auto now) {
         probe_timer_at_.reset();
         if (now >= next_trim_) {
             next_trim_ = now + trim_interval;
             trim = true;
         }
+        // The reconnect tick rides on a probe's wake-up when one comes within half an
+        // interval of it: one wake-up a second for both, not two.
+        const auto interval = options_.reconnect_interval;
+        if (next_reconnect_at_ && now >= *next_reconnect_at_ - interval / 2) {
+            next_reconnect_at_ = now + interval;
+            reconnect = true;
+        }
         return detector_.on_timer(now);
     });
+    if (reconnect && !stopping_) reconnect_tick();
     if (trim) {
         std::vector<std::shared_ptr<Connection>> links;
         {

@@ -403,6 +403,8 @@ void Connection::start_close() {
     if (refusing_cookie_) why = ws::close_reason(ws::close_code::policy_error, cookie_refused_close_reason);
     if (close_reason_ && close_reason_->kind == LinkError::name_taken)
         why = ws::close_reason(ws::close_code::policy_error, name_taken_close_reason);
+    if (close_reason_ && close_reason_->kind == LinkError::refused)
+        why = ws::close_reason(ws::close_code::normal, refused_close_reason);
     ws_.visit([&](auto& ws) {
         ws.async_close(why, [self = shared_from_this()](beast::error_code) { self->fail(*self->close_reason_); });
     });

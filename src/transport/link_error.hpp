@@ -31,7 +31,7 @@ enum class LinkError : int {
     too_large = 11,           ///< the peer sent a message over the read limit
     peer_not_reading = 12,    ///< an in-place write found the socket's buffers full (call channel)
     io_error = 13,            ///< any other socket error
-    refused = 14,             ///< this node closed it: a duplicate, itself, a name in use, a channel it does not keep
+    refused = 14,             ///< this node, or the peer (refused_close_reason), did not keep it: a duplicate, itself, a name in use, a channel
     stopping = 15,            ///< this node is stopping
     channel_closed = 16,      ///< this node closed the call channel (given up by its pool)
     not_connected = 17,       ///< no open connection (or the peer said bye): the request was not sent

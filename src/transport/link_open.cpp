@@ -168,8 +168,10 @@ LinkClose read_failure(MeshStream& ws, const error_code& ec, bool awaiting_cooki
     auto reason = LinkClose::from(ec);
     if (reason.kind != LinkError::closed_by_peer) return reason;
     const auto why = ws.visit([](auto& s) { return s.reason(); });
-    if (why.code != beast::websocket::close_code::policy_error) return reason;
     const std::string_view text(why.reason.data(), why.reason.size());
+    if (why.code == beast::websocket::close_code::normal && text == refused_close_reason)
+        reason.kind = LinkError::refused;
+    if (why.code != beast::websocket::close_code::policy_error) return reason;
     if (text == cookie_refused_close_reason && awaiting_cookie_answer) reason.kind = LinkError::cookie_refused;
     if (text == name_taken_close_reason) reason.kind = LinkError::name_taken;
     return reason;

@@ -41,7 +41,8 @@ void configure_stream(MeshStream& ws, std::chrono::milliseconds handshake_timeou
 void configure_call_channel(MeshStream& ws);
 
 /// Why a read on an open WebSocket failed with `ec`. A close from the peer whose reason
-/// is name_taken_close_reason is LinkError::name_taken; one with cookie_refused_close_reason
+/// is name_taken_close_reason is LinkError::name_taken; one with refused_close_reason is
+/// LinkError::refused; one with cookie_refused_close_reason
 /// is LinkError::cookie_refused when `awaiting_cookie_answer` (this dialer sent its proof
 /// and waits for the acceptor's word).
 LinkClose read_failure(MeshStream& ws, const boost::system::error_code& ec, bool awaiting_cookie_answer);

@@ -31,6 +31,11 @@ inline constexpr std::string_view cookie_refused_close_reason = "rpclb: cookie r
 /// receiver reads it as LinkError::name_taken.
 inline constexpr std::string_view name_taken_close_reason = "rpclb: name taken";
 
+/// The reason of the WebSocket close (normal) with which a node refuses a link it does not
+/// keep (a duplicate of a link it holds, a link to itself): the receiver reads it as
+/// LinkError::refused, not as a failed handshake.
+inline constexpr std::string_view refused_close_reason = "rpclb: refused";
+
 /// Settings shared by every connection of a node.
 struct ConnectionSettings {
     wire::PeerInfo local;

@@ -45,7 +45,8 @@ struct Options {
     std::uint64_t first_seed = 1;
     std::string fault_list = "all";
     std::vector<Fault> faults;
-    DetectorOptions detector;  // the defaults: probe 500 ms, suspicion 1.5 … 4.5 s
+    // What a node runs with at the default idle timeout.
+    DetectorOptions detector = DetectorOptions::from_idle_timeout(std::chrono::milliseconds(3000));
     NetOptions net;
     Micros fault_phase = 30 * sec;  // faults start within this
 };

@@ -215,10 +215,68 @@ BOOST_AUTO_TEST_CASE(a_removed_member_is_no_longer_probed_and_a_new_incarnation_
 
 BOOST_AUTO_TEST_CASE(options_from_the_idle_timeout) {
     const auto o = DetectorOptions::from_idle_timeout(3000ms);
-    BOOST_TEST(o.probe_interval.count() == 500);
-    BOOST_TEST(o.probe_timeout.count() == 500);
-    BOOST_TEST(o.suspicion_min.count() == 1500);
+    BOOST_TEST(o.probe_interval.count() == 1000);
+    BOOST_TEST(o.probe_timeout.count() == 250);
+    BOOST_TEST(o.suspicion_min.count() == 1000);
     BOOST_TEST(o.suspicion_max.count() == 3000);
     BOOST_TEST(DetectorOptions::from_idle_timeout(30000ms).probe_interval.count() == 1000);
     BOOST_TEST(DetectorOptions::from_idle_timeout(10ms).probe_interval.count() == 100);
+}
+
+BOOST_AUTO_TEST_CASE(an_answered_probe_asks_for_no_wake_up_of_its_own) {
+    auto d = make({"b", "c"});
+    auto out = d.on_timer(t0);
+    const auto [target, seq] = pings(out).at(0);
+    // Unanswered, the probe wakes the detector at its probe timeout.
+    BOOST_TEST((*d.next_timer() == t0 + 40ms));
+    d.on_probe(t0 + 1ms, target, {wire::ProbeKind::ack, seq, {}});
+    // Answered, the next wake-up is the next probe's.
+    BOOST_TEST((*d.next_timer() == t0 + 100ms));
+    out = d.on_timer(t0 + 100ms);
+    BOOST_TEST(pings(out).size() == 1u);
+    BOOST_TEST(!d.suspected(target));
+}
+
+BOOST_AUTO_TEST_CASE(of_many_members_that_hear_a_suspicion_only_about_k_plus_one_probe_the_suspect) {
+    // 200 detectors, each linked to the suspect and 99 others, hear one suspicion of "s".
+    int confirmers = 0;
+    int notices = 0;
+    for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+        FailureDetector d("a", "i-a", options(), seed);
+        d.add("s", "i-s");
+        for (int i = 0; i < 99; ++i) d.add("m" + std::to_string(i), "i-m" + std::to_string(i));
+        auto out = d.on_member(t0, "m0", {wire::MemberHealth::suspect, "s", "i-s", 0});
+        notices += static_cast<int>(out.notices.size());
+        BOOST_TEST(d.suspected("s"));
+        // A confirmer probes the suspect at once (the round would reach it after ~50
+        // probes on average otherwise).
+        const auto p = pings(out);
+        if (!p.empty() && p[0].first == "s") ++confirmers;
+    }
+    // Expected: 200 * (k + 1) / 99 ≈ 6 of 200.
+    BOOST_TEST(confirmers >= 1);
+    BOOST_TEST(confirmers <= 20);
+    // Every one of them tells the suspect, which may be cut off from the suspecter.
+    BOOST_TEST(notices == 200);
+}
+
+BOOST_AUTO_TEST_CASE(a_member_linked_mid_round_is_probed_within_that_round) {
+    // A round of 20 members takes 20 intervals; one linked after it began comes up in it,
+    // not only in the next round.
+    std::vector<std::string> members;
+    auto d = FailureDetector("a", "i-a", options(), 11);
+    for (int i = 0; i < 20; ++i) d.add("m" + std::to_string(i), "i");
+    auto now = t0;
+    auto step = [&] {
+        auto p = pings(d.on_timer(now));
+        for (const auto& [to, seq] : p) d.on_probe(now + 1ms, to, {wire::ProbeKind::ack, seq, {}});
+        now += 100ms;
+        return p;
+    };
+    step();  // the round begins
+    d.add("late", "i-late");
+    bool probed = false;
+    for (int i = 0; i < 20 && !probed; ++i)
+        for (const auto& [to, seq] : step()) probed = probed || to == "late";
+    BOOST_TEST(probed);
 }
