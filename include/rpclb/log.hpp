@@ -11,6 +11,9 @@ namespace rpclb::log {
 /// `level`. Valid levels: trace, debug, info, warning, error, fatal. Calling it again
 /// replaces the level. Throws std::invalid_argument naming an unknown level.
 ///
+/// Until init() or set_level() is called, rpclb emits only warnings and errors, and to
+/// wherever Boost.Log sends records (its default sink, or the application's own sinks).
+///
 /// Thread safety: call it before starting clusters; records may be emitted from any thread.
 void init(std::string_view level = "info");
 

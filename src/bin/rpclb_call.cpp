@@ -4,6 +4,8 @@
 #include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
 
+#include "tool_plugin_dirs.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/program_options.hpp>
@@ -32,10 +34,18 @@ namespace {
 // balancer, seen members; then until the set of connected nodes stops growing. Gives up
 // at once when every seed refused the cookie (each refuses once: it is not redialled).
 bool wait_for_cluster(rpclb::Cluster& cluster, const std::string& balancer, milliseconds limit) {
-    const auto deadline = steady_clock::now() + limit;
+    const auto start = steady_clock::now();
+    const auto deadline = start + limit;
     std::size_t last = 0;
     auto stable_since = steady_clock::now();
+    bool said = false;
     while (steady_clock::now() < deadline) {
+        // Not met within a second: say what it waits for, once.
+        if (!said && steady_clock::now() - start >= std::chrono::seconds(1)) {
+            said = true;
+            std::cerr << "rpclb-call: waiting up to " << limit.count() << " ms (--wait) for "
+                      << (last == 0 ? "a node of the cluster" : "members of balancer " + balancer) << std::endl;
+        }
         const auto nodes = cluster.connected_nodes().size();
         // Every seed refused the cookie, or failed its TLS handshake: redials would end
         // the same way (a certificate or a TLS setting is wrong), so stop waiting.
@@ -271,6 +281,7 @@ int main(int argc, char** argv) {
         options.cookie = cookie;
         options.worker_threads = 1;
         for (const auto& dir : plugin_dirs) options.plugin_path.emplace_back(dir);
+        rpclb::tools::add_tool_plugin_dirs(options.plugin_path);
         options = rpclb::with_defaults(std::move(options));
         // What the Cluster constructor would refuse (a --name without '@', say) is a bad
         // command line too: exit 2, naming the flag.
@@ -306,6 +317,9 @@ int main(int argc, char** argv) {
             }
             else
                 std::cerr << "rpclb-call: no node answered within " << wait_ms << " ms" << std::endl;
+        } else if (!balancer.empty() && !cluster.get_members(balancer).has_value()) {
+            std::cerr << "rpclb-call: balancer " << balancer << " has no members after " << wait_ms
+                      << " ms; each call waits for one up to its --timeout (" << timeout_ms << " ms)" << std::endl;
         }
 
         CallLoop::Spec spec{node, module, function, args, {}};

@@ -6,6 +6,8 @@
 #include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
 
+#include "tool_plugin_dirs.hpp"
+
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -190,9 +192,10 @@ int main(int argc, char** argv) {
         std::cout << desc;
         return 0;
     }
-    const auto config = node_config(vm);
+    auto config = node_config(vm);
     if (!config) return 2;
     rpclb::log::init(config->log_level);
+    rpclb::tools::add_tool_plugin_dirs(config->cluster.plugin_path);
 
     // Set by the admin `stop` command, which then raises SIGTERM: for the log line only.
     std::atomic<bool> admin_stop{false};

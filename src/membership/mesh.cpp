@@ -209,11 +209,16 @@ void Mesh::reconnect_tick() {
     for (const auto& address : to_dial) dial(address);
     if (++ticks_ % regossip_ticks == 0) {
         // To one peer in turn, not to all: the whole mesh then sends N lists per round,
-        // not N².
+        // not N². The turn starts at a place of this node's own: with one start for all,
+        // every node would send its list to about the same peer each round (their peers
+        // sort alike), and a node could wait N rounds for one.
         std::shared_ptr<Connection> to;
         {
             std::lock_guard lock(mutex_);
-            if (!peers_.empty()) to = std::next(peers_.begin(), (ticks_ / regossip_ticks) % peers_.size())->second;
+            if (!peers_.empty())
+                to = std::next(peers_.begin(),
+                               static_cast<std::ptrdiff_t>((regossip_start_ + ticks_ / regossip_ticks) % peers_.size()))
+                         ->second;
         }
         if (to) to->send(wire::encode(known_nodes()));
     }

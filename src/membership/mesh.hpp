@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -297,6 +298,7 @@ private:
     // both stay connected to a third: gossip was only sent when a connection came up.
     static constexpr int regossip_ticks = 10;
     int ticks_ = 0;  // reconnect ticks so far; touched only by the one timer's handler
+    const std::size_t regossip_start_ = std::random_device{}();  // this node's place in the list turns
     std::map<std::string, KnownNode, std::less<>> known_;
     // Each node (name → incarnation) this node has heard of, from a list or a link, since
     // it last lost it. A link to a node heard of already sends it no list and announces it

@@ -66,7 +66,7 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reas
     }
     if (lost) forget_unless_redialled(c->peer().node);
     changed_.notify_all();
-    if (!established && reason.kind == LinkError::resolve_failed) {
+    if (!established && (reason.kind == LinkError::resolve_failed || reason.kind == LinkError::connect_failed)) {
         bool first = false;
         {
             std::lock_guard lock(mutex_);

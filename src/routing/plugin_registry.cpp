@@ -82,10 +82,14 @@ PluginRegistry::PluginRegistry(std::vector<std::filesystem::path> search_path)
     : given_(std::move(search_path)) {
     for (auto& dir : environment_path()) given_.push_back(std::move(dir));
     path_ = given_;
-    if (auto beside = library_relative_dir(); !beside.empty()) path_.push_back(std::move(beside));
-    const std::filesystem::path built_in(RPCLB_PLUGIN_INSTALL_DIR);
+    // Each folder once (a tool may have given the library's own folder already).
+    auto add = [&](std::filesystem::path dir) {
+        if (std::none_of(path_.begin(), path_.end(), [&](const auto& p) { return same_directory(p, dir); }))
+            path_.push_back(std::move(dir));
+    };
+    if (auto beside = library_relative_dir(); !beside.empty()) add(std::move(beside));
     // Installed where it was configured for, the library's folder is the built-in one.
-    if (path_.size() == given_.size() || !same_directory(path_.back(), built_in)) path_.push_back(built_in);
+    add(std::filesystem::path(RPCLB_PLUGIN_INSTALL_DIR));
 }
 
 std::vector<std::filesystem::path> PluginRegistry::missing_directories() const {

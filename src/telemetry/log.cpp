@@ -10,6 +10,7 @@
 #include <boost/log/support/date_time.hpp>
 #include <boost/log/utility/setup/common_attributes.hpp>
 
+#include <atomic>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -38,6 +39,7 @@ severity parse_level(std::string_view level) {
 
 std::mutex init_mutex;
 bool sink_installed = false;
+std::atomic<severity> threshold{severity::warning};
 
 }  // namespace
 
@@ -55,12 +57,15 @@ Logger& logger(const char* channel) {
     return *it->second;
 }
 
+severity log_threshold() noexcept { return threshold.load(std::memory_order_relaxed); }
+
 }  // namespace detail
 
 namespace log {
 
 void set_level(std::string_view level) {
     const auto min = parse_level(level);
+    threshold.store(min, std::memory_order_relaxed);
     bl::core::get()->set_filter(severity_attr >= min);
 }
 
@@ -82,6 +87,7 @@ void init(std::string_view level) {
         bl::core::get()->add_sink(sink);
         sink_installed = true;
     }
+    threshold.store(min, std::memory_order_relaxed);
     bl::core::get()->set_filter(severity_attr >= min);
 }
 

@@ -50,6 +50,32 @@ BOOST_AUTO_TEST_CASE(unknown_algorithm_stops_the_node_with_status_1) {
     BOOST_TEST(!p.wait_for_line("listening on ", Process::Clock::now() + 1s).has_value());
 }
 
+BOOST_AUTO_TEST_CASE(the_tools_find_the_plugins_of_their_own_build_tree) {
+    // No --plugins and no RPCLB_PLUGIN_PATH: rpclb-node (in <build>/bin) finds
+    // <build>/plugins by itself, and a plugin it does not find names that folder.
+    const auto build_plugins = std::filesystem::canonical(bin_dir() / ".." / "plugins");
+    Process good(bin_dir() / "rpclb-node", {"--name", "g@127.0.0.1", "--balancer", "lb=round_robin"},
+                 {{"RPCLB_COOKIE", test_cookie}, {"RPCLB_PLUGIN_PATH", ""}}, dir() / "g.log");
+    const auto listening = good.wait_for_line("listening on ", Process::Clock::now() + 10s);
+    BOOST_REQUIRE_MESSAGE(listening.has_value(), good.stderr_text());
+    BOOST_TEST(good.running());
+    // rpclb-call too, routing with an algorithm of its own.
+    Process call(bin_dir() / "rpclb-call",
+                 {"--seed", listening->substr(std::string("listening on ").size()), "--balancer", "lb", "--algorithm",
+                  "round_robin", "demo", "node"},
+                 {{"RPCLB_COOKIE", test_cookie}, {"RPCLB_PLUGIN_PATH", ""}}, dir() / "call.log");
+    const auto call_status = call.wait_exit(Process::Clock::now() + 20s);
+    BOOST_REQUIRE_MESSAGE(call_status.has_value(), "rpclb-call still runs; stderr:\n" << call.stderr_text());
+    BOOST_TEST(WEXITSTATUS(*call_status) == 0, call.stderr_text());
+    Process bad(bin_dir() / "rpclb-node", {"--name", "b@127.0.0.1", "--balancer", "lb=no_such_algorithm"},
+                {{"RPCLB_COOKIE", test_cookie}, {"RPCLB_PLUGIN_PATH", ""}}, dir() / "b.log");
+    const auto status = bad.wait_exit(Process::Clock::now() + 10s);
+    BOOST_REQUIRE_MESSAGE(status.has_value(), "rpclb-node still runs; stderr:\n" << bad.stderr_text());
+    BOOST_TEST(WEXITSTATUS(*status) == 1);
+    const auto err = bad.stderr_text();
+    BOOST_TEST(err.find(build_plugins.string()) != std::string::npos, err);
+}
+
 BOOST_AUTO_TEST_CASE(invalid_listen_address_fails_with_a_clear_message) {
     // The node must exit at once with a message naming the address, not hang or crash.
     Process p(bin_dir() / "rpclb-node", {"--name", "x@127.0.0.1", "--listen", "127.0.0.1:abc"},

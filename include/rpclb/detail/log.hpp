@@ -15,7 +15,13 @@ using Logger = boost::log::sources::severity_channel_logger_mt<boost::log::trivi
 /// The logger of one component channel ("mesh", "rpc", ...). Thread-safe.
 Logger& logger(const char* channel);
 
+/// The least severity rpclb emits: `warning` until rpclb::log::init() or set_level() sets
+/// another, so an application that never sets logging up sees no debug or info records.
+boost::log::trivial::severity_level log_threshold() noexcept;
+
 }  // namespace rpclb::detail
 
-#define RPCLB_LOG(channel, level) \
-    BOOST_LOG_SEV(::rpclb::detail::logger(channel), ::boost::log::trivial::level)
+#define RPCLB_LOG(channel, level)                                                                     \
+    for (bool rpclb_log_on_ = ::boost::log::trivial::level >= ::rpclb::detail::log_threshold(); rpclb_log_on_; \
+         rpclb_log_on_ = false)                                                                        \
+        BOOST_LOG_SEV(::rpclb::detail::logger(channel), ::boost::log::trivial::level)
