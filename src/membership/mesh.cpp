@@ -286,10 +286,18 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     bool displaced = false;  // `replaced` is a newer incarnation under the same name
     bool gave_up = false;    // refused: this node gave up its name
     bool refused_own_name = false;  // an older incarnation of this node's own name answered
+    bool dead = false;       // refused: this node declared that incarnation dead
+    bool replaced_dead = false;  // `replaced` is an incarnation this node declared dead
     {
         std::lock_guard lock(mutex_);
         forget_connecting(c);
         if (!c->target().empty()) dialing_.erase(c->target());
+        // An incarnation this node declared dead loses its name to any other incarnation:
+        // a frozen process that resumes does not take it back from its restart.
+        const auto declared_dead = [&](const wire::PeerInfo& p) {
+            const auto t = declared_dead_.find(p.node);
+            return t != declared_dead_.end() && t->second == p.incarnation;
+        };
         if (name_lost_) {
             keep = false;  // this node gave its name up: it takes no link
             gave_up = true;
@@ -313,11 +321,17 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
             // processes use one name. The older incarnation (incarnations sort by start
             // time) keeps the name on every node, so a name claimed on both sides of a
             // partition has one owner everywhere after the heal, and the other is told
-            // (name_taken_close_reason).
-            if (peer.incarnation < it->second->peer().incarnation) {
+            // (name_taken_close_reason). One declared dead here loses to the other.
+            const bool newcomer_dead = declared_dead(peer);
+            const bool holder_dead = declared_dead(it->second->peer());
+            if (newcomer_dead && !holder_dead) {
+                keep = false;
+                dead = true;
+            } else if (holder_dead || peer.incarnation < it->second->peer().incarnation) {
                 replaced = it->second;
                 it->second = c;
                 displaced = true;
+                replaced_dead = holder_dead;
             } else {
                 keep = false;
                 clash = true;
@@ -340,6 +354,13 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
         }
     }
     if (!keep) {
+        if (dead) {
+            if (name_clash_due(peer.node + "\n" + peer.incarnation))
+                RPCLB_LOG("mesh", warning) << "refused " << peer.node << " incarnation " << peer.incarnation
+                                           << ": it was declared dead here (it stopped answering probes)";
+            return c->close(LinkError::declared_dead,
+                            "incarnation " + peer.incarnation + " of " + peer.node + " was declared dead");
+        }
         if (refused_own_name) {
             on_name_taken(c);  // as if it had refused this node: the same window, the same end
             return c->close(LinkError::refused, "an older incarnation of this node's name answered");
@@ -363,11 +384,17 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     }
     if (displaced) {
         RPCLB_LOG("mesh", warning) << "dropped " << peer.node << " incarnation " << replaced->peer().incarnation
-                                   << ": the older incarnation " << peer.incarnation << " holds that name";
-        // The newer incarnation's memberships and channels go; the older one's sync follows.
+                                   << (replaced_dead ? ": it was declared dead here, and incarnation "
+                                                     : ": the older incarnation ")
+                                   << peer.incarnation << " holds that name";
+        // The replaced incarnation's memberships and channels go; the holder's sync follows.
         groups_.remove_node(peer.node);
         for (auto& channel : take_channels(peer.node)) channel->abort(LinkError::name_taken);
-        replaced->close(LinkError::name_taken, "an older incarnation of " + peer.node + " is connected");
+        if (replaced_dead)
+            replaced->close(LinkError::declared_dead, "incarnation " + replaced->peer().incarnation + " of " +
+                                                          peer.node + " was declared dead");
+        else
+            replaced->close(LinkError::name_taken, "an older incarnation of " + peer.node + " is connected");
     } else if (replaced) {
         replaced->close(LinkError::refused, "duplicate connection");
     }

@@ -144,6 +144,7 @@ public:
     void on_oversize_before_handshake(const std::shared_ptr<Connection>& c) override;
     void on_probe_answered(const std::shared_ptr<Connection>& c, std::uint64_t seq) override;
     void on_name_taken(const std::shared_ptr<Connection>& c) override;
+    void on_declared_dead(const std::shared_ptr<Connection>& c) override;
 
     /// Runs (on a network thread) when a node refuses this node's cookie and leaves it
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
@@ -306,6 +307,10 @@ private:
     // not O(N) per link. At most max_heard names (authenticated peers only send them).
     std::map<std::string, std::string, std::less<>> heard_;
     static constexpr std::size_t max_heard = 65536;
+    // The incarnation of each name this node declared dead (or heard declared dead), the
+    // last one per name: it is refused if it comes back (a frozen process that resumes),
+    // so that the restart that took its name keeps it. At most max_heard names.
+    std::map<std::string, std::string, std::less<>> declared_dead_;
 
     std::atomic<std::uint64_t> bad_frames_{0};
     std::atomic<std::uint64_t> auth_failures_{0};

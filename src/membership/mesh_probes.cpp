@@ -34,8 +34,13 @@ void Mesh::act(FailureDetector::Actions actions) {
             if (auto it = peers_.find(node); it != peers_.end()) sends.emplace_back(it->second, std::move(probe));
         for (auto& [node, state] : actions.notices)
             if (auto it = peers_.find(node); it != peers_.end()) notices.emplace_back(it->second, std::move(state));
-        for (const auto& node : actions.dead)
-            if (auto it = peers_.find(node); it != peers_.end()) ended.emplace_back(it->second, true);
+        for (const auto& node : actions.dead) {
+            if (auto it = peers_.find(node); it != peers_.end()) {
+                ended.emplace_back(it->second, true);
+                if (declared_dead_.size() >= max_heard && !declared_dead_.contains(node)) declared_dead_.clear();
+                declared_dead_[node] = it->second->peer().incarnation;
+            }
+        }
         for (const auto& node : actions.broken)
             if (auto it = peers_.find(node); it != peers_.end()) ended.emplace_back(it->second, false);
     }
@@ -90,6 +95,15 @@ void Mesh::on_name_taken(const std::shared_ptr<Connection>& c) {
         RPCLB_LOG("mesh", warning) << who << " refused this node: an older live incarnation of " << options_.name
                                    << " holds that name there; trying again for up to " << window_s
                                    << " s in case it has crashed";
+}
+
+void Mesh::on_declared_dead(const std::shared_ptr<Connection>& c) {
+    ++name_conflicts_;
+    std::ostringstream why;
+    why << c->describe_peer() << " declared this node's incarnation " << settings_.local.incarnation
+        << " dead (it stopped answering probes, perhaps while frozen or cut off), and a restart of "
+        << options_.name << " may hold the name now: this process gives the name up";
+    give_up_name(why.str());
 }
 
 void Mesh::give_up_name(const std::string& why) {

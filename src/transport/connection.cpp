@@ -403,6 +403,8 @@ void Connection::start_close() {
     if (refusing_cookie_) why = ws::close_reason(ws::close_code::policy_error, cookie_refused_close_reason);
     if (close_reason_ && close_reason_->kind == LinkError::name_taken)
         why = ws::close_reason(ws::close_code::policy_error, name_taken_close_reason);
+    if (close_reason_ && close_reason_->kind == LinkError::declared_dead)
+        why = ws::close_reason(ws::close_code::policy_error, declared_dead_close_reason);
     if (close_reason_ && close_reason_->kind == LinkError::refused)
         why = ws::close_reason(ws::close_code::normal, refused_close_reason);
     ws_.visit([&](auto& ws) {
@@ -455,8 +457,11 @@ void Connection::fail(const LinkClose& reason) {
         owner_.on_cookie_refused(shared_from_this());
     else if (reason.kind == LinkError::name_taken && !(close_reason_ && close_reason_->kind == LinkError::name_taken))
         owner_.on_name_taken(shared_from_this());
+    else if (reason.kind == LinkError::declared_dead &&
+             !(close_reason_ && close_reason_->kind == LinkError::declared_dead))
+        owner_.on_declared_dead(shared_from_this());
     else if (!established_ && handshake_.awaiting_ready() && !closed_by_this_side(reason.kind) &&
-             reason.kind != LinkError::name_taken)
+             reason.kind != LinkError::name_taken && reason.kind != LinkError::declared_dead)
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
                                                            " closed the connection after our proof "
                                                            "(its cookie differs, or it went away)");

@@ -48,6 +48,9 @@ public:
     /// The peer closed this connection because an older live incarnation of this node's
     /// name holds it there (name_taken_close_reason). Runs just before on_closed.
     virtual void on_name_taken(const std::shared_ptr<Connection>&) {}
+    /// The peer closed this connection because it declared this node's incarnation dead
+    /// (declared_dead_close_reason). Runs just before on_closed.
+    virtual void on_declared_dead(const std::shared_ptr<Connection>&) {}
     /// The peer answered probe `seq` (Connection::probe). On the connection's strand.
     virtual void on_probe_answered(const std::shared_ptr<Connection>&, std::uint64_t /*seq*/) {}
 };

@@ -49,6 +49,7 @@ std::string_view to_string(LinkError e) noexcept {
         case LinkError::channel_closed: return "call channel closed by this node";
         case LinkError::not_connected: return "not connected";
         case LinkError::name_taken: return "name held by another live incarnation";
+        case LinkError::declared_dead: return "incarnation declared dead";
     }
     return {};
 }

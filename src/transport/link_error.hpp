@@ -36,6 +36,7 @@ enum class LinkError : int {
     channel_closed = 16,      ///< this node closed the call channel (given up by its pool)
     not_connected = 17,       ///< no open connection (or the peer said bye): the request was not sent
     name_taken = 18,          ///< the node's name is held by an older live incarnation (name_taken_close_reason)
+    declared_dead = 19,       ///< this incarnation was declared dead there (declared_dead_close_reason)
 };
 
 /// The category of LinkError values; name() is "rpclb.link", message() the value's text.

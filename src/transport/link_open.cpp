@@ -174,6 +174,7 @@ LinkClose read_failure(MeshStream& ws, const error_code& ec, bool awaiting_cooki
     if (why.code != beast::websocket::close_code::policy_error) return reason;
     if (text == cookie_refused_close_reason && awaiting_cookie_answer) reason.kind = LinkError::cookie_refused;
     if (text == name_taken_close_reason) reason.kind = LinkError::name_taken;
+    if (text == declared_dead_close_reason) reason.kind = LinkError::declared_dead;
     return reason;
 }
 

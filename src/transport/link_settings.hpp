@@ -30,6 +30,10 @@ inline constexpr std::string_view cookie_refused_close_reason = "rpclb: cookie r
 /// connection from an incarnation whose name an older live incarnation holds: the
 /// receiver reads it as LinkError::name_taken.
 inline constexpr std::string_view name_taken_close_reason = "rpclb: name taken";
+/// The reason of the WebSocket close (policy_error) with which a node refuses an
+/// incarnation it declared dead (it stopped answering probes; a restart may hold its name
+/// now): the receiver reads it as LinkError::declared_dead and gives its name up.
+inline constexpr std::string_view declared_dead_close_reason = "rpclb: incarnation declared dead";
 
 /// The reason of the WebSocket close (normal) with which a node refuses a link it does not
 /// keep (a duplicate of a link it holds, a link to itself): the receiver reads it as

@@ -71,6 +71,17 @@ BOOST_AUTO_TEST_CASE(a_restart_gets_the_name_of_a_holder_that_froze_unseen) {
     // still runs.
     BOOST_TEST(!x2->process().wait_exit(Process::Clock::now() + 4s).has_value());
     BOOST_TEST(!x2->log_contains("giving up"));
+
+    // The frozen holder resumes: its incarnation was declared dead, so it does not take the
+    // name back from its restart; it is told why and exits 1.
+    BOOST_REQUIRE(x1->process().signal(SIGCONT));
+    const auto status = x1->process().wait_exit(Process::Clock::now() + 15s);
+    BOOST_REQUIRE_MESSAGE(status.has_value(), "the resumed holder still runs");
+    BOOST_TEST(WEXITSTATUS(*status) == 1);
+    BOOST_TEST(x1->log_contains("declared this node's incarnation"));
+    BOOST_TEST(x2->process().running());
+    BOOST_TEST(!x2->log_contains("giving up"));
+    BOOST_TEST(client->call("x@127.0.0.1", "demo", "node", {}, quick).has_value());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

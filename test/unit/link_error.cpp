@@ -29,7 +29,7 @@ using rpclb::detail::link_error;
 namespace {
 
 constexpr int first_value = 1;
-constexpr int last_value = static_cast<int>(LinkError::name_taken);
+constexpr int last_value = static_cast<int>(LinkError::declared_dead);
 
 std::string reason_of(const rpclb::ErrorMessage& e) {
     const auto* v = e.details.if_contains("reason");
