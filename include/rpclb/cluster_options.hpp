@@ -19,8 +19,8 @@ struct ClusterOptions {
     /// Listener "HOST:PORT"; port 0 picks a free port (see Cluster::listen_endpoint).
     /// Ignored for client nodes.
     std::string listen = "127.0.0.1:0";
-    /// "HOST:PORT" of nodes to join through. Re-dialled every `reconnect_interval`
-    /// while not connected.
+    /// "HOST:PORT" of nodes to join through, or "dns:NAME:PORT" for every address of NAME
+    /// (resolved at each redial). Re-dialled every `reconnect_interval` while not connected.
     std::vector<std::string> seeds;
     /// Shared secret; every node of a cluster must hold the same. Required, non-empty;
     /// left empty, it is read from the `RPCLB_COOKIE` environment variable.

@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
         "Joins a cluster as a client node and makes calls; prints one JSON object");
     desc.add_options()
         ("help,h", "show this help")
-        ("seed", po::value(&seeds)->composing(), "HOST:PORT of a node to join through (repeatable, required)")
+        ("seed", po::value(&seeds)->composing(), "HOST:PORT of a node to join through, or dns:NAME:PORT for every address of NAME (repeatable, required)")
         ("cookie", po::value(&cookie), "shared cluster secret (default: $RPCLB_COOKIE)")
         ("balancer", po::value(&balancer), "route through this balancer")
         ("key", po::value(&key), "routing key passed to the balancer's algorithm")

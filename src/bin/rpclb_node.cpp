@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
         ("config", po::value<std::string>(), "JSON config file (doc/reference/configuration.md); the flags below override it")
         ("name", po::value<std::string>(), "node name short@host (default node<pid>@127.0.0.1)")
         ("listen", po::value<std::string>()->default_value("127.0.0.1:0"), "listen HOST:PORT (port 0 = any free port)")
-        ("seed", po::value<std::vector<std::string>>()->composing(), "HOST:PORT of a node to join through (repeatable)")
+        ("seed", po::value<std::vector<std::string>>()->composing(), "HOST:PORT of a node to join through, or dns:NAME:PORT for every address of NAME (repeatable)")
         ("cookie", po::value<std::string>(), "shared cluster secret (default: $RPCLB_COOKIE)")
         ("plugins", po::value<std::vector<std::string>>()->composing(), "plugin directory searched first (repeatable)")
         ("balancer", po::value<std::vector<std::string>>()->composing(), "start balancer NAME=ALGORITHM (repeatable; replaces a file's balancer of that name)")

@@ -94,7 +94,7 @@ void Mesh::start() {
             std::lock_guard lock(mutex_);
             bad_seeds_.insert(seed);
         }
-        dial(seed);
+        dial_seed(seed);
     }
     asio::post(ioc_, [self = self_.lock()] {
         std::lock_guard lock(self->detector_mutex_);
@@ -193,20 +193,57 @@ void Mesh::dial(const std::string& address) {
     c->start();
 }
 
+bool Mesh::linked_to(const std::string& address) const {
+    for (const auto& [name, c] : peers_)
+        if (c->peer().listen == address || c->target() == address) return true;
+    return false;
+}
+
+void Mesh::dial_seed(const std::string& seed) {
+    if (!seed.starts_with(dns_seed_prefix)) return dial(seed);
+    const auto parts = split_host_port(std::string_view(seed).substr(dns_seed_prefix.size()));
+    {
+        std::lock_guard lock(mutex_);
+        if (!parts || stopping_ || bad_seeds_.contains(seed) || !resolving_.insert(seed).second) return;
+    }
+    auto resolver = std::make_shared<asio::ip::tcp::resolver>(ioc_);
+    resolver->async_resolve(
+        parts->host, parts->port,
+        [self = self_.lock(), seed, resolver](boost::system::error_code ec, asio::ip::tcp::resolver::results_type found) {
+            std::vector<std::string> to_dial;
+            bool first_failure = false;
+            {
+                std::lock_guard lock(self->mutex_);
+                self->resolving_.erase(seed);
+                if (ec)
+                    first_failure = self->warned_seeds_.insert(seed).second;
+                else
+                    for (const auto& entry : found)
+                        if (auto address = to_host_port(entry.endpoint()); !self->linked_to(address))
+                            to_dial.push_back(std::move(address));
+            }
+            if (first_failure && !self->stopping_)
+                RPCLB_LOG("mesh", warning) << "seed \"" << seed << "\": cannot resolve: " << ec.message()
+                                           << "; still retrying every " << self->options_.reconnect_interval.count()
+                                           << " ms";
+            for (const auto& address : to_dial) self->dial(address);
+        });
+}
+
 void Mesh::reconnect_tick() {
     std::vector<std::string> to_dial;
     {
         std::lock_guard lock(mutex_);
         for (const auto& seed : options_.seeds) {
-            bool connected = false;
-            for (const auto& [name, c] : peers_)
-                if (c->peer().listen == seed || c->target() == seed) connected = true;
-            if (!connected) to_dial.push_back(seed);
+            if (seed.starts_with(dns_seed_prefix))
+                to_dial.push_back(seed);  // resolved again: the name's addresses may have changed
+            else if (!linked_to(seed))
+                to_dial.push_back(seed);
         }
         for (const auto& [name, k] : known_)
             if (!peers_.contains(name) && dials(name)) to_dial.push_back(k.info.listen);
     }
-    for (const auto& address : to_dial) dial(address);
+    for (const auto& address : to_dial) dial_seed(address);
     if (++ticks_ % regossip_ticks == 0) {
         // To one peer in turn, not to all: the whole mesh then sends N lists per round,
         // not N². The turn starts at a place of this node's own: with one start for all,

@@ -198,6 +198,11 @@ private:
     /// Every accepted call channel of `node`, removed.
     std::vector<std::shared_ptr<Connection>> take_channels(std::string_view node);
     void dial(const std::string& address);
+    /// Dials seed `seed`, or for "dns:NAME:PORT" resolves NAME and dials each address not
+    /// linked yet (one resolution in flight per seed).
+    void dial_seed(const std::string& seed);
+    /// True when a link's peer listens on `address` or was dialled at it (mutex_ held).
+    bool linked_to(const std::string& address) const;
     /// Redials the seeds and known nodes not linked, and every regossip_ticks-th time sends
     /// this node's list to one peer in turn. Run by the node's one timer (on_probe_timer).
     void reconnect_tick();
@@ -286,6 +291,7 @@ private:
     std::multimap<std::string, std::shared_ptr<Connection>, std::less<>> channels_;
     std::set<std::string> bad_seeds_;     // seeds that are not HOST:PORT: warned once, never dialled
     std::set<std::string> warned_seeds_;  // seeds whose host did not resolve: warned once
+    std::set<std::string> resolving_;     // dns: seeds whose resolution is in flight
     // Nodes learnt from connections and gossip, redialled while not connected (by the
     // node that dials) until they fail max_redials times in a row.
     struct KnownNode {

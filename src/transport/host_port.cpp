@@ -24,6 +24,7 @@ std::optional<unsigned short> parse_port(std::string_view port) noexcept {
 }
 
 std::optional<std::string> dial_problem(std::string_view address) {
+    if (address.starts_with(dns_seed_prefix)) address.remove_prefix(dns_seed_prefix.size());
     const auto parts = split_host_port(address);
     if (!parts) return "is not HOST:PORT";
     const auto port = parse_port(parts->port);

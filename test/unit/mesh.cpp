@@ -1,6 +1,7 @@
 // Mesh membership between in-process nodes on 127.0.0.1.
 #define BOOST_TEST_MODULE mesh
 #include <rpclb/cluster.hpp>
+#include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/handshake.hpp>
 #include <rpclb/detail/wire.hpp>
 
@@ -312,4 +313,20 @@ BOOST_AUTO_TEST_CASE(a_stop_during_the_cookie_handshake_is_no_handshake_failure)
     silent.join();
     BOOST_TEST(done.load());
     BOOST_TEST(a.stats().auth_failures == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_dns_seed_joins_through_every_address_of_its_name) {
+    // "dns:localhost:PORT": localhost resolves (to 127.0.0.1, and perhaps ::1, where
+    // nothing listens), and the node meets the one listening there.
+    rpclb::Cluster a(options("a@127.0.0.1"));
+    a.start();
+    auto ob = options("b@127.0.0.1");
+    ob.seeds = {"dns:localhost:" + std::to_string(a.listen_endpoint()->port())};
+    rpclb::Cluster b(ob);
+    b.start();
+    BOOST_TEST(eventually([&] { return b.connected_nodes() == std::vector<std::string>{"a@127.0.0.1"}; }, 5s));
+    BOOST_TEST(a.connected_nodes() == std::vector<std::string>{"b@127.0.0.1"});
+    // A malformed one is refused at start, and the node serves.
+    BOOST_TEST(rpclb::detail::dial_problem("dns:localhost").has_value());
+    BOOST_TEST(!rpclb::detail::dial_problem("dns:localhost:7000").has_value());
 }

@@ -26,10 +26,14 @@ std::optional<HostPort> split_host_port(std::string_view address);
 /// nullopt otherwise. Thread safety: pure function.
 std::optional<unsigned short> parse_port(std::string_view port) noexcept;
 
-/// Why `address` cannot be dialled as HOST:PORT ("is not HOST:PORT", "has no port in
-/// 1..65535"), or nullopt when it can be tried (HOST is resolved only when dialled). Used
-/// for seeds: a node logs the problem and keeps serving; rpclb-call refuses the command
-/// line. Thread safety: pure function.
+/// The prefix of a seed that stands for every address of a DNS name, "dns:NAME:PORT" (a
+/// Kubernetes headless service): the mesh resolves NAME at start and at every redial.
+inline constexpr std::string_view dns_seed_prefix = "dns:";
+
+/// Why `address` cannot be dialled as HOST:PORT, or as dns:NAME:PORT ("is not HOST:PORT",
+/// "has no port in 1..65535"), or nullopt when it can be tried (HOST is resolved only when
+/// dialled). Used for seeds: a node logs the problem and keeps serving; rpclb-call refuses
+/// the command line. Thread safety: pure function.
 std::optional<std::string> dial_problem(std::string_view address);
 
 /// "ADDRESS:PORT" of `endpoint`, with an IPv6 address in brackets ("[::1]:4370"), so that
