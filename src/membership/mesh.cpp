@@ -351,6 +351,9 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
                 refused_own_name = true;  // it is older: this node is the one refused
         } else if (auto it = peers_.find(peer.node); it == peers_.end()) {
             peers_.emplace(peer.node, c);
+            // Back while no other incarnation holds the name: it was wrongly declared dead
+            // (too slow to refute), and it is alive again like any other.
+            if (declared_dead(peer)) declared_dead_.erase(peer.node);
         } else if (it->second->peer().incarnation != peer.incarnation) {
             // Another incarnation under a name that is still connected: either the node
             // restarted and its old link is not yet known dead (the failure detector probes

@@ -314,8 +314,9 @@ private:
     std::map<std::string, std::string, std::less<>> heard_;
     static constexpr std::size_t max_heard = 65536;
     // The incarnation of each name this node declared dead (or heard declared dead), the
-    // last one per name: it is refused if it comes back (a frozen process that resumes),
-    // so that the restart that took its name keeps it. At most max_heard names.
+    // last one per name, until it is linked again while no other incarnation holds the
+    // name: while another holds it, it is refused (a frozen process that resumes after its
+    // restart took the name). At most max_heard names.
     std::map<std::string, std::string, std::less<>> declared_dead_;
 
     std::atomic<std::uint64_t> bad_frames_{0};

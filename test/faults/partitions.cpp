@@ -62,7 +62,10 @@ BOOST_AUTO_TEST_CASE(silent_peer_leaves_every_balancer_within_idle_timeout_and_m
     BOOST_REQUIRE(n2_keys.size() >= 2);
 
     // Two calls to n2 that n2 takes 20 s to answer: one may wait 30 s (it must fail when
-    // n2 is found gone), one only 2 s (it must fail at its deadline, n2 not yet found gone).
+    // n2 is found gone), one only 1.5 s (it must fail at its deadline, n2 not yet found
+    // gone: at the default idle timeout a cut node is found dead no sooner than two probe
+    // timeouts and the shortest suspicion after the cut, 1.5 s, and the call started
+    // before the cut).
     auto call = [&](const std::string& key, int timeout_ms, const std::string& label) {
         return PendingCall{spawn_in(0, "rpclb-call",
                                     {"--seed", lab.address(0) + ":7000", "--balancer", "h", "--key", key,
@@ -71,7 +74,7 @@ BOOST_AUTO_TEST_CASE(silent_peer_leaves_every_balancer_within_idle_timeout_and_m
                                     label)};
     };
     auto long_call = call(n2_keys[0], 30000, "long-call");
-    auto short_call = call(n2_keys[1], 2000, "short-call");
+    auto short_call = call(n2_keys[1], 1500, "short-call");
     // Both are in flight once n2 counts them as served through h (admin `balancers`).
     BOOST_REQUIRE(eventually([&] { return nodes[2]->serving("h") >= 2; }, 10s));
 
@@ -85,7 +88,7 @@ BOOST_AUTO_TEST_CASE(silent_peer_leaves_every_balancer_within_idle_timeout_and_m
     report("cut n2: n2 dropped n0 and n1 after", lost[2]);
     for (int i : {0, 1, 2}) BOOST_TEST((lost[i] && *lost[i] <= detection_bound));
 
-    // The 2 s call ended at its deadline; the 30 s one when n2 was found gone. Neither hangs.
+    // The 1.5 s call ended at its deadline; the 30 s one when n2 was found gone. Neither hangs.
     BOOST_REQUIRE(short_call.process->wait_exit(cut_at + 5s));
     BOOST_REQUIRE(long_call.process->wait_exit(cut_at + detection_bound + 1s));
     report("cut n2: the 30 s call to n2 ended after", lost[3]);

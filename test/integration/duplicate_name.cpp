@@ -39,6 +39,28 @@ BOOST_AUTO_TEST_CASE(a_second_live_process_under_a_name_exits_1_naming_the_confl
     BOOST_TEST(x1->process().running());
 }
 
+// A holder once declared dead (frozen past the suspicion timeout) that came back is an
+// ordinary member again: a later second process under its name is the one refused.
+BOOST_AUTO_TEST_CASE(a_holder_that_came_back_after_being_declared_dead_keeps_its_name) {
+    auto a = start_node({.name = "a", .extra_args = fast_detection});
+    auto x1 = start_node({.name = "x", .seeds = {a->address()}, .extra_args = fast_detection});
+    rpclb::ClusterOptions options;
+    options.idle_timeout = 600ms;
+    auto client = start_client({a->address()}, options);
+    BOOST_REQUIRE(wait_for_connected(*client, {"a@127.0.0.1", "x@127.0.0.1"}));
+    BOOST_REQUIRE(x1->process().freeze());
+    BOOST_REQUIRE(eventually([&] { return a->log_contains("x@127.0.0.1 did not answer probes"); }, 10s));
+    BOOST_REQUIRE(x1->process().signal(SIGCONT));
+    BOOST_REQUIRE(eventually([&] { return a->log_count("connected to x@127.0.0.1") >= 2u; }, 10s));
+    BOOST_REQUIRE(wait_for_connected(*client, {"a@127.0.0.1", "x@127.0.0.1"}));
+    auto x2 = start_node({.name = "x", .seeds = {a->address()}, .extra_args = fast_detection});
+    const auto status = x2->process().wait_exit(Process::Clock::now() + 10s);
+    BOOST_REQUIRE_MESSAGE(status.has_value(), "the second process still runs");
+    BOOST_TEST(WEXITSTATUS(*status) == 1);
+    BOOST_TEST(x1->process().running());
+    BOOST_TEST(!x1->log_contains("giving up"));
+}
+
 // The most natural mistake: the second process is seeded with the first's own address.
 BOOST_AUTO_TEST_CASE(a_second_process_seeded_with_the_holder_itself_exits_1) {
     auto x1 = start_node({.name = "x", .extra_args = fast_detection});
