@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
         ("balancer", po::value(&balancer), "route through this balancer")
         ("key", po::value(&key), "routing key passed to the balancer's algorithm")
         ("algorithm", po::value(&algorithm), "route with this algorithm instead of the announced one")
-        ("node", po::value(&node), "call this node directly (when no --balancer)")
+        ("node", po::value(&node), "call this node directly (instead of --balancer)")
         ("count", po::value(&count)->default_value(1), "number of calls")
         ("concurrency", po::value(&concurrency)->default_value(1), "calls in flight at once, 1..65536")
         ("timeout", po::value(&timeout_ms)->default_value(10000), "per-call timeout, milliseconds")
@@ -245,6 +245,8 @@ int main(int argc, char** argv) {
         if (cookie.empty()) cookie = rpclb::environment_cookie();
         if (cookie.empty()) throw std::invalid_argument("give --cookie or set RPCLB_COOKIE");
         if (balancer.empty() && node.empty()) throw std::invalid_argument("give --balancer or --node");
+        if (!balancer.empty() && !node.empty())
+            throw std::invalid_argument("give --balancer or --node, not both (--node calls one node directly)");
         if (count < 1 || count > 100'000'000) throw std::invalid_argument("--count must be in 1..100000000");
         if (concurrency < 1 || concurrency > max_concurrency)
             throw std::invalid_argument("--concurrency must be in 1.." + std::to_string(max_concurrency));

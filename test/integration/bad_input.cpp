@@ -15,6 +15,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -234,7 +235,9 @@ struct CallRun {
 };
 
 CallRun run_call(Harness& h, const Node& a, std::vector<std::string> args, const std::string& log) {
-    std::vector<std::string> all{"--seed", a.address(), "--node", a.name()};
+    // To node a, unless the arguments route through a balancer.
+    std::vector<std::string> all{"--seed", a.address()};
+    if (std::find(args.begin(), args.end(), "--balancer") == args.end()) all.insert(all.end(), {"--node", a.name()});
     all.insert(all.end(), args.begin(), args.end());
     Process call(bin_dir() / "rpclb-call", all, {{"RPCLB_COOKIE", test_cookie}}, h.dir() / log);
     CallRun run;
@@ -312,6 +315,10 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_seed_or_algorithm_and_hides_its
     BOOST_TEST(run.err.find("rpclb-call: --algorithm: ") != std::string::npos, run.err);
     BOOST_TEST(run.err.find("\"nosuchalgo\" not found") != std::string::npos, run.err);
     BOOST_TEST(run.summary.is_null());  // no call was made
+
+    run = run_call(*this, *a, {"--balancer", "w", "--node", a->name(), "demo", "echo"}, "call-both.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("give --balancer or --node, not both") != std::string::npos, run.err);
 
     run = run_call(*this, *a, {"--help"}, "call-help.log");
     BOOST_TEST(run.status == 0);
