@@ -101,15 +101,9 @@ class Node:
         # fields[0] is field 3 (state): utime is field 14, stime field 15
         return int(fields[11]) + int(fields[12])
 
-    def status(self, key):
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-        raise KeyError(key)
-
-    def rollup(self, key):
-        with open(f"/proc/{self.pid}/smaps_rollup") as f:
+    def status(self, key, file="status"):
+        """The number after `key:` in /proc/PID/`file` (status, or smaps_rollup)."""
+        with open(f"/proc/{self.pid}/{file}") as f:
             for line in f:
                 if line.startswith(key + ":"):
                     return int(line.split()[1])
@@ -294,9 +288,9 @@ def main():
     if not check_alive(nodes + [floor], "before the RSS reading"):
         return 1
     rss = [n.status("VmRSS") for n in nodes]
-    anon = [n.rollup("Anonymous") for n in nodes]
+    anon = [n.status("Anonymous", "smaps_rollup") for n in nodes]
     rss_floor = floor.status("VmRSS")
-    anon_floor = floor.rollup("Anonymous")
+    anon_floor = floor.status("Anonymous", "smaps_rollup")
     print(f"rss_per_peer_kib {fmt(sum((r - rss_floor) / (N - 2) for r in rss) / N, 1)}", flush=True)
     print(f"anon_per_peer_kib {fmt(sum((r - anon_floor) / (N - 2) for r in anon) / N, 1)}", flush=True)
     print(f"rss_node_kib {fmt(sum(rss) / N, 0)}", flush=True)
