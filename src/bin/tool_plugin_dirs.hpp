@@ -3,7 +3,6 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
-#include <algorithm>
 #include <filesystem>
 #include <system_error>
 #include <vector>
@@ -11,11 +10,11 @@
 namespace rpclb::tools {
 
 /// Appends to `path` the plugin folders of the tree this executable runs from, those that
-/// exist and are not listed yet: `<its folder>/../plugins` (a build tree) and
-/// `<its folder>/../lib/rpclb/plugins` (an install). They come after the folders given on
-/// the command line or in a config file, and before RPCLB_PLUGIN_PATH's, the library's own
-/// and the compiled-in one (PluginRegistry), so a tool run from a build tree or a moved
-/// install finds the plugins built or installed with it.
+/// exist: `<its folder>/../plugins` (a build tree) and `<its folder>/../lib/rpclb/plugins`
+/// (an install). They come after the folders given on the command line or in a config
+/// file, and before RPCLB_PLUGIN_PATH's, the library's own and the compiled-in one
+/// (PluginRegistry, which searches each folder once), so a tool run from a build tree or a
+/// moved install finds the plugins built or installed with it.
 inline void add_tool_plugin_dirs(std::vector<std::filesystem::path>& path) {
     boost::dll::fs::error_code located;
     const std::filesystem::path program(boost::dll::program_location(located).string());
@@ -24,12 +23,7 @@ inline void add_tool_plugin_dirs(std::vector<std::filesystem::path>& path) {
     std::error_code ec;
     for (const auto& candidate : {bin / ".." / "plugins", bin / ".." / "lib" / "rpclb" / "plugins"}) {
         auto dir = std::filesystem::weakly_canonical(candidate, ec);
-        if (ec || !std::filesystem::is_directory(dir, ec)) continue;
-        const bool listed = std::any_of(path.begin(), path.end(), [&](const std::filesystem::path& p) {
-            std::error_code e;
-            return std::filesystem::equivalent(p, dir, e);
-        });
-        if (!listed) path.push_back(std::move(dir));
+        if (!ec && std::filesystem::is_directory(dir, ec)) path.push_back(std::move(dir));
     }
 }
 

@@ -153,29 +153,28 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
     auto it = members_.find(p.target);
     if (it == members_.end()) return;
     auto& m = it->second;
-    // Suspected by others already: this node's own unanswered probe is a confirmation,
-    // told to every member like a suspicion, which shortens the suspicion timeout.
-    const bool confirmed_here = std::find(m.suspecters.begin(), m.suspecters.end(), self_) != m.suspecters.end();
-    if (m.suspect && (confirmed_here || m.suspecters.size() > options_.indirect_probes)) return;
-    suspect(now, p.target, m, self_);
-    out.gossip.push_back(wire::MemberState{wire::MemberHealth::suspect, p.target, m.incarnation, m.version});
+    // A new suspicion, or (suspected by others already) a confirmation: told to every
+    // member, where a confirmation shortens the suspicion timeout.
+    if (suspect(now, p.target, m, self_))
+        out.gossip.push_back(wire::MemberState{wire::MemberHealth::suspect, p.target, m.incarnation, m.version});
 }
 
-void FailureDetector::suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by) {
+bool FailureDetector::suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by) {
     if (!m.suspect) {
         m.suspect = true;
         m.suspected_at = now;
         m.suspecters.clear();
         suspected_.insert(node);
     }
-    if (m.suspecters.size() <= options_.indirect_probes &&
-        std::find(m.suspecters.begin(), m.suspecters.end(), by) == m.suspecters.end())
-        m.suspecters.push_back(by);
+    const bool counted = m.suspecters.size() <= options_.indirect_probes &&
+                         std::find(m.suspecters.begin(), m.suspecters.end(), by) == m.suspecters.end();
+    if (counted) m.suspecters.push_back(by);
     // A new suspicion or confirmation only brings a deadline closer.
     if (suspicion_due_known_) {
         const auto due = m.suspected_at + suspicion_timeout(m);
         if (!suspicion_due_ || due < *suspicion_due_) suspicion_due_ = due;
     }
+    return counted;
 }
 
 void FailureDetector::clear_suspicion(std::string_view node, Member& m) {

@@ -148,7 +148,9 @@ private:
     void end_probe(Clock::time_point now, Probe p, Actions& out);
     Probe* probe_of(std::uint64_t seq);
     bool probing(std::string_view node) const;
-    void suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by);
+    // Suspects `node` (if not yet) with `by` among its suspecters; true when `by` was
+    // counted anew (a new suspicion or a confirmation), false when it was already.
+    bool suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by);
     void clear_suspicion(std::string_view node, Member& m);
     std::optional<Clock::time_point> earliest_suspicion() const;
     void refute(std::uint64_t above, Actions& out);

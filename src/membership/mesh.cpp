@@ -231,19 +231,18 @@ void Mesh::dial_seed(const std::string& seed) {
 }
 
 void Mesh::reconnect_tick() {
-    std::vector<std::string> to_dial;
+    std::vector<std::string> seeds;
+    std::vector<std::string> known;
     {
         std::lock_guard lock(mutex_);
-        for (const auto& seed : options_.seeds) {
-            if (seed.starts_with(dns_seed_prefix))
-                to_dial.push_back(seed);  // resolved again: the name's addresses may have changed
-            else if (!linked_to(seed))
-                to_dial.push_back(seed);
-        }
+        // A dns: seed is resolved again each time: the name's addresses may have changed.
+        for (const auto& seed : options_.seeds)
+            if (seed.starts_with(dns_seed_prefix) || !linked_to(seed)) seeds.push_back(seed);
         for (const auto& [name, k] : known_)
-            if (!peers_.contains(name) && dials(name)) to_dial.push_back(k.info.listen);
+            if (!peers_.contains(name) && dials(name)) known.push_back(k.info.listen);
     }
-    for (const auto& address : to_dial) dial_seed(address);
+    for (const auto& seed : seeds) dial_seed(seed);
+    for (const auto& address : known) dial(address);
     if (++ticks_ % regossip_ticks == 0) {
         // To one peer in turn, not to all: the whole mesh then sends N lists per round,
         // not N². The turn starts at a place of this node's own: with one start for all,
@@ -455,7 +454,7 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     bool fresh = true;
     if (!peer.client) {
         std::lock_guard lock(mutex_);
-        fresh = hear(peer.node, peer.incarnation);
+        fresh = remember(heard_, peer.node, peer.incarnation);
     }
     if (fresh) c->send(wire::encode(known_nodes()));
     c->send(groups_.local_sync_frame());
@@ -467,9 +466,10 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     }
 }
 
-bool Mesh::hear(const std::string& node, const std::string& incarnation) {
-    if (heard_.size() >= max_heard && !heard_.contains(node)) heard_.clear();
-    auto& known = heard_[node];
+bool Mesh::remember(std::map<std::string, std::string, std::less<>>& names, const std::string& node,
+                    const std::string& incarnation) {
+    if (names.size() >= max_names && !names.contains(node)) names.clear();
+    auto& known = names[node];
     if (known == incarnation) return false;
     known = incarnation;
     return true;
@@ -484,7 +484,7 @@ void Mesh::on_nodes(const wire::Nodes& nodes) {
         if (node.node == options_.name || node.client || node.listen.empty()) continue;
         {
             std::lock_guard lock(mutex_);
-            hear(node.node, node.incarnation);
+            remember(heard_, node.node, node.incarnation);
             if (!dials(node.node)) continue;
             auto& k = known_[node.node];
             if (k.info.incarnation != node.incarnation) k = KnownNode{node, 0};

@@ -211,9 +211,10 @@ private:
     wire::Nodes known_nodes() const;
     /// After `node` was lost: forgets it unless this node redials it.
     void forget_unless_redialled(const std::string& node);
-    /// Records that this node has heard of `node` at `incarnation`; true if it had not
-    /// (heard_; mutex_ held).
-    bool hear(const std::string& node, const std::string& incarnation);
+    /// Records `node` at `incarnation` in `names` (heard_ or declared_dead_; mutex_ held),
+    /// which is emptied first when it holds max_names others; true if it was not there.
+    static bool remember(std::map<std::string, std::string, std::less<>>& names, const std::string& node,
+                         const std::string& incarnation);
     /// What follows the loss of peer link `c` once the peer has left every group: counted,
     /// logged, its accepted channels closed (unless `clean`ly closed while stopping), and
     /// on_peer_lost_ told.
@@ -310,13 +311,13 @@ private:
     // Each node (name → incarnation) this node has heard of, from a list or a link, since
     // it last lost it. A link to a node heard of already sends it no list and announces it
     // to nobody: the node that heard of it first did both, so a join costs O(N) frames,
-    // not O(N) per link. At most max_heard names (authenticated peers only send them).
+    // not O(N) per link. At most max_names names (authenticated peers only send them).
     std::map<std::string, std::string, std::less<>> heard_;
-    static constexpr std::size_t max_heard = 65536;
+    static constexpr std::size_t max_names = 65536;
     // The incarnation of each name this node declared dead (or heard declared dead), the
     // last one per name, until it is linked again while no other incarnation holds the
     // name: while another holds it, it is refused (a frozen process that resumes after its
-    // restart took the name). At most max_heard names.
+    // restart took the name). At most max_names names.
     std::map<std::string, std::string, std::less<>> declared_dead_;
 
     std::atomic<std::uint64_t> bad_frames_{0};

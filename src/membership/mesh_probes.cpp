@@ -37,8 +37,7 @@ void Mesh::act(FailureDetector::Actions actions) {
         for (const auto& node : actions.dead) {
             if (auto it = peers_.find(node); it != peers_.end()) {
                 ended.emplace_back(it->second, true);
-                if (declared_dead_.size() >= max_heard && !declared_dead_.contains(node)) declared_dead_.clear();
-                declared_dead_[node] = it->second->peer().incarnation;
+                remember(declared_dead_, node, it->second->peer().incarnation);
             }
         }
         for (const auto& node : actions.broken)

@@ -81,12 +81,12 @@ PluginError file_error(const std::filesystem::path& file, std::string what) {
 PluginRegistry::PluginRegistry(std::vector<std::filesystem::path> search_path)
     : given_(std::move(search_path)) {
     for (auto& dir : environment_path()) given_.push_back(std::move(dir));
-    path_ = given_;
-    // Each folder once (a tool may have given the library's own folder already).
+    // Each folder once, in order (a tool may give the library's own folder, or one twice).
     auto add = [&](std::filesystem::path dir) {
         if (std::none_of(path_.begin(), path_.end(), [&](const auto& p) { return same_directory(p, dir); }))
             path_.push_back(std::move(dir));
     };
+    for (const auto& dir : given_) add(dir);
     if (auto beside = library_relative_dir(); !beside.empty()) add(std::move(beside));
     // Installed where it was configured for, the library's folder is the built-in one.
     add(std::filesystem::path(RPCLB_PLUGIN_INSTALL_DIR));

@@ -212,15 +212,16 @@ private:
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
         wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};
+        const auto expired = [&] { return call_failure(Failure::timeout, target, spec_.module, spec_.function); };
         auto timeout = time_left();
-        if (timeout.count() <= 0) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
+        if (timeout.count() <= 0) return done(expired());
         if (on_caller_thread) {
             if (auto result = router_->channels().call(*c, request, timeout)) return done(std::move(*result));
             // A channel dial that failed took part of the call's time: the link gets what is
             // left, rounded up to the millisecond, so that a 1 ms call that found no channel
             // still goes out on the link.
             timeout = time_left();
-            if (timeout.count() <= 0) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
+            if (timeout.count() <= 0) return done(expired());
         }
         // Once the node closes its connections (its channels stop with them, so the channel
         // above gave way), a request could be queued on a connection whose strand no thread
