@@ -10,13 +10,14 @@
 //                           boost::random::taus88, as plugins/random does: the floor;
 //   <algorithm>/<members>   one pick over 2, 8, 32 or 256 members, for random,
 //                           round_robin, weighted_round_robin (weights 1, 2, 3, 1, 2, 3,
-//                           ...), least_connections and power_of_two (pick + release_node
-//                           of the picked member through the snapshot, as LoadBalancer
-//                           releases, both timed, so counts stay bounded;
-//                           `<algorithm>_pick_only/<members>` times the pick alone on
-//                           another instance, whose counts then grow evenly),
-//                           hash_ring (keyed: "user:<i>" from a precomputed array, so key
-//                           building isn't timed), least_cpu (every member has a reading in
+//                           ...), least_connections, power_of_two and peak_ewma (pick, the
+//                           member's count up, then down, and the algorithm's release with
+//                           a latency, as LoadBalancer does, all timed;
+//                           `<algorithm>_pick_only/<members>` times the pick and count alone
+//                           on another instance, whose counts then grow evenly), hash_ring
+//                           and maglev (keyed: "user:<i>" from a precomputed array, so key
+//                           building isn't timed), hash_ring_bounded (hash_ring with
+//                           load_factor 1.25, keyed and counted), least_cpu (every member has a reading in
 //                           rpclb::AlgorithmState with a fresh timestamp; values 10, 13, 16,
 //                           ..., 31 repeating, so a quarter of the members are within the
 //                           default 5-point threshold) and call_direct.
@@ -93,9 +94,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::array<std::size_t, 4> member_counts{2, 8, 32, 256};
-constexpr std::array<std::string_view, 8> algorithms{
-    "random",       "round_robin", "weighted_round_robin", "least_connections",
-    "power_of_two", "hash_ring",   "least_cpu",            "call_direct"};
+constexpr std::array<std::string_view, 11> algorithms{
+    "random",    "round_robin", "weighted_round_robin", "least_connections", "power_of_two", "peak_ewma",
+    "hash_ring", "hash_ring_bounded", "maglev",         "least_cpu",         "call_direct"};
+
+// The plugin a benchmark name stands for: hash_ring_bounded is hash_ring with load_factor.
+std::string_view plugin_of(std::string_view algorithm) {
+    return algorithm == "hash_ring_bounded" ? std::string_view("hash_ring") : algorithm;
+}
 
 // Keys for keyed picks, built once so building them isn't timed. A power of two, so the
 // index wraps with a mask.
@@ -105,14 +111,17 @@ std::vector<std::string> keys;
 enum class Kind {
     plain,    // choose_from_nodes only
     keyed,    // choose_from_nodes with PickOptions::key
-    counted,  // choose_from_nodes then release_node of the pick
-    pick_only,  // a counted algorithm's choose_from_nodes alone (counts grow, evenly)
+    counted,  // choose_from_nodes, then the count and release a balancer makes
+    keyed_counted,  // the same with a key
+    pick_only,  // a counted algorithm's choose_from_nodes and count alone (counts grow, evenly)
     cpu,      // choose_from_nodes after refreshing every member's reading timestamp
 };
 
 Kind kind_of(std::string_view algorithm) {
-    if (algorithm == "hash_ring") return Kind::keyed;
-    if (algorithm == "least_connections" || algorithm == "power_of_two") return Kind::counted;
+    if (algorithm == "hash_ring" || algorithm == "maglev") return Kind::keyed;
+    if (algorithm == "hash_ring_bounded") return Kind::keyed_counted;
+    if (algorithm == "least_connections" || algorithm == "power_of_two" || algorithm == "peak_ewma")
+        return Kind::counted;
     if (algorithm == "least_cpu") return Kind::cpu;
     return Kind::plain;
 }
@@ -127,11 +136,13 @@ rpclb::MemberSnapshot make_members(std::size_t count, std::uint64_t version) {
     rpclb::MemberSnapshot snapshot;
     for (std::size_t i = 0; i < count; ++i) snapshot.nodes.push_back(node_name(i));
     snapshot.version = version;
+    snapshot.count_calls();
     return snapshot;
 }
 
 boost::json::object options_for(std::string_view algorithm, std::size_t members) {
     boost::json::object options;
+    if (algorithm == "hash_ring_bounded") options["load_factor"] = 1.25;
     if (algorithm == "weighted_round_robin") {
         boost::json::object weights;
         for (std::size_t i = 0; i < members; ++i)
@@ -241,16 +252,24 @@ void bench_pick(benchmark::State& state, const Case* c) {
     // Threads walk the keys from different places.
     std::size_t k = static_cast<std::size_t>(state.thread_index()) * 1031;
     rpclb::PickOptions options;
+    rpclb::CallOutcome outcome;
+    outcome.latency = std::chrono::microseconds(100);
     const auto start = Clock::now();
     for (auto _ : state) {
-        if constexpr (kind == Kind::keyed) options.key = keys[k++ & (key_count - 1)];
+        if constexpr (kind == Kind::keyed || kind == Kind::keyed_counted) options.key = keys[k++ & (key_count - 1)];
         auto index = algorithm.choose_from_nodes(members, options);
         if (!index) {
             state.SkipWithError(index.error().message.c_str());
             break;
         }
-        // As LoadBalancer::release_node does: through its current snapshot.
-        if constexpr (kind == Kind::counted) algorithm.release_node(members, *index);
+        // As LoadBalancer does: one call more at the pick, one fewer and the algorithm told
+        // at the release.
+        if constexpr (kind == Kind::counted || kind == Kind::keyed_counted || kind == Kind::pick_only)
+            members.calls[*index]->acquire();
+        if constexpr (kind == Kind::counted || kind == Kind::keyed_counted) {
+            members.calls[*index]->release();
+            algorithm.release(members, *index, outcome);
+        }
         benchmark::DoNotOptimize(index);
     }
     const std::chrono::duration<double, std::nano> elapsed = Clock::now() - start;
@@ -272,6 +291,9 @@ void register_case(const Case& c) {
             break;
         case Kind::counted:
             b = benchmark::RegisterBenchmark(name.c_str(), &bench_pick<Kind::counted>, &c);
+            break;
+        case Kind::keyed_counted:
+            b = benchmark::RegisterBenchmark(name.c_str(), &bench_pick<Kind::keyed_counted>, &c);
             break;
         case Kind::cpu:
             b = benchmark::RegisterBenchmark(name.c_str(), &bench_pick<Kind::cpu>, &c);
@@ -440,8 +462,35 @@ void report_hash_ring(rpclb::PluginRegistry& registry) {
                 direct_cpu_us.back(), median(direct_us), direct_us.front(), direct_us.back());
 #endif
 
+    // Keys moved when one of 32 members leaves, for hash_ring and maglev.
+    for (std::string_view algorithm : {std::string_view("hash_ring"), std::string_view("maglev")}) {
+        auto instance = create(registry, algorithm, "bench_moved", {});
+        if (!instance) continue;
+        const rpclb::MemberSnapshot all = make_members(32, 9300);
+        rpclb::MemberSnapshot less = make_members(32, 9301);
+        less.nodes.erase(less.nodes.begin() + 7);
+        less.calls.erase(less.calls.begin() + 7);
+        constexpr std::size_t moved_keys = 100'000;
+        std::size_t moved = 0, owned_by_gone = 0;
+        for (std::size_t i = 0; i < moved_keys; ++i) {
+            const std::string key = "user:" + std::to_string(i);
+            rpclb::PickOptions keyed;
+            keyed.key = key;
+            auto before = instance->choose_from_nodes(all, keyed);
+            auto after = instance->choose_from_nodes(less, keyed);
+            if (!before || !after) break;
+            owned_by_gone += *before == 7;
+            moved += all.nodes[*before] != less.nodes[*after];
+        }
+        std::printf("%.*s_moved members=32->31 keys=%zu moved=%.4f owned_by_leaver=%.4f\n", int(algorithm.size()),
+                    algorithm.data(), moved_keys, static_cast<double>(moved) / moved_keys,
+                    static_cast<double>(owned_by_gone) / moved_keys);
+    }
+
+    for (std::string_view algorithm : {std::string_view("hash_ring"), std::string_view("maglev")})
     for (std::size_t members : {std::size_t{8}, std::size_t{32}}) {
-        auto spread = create(registry, "hash_ring", "bench_ring_spread", {});
+        auto spread = create(registry, algorithm, "bench_ring_spread", {});
+        if (!spread) continue;
         const rpclb::MemberSnapshot snapshot = make_members(members, 9100 + members);
         std::vector<std::size_t> counts(members, 0);
         constexpr std::size_t spread_keys = 100'000;
@@ -451,7 +500,7 @@ void report_hash_ring(rpclb::PluginRegistry& registry) {
             keyed.key = key;
             auto index = spread->choose_from_nodes(snapshot, keyed);
             if (!index) {
-                std::printf("hash_ring_spread members=%zu failed: %s\n", members,
+                std::printf("%.*s_spread members=%zu failed: %s\n", int(algorithm.size()), algorithm.data(), members,
                             index.error().message.c_str());
                 return;
             }
@@ -459,9 +508,9 @@ void report_hash_ring(rpclb::PluginRegistry& registry) {
         }
         const double mean = static_cast<double>(spread_keys) / static_cast<double>(members);
         const auto [lo, hi] = std::minmax_element(counts.begin(), counts.end());
-        std::printf("hash_ring_spread members=%zu keys=%zu max_over_mean=%.3f "
+        std::printf("%.*s_spread members=%zu keys=%zu max_over_mean=%.3f "
                     "min_over_mean=%.3f max=%zu min=%zu mean=%.1f\n",
-                    members, spread_keys, static_cast<double>(*hi) / mean,
+                    int(algorithm.size()), algorithm.data(), members, spread_keys, static_cast<double>(*hi) / mean,
                     static_cast<double>(*lo) / mean, *hi, *lo, mean);
     }
 }
@@ -528,7 +577,7 @@ int main(int argc, char** argv) {
             const std::string balancer =
                 "bench_" + std::string(algorithm) + "_" + std::to_string(members);
             auto instance =
-                create(registry, algorithm, balancer, options_for(algorithm, members));
+                create(registry, plugin_of(algorithm), balancer, options_for(algorithm, members));
             if (!instance) {
                 available = false;  // one note per algorithm
                 break;
@@ -551,18 +600,18 @@ int main(int argc, char** argv) {
                 c.pick_only->algorithm = c.algorithm + "_pick_only";
                 c.pick_only->members = members;
                 c.pick_only->instance = create(registry, algorithm, balancer + "_pick_only", {});
-                c.pick_only->snapshot = c.snapshot;
+                c.pick_only->snapshot = make_members(members, 2);
                 if (!c.pick_only->instance || !c.pick_only->instance->choose_from_nodes(
                                                   c.pick_only->snapshot, {}))
                     c.pick_only.reset();
             }
             // The first pick builds whatever the algorithm caches per membership version.
-            const rpclb::PickOptions warm{kind_of(algorithm) == Kind::keyed
+            const rpclb::PickOptions warm{kind_of(algorithm) == Kind::keyed || kind_of(algorithm) == Kind::keyed_counted
                                               ? std::optional<std::string_view>(keys[0])
                                               : std::nullopt};
             auto first = c.instance->choose_from_nodes(c.snapshot, warm);
-            if (first && kind_of(algorithm) == Kind::counted)
-                c.instance->release_node(c.snapshot, *first);
+            if (first && (kind_of(algorithm) == Kind::counted || kind_of(algorithm) == Kind::keyed_counted))
+                c.instance->release(c.snapshot, *first, rpclb::CallOutcome{});
             register_case(c);
         }
     }

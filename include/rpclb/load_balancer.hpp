@@ -26,8 +26,40 @@ namespace rpclb {
 
 namespace detail {
 class ClusterLink;
+class OutlierDetector;
+struct OutlierChange;
 }  // namespace detail
 
+
+/// When a balancer stops picking a member whose calls fail (Envoy's outlier detection is
+/// the model; doc/explanation/outlier-ejection.md). Every algorithm picks from the members
+/// left after ejection. A field at 0 turns its detector off; all three off = no detection.
+struct OutlierDetection {
+    /// Remote failures in a row (`internal_server_error` or `service_unavailable` answered
+    /// by the member) that eject it. Default 5.
+    std::uint32_t consecutive_remote_failures = 5;
+    /// Local failures in a row (no connection, timeout) that eject it. Default 5.
+    std::uint32_t consecutive_local_failures = 5;
+    /// Ejects a member when at least this percentage (1–100) of its calls in one `interval`
+    /// failed, given at least `minimum_requests` calls. Default 0 (off).
+    std::uint32_t failure_percentage = 0;
+    std::uint32_t minimum_requests = 100;
+    std::chrono::milliseconds interval{10000};
+    /// An ejection lasts this times the member's ejections so far (this one included), at
+    /// most max_ejection_time. Defaults 30 s and 300 s.
+    std::chrono::milliseconds base_ejection_time{30000};
+    std::chrono::milliseconds max_ejection_time{300000};
+    /// At most this percentage of the members is ejected at once; further ejections are
+    /// refused and counted (LoadBalancer::ejections_refused). Default 50.
+    std::uint32_t max_ejection_percent = 50;
+    /// While fewer than this percentage of the members are not failing, nobody is ejected:
+    /// the failure is most likely this node's own. Default 50.
+    std::uint32_t panic_threshold_percent = 50;
+
+    bool enabled() const noexcept {
+        return consecutive_remote_failures > 0 || consecutive_local_failures > 0 || failure_percentage > 0;
+    }
+};
 
 /// Options of a balancer (seed §1.1; `selection_algorithm` is named `algorithm` here and
 /// is a plugin name).
@@ -42,6 +74,8 @@ struct LoadBalancerOptions {
     NodeMatchList node_match_list;
     /// Longest wait for in-flight calls when stopping. Default 15 s (seed).
     std::chrono::milliseconds drain_timeout{15000};
+    /// Which failing members this node stops picking, and for how long.
+    OutlierDetection outlier_detection;
 };
 
 /// One balancer on one node. Obtain it from `Cluster::start_balancer` (hosted: it may
@@ -54,16 +88,17 @@ struct LoadBalancerOptions {
 /// start() on the same object). A routing-only balancer has no supervisor: it starts and
 /// stops its algorithm's services itself.
 ///
-/// Picking (`pick`) reads one atomically published route (the member snapshot, the
-/// algorithm instance and one in-flight count per member, together) and calls the
-/// algorithm: no allocation on success (an allocation-counting test holds it to that), and
-/// no lock but the short spin of libstdc++'s std::atomic<std::shared_ptr> load. A routed
-/// call then counts itself on the picked member's count (track()) and takes it off when it
-/// finishes (release()), through its Picked: no look-up, no lock. The route is rebuilt when
-/// membership changes, off the pick path; a member that stays keeps its count object, so a
-/// call released after the change takes off what it added. `select_node` adds a copy of the
-/// chosen name. set_algorithm() and set_options() publish a new route with a new instance,
-/// so the algorithm changes while the balancer serves without blocking a pick.
+/// Picking (`pick`) reads one atomically published route (the algorithm instance and the
+/// route's own member snapshot, whose `calls` are the members' in-flight counts) and calls
+/// the algorithm: no allocation on success (an allocation-counting test holds it to that),
+/// and no lock but the short spin of libstdc++'s std::atomic<std::shared_ptr> load. The
+/// pick counts one call in flight on its member; the call's release takes it off and tells
+/// the algorithm how the call ended (CallOutcome). The route is rebuilt when membership
+/// changes, off the pick path; a member that stays keeps its count, so a call released
+/// after the change takes off what it added. set_algorithm() and set_options() publish a
+/// new route with a new instance, so the algorithm changes while the balancer serves
+/// without blocking a pick; a restart (start() after stop()) does the same with a fresh
+/// instance of the same algorithm.
 ///
 /// Thread safety: distinct objects safe; shared objects safe, except that prepare(),
 /// start() and stop() are called one at a time (Service's contract).
@@ -141,8 +176,13 @@ public:
     /// True when started on this node with Cluster::start_balancer.
     bool hosted() const noexcept { return hosted_; }
 
-    /// The current members (never null; possibly empty).
-    std::shared_ptr<const MemberSnapshot> members() const { return route_.load()->members; }
+    /// The current members (never null; possibly empty). Holds the route they belong to,
+    /// with its algorithm instance, as long as the pointer lives.
+    std::shared_ptr<const MemberSnapshot> members() const {
+        auto route = route_.load();
+        const MemberSnapshot* snapshot = route->members.get();
+        return std::shared_ptr<const MemberSnapshot>(std::move(route), snapshot);
+    }
 
     /// Members as a list (seed §1.2). Error: `service_unavailable` "no members registered"
     /// with details {"load_balancer": name} when the group is empty.
@@ -156,20 +196,23 @@ public:
     struct Picked {
         std::shared_ptr<const MemberSnapshot> members;  ///< never null
         std::size_t index = 0;                          ///< < members->nodes.size()
-        /// The chosen member's calls in flight from this node through this balancer
-        /// (track() adds one, release() takes it off); null in a Picked of as_picked() for a
-        /// node that is not a member.
-        std::atomic<std::int64_t>* calls = nullptr;
+        /// The chosen member's calls in flight from this node through this balancer, which
+        /// the pick (or as_picked()) went up on and release() / untrack() take it off;
+        /// null in a Picked of as_picked() for a node that is not a member.
+        InFlightCount* calls = nullptr;
         /// The algorithm instance that made the pick, which release() tells; null in a
         /// Picked of as_picked().
         SelectionAlgorithm* algorithm = nullptr;
+        /// When the pick was made (the start of the latency release() reports).
+        std::chrono::steady_clock::time_point at{};
         /// The chosen member's name; valid as long as this Picked (not for a Picked of
         /// as_picked() whose `calls` is null).
         const std::string& node() const noexcept { return members->nodes[index]; }
     };
 
-    /// Picks a member with the algorithm (seed §1.3) without copying its name. Does not
-    /// call release_node. Errors: the empty-group error of get_members();
+    /// Picks a member with the algorithm (predecessor-compatibility §1.3) without copying
+    /// its name, and counts one call in flight on it (MemberSnapshot::in_flight) until
+    /// release() or untrack() of the Picked, or release_node() of its name. Errors: the empty-group error of get_members();
     /// `internal_server_error` naming the balancer when the algorithm throws or returns an
     /// index out of range; an algorithm's own ErrorMessage as is. On success it allocates
     /// nothing (once the algorithm has built what it caches for the current snapshot) as
@@ -195,34 +238,36 @@ public:
     /// narrowing fan-outs. Thread-safe; allocates.
     Result<std::vector<std::string>> select_nodes(std::size_t count, const PickOptions& options = {});
 
-    /// Tells the algorithm a call routed to `node` has finished: through
-    /// `release_node(members, index)` with the current snapshot when it holds `node`, else
-    /// `release_node(node)`. For callers that kept only the name of a select_node(); the
-    /// router releases its calls with release(). Exceptions from the algorithm are logged.
-    /// Thread-safe.
-    void release_node(std::string_view node) noexcept;
+    /// A call to `node` that a select_node() picked has finished with `outcome` (default:
+    /// nothing known): one call fewer in flight on it (never below zero), and the
+    /// algorithm's `release` with the current snapshot, when it holds `node`; nothing when
+    /// it doesn't. For callers that kept only the name; the router releases its calls
+    /// with release(). Exceptions from the algorithm are logged. Thread-safe.
+    void release_node(std::string_view node, const CallOutcome& outcome = {}) noexcept;
 
-    /// Counts a call to `picked` in flight: one more on the member's count (`picked.calls`,
-    /// when set) and on the balancer's total (in_flight()). Each track() is followed by
-    /// exactly one release() or untrack() of the same Picked. No lock, no allocation, no
-    /// look-up. Thread-safe.
+    /// Counts a picked call in the balancer's total (in_flight(), which the drain waits
+    /// for). Each track() is followed by exactly one release() or untrack() of the same
+    /// Picked. No lock, no allocation. Thread-safe.
     void track(const Picked& picked) noexcept;
 
-    /// A tracked call routed by a pick has finished: tells the algorithm that picked it
-    /// (`release_node(*picked.members, picked.index)`, the snapshot it picked from), then
-    /// untrack(picked). Exceptions from the algorithm are logged. Thread-safe.
-    void release(const Picked& picked) noexcept;
+    /// A call routed by a pick has finished with `outcome` (its latency is set here, from
+    /// `picked.at`): one call fewer on the member's count, the algorithm that picked it
+    /// told (`release(*picked.members, picked.index, outcome)`, the snapshot it picked
+    /// from), and one fewer on the total. Exceptions from the algorithm are logged.
+    /// Thread-safe.
+    void release(const Picked& picked, CallOutcome outcome) noexcept;
 
-    /// A tracked call has finished: one call fewer on the member's count and on the total;
-    /// the count the call went up on, whatever the membership is now. Thread-safe.
+    /// A tracked call that no pick chose (as_picked()) has finished: one call fewer on the
+    /// member's count and on the total; the count the call went up on, whatever the
+    /// membership is now. Thread-safe.
     void untrack(const Picked& picked) noexcept;
 
-    /// `node` as a pick of it from the current snapshot would give it, for counting with
-    /// track() / untrack() a call to a node that no pick chose (the random-node helpers
-    /// given this balancer); `calls` null when `node` is not a member (then only the total
-    /// counts the call). `algorithm` is null: release() tells no algorithm. Binary search
-    /// of the snapshot; no lock; thread-safe.
-    Picked as_picked(std::string_view node) const;
+    /// `node` as a pick of it from the current snapshot would give it, counted on its
+    /// member's count like a pick, for a call to a node that no pick chose (the random-node
+    /// helpers given this balancer); `calls` null when `node` is not a member (then only
+    /// the total counts the call, after track()). `algorithm` is null: no algorithm hears
+    /// of it. Binary search of the snapshot; no lock; thread-safe.
+    Picked as_picked(std::string_view node);
 
     /// The current algorithm instance. The reference stays valid until the next
     /// set_algorithm() / set_options() (or the balancer's end); for tests and tools.
@@ -269,6 +314,13 @@ public:
     /// the leave are swallowed). Idempotent.
     void stop() noexcept override;
 
+    /// Members left out of picks now because their calls failed (OutlierDetection),
+    /// ascending. Thread-safe.
+    std::vector<std::string> ejected() const;
+
+    /// Ejections the OutlierDetection::max_ejection_percent cap refused so far.
+    std::uint64_t ejections_refused() const;
+
     /// Calls this node sent through this balancer and not finished, per member: (node,
     /// count) for every node with at least one, sorted by node (the admin console's "in
     /// flight per member"). Read from the members' counts that track() and untrack()
@@ -292,24 +344,31 @@ private:
         std::string name;
         boost::json::object options;
     };
-    // One member's calls in flight from this node through this balancer.
-    using MemberCalls = std::atomic<std::int64_t>;
     // What a pick reads, published as one value so that members and algorithm are read
-    // with one atomic load; immutable, replaced whole. `calls[i]` is members->nodes[i]'s
-    // count, carried from route to route while the member stays (make_route).
+    // with one atomic load; immutable, replaced whole. `members` is the route's own copy of
+    // the group's snapshot, whose `calls` carry each staying member's count from route to
+    // route (make_route); declared after `engine` so that it (and the algorithm state it
+    // holds) goes first.
     struct Route {
-        std::shared_ptr<const MemberSnapshot> members;
         std::shared_ptr<const Engine> engine;
-        std::vector<std::shared_ptr<MemberCalls>> calls;
+        std::shared_ptr<const MemberSnapshot> members;
     };
 
     // A route over `members` with `engine`, taking each staying member's count from
     // `previous` (null: all start at 0) and recording those of members that left in
     // departed_. Call under publish_mutex_. Throws std::bad_alloc.
-    std::shared_ptr<const Route> make_route(std::shared_ptr<const MemberSnapshot> members,
-                                            std::shared_ptr<const Engine> engine, const Route* previous);
+    std::shared_ptr<const Route> make_route(const MemberSnapshot& members, std::shared_ptr<const Engine> engine,
+                                            const Route* previous);
 
     void on_change(NodeChange change, const std::vector<std::string>& nodes);
+    // Publishes a route over the last group snapshot less the ejected members. Call under
+    // publish_mutex_.
+    void republish();
+    // Emits the events of an ejection change, republishes, and arms the return timers.
+    void apply_ejections(const detail::OutlierChange& change);
+    // The algorithm's `release`, with what it throws logged.
+    void tell_release(SelectionAlgorithm& algorithm, const MemberSnapshot& members, std::size_t index,
+                      const CallOutcome& outcome) noexcept;
     // A routing-only balancer adopts the algorithm its members announce, if it changed:
     // follow_announcement() now, post_follow() on a worker thread.
     void follow_announcement();
@@ -336,7 +395,7 @@ private:
     // Picked) still holds the route they were in. Expired entries are dropped at each
     // membership change and each read.
     mutable std::mutex departed_mutex_;
-    mutable std::vector<std::pair<std::string, std::weak_ptr<MemberCalls>>> departed_;
+    mutable std::vector<std::pair<std::string, std::weak_ptr<InFlightCount>>> departed_;
     std::atomic<std::int64_t> serving_{0};
     // stop() waits until in_flight_ + serving_ is 0; a release that brings either to 0
     // wakes it.
@@ -346,7 +405,12 @@ private:
     std::uint64_t announcement_monitor_id_ = 0;  // routing-only: Groups::monitor_announcements
     bool prepared_ = false;
     bool started_ = false;
+    bool restarted_ = false;  // start() has run once: the next one is a restart
     std::atomic<bool> local_{false};
+    // Null when OutlierDetection is off.
+    std::unique_ptr<detail::OutlierDetector> outliers_;
+    // The group's last snapshot, before ejections (under publish_mutex_).
+    std::shared_ptr<const MemberSnapshot> group_;
 };
 
 }  // namespace rpclb

@@ -3,69 +3,145 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rpclb {
 
-namespace detail {
-struct CountTable;
-struct ReadingTable;
+/// A number no earlier call returned, from 1 up: what tells the owners of snapshot state
+/// apart (SelectionAlgorithm::snapshot_owner), since an address may be reused by a later
+/// instance. Thread-safe.
+std::uint64_t new_snapshot_owner() noexcept;
 
-/// A sequence of member indices derived from one snapshot by one algorithm instance
-/// (weighted_round_robin's period). `owner` tells instances apart (AlgorithmState::
-/// new_owner_id); `order` is immutable once published.
-struct IndexSequence {
-    std::uint64_t owner = 0;
-    std::vector<std::uint32_t> order;
-};
-
-/// State that algorithms derive from one MemberSnapshot, kept with the snapshot so that it
-/// lives exactly as long as any pick can read it: filled by the first pick that needs it,
-/// freed with the snapshot. Copies, moves and assignments start empty (the nodes they come
-/// with may differ). Freed by librpclb, so a snapshot may outlive the plugin that filled
-/// its cache: what it holds is built by librpclb (AlgorithmState::count_table).
+/// Calls in flight from this node to one member through one balancer: the balancer adds
+/// one at each pick and takes it off at the pick's release. On a cache line of its own,
+/// since picks on different threads write different members' counts.
 ///
-/// Thread safety: `counts` is set once with a compare-exchange; safe from any thread.
-class SnapshotCache {
-public:
-    SnapshotCache() = default;
-    SnapshotCache(const SnapshotCache&) noexcept {}
-    SnapshotCache& operator=(const SnapshotCache&) noexcept;
-    ~SnapshotCache();
+/// Thread safety: shared objects safe (relaxed atomics: the count is a gauge).
+struct alignas(64) InFlightCount {
+    std::atomic<std::int64_t> calls{0};
 
-    /// The call counters of the snapshot's members (least_connections, power_of_two);
-    /// nullptr until a pick sets it.
-    std::atomic<const std::shared_ptr<const CountTable>*> counts{nullptr};
-
-    /// An index sequence (weighted_round_robin); nullptr until a pick sets it.
-    std::atomic<const IndexSequence*> sequence{nullptr};
-
-    /// The load readings of the snapshot's members (least_cpu); nullptr until a pick or a
-    /// poller sets it (AlgorithmState::attach_readings).
-    std::atomic<const std::shared_ptr<const ReadingTable>*> readings{nullptr};
-
-    /// Stores `made` (allocated with `new`) in `sequence` if that is still empty and
-    /// returns it; otherwise deletes `made` and returns what `sequence` holds. Either way
-    /// the result lives as long as the snapshot.
-    const IndexSequence* adopt(IndexSequence* made) noexcept;
+    /// Calls in flight now.
+    std::int64_t value() const noexcept { return calls.load(std::memory_order_relaxed); }
+    /// One more call.
+    void acquire() noexcept { calls.fetch_add(1, std::memory_order_relaxed); }
+    /// One call fewer, never below zero; false (no change) when it was zero.
+    bool release() noexcept {
+        std::int64_t now = calls.load(std::memory_order_relaxed);
+        while (now > 0)
+            if (calls.compare_exchange_weak(now, now - 1, std::memory_order_relaxed)) return true;
+        return false;
+    }
 };
-}  // namespace detail
 
 /// An immutable view of a balancer's members at one moment: distinct node names in
-/// ascending order, and a version that changes whenever the set changes. Algorithms may
-/// cache state derived from `nodes` and key it by `version` (seed §10.2), or keep it
-/// in `cache`, which dies with the snapshot. A snapshot serves one balancer (a group's
-/// snapshots do): the counting algorithms of another balancer picking from it rebuild
-/// their table on every pick (correct, but it allocates). Never change `nodes` of a
-/// snapshot that has been picked from; make a new one.
+/// ascending order, a version that changes whenever the set changes, each member's calls
+/// in flight, and the per-snapshot state of the algorithms that pick from it.
+///
+/// A balancer picks from a snapshot of its own (a copy of its group's), with `calls` set;
+/// it keeps the snapshot alive as long as any pick made from it, and destroys it before
+/// the algorithm instance that picks from it. A snapshot without `calls` (a group's, or
+/// one a test builds) counts no call: in_flight() is 0 until count_calls().
+///
+/// Never change `nodes` of a snapshot that has been picked from; make a new one. Copies
+/// carry `nodes`, `version` and `calls`; they start with no algorithm state.
+///
+/// Thread safety: distinct objects safe; shared objects safe for the const members
+/// (state() included).
 struct MemberSnapshot {
     std::vector<std::string> nodes;
     std::uint64_t version = 0;
-    /// What picks derived from `nodes` (see detail::SnapshotCache); not part of the value.
-    mutable detail::SnapshotCache cache;
+    /// Index-aligned with `nodes`: member i's calls in flight, shared with the balancer's
+    /// next snapshot while the member stays. Empty when no balancer counts.
+    std::vector<std::shared_ptr<InFlightCount>> calls;
+
+    MemberSnapshot() = default;
+    MemberSnapshot(std::vector<std::string> n, std::uint64_t v) : nodes(std::move(n)), version(v) {}
+    MemberSnapshot(const MemberSnapshot& other) : nodes(other.nodes), version(other.version), calls(other.calls) {}
+    MemberSnapshot& operator=(const MemberSnapshot& other) {
+        if (this != &other) {
+            clear_state();
+            nodes = other.nodes;
+            version = other.version;
+            calls = other.calls;
+        }
+        return *this;
+    }
+    ~MemberSnapshot() { clear_state(); }
+
+    /// Calls in flight to `nodes[i]` through the balancer picking from this snapshot;
+    /// 0 when it counts none. No lock, one relaxed load.
+    std::int64_t in_flight(std::size_t i) const noexcept { return i < calls.size() ? calls[i]->value() : 0; }
+
+    /// Gives every member a count of its own at 0 (for a snapshot a test or a benchmark
+    /// picks from directly; a balancer sets `calls` itself). Throws std::bad_alloc.
+    void count_calls() {
+        calls.clear();
+        calls.reserve(nodes.size());
+        for (std::size_t i = 0; i < nodes.size(); ++i) calls.push_back(std::make_shared<InFlightCount>());
+    }
+
+    /// The state `owner` (an algorithm instance's snapshot_owner()) keeps for this snapshot: the
+    /// object the first call built with `make()` (which returns a T by value), the same
+    /// for every later call, destroyed with the snapshot. Concurrent first calls may each
+    /// run `make`; one result is kept, the others are destroyed. No lock; allocates only
+    /// when it builds. Throws what `make` throws and std::bad_alloc. One owner keeps one
+    /// type of state in a snapshot.
+    template <class T, class Make>
+    const T& state(std::uint64_t owner, Make&& make) const {
+        if (const void* held = find_state(owner)) [[likely]]
+            return *static_cast<const T*>(held);
+        auto* made = new Slot{owner, new T(std::forward<Make>(make)()), [](const void* p) { delete static_cast<const T*>(p); },
+                              nullptr};
+        return *static_cast<const T*>(adopt(made));
+    }
+
+private:
+    struct Slot {
+        std::uint64_t owner;
+        const void* value;
+        void (*destroy)(const void*);
+        Slot* next;
+    };
+
+    const void* find_state(std::uint64_t owner) const noexcept {
+        for (const Slot* s = states_.load(std::memory_order_acquire); s; s = s->next)
+            if (s->owner == owner) return s->value;
+        return nullptr;
+    }
+
+    // Pushes `made` unless a slot of the same owner got there first; returns the value kept.
+    const void* adopt(Slot* made) const noexcept {
+        Slot* head = states_.load(std::memory_order_acquire);
+        for (;;) {
+            for (const Slot* s = head; s; s = s->next)
+                if (s->owner == made->owner) {
+                    made->destroy(made->value);
+                    delete made;
+                    return s->value;
+                }
+            made->next = head;
+            if (states_.compare_exchange_weak(head, made, std::memory_order_acq_rel, std::memory_order_acquire))
+                return made->value;
+        }
+    }
+
+    void clear_state() noexcept {
+        Slot* s = states_.exchange(nullptr, std::memory_order_acq_rel);
+        while (s) {
+            Slot* next = s->next;
+            s->destroy(s->value);
+            delete s;
+            s = next;
+        }
+    }
+
+    mutable std::atomic<Slot*> states_{nullptr};
 };
 
 /// Which way a membership change went.

@@ -29,6 +29,7 @@ struct LoadedPlugin {
     std::uint32_t abi_version = 0;
     std::string compiler;         ///< compiler and standard-library identity
     std::uint64_t loads = 0;      ///< algorithm objects created from it so far
+    std::uint64_t capabilities = 0;  ///< the rpclb::capability bits it declares
 };
 
 /// Loads `librpclb_<name>.so` plugins.

@@ -1,4 +1,4 @@
-// The selection-algorithm plugin interface (the seed's SelectionAlgorithm behaviour).
+// The selection-algorithm plugin contract (the predecessor's SelectionAlgorithm behaviour).
 #pragma once
 
 #include <rpclb/error.hpp>
@@ -11,6 +11,7 @@
 #include <boost/json/object.hpp>
 
 #include <atomic>
+#include <chrono>
 
 #include <cstddef>
 #include <cstdint>
@@ -26,10 +27,29 @@ namespace rpclb {
 
 class AlgorithmHost;
 
-/// Per-pick options (the seed forwards `key` to the algorithm).
+/// Per-pick options (the predecessor forwards `key` to the algorithm).
 struct PickOptions {
     /// Routing key; algorithms that don't hash ignore it. Empty optional = no key.
     std::optional<std::string_view> key;
+};
+
+/// Where a call's error arose.
+enum class ErrorOrigin : std::uint8_t {
+    none,    ///< the call succeeded
+    local,   ///< on this node or on the way: no connection, the deadline passed, cancelled
+    remote,  ///< at the member: it answered with an error
+};
+
+/// How a picked call ended, as its release tells the algorithm that picked it.
+struct CallOutcome {
+    /// The call's error code; nullopt when it succeeded (or when nobody said: see `known`).
+    std::optional<ErrorCode> error;
+    ErrorOrigin origin = ErrorOrigin::none;
+    /// From the pick to the end of the call; nullopt when the caller did not say
+    /// (LoadBalancer::release_node by name).
+    std::optional<std::chrono::nanoseconds> latency;
+
+    bool ok() const noexcept { return !error; }
 };
 
 /// What a balancer tells its algorithm at `init`.
@@ -51,11 +71,11 @@ struct AlgorithmContext {
 /// RPCLB_PLUGIN (plugins/round_robin is a small model to copy).
 ///
 /// Threading: `init` runs once, before any other hook. `choose_from_nodes`,
-/// `choose_nodes` and `release_node` may run concurrently from many threads and with
+/// `choose_nodes` and `release` may run concurrently from many threads and with
 /// `on_node_change`; they must not block, lock a lock shared between threads, allocate
 /// or log. Hooks other than `init` must not throw; rpclb catches what escapes anyway: a
 /// pick fails with `internal_server_error`, an exception from `on_node_change` or
-/// `release_node` is logged, one from `init`, `services`, `local` (asked once, at start)
+/// `release` is logged, one from `init`, `services`, `local` (asked once, at start)
 /// or a service's `start` fails the balancer's start with a message naming the hook.
 class BOOST_SYMBOL_VISIBLE SelectionAlgorithm {
 public:
@@ -86,37 +106,38 @@ public:
         (void)nodes;
     }
 
-    /// A call routed to `node` (a value returned by a pick) has finished.
-    virtual void release_node(std::string_view node) { (void)node; }
-
-    /// The same, when the caller has a snapshot holding the node: `members.nodes[index]`
-    /// is it (LoadBalancer::release: the snapshot picked from; release_node: the current).
-    /// LoadBalancer calls this form; the default calls the name form.
-    virtual void release_node(const MemberSnapshot& members, std::size_t index) {
-        release_node(members.nodes[index]);
+    /// A pick of `members.nodes[index]` from this instance has ended: the call it routed
+    /// finished with `outcome` (or the caller that picked gave it back without one).
+    /// Exactly one release follows each successful choose_from_nodes() that a balancer
+    /// made; `members` is the snapshot picked from (its in_flight() already counts the
+    /// call off). The default does nothing.
+    virtual void release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) {
+        (void)members;
+        (void)index;
+        (void)outcome;
     }
 
     /// True when load-balanced calls should run on the calling node without selection
-    /// (the seed's CallDirect `local?`). Asked once, when the balancer starts; the answer
+    /// (the predecessor's CallDirect `local?`). Asked once, when the balancer starts; the answer
     /// holds for the balancer's life.
     virtual bool local() const { return false; }
 
     /// Services the algorithm wants started before its balancer joins and stopped after
-    /// it has drained (the seed's `child_specs`). Called once, after `init`.
+    /// it has drained (the predecessor's `child_specs`). Called once, after `init`.
     virtual std::vector<std::shared_ptr<Service>> services() { return {}; }
+
+    /// What this instance passes to MemberSnapshot::state: a number no other instance has.
+    std::uint64_t snapshot_owner() const noexcept { return snapshot_owner_; }
+
+private:
+    const std::uint64_t snapshot_owner_ = new_snapshot_owner();
 };
 
-namespace detail {
-/// A number no other caller got, from 1 up: tells algorithm instances apart in a
-/// SnapshotCache (an address could be reused by a later instance). Thread-safe.
-std::uint64_t new_owner_id() noexcept;
-
-/// The error a pick returns when the table it derives from a snapshot could not be built
+/// The error a pick returns when the state it derives from a snapshot could not be built
 /// (memory ran out): `internal_server_error` naming the balancer.
-ErrorMessage table_build_error(std::string_view balancer);
-}  // namespace detail
+ErrorMessage state_build_error(std::string_view balancer);
 
-/// The error every algorithm returns for an empty member list (seed §10.6).
+/// The error every algorithm returns for an empty member list (predecessor-compatibility §10.6).
 ErrorMessage empty_members_error(std::string_view balancer);
 
 /// For `init`: throws std::invalid_argument `<algorithm>: unknown option "<key>" (known:
@@ -126,14 +147,42 @@ ErrorMessage empty_members_error(std::string_view balancer);
 void reject_unknown_options(const boost::json::object& options, std::string_view algorithm,
                             std::initializer_list<std::string_view> known = {});
 
+/// What a plugin uses of the contract beyond its base (choose_from_nodes, init,
+/// on_node_change, local, options): a plugin declares them as `static constexpr
+/// std::uint64_t capabilities` of its class (RPCLB_PLUGIN reads it; absent = none), and
+/// the loader refuses a plugin that uses one this library does not offer, naming it. A
+/// later library offers every capability of the same contract version, so a plugin keeps
+/// loading until the contract itself changes (doc/how-to/write-a-plugin.md, "Versions").
+namespace capability {
+inline constexpr std::uint64_t feedback = 1u << 0;        ///< reads CallOutcome in release()
+inline constexpr std::uint64_t snapshot_state = 1u << 1;  ///< MemberSnapshot::state()
+inline constexpr std::uint64_t in_flight = 1u << 2;       ///< MemberSnapshot::in_flight()
+inline constexpr std::uint64_t host = 1u << 3;            ///< AlgorithmContext::host
+inline constexpr std::uint64_t services = 1u << 4;        ///< services()
+inline constexpr std::uint64_t choose_many = 1u << 5;     ///< its own choose_nodes()
+/// Every capability this library offers.
+inline constexpr std::uint64_t all = feedback | snapshot_state | in_flight | host | services | choose_many;
+}  // namespace capability
+
 /// Identity a plugin exports so the loader can refuse a mismatch before creating
-/// anything. Plain C data so it can be read whatever the C++ ABI of the plugin.
+/// anything. Plain C data so it can be read whatever the C++ ABI of the plugin; fields are
+/// only ever added at the end.
 struct PluginInfo {
-    std::uint32_t abi_version;   ///< RPCLB_PLUGIN_ABI_VERSION the plugin was built with
+    std::uint32_t abi_version;   ///< RPCLB_PLUGIN_ABI_VERSION (contract version) it was built with
     const char* name;            ///< algorithm name, e.g. "round_robin"
     const char* rpclb_version;   ///< RPCLB_VERSION_STRING the plugin was built against
     const char* compiler;        ///< compiler and standard-library identity
+    std::uint64_t capabilities;  ///< the rpclb::capability bits it uses
 };
+
+/// The capabilities `T` declares (`T::capabilities`), else 0.
+template <class T>
+constexpr std::uint64_t capabilities_of() noexcept {
+    if constexpr (requires { T::capabilities; })
+        return T::capabilities;
+    else
+        return 0;
+}
 
 /// The compiler/standard-library identity string that plugins and the loader compare.
 #define RPCLB_COMPILER_ID BOOST_COMPILER " / " BOOST_STDLIB
@@ -157,7 +206,8 @@ using PluginInfoFunction = const PluginInfo*();
     namespace rpclb_plugin_##NAME {                                                       \
     const ::rpclb::PluginInfo* info() {                                                   \
         static const ::rpclb::PluginInfo i{RPCLB_PLUGIN_ABI_VERSION, #NAME,               \
-                                           RPCLB_VERSION_STRING, RPCLB_COMPILER_ID};      \
+                                           RPCLB_VERSION_STRING, RPCLB_COMPILER_ID,       \
+                                           ::rpclb::capabilities_of<TYPE>()};             \
         return &i;                                                                        \
     }                                                                                     \
     std::unique_ptr<::rpclb::SelectionAlgorithm> create() {                               \

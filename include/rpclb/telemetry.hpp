@@ -31,6 +31,8 @@ namespace rpclb {
 /// | `supervisor.restart` | count = 1 | supervisor, child, reason |
 /// | `plugin.loaded` | count = 1 | algorithm, path |
 /// | `plugin.rejected` | count = 1 | algorithm, path, reason |
+/// | `member.ejected` | count = 1, duration (of the ejection) | load_balancer, node, reason |
+/// | `member.returned` | count = 1 | load_balancer, node |
 ///
 /// The seed's LeastCpu poller calls the balancer `load_balancer_name`; here it is the
 /// `load_balancer` field like everywhere else.
@@ -51,11 +53,13 @@ enum class EventName : std::uint8_t {
     supervisor_restart,
     plugin_loaded,
     plugin_rejected,
+    member_ejected,
+    member_returned,
 };
 
 /// How many EventName values there are (one past the last).
 inline constexpr std::size_t event_name_count =
-    static_cast<std::size_t>(EventName::plugin_rejected) + 1;
+    static_cast<std::size_t>(EventName::member_returned) + 1;
 
 /// The dotted name of `name`: "rpc.start", "node_selected.empty",
 /// "least_cpu.poll.remote_error", "membership.join", "drain.end", "plugin.rejected"...

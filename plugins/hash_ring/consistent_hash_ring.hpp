@@ -124,6 +124,21 @@ public:
         }
     }
 
+    /// The first member clockwise from the owner of `h` (the owner included) for which
+    /// `has_room(member)` is true, checking at most one lap of the ring; `owner(h)` when
+    /// none has. No allocation.
+    template <class HasRoom>
+    std::size_t first_with_room(std::uint64_t h, HasRoom&& has_room) const {
+        if (points_.empty()) return 0;
+        std::size_t at = first_point_at_or_after(h);
+        const std::size_t owner = owners_[at];
+        for (std::size_t step = 0; step < points_.size(); ++step) {
+            if (has_room(std::size_t{owners_[at]})) return owners_[at];
+            if (++at == points_.size()) at = 0;
+        }
+        return owner;
+    }
+
     /// The members, in the order the ring was built with (owner indices refer to it).
     const std::vector<std::string>& nodes() const noexcept { return nodes_; }
 

@@ -4,24 +4,20 @@ namespace rpclb::plugins {
 
 void LeastConnections::init(const AlgorithmContext& context, const boost::json::object& options) {
     reject_unknown_options(options, "least_connections");
-    counts_.init(context.balancer);
+    balancer_ = context.balancer;
 }
 
-Result<std::size_t> LeastConnections::choose_from_nodes(const MemberSnapshot& members,
-                                                        const PickOptions& options) {
-    (void)options;
-    return pick_counted(members, [](const auto& estimate, std::size_t size) {
-        std::size_t best = 0;
-        std::int64_t fewest = estimate(0);
-        for (std::size_t i = 1; i < size; ++i) {
-            const std::int64_t count = estimate(i);
-            if (count < fewest) {
-                best = i;
-                fewest = count;
-            }
+Result<std::size_t> LeastConnections::choose_from_nodes(const MemberSnapshot& members, const PickOptions&) {
+    const std::size_t size = members.nodes.size();
+    if (size == 0) return empty_members_error(balancer_);
+    std::size_t best = 0;
+    std::int64_t fewest = members.in_flight(0);
+    for (std::size_t i = 1; i < size; ++i)
+        if (const std::int64_t count = members.in_flight(i); count < fewest) {
+            best = i;
+            fewest = count;
         }
-        return best;
-    });
+    return best;
 }
 
 }  // namespace rpclb::plugins

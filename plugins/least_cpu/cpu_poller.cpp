@@ -209,10 +209,10 @@ struct CpuPoller::Run : std::enable_shared_from_this<CpuPoller::Run> {
 
     void fetch_remote(Outbox& out) {
         const auto members = host->members();
-        // The readings this snapshot's picks read: the replies are stored there.
-        const auto table = AlgorithmState::instance().attach_readings(*members);
-        if (!table) throw std::bad_alloc();
-        // Held until the next cycle, across restarts: the snapshot that replaces this one
+        // The readings picks read (AlgorithmState hands every holder the same object per
+        // node): the replies are stored there.
+        auto table = std::make_shared<const ReadingTable>(AlgorithmState::instance().readings(members->nodes));
+        // Held until the next cycle, across restarts: a snapshot that replaces this one
         // finds the same readings, instead of starting empty once this one is freed.
         owner->held_readings_ = table;
         const std::uint64_t this_cycle = ++cycle;
@@ -224,7 +224,7 @@ struct CpuPoller::Run : std::enable_shared_from_this<CpuPoller::Run> {
             // Completions hold the Run and the reading they write; they run on the host's
             // executor, after this step has released the mutex.
             host->async_call(node, reading_module, reading_function, {}, remote_timeout,
-                             [self = shared_from_this(), this_cycle, reading = table->readings[i],
+                             [self = shared_from_this(), this_cycle, reading = (*table)[i],
                               node](CallResult result) { self->on_reply(this_cycle, *reading, node, result); });
         }
         if (outstanding == 0) return end_cycle(out, "");

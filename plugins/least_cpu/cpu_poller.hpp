@@ -35,7 +35,7 @@ namespace rpclb::plugins {
 ///    deadline, and ends when every reply (or timeout) is in, or 3 s after the calls
 ///    went out, whichever comes first. A reply `{"cpu": number in [0, 100]}` is stored
 ///    under that node with the *local* time of its arrival, in the reading the snapshot
-///    holds (AlgorithmState::attach_readings), which is the one picks read; `null` (the
+///    holds (AlgorithmState::readings), which is the one picks read; `null` (the
 ///    node has no reading yet) is ignored; an error or any other reply is logged at debug
 ///    and counted in the process-wide counter
 ///    `AlgorithmState::counter(balancer, "least_cpu.remote_errors")`.
@@ -107,7 +107,7 @@ private:
     std::shared_ptr<Run> run_;
     // The readings of the members polled last (written by the running Run under its
     // mutex): they outlive the snapshot they came from until the next cycle.
-    std::shared_ptr<const detail::ReadingTable> held_readings_;
+    std::shared_ptr<const ReadingTable> held_readings_;
 };
 
 }  // namespace rpclb::plugins

@@ -2,9 +2,7 @@
 
 #include "cpu_poller.hpp"
 
-#include <rpclb/detail/thread_rng.hpp>
-
-#include <boost/random/taus88.hpp>
+#include "../plugin_random.hpp"
 
 #include <time.h>
 
@@ -54,8 +52,6 @@ std::optional<double> percent_option(const boost::json::object& options, std::st
     if (!(x >= 0.0 && x <= 100.0)) bad_option(key, "must be in [0, 100]");
     return x;
 }
-
-using detail::thread_rng;
 
 std::uint64_t splitmix64(std::uint64_t x) noexcept {
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -124,7 +120,7 @@ std::uint32_t LeastCpu::draw() noexcept {
             seeded_state_.fetch_add(0x9e3779b97f4a7c15ULL, std::memory_order_relaxed);
         return static_cast<std::uint32_t>(splitmix64(x + 0x9e3779b97f4a7c15ULL) >> 32);
     }
-    return static_cast<std::uint32_t>(thread_rng()());
+    return static_cast<std::uint32_t>(thread_random());
 }
 
 Result<std::size_t> LeastCpu::choose_from_nodes(const MemberSnapshot& members,
@@ -134,15 +130,14 @@ Result<std::size_t> LeastCpu::choose_from_nodes(const MemberSnapshot& members,
     if (size == 0) return empty_members_error(context_.balancer);
     if (size == 1) return std::size_t{0};
 
-    // The snapshot's readings: built by the first pick (or poll) on it, freed with it.
-    std::shared_ptr<const detail::ReadingTable> built;
-    const detail::ReadingTable* table = detail::cached_readings(members);
-    if (table == nullptr) [[unlikely]] {
-        built = AlgorithmState::instance().attach_readings(members);
-        if (!built) return detail::table_build_error(context_.balancer);
-        table = built.get();
+    // The snapshot's readings: looked up by the first pick on it, freed with it.
+    const ReadingTable* table = nullptr;
+    try {
+        table = &members.state<ReadingTable>(snapshot_owner(), [&] { return AlgorithmState::instance().readings(members.nodes); });
+    } catch (const std::exception&) {
+        return state_build_error(context_.balancer);
     }
-    const auto& readings = table->readings;
+    const auto& readings = *table;
 
     const std::int64_t now = settings_.now_ms();
     const std::int64_t ttl = settings_.cpu_cache_ttl.count();

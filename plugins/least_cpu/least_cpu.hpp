@@ -78,9 +78,8 @@ struct LeastCpuSettings {
 /// no `on_node_change` (readings are node-scoped and age out through the ttl), as in the
 /// seed's newest version. `choose_nodes` is the default random sample.
 ///
-/// Cost: the readings of a member list are looked up once per snapshot (the first pick,
-/// or the poller's first cycle, on it attaches them to its cache:
-/// AlgorithmState::attach_readings); a pick then reads two atomics per member, a coarse
+/// Cost: the readings of a member list are looked up once per snapshot (the first pick on
+/// it keeps them as its state: MemberSnapshot::state); a pick then reads two atomics per member, a coarse
 /// clock and one random number: about 50 ns of CPU at 8 members on the development VM
 /// (Random: 11 ns), the same per thread with two threads. No lock, no allocation once the
 /// snapshot holds its readings; members past the first 64 are read twice.
@@ -95,6 +94,8 @@ struct LeastCpuSettings {
 /// `init` has returned.
 class LeastCpu final : public SelectionAlgorithm {
 public:
+    static constexpr std::uint64_t capabilities =
+        capability::snapshot_state | capability::host | capability::services;
     /// The value of a missing or stale reading (the seed's default/fallback CPU).
     static constexpr double missing_cpu = 50.0;
 

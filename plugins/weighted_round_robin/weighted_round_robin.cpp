@@ -1,6 +1,6 @@
 #include "weighted_round_robin.hpp"
 
-#include <rpclb/algorithm_state.hpp>
+#include "../plugin_random.hpp"
 
 #include <boost/json/serialize.hpp>
 
@@ -11,7 +11,7 @@
 namespace rpclb::plugins {
 
 void WeightedRoundRobin::init(const AlgorithmContext& context, const boost::json::object& options) {
-    reject_unknown_options(options, "weighted_round_robin", {"weights"});
+    reject_unknown_options(options, "weighted_round_robin", {"weights", "start"});
     balancer_ = context.balancer;
     weights_.clear();
     if (const auto* weights = options.if_contains("weights")) {
@@ -40,7 +40,7 @@ void WeightedRoundRobin::init(const AlgorithmContext& context, const boost::json
         if (!weights_.empty() && !any_positive)
             throw std::invalid_argument("weights: every weight is 0; at least one must be positive");
     }
-    cursor_ = &AlgorithmState::instance().cursor(balancer_, "wrr_cursor");
+    cursor_.store(cursor_start(options), std::memory_order_relaxed);
 }
 
 WeightedRoundRobin::Period WeightedRoundRobin::build(std::span<const std::string> nodes) const {
@@ -82,44 +82,18 @@ WeightedRoundRobin::Period WeightedRoundRobin::build(std::span<const std::string
     return order;
 }
 
-Result<std::size_t> WeightedRoundRobin::choose_from_nodes(const MemberSnapshot& members,
-                                                          const PickOptions& options) {
-    (void)options;
+Result<std::size_t> WeightedRoundRobin::choose_from_nodes(const MemberSnapshot& members, const PickOptions&) {
     if (members.nodes.empty()) return empty_members_error(balancer_);
-    const detail::IndexSequence* held = members.cache.sequence.load(std::memory_order_acquire);
+    const Period* order = nullptr;
     try {
-        if (!held) [[unlikely]] {
-            // The first pick on this snapshot: its period, kept in the snapshot.
-            auto made = std::make_unique<detail::IndexSequence>(detail::IndexSequence{owner_, build(members.nodes)});
-            held = members.cache.adopt(made.release());
-        }
-        if (held->owner != owner_) [[unlikely]] {
-            // Another instance's period is there (a snapshot shared by two balancers,
-            // outside the groups' use): this instance keeps the period of the last such
-            // list itself and picks from it under a mutex.
-            std::lock_guard lock(foreign_mutex_);
-            if (foreign_nodes_ != members.nodes) {
-                foreign_ = build(members.nodes);
-                foreign_nodes_ = members.nodes;
-            }
-            return pick_in(foreign_);
-        }
+        order = &members.state<Period>(snapshot_owner(), [&] { return build(members.nodes); });
     } catch (const std::exception&) {
-        return detail::table_build_error(balancer_);
+        return state_build_error(balancer_);
     }
-    return pick_in(held->order);
-}
-
-Result<std::size_t> WeightedRoundRobin::pick_in(const Period& period_order) {
-    const Period* order = &period_order;
     if (order->empty())
         return ErrorMessage{ErrorCode::service_unavailable, "no member has a positive weight",
                             boost::json::object{{"load_balancer", balancer_}}};
-    const std::uint64_t period = order->size();
-    const std::uint64_t c = cursor_->next();
-    const std::uint64_t position = (c - 1) % period;
-    if (c >= reset_after && position == period - 1) cursor_->restart(c);
-    return (*order)[position];
+    return (*order)[cursor_.fetch_add(1, std::memory_order_relaxed) % order->size()];
 }
 
 }  // namespace rpclb::plugins

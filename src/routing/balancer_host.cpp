@@ -7,9 +7,9 @@
 namespace rpclb::detail {
 
 std::shared_ptr<const MemberSnapshot> BalancerHost::members() const {
-    // The group's snapshot, the one the balancer stores for its picks when the change
-    // reaches it: current even while that notification is still on its way.
-    return link_.groups().members(balancer_.name());
+    // The snapshot the balancer's picks read now (its route's own), so that state kept in
+    // it is theirs.
+    return balancer_.members();
 }
 
 boost::asio::any_io_executor BalancerHost::executor() const { return link_.workers(); }

@@ -1,14 +1,15 @@
 #include <rpclb/detail/log.hpp>
 #include <rpclb/load_balancer.hpp>
 
-#include <rpclb/algorithm_state.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include "routing/balancer_host.hpp"
 #include "routing/balancer_registry.hpp"
 #include "routing/cluster_link.hpp"
+#include "routing/outlier_detector.hpp"
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -33,34 +34,44 @@ LoadBalancer::LoadBalancer(detail::ClusterLink& node, LoadBalancerOptions option
       host_(std::make_unique<detail::BalancerHost>(node, *this)),
       options_(std::move(options)),
       hosted_(hosted) {
+    if (options_.outlier_detection.enabled())
+        outliers_ = std::make_unique<detail::OutlierDetector>(options_.outlier_detection);
+    group_ = std::make_shared<const MemberSnapshot>();
     auto engine = std::make_shared<Engine>(
         Engine{std::move(algorithm), std::exchange(options_.algorithm, {}), std::exchange(options_.algorithm_opts, {})});
-    route_.store(make_route(std::make_shared<const MemberSnapshot>(), std::move(engine), nullptr));
+    route_.store(make_route(MemberSnapshot(), std::move(engine), nullptr));
 }
 
-std::shared_ptr<const LoadBalancer::Route> LoadBalancer::make_route(std::shared_ptr<const MemberSnapshot> members,
+std::shared_ptr<const LoadBalancer::Route> LoadBalancer::make_route(const MemberSnapshot& group,
                                                                     std::shared_ptr<const Engine> engine,
                                                                     const Route* previous) {
-    auto route = std::make_shared<Route>(Route{std::move(members), std::move(engine), {}});
-    const auto& nodes = route->members->nodes;
-    route->calls.reserve(nodes.size());
+    auto members = std::make_shared<MemberSnapshot>(group.nodes, group.version);
+    if (outliers_)
+        if (const auto ejected = outliers_->ejected(); !ejected.empty())
+            std::erase_if(members->nodes, [&](const std::string& node) {
+                return std::binary_search(ejected.begin(), ejected.end(), node);
+            });
+    const auto& nodes = members->nodes;
+    members->calls.reserve(nodes.size());
     // Both lists are ascending (MemberSnapshot's contract): one merge walk.
-    static const std::vector<std::string> none;
-    const auto& before = previous ? previous->members->nodes : none;
-    std::vector<std::pair<std::string, std::weak_ptr<MemberCalls>>> left;
+    static const MemberSnapshot none;
+    const auto& before = previous ? *previous->members : none;
+    std::vector<std::pair<std::string, std::weak_ptr<InFlightCount>>> left;
     std::size_t j = 0;
     for (const auto& node : nodes) {
-        for (; j < before.size() && before[j] < node; ++j) left.emplace_back(before[j], previous->calls[j]);
-        if (j < before.size() && before[j] == node)
-            route->calls.push_back(previous->calls[j++]);
+        for (; j < before.nodes.size() && before.nodes[j] < node; ++j) left.emplace_back(before.nodes[j], before.calls[j]);
+        if (j < before.nodes.size() && before.nodes[j] == node)
+            members->calls.push_back(before.calls[j++]);
         else
-            route->calls.push_back(std::make_shared<MemberCalls>(0));
+            members->calls.push_back(std::make_shared<InFlightCount>());
     }
-    for (; j < before.size(); ++j) left.emplace_back(before[j], previous->calls[j]);
-    std::lock_guard lock(departed_mutex_);
-    std::erase_if(departed_, [](const auto& entry) { return entry.second.expired(); });
-    for (auto& entry : left) departed_.push_back(std::move(entry));
-    return route;
+    for (; j < before.nodes.size(); ++j) left.emplace_back(before.nodes[j], before.calls[j]);
+    {
+        std::lock_guard lock(departed_mutex_);
+        std::erase_if(departed_, [](const auto& entry) { return entry.second.expired(); });
+        for (auto& entry : left) departed_.push_back(std::move(entry));
+    }
+    return std::make_shared<const Route>(Route{std::move(engine), std::move(members)});
 }
 
 LoadBalancer::~LoadBalancer() {
@@ -143,7 +154,20 @@ void LoadBalancer::start() {
     {
         std::lock_guard lock(publish_mutex_);
         const auto previous = route_.load();
-        route_.store(make_route(groups.members(options_.name), previous->engine, previous.get()));
+        auto engine = previous->engine;
+        // A restart: a fresh instance of the algorithm, initialised again, as at the first
+        // start (an algorithm with services keeps its instance: the supervisor restarts
+        // those services with it).
+        if (restarted_ && services_.empty()) {
+            bool local = false;
+            auto fresh = build_engine(engine->name, engine->options, local);
+            if (!fresh) throw std::runtime_error(fresh.error().message);
+            engine = std::move(*fresh);
+            local_.store(local, std::memory_order_release);
+        }
+        group_ = groups.members(options_.name);
+        if (outliers_) outliers_->set_members(group_->nodes, std::chrono::steady_clock::now());
+        route_.store(make_route(*group_, std::move(engine), previous.get()));
     }
     if (hosted_ && options_.node_match_list.matches(node_.node_name(), node_.excluded_node_patterns())) {
         std::lock_guard lock(announce_mutex_);
@@ -151,6 +175,7 @@ void LoadBalancer::start() {
         joined_ = true;
     }
     started_ = true;
+    restarted_ = true;
 }
 
 void LoadBalancer::stop() noexcept {
@@ -196,7 +221,9 @@ void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& 
         std::lock_guard lock(publish_mutex_);
         const auto previous = route_.load();
         engine = previous->engine;
-        route_.store(make_route(current, engine, previous.get()));
+        group_ = current;
+        if (outliers_) outliers_->set_members(group_->nodes, std::chrono::steady_clock::now());
+        route_.store(make_route(*current, engine, previous.get()));
     }
     // A member that came or went may change what the members announce.
     if (!hosted_) post_follow();
@@ -290,12 +317,10 @@ Result<void> LoadBalancer::set_algorithm(const std::string& algorithm, const boo
     {
         std::lock_guard lock(publish_mutex_);
         old = route_.load();
-        // A fresh copy of the snapshot: what the old instance cached in it goes with the old one.
-        auto members = std::make_shared<const MemberSnapshot>(*old->members);
-        route_.store(make_route(std::move(members), std::move(*engine), old.get()));
+        // make_route copies the snapshot: what the old instance kept in it goes with the old one.
+        route_.store(make_route(*group_, std::move(*engine), old.get()));
     }
     local_.store(local, std::memory_order_release);
-    AlgorithmState::instance().forget_in_flight(options_.name, old->members->nodes);
     old.reset();  // the old instance goes with the last pick that still holds it
     RPCLB_LOG("balancer", info) << "balancer " << options_.name << ": algorithm " << old_name << " replaced by "
                                 << algorithm << " " << boost::json::serialize(options);
@@ -353,10 +378,11 @@ Result<LoadBalancer::Picked> LoadBalancer::pick(const PickOptions& options) {
             bus.emit(e);
         }
         const std::size_t index = *picked;
-        MemberCalls* calls = route->calls[index].get();
+        InFlightCount* calls = snapshot->calls[index].get();
+        calls->acquire();
         // Aliasing: the pick holds the route (members, algorithm, counts) with no allocation.
         return Picked{std::shared_ptr<const MemberSnapshot>(std::move(route), snapshot.get()), index, calls,
-                      engine.algorithm.get()};
+                      engine.algorithm.get(), std::chrono::steady_clock::now()};
     } catch (const std::exception& e) {
         return algorithm_failure(options_.name, "algorithm " + engine.name + " threw: " + e.what());
     } catch (...) {
@@ -398,41 +424,102 @@ Result<std::vector<std::string>> LoadBalancer::select_nodes(std::size_t count, c
     }
 }
 
-void LoadBalancer::track(const Picked& picked) noexcept {
-    // Relaxed: the count is a gauge; in_flight_, which the drain waits on, orders the rest.
-    if (picked.calls) picked.calls->fetch_add(1, std::memory_order_relaxed);
-    in_flight_.fetch_add(1);
-}
+void LoadBalancer::track(const Picked&) noexcept { in_flight_.fetch_add(1); }
 
 void LoadBalancer::untrack(const Picked& picked) noexcept {
-    if (picked.calls) picked.calls->fetch_sub(1, std::memory_order_relaxed);
+    if (picked.calls) picked.calls->release();
     if (in_flight_.fetch_sub(1) == 1) drained_.wake();
 }
 
-void LoadBalancer::release(const Picked& picked) noexcept {
-    if (picked.algorithm) {
-        try {
-            picked.algorithm->release_node(*picked.members, picked.index);
-        } catch (const std::exception& e) {
-            RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw: " << e.what();
-        } catch (...) {
-            RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw";
-        }
+void LoadBalancer::tell_release(SelectionAlgorithm& algorithm, const MemberSnapshot& members, std::size_t index,
+                                const CallOutcome& outcome) noexcept {
+    try {
+        algorithm.release(members, index, outcome);
+    } catch (const std::exception& e) {
+        RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release threw: " << e.what();
+    } catch (...) {
+        RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release threw";
     }
-    untrack(picked);
 }
 
-LoadBalancer::Picked LoadBalancer::as_picked(std::string_view node) const {
-    auto route = route_.load();
-    const auto& nodes = route->members->nodes;
-    const auto at = std::lower_bound(nodes.begin(), nodes.end(), node);
-    Picked picked;
-    if (at != nodes.end() && *at == node) {
-        picked.index = static_cast<std::size_t>(at - nodes.begin());
-        picked.calls = route->calls[picked.index].get();
+void LoadBalancer::release(const Picked& picked, CallOutcome outcome) noexcept {
+    if (picked.calls) picked.calls->release();
+    if (picked.algorithm) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!outcome.latency && picked.at != std::chrono::steady_clock::time_point{}) outcome.latency = now - picked.at;
+        tell_release(*picked.algorithm, *picked.members, picked.index, outcome);
+        if (outliers_) {
+            try {
+                if (auto change = outliers_->record(picked.node(), outcome, now); !change.empty())
+                    apply_ejections(change);
+            } catch (const std::exception& e) {
+                RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": ejection failed: " << e.what();
+            }
+        }
     }
-    const MemberSnapshot* members = route->members.get();
-    picked.members = std::shared_ptr<const MemberSnapshot>(std::move(route), members);
+    if (in_flight_.fetch_sub(1) == 1) drained_.wake();
+}
+
+void LoadBalancer::republish() {
+    const auto previous = route_.load();
+    route_.store(make_route(*group_, previous->engine, previous.get()));
+}
+
+void LoadBalancer::apply_ejections(const detail::OutlierChange& change) {
+    {
+        std::lock_guard lock(publish_mutex_);
+        republish();
+    }
+    auto& bus = node_.telemetry();
+    for (const auto& ejection : change.ejected) {
+        RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": member " << ejection.node
+                                       << " ejected for " << ejection.duration.count() << " ms ("
+                                       << ejection.reason << ")";
+        if (bus.active()) {
+            Event e{.name = EventName::member_ejected};
+            e.load_balancer = options_.name;
+            e.node = ejection.node;
+            e.reason = ejection.reason;
+            e.duration = ejection.duration;
+            bus.emit(e);
+        }
+    }
+    for (const auto after : change.expiries) {
+        // The return: a timer on the worker pool, holding the balancer only weakly.
+        auto timer = std::make_shared<boost::asio::steady_timer>(node_.workers(), after);
+        timer->async_wait([weak = weak_from_this(), timer](const boost::system::error_code& ec) {
+            if (ec) return;
+            if (auto self = weak.lock())
+                if (auto back = self->outliers_->expire(std::chrono::steady_clock::now()); !back.empty())
+                    self->apply_ejections(back);
+        });
+    }
+    for (const auto& node : change.returned) {
+        RPCLB_LOG("balancer", info) << "balancer " << options_.name << ": member " << node << " returned";
+        if (bus.active()) {
+            Event e{.name = EventName::member_returned};
+            e.load_balancer = options_.name;
+            e.node = node;
+            bus.emit(e);
+        }
+    }
+}
+
+std::vector<std::string> LoadBalancer::ejected() const { return outliers_ ? outliers_->ejected() : std::vector<std::string>{}; }
+
+std::uint64_t LoadBalancer::ejections_refused() const { return outliers_ ? outliers_->refused() : 0; }
+
+LoadBalancer::Picked LoadBalancer::as_picked(std::string_view node) {
+    auto route = route_.load();
+    const auto& members = *route->members;
+    const auto at = std::lower_bound(members.nodes.begin(), members.nodes.end(), node);
+    Picked picked;
+    if (at != members.nodes.end() && *at == node) {
+        picked.index = static_cast<std::size_t>(at - members.nodes.begin());
+        picked.calls = members.calls[picked.index].get();
+        picked.calls->acquire();
+    }
+    picked.members = std::shared_ptr<const MemberSnapshot>(std::move(route), &members);
     return picked;
 }
 
@@ -440,16 +527,16 @@ std::vector<std::pair<std::string, std::int64_t>> LoadBalancer::in_flight_by_mem
     std::map<std::string, std::int64_t, std::less<>> counts;
     {
         const auto route = route_.load();
-        const auto& nodes = route->members->nodes;
-        for (std::size_t i = 0; i < nodes.size(); ++i)
-            if (const auto n = route->calls[i]->load(std::memory_order_relaxed); n != 0) counts[nodes[i]] += n;
+        const auto& members = *route->members;
+        for (std::size_t i = 0; i < members.nodes.size(); ++i)
+            if (const auto n = members.in_flight(i); n != 0) counts[members.nodes[i]] += n;
     }
     {
         std::lock_guard lock(departed_mutex_);
         std::erase_if(departed_, [](const auto& entry) { return entry.second.expired(); });
         for (const auto& [node, weak] : departed_)
             if (const auto calls = weak.lock())
-                if (const auto n = calls->load(std::memory_order_relaxed); n != 0) counts[node] += n;
+                if (const auto n = calls->value(); n != 0) counts[node] += n;
     }
     std::vector<std::pair<std::string, std::int64_t>> out;
     for (const auto& [node, n] : counts)
@@ -457,23 +544,14 @@ std::vector<std::pair<std::string, std::int64_t>> LoadBalancer::in_flight_by_mem
     return out;
 }
 
-void LoadBalancer::release_node(std::string_view node) noexcept {
-    try {
-        // The snapshot form lets an algorithm reach what it keeps in the snapshot.
-        const auto route = route_.load();
-        const auto& snapshot = route->members;
-        const Engine& engine = *route->engine;
-        const auto& nodes = snapshot->nodes;
-        const auto at = std::lower_bound(nodes.begin(), nodes.end(), node);
-        if (at != nodes.end() && *at == node)
-            engine.algorithm->release_node(*snapshot, static_cast<std::size_t>(at - nodes.begin()));
-        else
-            engine.algorithm->release_node(node);
-    } catch (const std::exception& e) {
-        RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw: " << e.what();
-    } catch (...) {
-        RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": release_node threw";
-    }
+void LoadBalancer::release_node(std::string_view node, const CallOutcome& outcome) noexcept {
+    const auto route = route_.load();
+    const auto& members = *route->members;
+    const auto at = std::lower_bound(members.nodes.begin(), members.nodes.end(), node);
+    if (at == members.nodes.end() || *at != node) return;
+    const auto index = static_cast<std::size_t>(at - members.nodes.begin());
+    members.calls[index]->release();
+    tell_release(*route->engine->algorithm, members, index, outcome);
 }
 
 }  // namespace rpclb

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <stdexcept>
@@ -173,11 +174,11 @@ PluginRegistry::load(const std::filesystem::path& file, std::string_view expecte
     const PluginInfo* info = lib->get_alias<detail::PluginInfoFunction>(info_symbol)();
     if (!info) return file_error(file, std::string(info_symbol) + " returned null");
 
-    // Only `abi_version` is known to be where we look in a plugin of another ABI; the
-    // strings are read for the message because PluginInfo's layout is meant never to change.
-    if (info->abi_version != RPCLB_PLUGIN_ABI_VERSION)
-        return file_error(file, "plugin ABI version " + std::to_string(info->abi_version) +
-                                    ", this rpclb expects " +
+    // PluginInfo only grows at its end, so its first four fields are where we look in a
+    // plugin of any contract version; `capabilities` exists from version 6.
+    if (info->abi_version < RPCLB_PLUGIN_ABI_MIN_VERSION || info->abi_version > RPCLB_PLUGIN_ABI_VERSION)
+        return file_error(file, "plugin contract version " + std::to_string(info->abi_version) +
+                                    ", this rpclb loads " + std::to_string(RPCLB_PLUGIN_ABI_MIN_VERSION) + " to " +
                                     std::to_string(RPCLB_PLUGIN_ABI_VERSION) +
                                     " (plugin built against rpclb " +
                                     or_unknown(info->rpclb_version) + " with " +
@@ -191,6 +192,14 @@ PluginRegistry::load(const std::filesystem::path& file, std::string_view expecte
         return file_error(file, "exports algorithm \"" + or_unknown(info->name) +
                                     "\", expected \"" + std::string(expected_name) + "\"");
 
+    if (const std::uint64_t unknown = info->capabilities & ~capability::all; unknown != 0)
+        return file_error(file, "plugin uses capabilities this rpclb does not offer (bits 0x" +
+                                    [unknown] {
+                                        char hex[17];
+                                        std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(unknown));
+                                        return std::string(hex);
+                                    }() +
+                                    "; plugin built against rpclb " + or_unknown(info->rpclb_version) + ")");
     if (!lib->has(factory_symbol)) return file_error(file, std::string("missing factory ") + factory_symbol);
     auto& factory = lib->get_alias<AlgorithmFactory>(factory_symbol);
 
@@ -205,7 +214,7 @@ PluginRegistry::load(const std::filesystem::path& file, std::string_view expecte
     }
     if (!algorithm) return file_error(file, std::string("factory ") + factory_symbol + " returned null");
     if (out) *out = LoadedPlugin{or_unknown(info->name), file, or_unknown(info->rpclb_version), info->abi_version,
-                                 or_unknown(info->compiler), 0};
+                                 or_unknown(info->compiler), 0, info->capabilities};
 
     // The deleter runs the destructor (code in the plugin) first, then drops its library
     // reference at once rather than with the control block, which weak_ptrs may keep.

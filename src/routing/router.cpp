@@ -36,6 +36,18 @@ ErrorMessage no_matching_node(const NodeFilter& filter) {
                         make_error_code(Failure::no_matching_node)};
 }
 
+// How a call ended, for the release of its pick: an error rpclb itself recorded a reason
+// for (no connection, timeout, cancelled, ...) arose here or on the way; one without (the
+// handler's own error, or one decoded from the member's reply) arose at the member.
+CallOutcome outcome_of(const CallResult& result) {
+    CallOutcome outcome;
+    if (result) return outcome;
+    const auto& error = result.error();
+    outcome.error = error.code;
+    outcome.origin = error.reason && !error.is(Failure::draining) ? ErrorOrigin::local : ErrorOrigin::remote;
+    return outcome;
+}
+
 }  // namespace
 
 // One call or cast from start to completion. Lives in shared_ptrs held by whatever it
@@ -142,36 +154,39 @@ private:
     // the algorithm that picked it, whatever the membership is by then.
     void dispatch(std::string target, std::shared_ptr<LoadBalancer> balancer, LoadBalancer::Picked counted,
                   bool picked, bool on_caller_thread) {
-        auto release = [balancer = std::move(balancer), picked, counted = std::move(counted)]() {
+        // Ends the call's count; a picked call tells its algorithm how it ended.
+        auto release = [balancer = std::move(balancer), picked, counted = std::move(counted)](const CallResult& result) {
             if (!balancer) return;
             if (picked)
-                balancer->release(counted);
+                balancer->release(counted, outcome_of(result));
             else
                 balancer->untrack(counted);
         };
-        if (!claim(target)) return release();  // cancelled on another thread meanwhile
+        if (!claim(target)) return release(call_failure(Failure::cancelled, target, spec_.module, spec_.function));
         if (target == router_->options().name) {
             // Local: the handler runs here, never over the network, and is never refused.
             // Once the node closes (its worker pool is about to be joined), only a blocking
             // call, which runs the handler on its own thread, can still be served here.
             if (router_->sending_stopped() && !(on_caller_thread && spec_.kind == Spec::Kind::call)) {
-                release();
-                return finish(stopping_error());
+                CallResult stopped = stopping_error();
+                release(stopped);
+                return finish(std::move(stopped));
             }
             if (spec_.kind == Spec::Kind::cast) {
                 router_->rpc().serve_cast(wire::Cast{spec_.module, spec_.function, std::move(spec_.args), {}});
-                release();
-                return finish(boost::json::value());
+                CallResult done = boost::json::value();
+                release(done);
+                return finish(std::move(done));
             }
             if (on_caller_thread) {
                 auto result = router_->rpc().run_handler(spec_.module, spec_.function, spec_.args, &threw_);
-                release();
+                release(result);
                 return finish(std::move(result));
             }
             router_->rpc().run_local(spec_.module, spec_.function, std::move(spec_.args),
                                      [self = shared_from_this(), release = std::move(release)](CallResult result, bool threw) {
                                          self->threw_ = threw;
-                                         release();
+                                         release(result);
                                          self->finish(std::move(result));
                                      });
             return;
@@ -182,12 +197,13 @@ private:
         const auto& lb = picked ? spec_.options.load_balancer : std::string();
         if (spec_.kind == Spec::Kind::cast) {
             auto sent = send_cast(target, std::move(args), lb);
-            release();
-            return finish(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
+            CallResult done = sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error());
+            release(done);
+            return finish(std::move(done));
         }
         send_call(std::move(target), std::move(args), lb, on_caller_thread,
                            [self = shared_from_this(), release = std::move(release), may_resend](RequestOutcome outcome) {
-                               release();
+                               release(outcome.result);
                                auto& result = outcome.result;
                                if (may_resend && !result && (is_draining(result.error()) || outcome.never_sent()) &&
                                    self->reselections_ < max_reselections) {

@@ -1,13 +1,12 @@
 #include <rpclb/selection_algorithm.hpp>
 
-#include <rpclb/algorithm_state.hpp>
-
 #include <rpclb/detail/thread_rng.hpp>
 
 #include <boost/random/taus88.hpp>
 #include <boost/random/uniform_int_distribution.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -21,40 +20,15 @@ using detail::thread_rng;
 
 }  // namespace
 
-namespace detail {
-
-SnapshotCache& SnapshotCache::operator=(const SnapshotCache&) noexcept {
-    delete counts.exchange(nullptr, std::memory_order_acq_rel);
-    delete sequence.exchange(nullptr, std::memory_order_acq_rel);
-    delete readings.exchange(nullptr, std::memory_order_acq_rel);
-    return *this;
+std::uint64_t new_snapshot_owner() noexcept {
+    static std::atomic<std::uint64_t> owners{0};
+    return owners.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
-SnapshotCache::~SnapshotCache() {
-    delete counts.load(std::memory_order_acquire);
-    delete sequence.load(std::memory_order_acquire);
-    delete readings.load(std::memory_order_acquire);
-}
-
-const IndexSequence* SnapshotCache::adopt(IndexSequence* made) noexcept {
-    const IndexSequence* expected = nullptr;
-    if (sequence.compare_exchange_strong(expected, made, std::memory_order_acq_rel)) return made;
-    delete made;
-    return expected;
-}
-
-namespace {
-std::atomic<std::uint64_t> owners{0};
-}  // namespace
-
-std::uint64_t new_owner_id() noexcept { return owners.fetch_add(1, std::memory_order_relaxed) + 1; }
-
-ErrorMessage table_build_error(std::string_view balancer) {
+ErrorMessage state_build_error(std::string_view balancer) {
     return ErrorMessage{ErrorCode::internal_server_error, "out of memory building the member table",
                         boost::json::object{{"load_balancer", balancer}}};
 }
-
-}  // namespace detail
 
 ErrorMessage empty_members_error(std::string_view balancer) {
     return ErrorMessage{ErrorCode::service_unavailable, "no members registered",
@@ -81,7 +55,7 @@ void reject_unknown_options(const boost::json::object& options, std::string_view
     }
 }
 
-// The seed's default (reference §1.10): shuffle, then take `count`. A partial
+// The predecessor's default (predecessor-compatibility §1.10): shuffle, then take `count`. A partial
 // Fisher–Yates shuffle of the indices draws the same distribution with `count` draws.
 // The default doesn't know its balancer's name, so an empty list names none.
 Result<std::vector<std::size_t>> SelectionAlgorithm::choose_nodes(const MemberSnapshot& members,

@@ -29,6 +29,8 @@ constexpr std::array<std::string_view, event_name_count> event_names{
     "supervisor.restart",
     "plugin.loaded",
     "plugin.rejected",
+    "member.ejected",
+    "member.returned",
 };
 
 void log_listener_failure(const Event& event, std::string_view what) noexcept {

@@ -2,7 +2,7 @@
 // (test/unit/plugin_boundary.cpp). It picks the first member (choose_nodes: the first
 // `count` members) and, by its options:
 //  - "throw_in": one of "init", "services", "local", "choose_from_nodes", "choose_nodes",
-//    "on_node_change", "release_node": that hook throws, every time it runs;
+//    "on_node_change", "release": that hook throws, every time it runs;
 //  - "throw_what": "std" (default) throws std::runtime_error("<hook> misbehaves"),
 //    "other" throws an int (not a std::exception);
 //  - "bad_nodes": "duplicate" makes choose_nodes return index 0 `count` times,
@@ -21,7 +21,7 @@
 namespace {
 
 constexpr std::array<std::string_view, 7> hooks{"init",         "services",       "local",       "choose_from_nodes",
-                                                "choose_nodes", "on_node_change", "release_node"};
+                                                "choose_nodes", "on_node_change", "release"};
 constexpr std::array<std::string_view, 2> throw_whats{"std", "other"};
 constexpr std::array<std::string_view, 3> bad_nodes{"duplicate", "out_of_range", "too_many"};
 
@@ -69,7 +69,9 @@ public:
 
     void on_node_change(rpclb::NodeChange, std::span<const std::string>) override { maybe_throw("on_node_change"); }
 
-    void release_node(std::string_view) override { maybe_throw("release_node"); }
+    void release(const rpclb::MemberSnapshot&, std::size_t, const rpclb::CallOutcome&) override {
+        maybe_throw("release");
+    }
 
     bool local() const override {
         maybe_throw("local");

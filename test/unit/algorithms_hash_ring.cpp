@@ -9,11 +9,13 @@
 #include <rpclb/groups.hpp>
 #include <rpclb/plugin_registry.hpp>
 
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -95,14 +97,6 @@ std::vector<std::string> expected_owners(const rpclb::MemberSnapshot& snapshot, 
     return owners;
 }
 
-// `snapshot` with `node` added, at `version`.
-rpclb::MemberSnapshot with_node(rpclb::MemberSnapshot snapshot, const std::string& node,
-                                std::uint64_t version) {
-    snapshot.nodes.insert(std::lower_bound(snapshot.nodes.begin(), snapshot.nodes.end(), node), node);
-    snapshot.version = version;
-    return snapshot;
-}
-
 const rpclb::MemberSnapshot abcd{{"a@h", "b@h", "c@h", "d@h"}, 1};
 const rpclb::MemberSnapshot abc{{"a@h", "b@h", "c@h"}, 2};
 
@@ -153,7 +147,7 @@ BOOST_TEST_GLOBAL_FIXTURE(ChildMode);
 
 BOOST_AUTO_TEST_SUITE(algorithms_hash_ring)
 
-// Seed §7 case 44.
+// predecessor-compatibility §7 case 44.
 BOOST_AUTO_TEST_CASE(same_key_picks_same_node_every_time) {
     auto algorithm = load();
     std::set<std::string> picked;
@@ -161,7 +155,7 @@ BOOST_AUTO_TEST_CASE(same_key_picks_same_node_every_time) {
     BOOST_TEST(picked.size() == 1u);
 }
 
-// Seed §7 case 45.
+// predecessor-compatibility §7 case 45.
 BOOST_AUTO_TEST_CASE(different_keys_spread_over_several_nodes) {
     auto algorithm = load();
     std::set<std::string> picked;
@@ -169,7 +163,7 @@ BOOST_AUTO_TEST_CASE(different_keys_spread_over_several_nodes) {
     BOOST_TEST(picked.size() > 1u);
 }
 
-// Seed §7 case 46, and the pick without a key is random, not one fixed member.
+// predecessor-compatibility §7 case 46, and the pick without a key is random, not one fixed member.
 BOOST_AUTO_TEST_CASE(pick_without_key_returns_random_member) {
     auto algorithm = load();
     std::set<std::string> picked;
@@ -177,7 +171,7 @@ BOOST_AUTO_TEST_CASE(pick_without_key_returns_random_member) {
     BOOST_TEST(picked.size() == 3u);
 }
 
-// Seed §7 case 47: the ring depends on the member set, not the list order.
+// predecessor-compatibility §7 case 47: the ring depends on the member set, not the list order.
 BOOST_AUTO_TEST_CASE(member_order_does_not_change_owner) {
     auto algorithm = load();
     const rpclb::MemberSnapshot cab{{"c@h", "a@h", "b@h"}, 10};
@@ -195,7 +189,7 @@ BOOST_AUTO_TEST_CASE(member_order_does_not_change_owner) {
     }
 }
 
-// Seed §7 case 50.
+// predecessor-compatibility §7 case 50.
 BOOST_AUTO_TEST_CASE(replicas_for_key_are_distinct_members) {
     auto algorithm = load();
     const auto two = replicas(*algorithm, abcd, 2, with_key("user:42"));
@@ -203,7 +197,7 @@ BOOST_AUTO_TEST_CASE(replicas_for_key_are_distinct_members) {
     BOOST_TEST(two[0] != two[1]);
 }
 
-// Seed §7 case 51.
+// predecessor-compatibility §7 case 51.
 BOOST_AUTO_TEST_CASE(replicas_for_key_are_deterministic) {
     auto algorithm = load();
     const auto first = replicas(*algorithm, abcd, 3, with_key("user:42"));
@@ -213,7 +207,7 @@ BOOST_AUTO_TEST_CASE(replicas_for_key_are_deterministic) {
                    boost::test_tools::per_element());
 }
 
-// Seed §7 case 53, for many keys and every count (the walk wraps around, §10.3).
+// predecessor-compatibility §7 case 53, for many keys and every count (the walk wraps around, §10.3).
 BOOST_AUTO_TEST_CASE(first_replica_is_single_pick_and_walk_wraps) {
     auto algorithm = load();
     BOOST_TEST(replicas(*algorithm, abcd, 3, with_key("user:99")).front() ==
@@ -230,7 +224,7 @@ BOOST_AUTO_TEST_CASE(first_replica_is_single_pick_and_walk_wraps) {
     BOOST_TEST(replicas(*algorithm, eight, 0, with_key("user:99")).empty());
 }
 
-// Seed §7 case 54.
+// predecessor-compatibility §7 case 54.
 BOOST_AUTO_TEST_CASE(replicas_without_key_are_random_sample) {
     auto algorithm = load();
     const auto two = replicas(*algorithm, abcd, 2, {});
@@ -241,7 +235,7 @@ BOOST_AUTO_TEST_CASE(replicas_without_key_are_random_sample) {
     BOOST_TEST(firsts.size() == 4u);
 }
 
-// Seed §7 case 55, and the weight really changes the ring.
+// predecessor-compatibility §7 case 55, and the weight really changes the ring.
 BOOST_AUTO_TEST_CASE(weight_option_sets_virtual_nodes_per_member) {
     auto weight_64 = load({{"weight", 64}});
     std::set<std::string> picked;
@@ -279,7 +273,7 @@ BOOST_AUTO_TEST_CASE(init_rejects_weight_outside_range) {
     }
 }
 
-// Seed §7 case 60.
+// predecessor-compatibility §7 case 60.
 BOOST_AUTO_TEST_CASE(unchanged_membership_keeps_owner) {
     auto algorithm = load();
     const auto first = owner(*algorithm, abcd, "stable");
@@ -453,85 +447,22 @@ BOOST_AUTO_TEST_CASE(separate_processes_agree_on_owners) {
     BOOST_TEST(std::set<unsigned char>(expected.begin(), expected.end()).size() == 8u);
 }
 
-// A rolling restart: the list flips between two sets, with a new version every time. The
-// ring of a set seen before is reused, so only two rings are ever built.
-BOOST_AUTO_TEST_CASE(member_set_seen_again_reuses_its_ring_whatever_the_version) {
+// A snapshot keeps its ring as its state: every keyed pick on it after the first builds
+// nothing; another snapshot of the same set builds its own.
+BOOST_AUTO_TEST_CASE(each_snapshot_builds_its_ring_once) {
     auto algorithm = load();
-    auto full = members(256, 1);
-    auto less_one = full;
-    less_one.nodes.erase(less_one.nodes.begin() + 100);
-    const auto full_owners = expected_owners(full, 64);
-    const auto less_one_owners = expected_owners(less_one, 64);
-    for (int change = 0; change < 200; ++change) {
-        auto& snapshot = change % 2 == 0 ? full : less_one;
-        const auto& expected = change % 2 == 0 ? full_owners : less_one_owners;
-        snapshot.version = 100 + static_cast<std::uint64_t>(change);
-        for (int i = 0; i < 64; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, snapshot, key(i)) == expected[i]);
-    }
+    const auto full = members(64, 1);
+    const auto owners = expected_owners(full, 64);
+    for (int i = 0; i < 64; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, full, key(i)) == owners[i]);
+    BOOST_TEST(rings_built(*algorithm) == 1u);
+    const rpclb::MemberSnapshot copy = full;
+    BOOST_TEST(owner(*algorithm, copy, key(0)) == owners[0]);
     BOOST_TEST(rings_built(*algorithm) == 2u);
 }
 
-// Only the rings of the four sets most recently made current are kept: a fifth set evicts
-// the least recent one, which is built again when it comes back; the others are reused.
-BOOST_AUTO_TEST_CASE(only_four_most_recent_rings_are_kept) {
-    static_assert(rpclb::plugins::HashRing::kept_rings == 4);
-    auto algorithm = load();
-    std::vector<rpclb::MemberSnapshot> sets;
-    for (std::size_t n = 1; n <= 5; ++n) sets.push_back(members(n, n));
-    std::uint64_t version = 10;
-    auto visit = [&](std::size_t which) {
-        sets[which].version = ++version;
-        BOOST_TEST_REQUIRE(owner(*algorithm, sets[which], "k") == expected_owners(sets[which], 1)[0]);
-    };
-    for (std::size_t which = 0; which < 5; ++which) visit(which);
-    BOOST_TEST(rings_built(*algorithm) == 5u);
-    for (std::size_t which : {4u, 3u, 2u, 1u}) visit(which);  // kept
-    BOOST_TEST(rings_built(*algorithm) == 5u);
-    visit(0);  // evicted by the fifth set
-    BOOST_TEST(rings_built(*algorithm) == 6u);
-}
-
-// on_node_change builds the ring of the new set, so the next keyed picks find it ready;
-// a node leaving again brings back the ring of the set before.
-BOOST_AUTO_TEST_CASE(join_notification_builds_ring_before_next_pick) {
-    auto algorithm = load();
-    const auto eight = members(8, 1);
-    BOOST_TEST_REQUIRE(owner(*algorithm, eight, key(0)) == expected_owners(eight, 1)[0]);
-    BOOST_TEST_REQUIRE(rings_built(*algorithm) == 1u);  // the set, learnt from the pick
-
-    const std::vector<std::string> joiner{"new@host"};
-    algorithm->on_node_change(rpclb::NodeChange::joined, joiner);
-    BOOST_TEST(rings_built(*algorithm) == 2u);
-    const auto nine = with_node(eight, "new@host", 2);
-    const auto nine_owners = expected_owners(nine, 1000);
-    for (int i = 0; i < 1000; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, nine, key(i)) == nine_owners[i]);
-    BOOST_TEST(replicas(*algorithm, nine, 3, with_key(key(7))).front() == nine_owners[7]);
-    BOOST_TEST(rings_built(*algorithm) == 2u);  // the picks built nothing
-
-    algorithm->on_node_change(rpclb::NodeChange::left, joiner);
-    auto eight_again = eight;
-    eight_again.version = 3;
-    const auto eight_owners = expected_owners(eight, 1000);
-    for (int i = 0; i < 1000; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, eight_again, key(i)) == eight_owners[i]);
-    BOOST_TEST(rings_built(*algorithm) == 2u);
-}
-
-// Without any pick first, the notifications alone say what the set is.
-BOOST_AUTO_TEST_CASE(notifications_alone_track_member_set) {
-    auto algorithm = load();
-    const std::vector<std::string> a_b_c_d{"d@h", "b@h", "a@h", "c@h"}, d{"d@h"};
-    algorithm->on_node_change(rpclb::NodeChange::joined, a_b_c_d);
-    algorithm->on_node_change(rpclb::NodeChange::left, d);
-    BOOST_TEST_REQUIRE(rings_built(*algorithm) == 2u);
-    const auto owners = expected_owners(abc, 100);
-    for (int i = 0; i < 100; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, abc, key(i)) == owners[i]);
-    BOOST_TEST(rings_built(*algorithm) == 2u);
-}
-
-// In a cluster the notification reads the balancer's whole group through its host (with
-// its version), not just the nodes it names: a notification naming none still finds the
-// ring of the group current, and the pick finds it ready.
-BOOST_AUTO_TEST_CASE(notification_in_cluster_builds_ring_of_whole_group) {
+// In a cluster, on_node_change builds the ring of the balancer's new snapshot through its
+// host, so the next keyed pick finds it ready.
+BOOST_AUTO_TEST_CASE(notification_in_cluster_builds_ring_before_the_pick) {
     rpclb::ClusterOptions options;
     options.name = "ring_group@127.0.0.1";
     options.listen = "127.0.0.1:0";
@@ -540,22 +471,58 @@ BOOST_AUTO_TEST_CASE(notification_in_cluster_builds_ring_of_whole_group) {
     cluster.start();
     auto balancer = cluster.start_balancer({.name = "workers", .algorithm = "hash_ring"});
     auto& algorithm = balancer->algorithm();
-    // A member the mesh would report: the notification names only it, the ring holds both.
-    cluster.groups().apply_join("other@127.0.0.1", "workers", balancer->announcement());
-    const auto group = cluster.groups().members("workers");
-    BOOST_TEST_REQUIRE(group->nodes == (std::vector<std::string>{"other@127.0.0.1", options.name}));
     const auto built = rings_built(algorithm);
-    algorithm.on_node_change(rpclb::NodeChange::joined, std::span<const std::string>());
-    BOOST_TEST(rings_built(algorithm) == built);
-    const auto owners = expected_owners(*group, 64);
-    for (int i = 0; i < 64; ++i) BOOST_TEST_REQUIRE(owner(algorithm, *group, key(i)) == owners[i]);
-    BOOST_TEST(rings_built(algorithm) == built);
+    cluster.groups().apply_join("other@127.0.0.1", "workers", balancer->announcement());
+    BOOST_TEST_REQUIRE(balancer->members()->nodes.size() == 2u);
+    BOOST_TEST(rings_built(algorithm) == built + 1);
+    const auto owners = expected_owners(*balancer->members(), 64);
+    for (int i = 0; i < 64; ++i) {
+        auto picked = balancer->pick(with_key(key(i)));
+        BOOST_TEST_REQUIRE(picked.has_value());
+        BOOST_TEST_REQUIRE(picked->node() == owners[i]);
+        balancer->release_node(picked->node());
+    }
+    BOOST_TEST(rings_built(algorithm) == built + 1);
     cluster.groups().apply_leave("other@127.0.0.1", "workers");
 }
 
+// Bounded loads: a hot key's calls overflow clockwise once its owner holds more than
+// ⌈c × (calls + 1) / members⌉; with no calls in flight the owner is the plain one.
+BOOST_AUTO_TEST_CASE(load_factor_spreads_a_hot_key_and_keeps_owners_without_load) {
+    for (std::size_t size : {3u, 4u, 8u}) {
+        BOOST_TEST_CONTEXT(size << " members") {
+            auto algorithm = load(boost::json::parse(R"({"load_factor": 1.25})").as_object());
+            auto snapshot = members(size, 1);
+            snapshot.count_calls();
+            const auto owners = expected_owners(snapshot, 200);
+            for (int i = 0; i < 200; ++i) BOOST_TEST_REQUIRE(owner(*algorithm, snapshot, key(i)) == owners[i]);
+            for (int call = 0; call < 64; ++call) {
+                const auto index = algorithm->choose_from_nodes(snapshot, with_key("hot")).value();
+                snapshot.calls[index]->acquire();
+            }
+            const auto bound = static_cast<std::int64_t>(std::ceil(1.25 * 64 / static_cast<double>(size))) + 1;
+            std::int64_t total = 0;
+            for (std::size_t i = 0; i < size; ++i) {
+                BOOST_TEST(snapshot.in_flight(i) <= bound, "member " << i << ": " << snapshot.in_flight(i));
+                total += snapshot.in_flight(i);
+            }
+            BOOST_TEST(total == 64);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(load_factor_below_one_is_refused) {
+    rpclb::PluginRegistry registry;
+    for (const std::string bad : {R"({"load_factor": 0.5})", R"({"load_factor": "1.25"})"}) {
+        auto algorithm = registry.create("hash_ring").value();
+        BOOST_CHECK_THROW(algorithm->init({"workers", "me@host", nullptr}, boost::json::parse(bad).as_object()),
+                          std::invalid_argument);
+    }
+}
+
 // Keyed picks on several threads, holding the snapshot before or after a change, while
-// another thread sends joins and leaves through five sets (so rings are evicted and freed
-// while picks run): every pick gives the owner for the snapshot it was passed.
+// another thread sends joins and leaves: every pick gives the owner for the snapshot it was
+// passed.
 BOOST_AUTO_TEST_CASE(concurrent_picks_during_join_and_leave_notifications_stay_correct) {
     auto algorithm = load();
     const auto eight = members(8, 60);

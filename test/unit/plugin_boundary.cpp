@@ -254,14 +254,14 @@ BOOST_AUTO_TEST_CASE(on_node_change_throwing_is_logged_and_the_membership_still_
     p.check_still_serving("mb_on_node_change");
 }
 
-BOOST_AUTO_TEST_CASE(release_node_throwing_is_logged_and_the_call_result_is_kept) {
+BOOST_AUTO_TEST_CASE(release_throwing_is_logged_and_the_call_result_is_kept) {
     Pair p;
     LogCapture log;
     for (const std::string what : {"std", "other"}) {
         BOOST_TEST_CONTEXT("throw_what " << what) {
-            const auto options = throwing_in("release_node", what);
-            const auto logged = "balancer " + options.name + ": release_node threw" +
-                                (what == "std" ? ": release_node misbehaves" : "");
+            const auto options = throwing_in("release", what);
+            const auto logged = "balancer " + options.name + ": release threw" +
+                                (what == "std" ? ": release misbehaves" : "");
             start_on_both(p, options);
             for (int i = 1; i <= 3; ++i) {
                 const auto r = p.whoami(options.name);

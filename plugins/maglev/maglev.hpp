@@ -1,0 +1,92 @@
+// The Maglev selection algorithm (Maglev consistent hashing).
+#pragma once
+
+#include "../plugin_random.hpp"
+
+#include <rpclb/selection_algorithm.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rpclb {
+class AlgorithmHost;
+}
+
+namespace rpclb::plugins {
+
+/// A Maglev lookup table (Eisenbud et al., NSDI 2016): `size` (a prime) entries, each the
+/// index of a member, filled by the members in turn, each taking the next free entry of its
+/// own permutation (offset h1(name) mod size, skip h2(name) mod (size − 1) + 1). Members
+/// are filled in name order, so the table depends on the member set, not on list order.
+/// Every member gets ⌊size / members⌋ or one more entries.
+///
+/// Thread safety: immutable once built.
+class MaglevTable {
+public:
+    /// Builds the table of `nodes` (distinct names, any order, at most size of them).
+    /// Throws std::bad_alloc.
+    MaglevTable(std::span<const std::string> nodes, std::uint32_t size);
+
+    /// The hash of a key: XXH3_64bits of its bytes, seed 0.
+    static std::uint64_t hash(std::string_view bytes) noexcept;
+
+    /// Index into the nodes the table was built from of the owner of hash `h`.
+    std::size_t owner(std::uint64_t h) const noexcept { return entries_[h % entries_.size()]; }
+
+    /// Appends up to `count` distinct members: the owner of `h`, then the owners of the
+    /// following entries. Throws std::bad_alloc.
+    void replicas(std::uint64_t h, std::size_t count, std::size_t members, std::vector<std::size_t>& out) const;
+
+private:
+    std::vector<std::uint32_t> entries_;
+};
+
+/// Routes each key to the same member for as long as the member set doesn't change, by a
+/// Maglev table of the members (MaglevTable). Against hash_ring: an even spread (every
+/// member within one entry of its share), about as few keys moved on a change, a pick that
+/// is one hash and one array read, and a build that costs O(size × log size) and
+/// 4 × size bytes (doc/reference/algorithms.md compares them). A pick without a key
+/// returns a random member; `choose_nodes` with a key returns the owner first.
+///
+/// Option: `table_size`, a prime from 211 to 1,000,003 at least 10 × the members (default
+/// 65,537). A prime smaller than 10 × members spreads keys poorly: the pick fails with
+/// `internal_server_error` naming the option.
+///
+/// The table is the snapshot's state, built by `on_node_change` through the host or by the
+/// first keyed pick on a snapshot.
+///
+/// Thread safety: shared objects safe for concurrent picks and `on_node_change` once
+/// `init` has returned.
+class Maglev final : public SelectionAlgorithm {
+public:
+    static constexpr std::uint64_t capabilities = capability::snapshot_state | capability::host |
+                                                  capability::choose_many;
+    static constexpr std::uint32_t default_table_size = 65'537;
+
+    void init(const AlgorithmContext& context, const boost::json::object& options) override;
+
+    Result<std::size_t> choose_from_nodes(const MemberSnapshot& members, const PickOptions& options) override;
+
+    Result<std::vector<std::size_t>> choose_nodes(const MemberSnapshot& members, std::size_t count,
+                                                  const PickOptions& options) override;
+
+    /// Builds the table of the host's current snapshot. Never throws.
+    void on_node_change(NodeChange change, std::span<const std::string> nodes) override;
+
+    /// For tests and benchmarks: tables built so far. Thread-safe.
+    std::uint64_t tables_built() const noexcept { return tables_built_.load(std::memory_order_relaxed); }
+
+private:
+    Result<const MaglevTable*> table_of(const MemberSnapshot& members);
+
+    std::string balancer_;
+    AlgorithmHost* host_ = nullptr;
+    std::uint32_t table_size_ = default_table_size;
+    std::atomic<std::uint64_t> tables_built_{0};
+};
+
+}  // namespace rpclb::plugins
