@@ -17,7 +17,7 @@ namespace rpclb {
 
 /// Error codes named after HTTP statuses (doc/architecture.md "Errors"; the seed's
 /// ErrorMessage codes plus `not_found` and `internal_server_error`, seed §10.1 in
-/// doc/reference/seed-compatibility.md).
+/// doc/reference/predecessor-compatibility.md).
 /// The numeric value is the HTTP status.
 enum class ErrorCode : int {
     bad_request = 400,            ///< malformed arguments or frame

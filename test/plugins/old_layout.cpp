@@ -1,8 +1,6 @@
-// A plugin built against the previous plugin ABI (for version 5: one whose counting
-// algorithms read a one-word detail::InFlight and a CountTable without views; version.hpp
-// lists what each version changed): its handshake reports the
-// ABI version it was built with, one less than this rpclb's, and the loader must refuse
-// it, naming both versions, before calling its factory. The handshake is written by hand
+// A plugin built against the previous plugin contract: its handshake reports the contract
+// version it was built with, one less than this rpclb's oldest, and the loader must refuse
+// it, naming the versions, before calling its factory. The handshake is written by hand
 // because RPCLB_PLUGIN always exports the version of the headers it is compiled with.
 #include <rpclb/selection_algorithm.hpp>
 
@@ -13,7 +11,7 @@ namespace {
 static_assert(RPCLB_PLUGIN_ABI_VERSION > 1, "the previous ABI version is this one less one");
 
 const rpclb::PluginInfo* info() {
-    static const rpclb::PluginInfo i{RPCLB_PLUGIN_ABI_VERSION - 1, "old_layout", "0.1.0", RPCLB_COMPILER_ID};
+    static const rpclb::PluginInfo i{RPCLB_PLUGIN_ABI_MIN_VERSION - 1, "old_layout", "0.1.0", RPCLB_COMPILER_ID, 0};
     return &i;
 }
 

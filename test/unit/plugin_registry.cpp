@@ -161,7 +161,8 @@ BOOST_AUTO_TEST_CASE(create_abi_mismatch_error_names_file_and_both_versions) {
     const auto& message = algorithm.error().message;
     BOOST_TEST_MESSAGE(message);
     BOOST_TEST(contains(message, "plugin " + test_plugin("bad_abi").string() + ": "));
-    BOOST_TEST(contains(message, "plugin ABI version 99, this rpclb expects " +
+    BOOST_TEST(contains(message, "plugin contract version 99, this rpclb loads " +
+                                     std::to_string(RPCLB_PLUGIN_ABI_MIN_VERSION) + " to " +
                                      std::to_string(rpclb::plugin_abi_version) + " "));
     BOOST_TEST(contains(message, "built against rpclb 9.9.9"));
     // The factory of bad_abi throws a logic_error if it is ever called.
@@ -175,10 +176,18 @@ BOOST_AUTO_TEST_CASE(create_plugin_of_previous_layout_refused_naming_both_versio
     BOOST_TEST_REQUIRE(!algorithm.has_value());
     const auto& message = algorithm.error().message;
     BOOST_TEST_MESSAGE(message);
-    BOOST_TEST(contains(message, "plugin ABI version " + std::to_string(rpclb::plugin_abi_version - 1) +
-                                     ", this rpclb expects " + std::to_string(rpclb::plugin_abi_version) +
-                                     " (plugin built against rpclb 0.1.0 "));
+    BOOST_TEST(contains(message, "plugin contract version " + std::to_string(rpclb::plugin_abi_version - 1) +
+                                     ", this rpclb loads " + std::to_string(RPCLB_PLUGIN_ABI_MIN_VERSION) + " to " +
+                                     std::to_string(rpclb::plugin_abi_version) + " (plugin built against rpclb 0.1.0 "));
     // The factory of old_layout throws a logic_error if it is ever called.
+    BOOST_TEST(!contains(message, "factory"));
+}
+
+BOOST_AUTO_TEST_CASE(create_plugin_using_a_capability_not_offered_is_refused) {
+    auto algorithm = rpclb::PluginRegistry::create_from_file(test_plugin("future_capability"));
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    const auto& message = algorithm.error().message;
+    BOOST_TEST(contains(message, "plugin uses capabilities this rpclb does not offer (bits 0x10000000000"));
     BOOST_TEST(!contains(message, "factory"));
 }
 

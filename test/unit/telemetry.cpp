@@ -100,6 +100,8 @@ BOOST_AUTO_TEST_CASE(event_names_are_dotted_as_the_seed) {
         {EventName::supervisor_restart, "supervisor.restart"},
         {EventName::plugin_loaded, "plugin.loaded"},
         {EventName::plugin_rejected, "plugin.rejected"},
+        {EventName::member_ejected, "member.ejected"},
+        {EventName::member_returned, "member.returned"},
     };
     BOOST_TEST(expected.size() == rpclb::event_name_count);
     for (const auto& [name, text] : expected) BOOST_TEST(rpclb::to_string(name) == text);
