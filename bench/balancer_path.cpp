@@ -61,7 +61,7 @@ void bench_pick_track_release(benchmark::State& state) {
         std::string target = picked->node();  // the router's dispatch takes the name
         balancer->track(*picked);
         benchmark::DoNotOptimize(target.data());
-        balancer->release(*picked);
+        balancer->release(*picked, {});
     }
 }
 

@@ -24,9 +24,11 @@ inline std::uint64_t mix64(std::uint64_t z) noexcept {
 }
 
 /// 64 random bits from the calling thread's generator, seeded from std::random_device on
-/// the thread's first draw. Its state is trivially destructible, so a thread's copy never
-/// pins a plugin in memory after its last algorithm is gone. No lock, no allocation.
-inline std::uint64_t thread_random() noexcept {
+/// the thread's first draw. Its state is trivially destructible, and the function has
+/// internal linkage (an inline function's thread_local would be a GNU unique symbol, which
+/// keeps a library loaded for good), so a plugin unloads once its last algorithm is gone.
+/// No lock, no allocation.
+[[maybe_unused]] static std::uint64_t thread_random() noexcept {
     thread_local std::uint64_t state = [] {
         std::random_device device;
         return (std::uint64_t{device()} << 32) | device();
@@ -43,7 +45,7 @@ inline std::size_t scale32(std::uint64_t bits32, std::size_t range) noexcept {
 /// A rotation cursor's first value: option `start` (an integer ≥ 0, for tests and for
 /// callers that want every instance to start on the first member), else a random one.
 /// Throws std::invalid_argument naming `start` when it is not an integer ≥ 0.
-inline std::uint64_t cursor_start(const boost::json::object& options) {
+[[maybe_unused]] static std::uint64_t cursor_start(const boost::json::object& options) {
     const auto* start = options.if_contains("start");
     if (!start) return thread_random();
     if (start->is_uint64()) return start->get_uint64();

@@ -187,7 +187,7 @@ public:
     /// With `options.load_balancer` set, `node` is ignored and the balancer routes (doc/architecture.md
     /// "how a call flows"): `call_directly` or a `local()` algorithm (call_direct) runs the
     /// handler here; otherwise the algorithm picks a member, the balancer's drainer counts
-    /// the call, and the algorithm's release_node runs when it completes. When the group is
+    /// the call, and the algorithm's release hears how it ended when it completes. When the group is
     /// empty the call waits `retry_sleep` and tries again, `retry_count` times (seed §4.1;
     /// the only case ever retried). A member that answers `draining` (it is leaving the
     /// group and never ran the call) is replaced by another pick, at most 16 times.

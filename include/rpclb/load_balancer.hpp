@@ -28,6 +28,7 @@ namespace detail {
 class ClusterLink;
 class OutlierDetector;
 struct OutlierChange;
+struct EjectionTimer;
 }  // namespace detail
 
 
@@ -131,20 +132,15 @@ public:
     /// a new instance and runs its `init` with `options` (a JSON object, possibly empty),
     /// and only when that succeeded publishes it in one atomic store, in place of the
     /// current instance. Picks never wait for it and no call fails because of it:
-    /// - a call picked before the store finishes on the member it picked (release() gives
-    ///   its release to the instance that picked it, release_node() by name to the new
-    ///   instance, which ignores what it doesn't count);
+    /// - a call picked before the store finishes on the member it picked, and release()
+    ///   tells the instance that picked it (release_node() by name tells the new one);
     /// - every pick that starts after set_algorithm() returns uses the new instance;
     /// - the old instance is destroyed when the last pick using it (a Picked) is gone, and
     ///   its plugin library stays loaded until then (PluginRegistry keeps a library per
     ///   object);
-    /// - what the old instance derived per member is released: the route gets a fresh copy
-    ///   of the member snapshot (its cache, e.g. weighted_round_robin's period or the call
-    ///   count table, goes with the old one), and the counting algorithms' per-member
-    ///   counters of calls in flight are reset to 0 and forgotten
-    ///   (AlgorithmState::forget_in_flight); calls still in flight then release nothing
-    ///   below zero, so those counts are right again once they have finished. The
-    ///   balancer's own per-member counts (in_flight_by_member()) carry on unchanged.
+    /// - what the old instance derived per member goes with it: the route gets a fresh
+    ///   copy of the member snapshot, without the old instance's state; the members'
+    ///   counts of calls in flight (the balancer's) carry on unchanged.
     /// A hosted balancer that is a member of its group announces the new algorithm and
     /// options to every node (Groups::join again), so nodes that only route through it
     /// (clients) switch to the same algorithm; a routing-only balancer switches by itself
@@ -212,7 +208,8 @@ public:
 
     /// Picks a member with the algorithm (predecessor-compatibility §1.3) without copying
     /// its name, and counts one call in flight on it (MemberSnapshot::in_flight) until
-    /// release() or untrack() of the Picked, or release_node() of its name. Errors: the empty-group error of get_members();
+    /// release() or untrack() of the Picked, or release_node() of its name. Errors: the
+    /// empty-group error of get_members();
     /// `internal_server_error` naming the balancer when the algorithm throws or returns an
     /// index out of range; an algorithm's own ErrorMessage as is. On success it allocates
     /// nothing (once the algorithm has built what it caches for the current snapshot) as
@@ -364,8 +361,10 @@ private:
     // Publishes a route over the last group snapshot less the ejected members. Call under
     // publish_mutex_.
     void republish();
-    // Emits the events of an ejection change, republishes, and arms the return timers.
+    // Emits the events of an ejection change, republishes, and arms the return timer.
     void apply_ejections(const detail::OutlierChange& change);
+    // Arms the return timer for the detector's next expiry (if any).
+    void arm_ejection_timer();
     // The algorithm's `release`, with what it throws logged.
     void tell_release(SelectionAlgorithm& algorithm, const MemberSnapshot& members, std::size_t index,
                       const CallOutcome& outcome) noexcept;
@@ -411,6 +410,9 @@ private:
     std::unique_ptr<detail::OutlierDetector> outliers_;
     // The group's last snapshot, before ejections (under publish_mutex_).
     std::shared_ptr<const MemberSnapshot> group_;
+    // Wakes the balancer when a failing member's time is up; cancelled by stop().
+    std::mutex ejection_mutex_;
+    std::unique_ptr<detail::EjectionTimer> ejection_timer_;  // under ejection_mutex_
 };
 
 }  // namespace rpclb

@@ -18,6 +18,13 @@ namespace rpclb {
 /// instance. Thread-safe.
 std::uint64_t new_snapshot_owner() noexcept;
 
+/// A reference that keeps loaded the shared object holding the code at `address` (a
+/// plugin's state destructor); null when there is none to take (the code is not in a
+/// dlopen()ed object). Thread-safe.
+void* hold_code_at(const void* address) noexcept;
+/// Drops a reference hold_code_at() took; null is ignored.
+void release_code(void* held) noexcept;
+
 /// Calls in flight from this node to one member through one balancer: the balancer adds
 /// one at each pick and takes it off at the pick's release. On a cache line of its own,
 /// since picks on different threads write different members' counts.
@@ -45,7 +52,8 @@ struct alignas(64) InFlightCount {
 ///
 /// A balancer picks from a snapshot of its own (a copy of its group's), with `calls` set;
 /// it keeps the snapshot alive as long as any pick made from it, and destroys it before
-/// the algorithm instance that picks from it. A snapshot without `calls` (a group's, or
+/// the algorithm instance that picks from it (a state keeps its plugin loaded until it is
+/// destroyed, so a snapshot may also outlive the instance). A snapshot without `calls` (a group's, or
 /// one a test builds) counts no call: in_flight() is 0 until count_calls().
 ///
 /// Never change `nodes` of a snapshot that has been picked from; make a new one. Copies
@@ -96,8 +104,10 @@ struct MemberSnapshot {
     const T& state(std::uint64_t owner, Make&& make) const {
         if (const void* held = find_state(owner)) [[likely]]
             return *static_cast<const T*>(held);
-        auto* made = new Slot{owner, new T(std::forward<Make>(make)()), [](const void* p) { delete static_cast<const T*>(p); },
-                              nullptr};
+        void (*destroy)(const void*) = [](const void* p) { delete static_cast<const T*>(p); };
+        auto* made = new Slot{owner, new T(std::forward<Make>(make)()), destroy, nullptr, nullptr};
+        // The destructor is the plugin's code: its library stays loaded until it has run.
+        made->library = hold_code_at(reinterpret_cast<const void*>(destroy));
         return *static_cast<const T*>(adopt(made));
     }
 
@@ -107,6 +117,7 @@ private:
         const void* value;
         void (*destroy)(const void*);
         Slot* next;
+        void* library;  // hold_code_at(destroy)
     };
 
     const void* find_state(std::uint64_t owner) const noexcept {
@@ -122,6 +133,7 @@ private:
             for (const Slot* s = head; s; s = s->next)
                 if (s->owner == made->owner) {
                     made->destroy(made->value);
+                    release_code(made->library);
                     delete made;
                     return s->value;
                 }
@@ -136,6 +148,7 @@ private:
         while (s) {
             Slot* next = s->next;
             s->destroy(s->value);
+            release_code(s->library);
             delete s;
             s = next;
         }

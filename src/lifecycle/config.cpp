@@ -232,6 +232,24 @@ struct Tls {
     json::value write(const TlsOptions& options) const;
 };
 
+// A count that fits 32 bits (OutlierDetection's thresholds and percentages).
+struct Count32 {
+    Problem read(const json::value& v, const std::string& path, std::uint32_t& out) const {
+        const auto n = non_negative_integer(v);
+        if (!n || *n > std::numeric_limits<std::uint32_t>::max())
+            return field_error(path, "must be a non-negative integer under 2^32" + got(v));
+        out = static_cast<std::uint32_t>(*n);
+        return std::nullopt;
+    }
+    json::value write(std::uint32_t n) const { return json::value(n); }
+};
+
+// A balancer's "outlier_detection" object (OutlierDetection).
+struct Outliers {
+    Problem read(const json::value& v, const std::string& path, OutlierDetection& out) const;
+    json::value write(const OutlierDetection& options) const;
+};
+
 // "admin": the admin listener's object (AdminOptions).
 struct Admin {
     Problem read(const json::value& v, const std::string& path, AdminOptions& out) const;
@@ -278,6 +296,20 @@ void balancer_fields(Options& o, Visit&& visit) {
     visit("algorithm_opts", o.algorithm_opts, Object{});
     visit("node_match_list", o.node_match_list, MatchList{});
     visit("drain_timeout_ms", o.drain_timeout, Milliseconds{});
+    visit("outlier_detection", o.outlier_detection, Outliers{});
+}
+
+template <class Options, class Visit>
+void outlier_fields(Options& o, Visit&& visit) {
+    visit("consecutive_remote_failures", o.consecutive_remote_failures, Count32{});
+    visit("consecutive_local_failures", o.consecutive_local_failures, Count32{});
+    visit("failure_percentage", o.failure_percentage, Count32{});
+    visit("minimum_requests", o.minimum_requests, Count32{});
+    visit("interval_ms", o.interval, Milliseconds{});
+    visit("base_ejection_time_ms", o.base_ejection_time, Milliseconds{});
+    visit("max_ejection_time_ms", o.max_ejection_time, Milliseconds{});
+    visit("max_ejection_percent", o.max_ejection_percent, Count32{});
+    visit("panic_threshold_percent", o.panic_threshold_percent, Count32{});
 }
 
 template <class Config, class Visit>
@@ -342,6 +374,7 @@ constexpr auto balancer_table = [](auto& o, auto&& visit) { balancer_fields(o, v
 constexpr auto node_table = [](auto& c, auto&& visit) { node_fields(c, visit); };
 constexpr auto admin_table = [](auto& o, auto&& visit) { admin_fields(o, visit); };
 constexpr auto tls_table = [](auto& o, auto&& visit) { tls_fields(o, visit); };
+constexpr auto outlier_table = [](auto& o, auto&& visit) { outlier_fields(o, visit); };
 
 Problem must_be_object(const json::value& v, const std::string& path) {
     if (v.is_object()) return std::nullopt;
@@ -432,6 +465,16 @@ Problem Tls::read(const json::value& v, const std::string& path, TlsOptions& out
 }
 
 json::value Tls::write(const TlsOptions& options) const { return write_object(options, tls_table); }
+
+Problem Outliers::read(const json::value& v, const std::string& path, OutlierDetection& out) const {
+    if (auto e = must_be_object(v, path)) return e;
+    OutlierDetection options = out;
+    if (auto e = read_object(v.get_object(), path, options, outlier_table)) return e;
+    out = options;
+    return std::nullopt;
+}
+
+json::value Outliers::write(const OutlierDetection& options) const { return write_object(options, outlier_table); }
 
 // ---- files ---------------------------------------------------------------------------------
 

@@ -19,6 +19,12 @@
 
 namespace rpclb {
 
+namespace detail {
+struct EjectionTimer {
+    boost::asio::steady_timer timer;
+};
+}  // namespace detail
+
 namespace {
 
 ErrorMessage algorithm_failure(std::string_view balancer, std::string message) {
@@ -75,6 +81,10 @@ std::shared_ptr<const LoadBalancer::Route> LoadBalancer::make_route(const Member
 }
 
 LoadBalancer::~LoadBalancer() {
+    {
+        std::lock_guard lock(ejection_mutex_);
+        ejection_timer_.reset();  // cancels the wait; its handler holds the balancer weakly
+    }
     if (monitor_id_) node_.groups().demonitor(monitor_id_);
     if (announcement_monitor_id_) node_.groups().demonitor(announcement_monitor_id_);
     // Services' code lives in the algorithm's plugin; they must go before the algorithm
@@ -129,6 +139,18 @@ const std::vector<std::shared_ptr<Service>>& LoadBalancer::prepare() {
 void LoadBalancer::start() {
     if (started_) return;
     prepare();
+    // A restart: a fresh instance of the algorithm, initialised again, as at the first
+    // start (an algorithm with services keeps its instance: the supervisor restarts those
+    // services with it). Built first, so that a failure leaves nothing running.
+    std::shared_ptr<const Engine> fresh;
+    if (restarted_ && services_.empty()) {
+        const auto current = route_.load()->engine;
+        bool local = false;
+        auto built = build_engine(current->name, current->options, local);
+        if (!built) throw std::runtime_error(built.error().message);
+        fresh = std::move(*built);
+        local_.store(local, std::memory_order_release);
+    }
     // A routing-only balancer has no supervisor: its services (e.g. the least_cpu poller,
     // whose readings its picks need) are its own to run.
     std::size_t started = 0;
@@ -154,17 +176,7 @@ void LoadBalancer::start() {
     {
         std::lock_guard lock(publish_mutex_);
         const auto previous = route_.load();
-        auto engine = previous->engine;
-        // A restart: a fresh instance of the algorithm, initialised again, as at the first
-        // start (an algorithm with services keeps its instance: the supervisor restarts
-        // those services with it).
-        if (restarted_ && services_.empty()) {
-            bool local = false;
-            auto fresh = build_engine(engine->name, engine->options, local);
-            if (!fresh) throw std::runtime_error(fresh.error().message);
-            engine = std::move(*fresh);
-            local_.store(local, std::memory_order_release);
-        }
+        auto engine = fresh ? std::move(fresh) : previous->engine;
         group_ = groups.members(options_.name);
         if (outliers_) outliers_->set_members(group_->nodes, std::chrono::steady_clock::now());
         route_.store(make_route(*group_, std::move(engine), previous.get()));
@@ -207,6 +219,10 @@ void LoadBalancer::stop() noexcept {
         drain.duration = std::chrono::steady_clock::now() - began;
         drain.outcome = drained ? "drained" : "timeout";
         bus.emit(drain);
+    }
+    {
+        std::lock_guard lock(ejection_mutex_);
+        if (ejection_timer_) ejection_timer_->timer.cancel();
     }
     if (!hosted_)
         for (auto it = services_.rbegin(); it != services_.rend(); ++it) (*it)->stop();
@@ -484,16 +500,7 @@ void LoadBalancer::apply_ejections(const detail::OutlierChange& change) {
             bus.emit(e);
         }
     }
-    for (const auto after : change.expiries) {
-        // The return: a timer on the worker pool, holding the balancer only weakly.
-        auto timer = std::make_shared<boost::asio::steady_timer>(node_.workers(), after);
-        timer->async_wait([weak = weak_from_this(), timer](const boost::system::error_code& ec) {
-            if (ec) return;
-            if (auto self = weak.lock())
-                if (auto back = self->outliers_->expire(std::chrono::steady_clock::now()); !back.empty())
-                    self->apply_ejections(back);
-        });
-    }
+    if (!change.expiries.empty()) arm_ejection_timer();
     for (const auto& node : change.returned) {
         RPCLB_LOG("balancer", info) << "balancer " << options_.name << ": member " << node << " returned";
         if (bus.active()) {
@@ -503,6 +510,23 @@ void LoadBalancer::apply_ejections(const detail::OutlierChange& change) {
             bus.emit(e);
         }
     }
+}
+
+void LoadBalancer::arm_ejection_timer() {
+    std::lock_guard lock(ejection_mutex_);
+    const auto next = outliers_->next_expiry();
+    if (!next) return;
+    if (!ejection_timer_)
+        ejection_timer_ = std::make_unique<detail::EjectionTimer>(detail::EjectionTimer{boost::asio::steady_timer(node_.workers())});
+    ejection_timer_->timer.expires_at(*next);
+    ejection_timer_->timer.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+        if (ec) return;
+        auto self = weak.lock();
+        if (!self) return;
+        if (auto back = self->outliers_->expire(std::chrono::steady_clock::now()); !back.empty())
+            self->apply_ejections(back);
+        self->arm_ejection_timer();
+    });
 }
 
 std::vector<std::string> LoadBalancer::ejected() const { return outliers_ ? outliers_->ejected() : std::vector<std::string>{}; }

@@ -5,6 +5,8 @@
 #include <boost/random/taus88.hpp>
 #include <boost/random/uniform_int_distribution.hpp>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <numeric>
@@ -19,6 +21,16 @@ namespace {
 using detail::thread_rng;
 
 }  // namespace
+
+void* hold_code_at(const void* address) noexcept {
+    Dl_info info{};
+    if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) return nullptr;
+    return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+}
+
+void release_code(void* held) noexcept {
+    if (held) dlclose(held);
+}
 
 std::uint64_t new_snapshot_owner() noexcept {
     static std::atomic<std::uint64_t> owners{0};

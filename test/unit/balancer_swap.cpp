@@ -156,6 +156,23 @@ BOOST_AUTO_TEST_CASE(swap_keeps_the_members_calls_in_flight) {
     BOOST_TEST(p.on_a->members()->in_flight(1) == 0);
 }
 
+BOOST_AUTO_TEST_CASE(a_restart_gives_a_fresh_instance_initialised_again) {
+    Pair p("restart_fresh", "weighted_round_robin", {{"weights", {{"a@127.0.0.1", 3}}}});
+    const auto before = p.on_a->algorithm().snapshot_owner();
+    p.on_a->stop();
+    p.on_a->start();
+    BOOST_TEST(p.on_a->algorithm().snapshot_owner() != before);
+    // init ran again, with the same options: a gets three picks in four.
+    BOOST_REQUIRE(eventually([&] { return p.on_a->members()->nodes.size() == 2; }, 5s));
+    int on_a = 0;
+    for (int i = 0; i < 400; ++i) {
+        const auto node = p.on_a->select_node().value();
+        on_a += node == "a@127.0.0.1";
+        p.on_a->release_node(node);
+    }
+    BOOST_TEST(on_a == 300);
+}
+
 BOOST_AUTO_TEST_CASE(a_pick_made_before_a_swap_stays_valid) {
     Pair p("swap_held", "round_robin");
     auto picked = p.on_a->pick();

@@ -72,7 +72,9 @@ constexpr std::string_view full_config = R"({
     "balancers": [
         {"name": "workers", "algorithm": "weighted_round_robin",
          "algorithm_opts": {"weights": {"a@127.0.0.1": 3, "b@127.0.0.1": 1}},
-         "node_match_list": ["web", "/^w[0-9]+@/"], "drain_timeout_ms": 500},
+         "node_match_list": ["web", "/^w[0-9]+@/"], "drain_timeout_ms": 500,
+         "outlier_detection": {"consecutive_local_failures": 3, "failure_percentage": 80,
+                               "base_ejection_time_ms": 1000, "max_ejection_percent": 34}},
         {"name": "cache", "algorithm": "hash_ring", "node_match_list": "all"}
     ]
 })";
@@ -112,6 +114,11 @@ BOOST_AUTO_TEST_CASE(every_key_is_parsed) {
     BOOST_TEST(!w.node_match_list.all);
     BOOST_TEST_REQUIRE(w.node_match_list.filters.size() == 2u);
     BOOST_TEST(w.drain_timeout.count() == 500);
+    BOOST_TEST(w.outlier_detection.consecutive_local_failures == 3u);
+    BOOST_TEST(w.outlier_detection.consecutive_remote_failures == 5u);  // the default
+    BOOST_TEST(w.outlier_detection.failure_percentage == 80u);
+    BOOST_TEST(w.outlier_detection.base_ejection_time.count() == 1000);
+    BOOST_TEST(w.outlier_detection.max_ejection_percent == 34u);
     const auto& cache = c->balancers[1];
     BOOST_TEST(cache.algorithm == "hash_ring");
     BOOST_TEST(cache.node_match_list.all);
@@ -272,6 +279,10 @@ BOOST_AUTO_TEST_CASE(each_bad_field_is_named_with_the_reason) {
          "must be a string"},
         {R"({"balancers": [{"name": "w", "drain_timeout_ms": -1}]})", "balancers[0].drain_timeout_ms",
          "must be a non-negative integer (milliseconds), got -1"},
+        {R"({"balancers": [{"name": "w", "outlier_detection": {"max_ejection_percent": 101}}]})",
+         "balancers[0].outlier_detection.max_ejection_percent", "must be a percentage, 0 to 100, got 101"},
+        {R"({"balancers": [{"name": "w", "outlier_detection": {"consecutive": 3}}]})",
+         "balancers[0].outlier_detection.consecutive", "unknown key"},
         {R"({"balancers": [{"name": "w"}, {"name": "v"}, {"name": "w"}]})", "balancers[2].name",
          "duplicate balancer name \"w\" (also balancers[0])"},
     };

@@ -87,7 +87,7 @@ BOOST_AUTO_TEST_CASE(create_good_plugin_from_environment_path) {
     auto algorithm = registry.create("round_robin");
     BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
     BOOST_TEST_REQUIRE(*algorithm != nullptr);
-    (*algorithm)->init({"workers", "me@h", nullptr}, {});
+    (*algorithm)->init({"workers", "me@h", nullptr}, {{"start", 0}});
     BOOST_TEST((*algorithm)->choose_from_nodes(abc, {}).value() == 0u);
     BOOST_TEST((*algorithm)->choose_from_nodes(abc, {}).value() == 1u);
 }
