@@ -22,6 +22,15 @@ struct ClusterOptions {
     /// "HOST:PORT" of nodes to join through, or "dns:NAME:PORT" for every address of NAME
     /// (resolved at each redial). Re-dialled every `reconnect_interval` while not connected.
     std::vector<std::string> seeds;
+    /// Where the nodes register and find each other besides the seeds: empty (none), or
+    /// `etcd://HOST:PORT/PREFIX` for an etcd v3 cluster reached through its JSON gateway
+    /// (plain HTTP). A serving node keeps the key `PREFIX/<name>` = its advertised listen
+    /// address under a lease of max(2 s, 3 × idle_timeout), rounded up to whole seconds,
+    /// renewed every third of it and revoked by stop(); a client node registers nothing.
+    /// Every node listed under PREFIX is dialled like a seed while it stays listed. While
+    /// etcd is unreachable the node keeps serving and retries (doc/how-to/discovery.md).
+    /// The URL is checked by the Cluster constructor (detail::parse_discovery_url).
+    std::string discovery;
     /// Shared secret; every node of a cluster must hold the same. Required, non-empty;
     /// left empty, it is read from the `RPCLB_COOKIE` environment variable.
     std::string cookie;

@@ -42,7 +42,8 @@ enum class Secrets {
 // The JSON shape (durations in milliseconds, sizes in bytes):
 //
 //   {"name": "a@10.0.0.1", "listen": "0.0.0.0:7001", "seeds": ["10.0.0.2:7001"],
-//    "cookie": "...", "client": false, "plugins": "/opt/rpclb/plugins" | [...],
+//    "discovery": "etcd://10.0.0.9:2379/rpclb", "cookie": "...", "client": false,
+//    "plugins": "/opt/rpclb/plugins" | [...],
 //    "network_threads": 1, "worker_threads": 2, "idle_timeout_ms": 3000,
 //    "handshake_timeout_ms": 5000, "reconnect_interval_ms": 1000, "stop_timeout_ms": 15000,
 //    "max_message_size": 16777216, "max_batch_frames": 64, "max_send_queue_bytes": 67108864,

@@ -69,6 +69,7 @@ bool apply_flags(const po::variables_map& vm, bool given, rpclb::NodeConfig& con
     if (has("name")) o.name = vm["name"].as<std::string>();
     if (has("listen")) o.listen = vm["listen"].as<std::string>();
     if (has("seed")) o.seeds = vm["seed"].as<std::vector<std::string>>();
+    if (has("discovery")) o.discovery = vm["discovery"].as<std::string>();
     if (has("cookie")) o.cookie = vm["cookie"].as<std::string>();
     if (has("plugins")) {
         const auto& dirs = vm["plugins"].as<std::vector<std::string>>();
@@ -163,6 +164,7 @@ int main(int argc, char** argv) {
         ("name", po::value<std::string>(), "node name short@host (default node<pid>@127.0.0.1)")
         ("listen", po::value<std::string>()->default_value("127.0.0.1:0"), "listen HOST:PORT (port 0 = any free port)")
         ("seed", po::value<std::vector<std::string>>()->composing(), "HOST:PORT of a node to join through, or dns:NAME:PORT for every address of NAME (repeatable)")
+        ("discovery", po::value<std::string>(), "etcd://HOST:PORT/PREFIX: register this node in etcd and dial every node listed there (doc/how-to/discovery.md)")
         ("cookie", po::value<std::string>(), "shared cluster secret (default: $RPCLB_COOKIE)")
         ("plugins", po::value<std::vector<std::string>>()->composing(), "plugin directory searched first (repeatable)")
         ("balancer", po::value<std::vector<std::string>>()->composing(), "start balancer NAME=ALGORITHM (repeatable; replaces a file's balancer of that name)")

@@ -266,6 +266,7 @@ void cluster_fields(Options& o, Visit&& visit) {
     visit("name", o.name, Text{});
     visit("listen", o.listen, Text{});
     visit("seeds", o.seeds, Strings{});
+    visit("discovery", o.discovery, Text{});
     visit("cookie", o.cookie, Text{});
     visit("client", o.client, Boolean{});
     visit("plugins", o.plugin_path, Directories{});

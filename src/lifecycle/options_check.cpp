@@ -1,5 +1,6 @@
 #include <rpclb/detail/options_check.hpp>
 
+#include <rpclb/detail/discovery_url.hpp>
 #include <rpclb/detail/host_port.hpp>
 
 #include <stdexcept>
@@ -54,6 +55,13 @@ std::optional<OptionProblem> check(const ClusterOptions& o, Identity identity) {
             parse_listen_address(o.listen);
         } catch (const std::invalid_argument& e) {
             return problem("listen", e.what());
+        }
+    }
+    if (!o.discovery.empty()) {
+        try {
+            parse_discovery_url(o.discovery);
+        } catch (const std::invalid_argument& e) {
+            return problem("discovery", e.what());
         }
     }
     if (o.max_message_size < 1024)

@@ -1,6 +1,6 @@
 // Bad configuration given to rpclb-node: each gets a clear error. A plugin directory that
 // does not exist is reported and the node serves; a balancer that cannot start, or a
-// listener address that is not one, stops the node.
+// listener address or a discovery URL that is not one, stops the node.
 #define BOOST_TEST_MODULE bad_config
 #include "support/node.hpp"
 
@@ -85,6 +85,17 @@ BOOST_AUTO_TEST_CASE(invalid_listen_address_fails_with_a_clear_message) {
     BOOST_TEST(WIFEXITED(*status));
     BOOST_TEST(WEXITSTATUS(*status) != 0);
     BOOST_TEST(p.stderr_text().find("127.0.0.1:abc") != std::string::npos, p.stderr_text());
+}
+
+BOOST_AUTO_TEST_CASE(invalid_discovery_url_fails_with_a_clear_message) {
+    Process p(bin_dir() / "rpclb-node", {"--name", "x@127.0.0.1", "--discovery", "etcd://127.0.0.1/rpclb"},
+              {{"RPCLB_COOKIE", test_cookie}}, dir() / "x.log");
+    const auto status = p.wait_exit(Process::Clock::now() + 10s);
+    BOOST_REQUIRE(status.has_value());
+    BOOST_TEST(WIFEXITED(*status));
+    BOOST_TEST(WEXITSTATUS(*status) == 2);
+    const auto err = p.stderr_text();
+    BOOST_TEST(err.find("\"discovery\": must be etcd://HOST:PORT/PREFIX (no :PORT") != std::string::npos, err);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -51,6 +51,7 @@ const std::map<std::string, Part>& public_headers() {
         {"detail/wire.hpp", transport},
         {"detail/handshake.hpp", transport},
         {"detail/host_port.hpp", transport},
+        {"detail/discovery_url.hpp", membership},
         {"tls.hpp", transport},
         {"groups.hpp", membership},
         {"member_snapshot.hpp", membership},

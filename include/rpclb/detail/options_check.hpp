@@ -42,6 +42,7 @@ inline constexpr std::size_t max_node_name = 1024;
 /// | max_message_size | at least 1024 bytes |
 /// | max_batch_frames | 1..1024 |
 /// | listen (not for a client node) | as parse_listen_address accepts |
+/// | discovery | empty, or as parse_discovery_url accepts (`etcd://HOST:PORT/PREFIX`) |
 ///
 /// `seeds` are checked when the node dials them (they may be host names to resolve).
 /// Nothing is filled in here: the Cluster constructor applies rpclb::with_defaults() (the
