@@ -134,6 +134,7 @@ void Cluster::Impl::serve(std::string module, std::string function, Handler hand
 
 void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
     self->mesh.set_self(std::shared_ptr<detail::Mesh>(self, &self->mesh));
+    self->mesh_ref = std::shared_ptr<detail::Mesh>(self, &self->mesh);
     self->router.set_self(std::shared_ptr<detail::Router>(self, &self->router));
     // A cookie refusal may leave calls waiting for a route with nothing to wait for.
     self->mesh.set_on_cookie_refused([router = std::weak_ptr<detail::Router>(
@@ -184,6 +185,19 @@ void Cluster::Impl::start() {
     });
     runtime.start();
     mesh.start();
+    if (!options.discovery.empty()) {
+        // After listen(): the key's value is the address the mesh advertises.
+        discovery = std::make_shared<detail::EtcdDiscovery>(
+            runtime.network(),
+            detail::EtcdDiscoveryOptions{.url = detail::parse_discovery_url(options.discovery),
+                                         .node = options.name,
+                                         .address = options.client ? std::string() : mesh.advertised_address(),
+                                         .ttl = detail::lease_ttl(options.idle_timeout)},
+            [mesh = mesh_ref](detail::EtcdDiscovery::Listed nodes) {
+                if (auto m = mesh.lock()) m->set_discovered(std::move(nodes));
+            });
+        discovery->start();
+    }
     const auto endpoint = mesh.listen_endpoint();
     RPCLB_LOG("mesh", info) << options.name << " started"
                             << (endpoint ? " listening on port " + std::to_string(endpoint->port())
@@ -195,6 +209,7 @@ void Cluster::Impl::stop() {
     waits.stop();  // pending wait_for_members end before the loop holding their timers goes
     rpc.mark_stop();
     mesh.begin_stop();  // no new connections from here on
+    if (discovery) discovery->begin_stop();  // this node's key goes: no node dials it any more
     router.stop();      // calls waiting for a route fail now
     balancers.clear();
     root.stop();  // each hosted balancer leaves and drains, then its services stop
@@ -214,6 +229,8 @@ void Cluster::Impl::stop() {
     router.stop_sending();  // new calls to other nodes fail at once from here
     channels.stop();        // calls still waiting on a channel fail now, as on a closing link
     mesh.close_all(std::chrono::seconds(2), served_all);  // aborts what the peer does not close in time
+    if (discovery && !discovery->wait_stopped(std::chrono::seconds(2)))
+        RPCLB_LOG("discovery", warning) << "etcd discovery did not stop within 2 s";
     runtime.stop();
     node_groups.set_broadcast({});
     node_groups.set_observer({});

@@ -4,6 +4,7 @@
 
 #include "lifecycle/member_wait.hpp"
 #include "lifecycle/runtime.hpp"
+#include "membership/etcd_discovery.hpp"
 #include "membership/mesh.hpp"
 #include "routing/balancer_registry.hpp"
 #include "routing/cluster_link.hpp"
@@ -76,6 +77,9 @@ struct Cluster::Impl final : detail::ClusterLink, detail::BalancerSupervisor {
     detail::BalancerRegistry balancers;
     detail::RpcServer rpc;
     detail::Mesh mesh;
+    std::weak_ptr<detail::Mesh> mesh_ref;  // the mesh, for callbacks that may run after stop()
+    // Discovery through etcd (ClusterOptions::discovery), from start() on; null without it.
+    std::shared_ptr<detail::EtcdDiscovery> discovery;
     detail::CallChannels channels;
     detail::Router router;
     detail::MemberWaits waits;  // Cluster::wait_for_members

@@ -230,6 +230,23 @@ void Mesh::dial_seed(const std::string& seed) {
         });
 }
 
+std::vector<std::string> Mesh::discovered_to_dial() const {
+    std::vector<std::string> to_dial;
+    for (const auto& [name, address] : discovered_)
+        if (name != options_.name && !peers_.contains(name) && !linked_to(address)) to_dial.push_back(address);
+    return to_dial;
+}
+
+void Mesh::set_discovered(std::map<std::string, std::string, std::less<>> nodes) {
+    std::vector<std::string> to_dial;
+    {
+        std::lock_guard lock(mutex_);
+        discovered_ = std::move(nodes);
+        to_dial = discovered_to_dial();
+    }
+    for (const auto& address : to_dial) dial(address);
+}
+
 void Mesh::reconnect_tick() {
     std::vector<std::string> seeds;
     std::vector<std::string> known;
@@ -238,6 +255,7 @@ void Mesh::reconnect_tick() {
         // A dns: seed is resolved again each time: the name's addresses may have changed.
         for (const auto& seed : options_.seeds)
             if (seed.starts_with(dns_seed_prefix) || !linked_to(seed)) seeds.push_back(seed);
+        for (auto& address : discovered_to_dial()) seeds.push_back(std::move(address));
         for (const auto& [name, k] : known_)
             if (!peers_.contains(name) && dials(name)) known.push_back(k.info.listen);
     }
@@ -620,6 +638,8 @@ std::optional<std::string> Mesh::shut_out() const {
             return std::nullopt;
     for (const auto& [name, k] : known_)
         if (dials(name)) return std::nullopt;
+    for (const auto& [name, address] : discovered_)
+        if (name != options_.name && !refused_.contains(address)) return std::nullopt;
     return refused_.begin()->second;
 }
 

@@ -76,9 +76,10 @@ public:
 };
 
 /// The full mesh of authenticated connections (doc/architecture.md "Nodes and the mesh"):
-/// listener, seeds and redials, gossip, duplicate and restart resolution, failure
-/// detection over the links (FailureDetector, one timer for the node), peer loss (the peer
-/// leaves every group at once), and the "bye" exchange of a stopping node.
+/// listener, seeds, discovered nodes and redials, gossip, duplicate and restart
+/// resolution, failure detection over the links (FailureDetector, one timer for the node),
+/// peer loss (the peer leaves every group at once), and the "bye" exchange of a stopping
+/// node.
 /// Group frames go to `Groups`; requests and casts to the RequestSink.
 ///
 /// Thread safety: every public member may be called from any thread; connection events
@@ -129,6 +130,14 @@ public:
     /// (FailureDetector::rtt); nullopt when it is not connected or has not answered one yet.
     std::optional<std::chrono::microseconds> keepalive_rtt(std::string_view node) const;
     std::optional<boost::asio::ip::tcp::endpoint> listen_endpoint() const { return bound_; }
+    /// The "HOST:PORT" peers dial to reach this node (see listen()); empty for a client
+    /// node. Fixed once listen() has returned.
+    const std::string& advertised_address() const noexcept { return settings_.local.listen; }
+    /// The nodes a discovery service lists (name → "HOST:PORT"), replacing the previous
+    /// list: each one not linked (by name or address) is dialled now and at every
+    /// reconnect tick while it stays listed, as a seed is. This node's own entry is
+    /// ignored. Any thread.
+    void set_discovered(std::map<std::string, std::string, std::less<>> nodes);
     MeshStats stats() const noexcept;
     /// Entries in the table of known nodes (bounded: see on_closed).
     std::size_t known_count() const;
@@ -168,8 +177,8 @@ public:
     /// a dialled HOST:PORT) did; nullopt when it did not.
     std::optional<std::string> refused_by(std::string_view node) const;
     /// When this node is shut out of the cluster by cookie refusals (no peer connected,
-    /// and every seed and every known node refused the cookie), the name of a node that
-    /// refused it; otherwise nullopt.
+    /// and every seed, known node and discovered node refused the cookie), the name of a
+    /// node that refused it; otherwise nullopt.
     std::optional<std::string> shut_out() const;
     /// Once this node has given up its name, why: some peer kept refusing it
     /// (name_taken_close_reason) for name_refusal_window(), because an older live
@@ -293,6 +302,9 @@ private:
     std::set<std::string> bad_seeds_;     // seeds that are not HOST:PORT: warned once, never dialled
     std::set<std::string> warned_seeds_;  // seeds whose host did not resolve: warned once
     std::set<std::string> resolving_;     // dns: seeds whose resolution is in flight
+    std::map<std::string, std::string, std::less<>> discovered_;  // set_discovered: name → address
+    /// Addresses of discovered_ to dial: not this node, not linked (mutex_ held).
+    std::vector<std::string> discovered_to_dial() const;
     // Nodes learnt from connections and gossip, redialled while not connected (by the
     // node that dials) until they fail max_redials times in a row.
     struct KnownNode {
