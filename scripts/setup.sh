@@ -6,10 +6,12 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RPCLB_BUILD_DIR:-$root/build}"
 
 # Exact package names: see shared TOOLCHAIN notes. Never the unversioned libboost-*-dev
-# (that is Boost 1.74 and would remove 1.81).
+# (that is Boost 1.74 and would remove 1.81). etcd-server gives the `etcd` binary that
+# integration.etcd_discovery starts on its own ports (doc/how-to/discovery.md).
 packages=(g++ cmake ninja-build pkg-config
           libboost1.81-all-dev libboost1.81-tools-dev libboost-json1.81-dev libboost-url1.81-dev
-          libssl-dev libxxhash-dev libbenchmark-dev iproute2 nftables ccache)
+          libssl-dev libxxhash-dev libbenchmark-dev iproute2 nftables ccache
+          etcd-server)
 missing=()
 # The browser test of the admin console page (test/browser/) drives Debian's chromium with
 # Node.js. RPCLB_SETUP_BROWSER=0 leaves it out. npm only when no npm command exists: a
