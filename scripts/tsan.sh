@@ -16,7 +16,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRPCLB_
 targets=(rpclb)
 for dir in "$root"/plugins/*/; do targets+=("rpclb_$(basename "$dir")"); done
 tests=(algorithms supervisor balancer_supervision telemetry metrics routing groups async_completion callbacks_without_locks
-       write_queue inline_handlers batching call_channels block_cache mesh failure_detector)
+       write_queue inline_handlers batching call_channels block_cache mesh failure_detector outlier_detection)
 for t in "${tests[@]}"; do
   for src in "$root"/test/unit/"$t"*.cpp; do targets+=("unit_$(basename "$src" .cpp)"); done
 done
