@@ -47,10 +47,10 @@ public:
 
     virtual ~AlgorithmHost() = default;
 
-    /// The balancer's current members (never null; possibly empty): the snapshot its picks
-    /// read now, so state kept in it (MemberSnapshot::state) is shared with them. During
-    /// `on_node_change` it is already the snapshot after the change. Keeps the balancer's
-    /// current algorithm instance alive while held: hold it briefly, off the pick path.
+    /// The current members of the balancer's group (never null; possibly empty), as the
+    /// balancer learns them. Not the snapshot picks read (the balancer picks from a copy of
+    /// its own, less the members it ejected), so state kept in it is not theirs. Takes the
+    /// group table's mutex briefly: call it off the pick path.
     virtual std::shared_ptr<const MemberSnapshot> members() const = 0;
 
     /// The executor of the node's worker pool: build timers on it

@@ -1,7 +1,6 @@
 #include "hash_ring.hpp"
 
 #include <boost/json/serialize.hpp>
-#include <rpclb/algorithm_host.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -51,7 +50,6 @@ void HashRing::init(const AlgorithmContext& context, const boost::json::object& 
     weight_ = parse_weight(options);
     load_factor_ = parse_load_factor(options);
     balancer_ = context.balancer;
-    host_ = context.host;
 }
 
 const ConsistentHashRing& HashRing::ring_of(const MemberSnapshot& members) {
@@ -92,16 +90,6 @@ Result<std::vector<std::size_t>> HashRing::choose_nodes(const MemberSnapshot& me
         return replicas;
     } catch (const std::exception& e) {
         return build_failure(balancer_, e.what());
-    }
-}
-
-void HashRing::on_node_change(NodeChange, std::span<const std::string>) {
-    if (!host_) return;
-    try {
-        const auto members = host_->members();
-        if (!members->nodes.empty()) ring_of(*members);
-    } catch (const std::exception&) {
-        // Out of memory: the first keyed pick builds the ring instead.
     }
 }
 

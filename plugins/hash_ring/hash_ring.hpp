@@ -13,10 +13,6 @@
 #include <string>
 #include <vector>
 
-namespace rpclb {
-class AlgorithmHost;
-}
-
 namespace rpclb::plugins {
 
 /// Routes each key to the same member for as long as the member set doesn't change
@@ -32,17 +28,16 @@ namespace rpclb::plugins {
 /// with bounded loads, Mirrokni, Thorup and Zadimoghaddam); with no load the owner is
 /// unchanged.
 ///
-/// The ring is the snapshot's state (MemberSnapshot::state): built by `on_node_change`
-/// through the host's current snapshot, off the pick path, or else by the first keyed pick
-/// on a snapshot; it goes with the snapshot. A pick is a hash and a bucket look-up, plus,
+/// The ring is the snapshot's state (MemberSnapshot::state): built by the first keyed pick
+/// on a snapshot (once per membership change) and freed with it. A pick is a hash and a bucket look-up, plus,
 /// with `load_factor`, a read of every member's count.
 ///
 /// Thread safety: shared objects safe for concurrent picks and `on_node_change` once
 /// `init` has returned.
 class HashRing final : public SelectionAlgorithm {
 public:
-    static constexpr std::uint64_t capabilities = capability::snapshot_state | capability::in_flight |
-                                                  capability::host | capability::choose_many;
+    static constexpr std::uint64_t capabilities =
+        capability::snapshot_state | capability::in_flight | capability::choose_many;
     static constexpr std::uint32_t default_weight = 128;
     static constexpr std::uint32_t max_weight = 4096;
 
@@ -58,9 +53,6 @@ public:
     Result<std::vector<std::size_t>> choose_nodes(const MemberSnapshot& members, std::size_t count,
                                                   const PickOptions& options) override;
 
-    /// Builds the ring of the host's current snapshot. Never throws.
-    void on_node_change(NodeChange change, std::span<const std::string> nodes) override;
-
     /// Virtual nodes per member, as configured.
     std::uint32_t weight() const noexcept { return weight_; }
 
@@ -75,7 +67,6 @@ private:
     // The snapshot's ring, built on first use.
     const ConsistentHashRing& ring_of(const MemberSnapshot& members);
     std::string balancer_;
-    AlgorithmHost* host_ = nullptr;
     std::uint32_t weight_ = default_weight;
     double load_factor_ = 0;
     std::atomic<std::uint64_t> rings_built_{0};

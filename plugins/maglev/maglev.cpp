@@ -1,7 +1,5 @@
 #include "maglev.hpp"
 
-#include <rpclb/algorithm_host.hpp>
-
 #include <boost/json/serialize.hpp>
 
 // Header-only xxHash: nothing has to link libxxhash.
@@ -89,7 +87,6 @@ void Maglev::init(const AlgorithmContext& context, const boost::json::object& op
     reject_unknown_options(options, "maglev", {"table_size"});
     table_size_ = parse_table_size(options);
     balancer_ = context.balancer;
-    host_ = context.host;
 }
 
 Result<const MaglevTable*> Maglev::table_of(const MemberSnapshot& members) {
@@ -125,16 +122,6 @@ Result<std::vector<std::size_t>> Maglev::choose_nodes(const MemberSnapshot& memb
     replicas.reserve(std::min(count, members.nodes.size()));
     (*table)->replicas(MaglevTable::hash(*options.key), count, members.nodes.size(), replicas);
     return replicas;
-}
-
-void Maglev::on_node_change(NodeChange, std::span<const std::string>) {
-    if (!host_) return;
-    try {
-        const auto members = host_->members();
-        if (!members->nodes.empty()) (void)table_of(*members);
-    } catch (const std::exception&) {
-        // Out of memory: the first keyed pick builds the table instead.
-    }
 }
 
 }  // namespace rpclb::plugins

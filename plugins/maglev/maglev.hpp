@@ -12,10 +12,6 @@
 #include <string_view>
 #include <vector>
 
-namespace rpclb {
-class AlgorithmHost;
-}
-
 namespace rpclb::plugins {
 
 /// A Maglev lookup table (Eisenbud et al., NSDI 2016): `size` (a prime) entries, each the
@@ -56,15 +52,13 @@ private:
 /// 65,537). A prime smaller than 10 × members spreads keys poorly: the pick fails with
 /// `internal_server_error` naming the option.
 ///
-/// The table is the snapshot's state, built by `on_node_change` through the host or by the
-/// first keyed pick on a snapshot.
+/// The table is the snapshot's state, built by the first keyed pick on a snapshot.
 ///
 /// Thread safety: shared objects safe for concurrent picks and `on_node_change` once
 /// `init` has returned.
 class Maglev final : public SelectionAlgorithm {
 public:
-    static constexpr std::uint64_t capabilities = capability::snapshot_state | capability::host |
-                                                  capability::choose_many;
+    static constexpr std::uint64_t capabilities = capability::snapshot_state | capability::choose_many;
     static constexpr std::uint32_t default_table_size = 65'537;
 
     void init(const AlgorithmContext& context, const boost::json::object& options) override;
@@ -74,9 +68,6 @@ public:
     Result<std::vector<std::size_t>> choose_nodes(const MemberSnapshot& members, std::size_t count,
                                                   const PickOptions& options) override;
 
-    /// Builds the table of the host's current snapshot. Never throws.
-    void on_node_change(NodeChange change, std::span<const std::string> nodes) override;
-
     /// For tests and benchmarks: tables built so far. Thread-safe.
     std::uint64_t tables_built() const noexcept { return tables_built_.load(std::memory_order_relaxed); }
 
@@ -84,7 +75,6 @@ private:
     Result<const MaglevTable*> table_of(const MemberSnapshot& members);
 
     std::string balancer_;
-    AlgorithmHost* host_ = nullptr;
     std::uint32_t table_size_ = default_table_size;
     std::atomic<std::uint64_t> tables_built_{0};
 };

@@ -7,9 +7,9 @@
 namespace rpclb::detail {
 
 std::shared_ptr<const MemberSnapshot> BalancerHost::members() const {
-    // The snapshot the balancer's picks read now (its route's own), so that state kept in
-    // it is theirs.
-    return balancer_.members();
+    // The group's snapshot: the members as the balancer learns them. Not the route's own
+    // copy, which only picks read.
+    return link_.groups().members(balancer_.name());
 }
 
 boost::asio::any_io_executor BalancerHost::executor() const { return link_.workers(); }

@@ -460,9 +460,9 @@ BOOST_AUTO_TEST_CASE(each_snapshot_builds_its_ring_once) {
     BOOST_TEST(rings_built(*algorithm) == 2u);
 }
 
-// In a cluster, on_node_change builds the ring of the balancer's new snapshot through its
-// host, so the next keyed pick finds it ready.
-BOOST_AUTO_TEST_CASE(notification_in_cluster_builds_ring_before_the_pick) {
+// In a cluster, the balancer's snapshot after a change gets its ring at the first keyed
+// pick; the picks after it build nothing.
+BOOST_AUTO_TEST_CASE(in_a_cluster_each_membership_change_builds_one_ring) {
     rpclb::ClusterOptions options;
     options.name = "ring_group@127.0.0.1";
     options.listen = "127.0.0.1:0";
@@ -474,7 +474,6 @@ BOOST_AUTO_TEST_CASE(notification_in_cluster_builds_ring_before_the_pick) {
     const auto built = rings_built(algorithm);
     cluster.groups().apply_join("other@127.0.0.1", "workers", balancer->announcement());
     BOOST_TEST_REQUIRE(balancer->members()->nodes.size() == 2u);
-    BOOST_TEST(rings_built(algorithm) == built + 1);
     const auto owners = expected_owners(*balancer->members(), 64);
     for (int i = 0; i < 64; ++i) {
         auto picked = balancer->pick(with_key(key(i)));
