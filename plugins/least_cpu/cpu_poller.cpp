@@ -1,7 +1,7 @@
 #include "cpu_poller.hpp"
 
 #include <rpclb/algorithm_host.hpp>
-#include <rpclb/detail/log.hpp>
+#include <rpclb/plugin_log.hpp>
 #include <rpclb/plugin_pin.hpp>
 
 #include <boost/asio/steady_timer.hpp>
@@ -131,8 +131,8 @@ struct CpuPoller::Run : std::enable_shared_from_this<CpuPoller::Run> {
             try {
                 work();
             } catch (const std::exception& e) {
-                RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer
-                                               << ": poll cycle failed: " << e.what();
+                plugin_log("balancer", LogSeverity::warning,
+                           "least_cpu poller of " + balancer + ": poll cycle failed: " + e.what());
                 end_cycle(out, e.what());
             }
         } catch (const std::exception& e) {
@@ -181,9 +181,8 @@ struct CpuPoller::Run : std::enable_shared_from_this<CpuPoller::Run> {
         const auto current = read_proc_stat();
         if (!current) {
             if (!warned)
-                RPCLB_LOG("balancer", warning) << "least_cpu poller of " << balancer
-                                               << ": cannot read /proc/stat; reporting "
-                                               << LeastCpu::missing_cpu;
+                plugin_log("balancer", LogSeverity::warning,
+                           "least_cpu poller of " + balancer + ": cannot read /proc/stat; reporting 50");
             warned = true;
             return LeastCpu::missing_cpu;
         }
@@ -274,12 +273,13 @@ struct CpuPoller::Run : std::enable_shared_from_this<CpuPoller::Run> {
             bus->emit(e);
         }
         if (result)
-            RPCLB_LOG("balancer", debug) << "least_cpu poller of " << balancer << ": malformed cpu reading from "
-                                         << node << ": " << boost::json::serialize(*result);
+            plugin_log("balancer", LogSeverity::debug,
+                       "least_cpu poller of " + balancer + ": malformed cpu reading from " + node + ": " +
+                           boost::json::serialize(*result));
         else
-            RPCLB_LOG("balancer", debug) << "least_cpu poller of " << balancer << ": cpu reading of " << node
-                                         << " failed: " << to_string(result.error().code) << " "
-                                         << result.error().message;
+            plugin_log("balancer", LogSeverity::debug,
+                       "least_cpu poller of " + balancer + ": cpu reading of " + node + " failed: " +
+                           std::string(to_string(result.error().code)) + " " + result.error().message);
     }
 };
 
@@ -298,7 +298,7 @@ void CpuPoller::start() {
         throw std::logic_error("least_cpu poller of " + context_.balancer + " needs a host");
     if (run_) return;
     if (!pin_this_plugin())
-        RPCLB_LOG("balancer", warning) << "least_cpu: could not pin the plugin in memory";
+        plugin_log("balancer", LogSeverity::warning, "least_cpu: could not pin the plugin in memory");
     // Process-wide reading, not this poller's: any LeastCpu balancer of the node serves
     // the latest reading, whichever poller wrote it. The served function holds it.
     context_.host->serve(reading_module, reading_function,

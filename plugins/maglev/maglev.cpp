@@ -90,13 +90,16 @@ void Maglev::init(const AlgorithmContext& context, const boost::json::object& op
 }
 
 Result<const MaglevTable*> Maglev::table_of(const MemberSnapshot& members) {
-    if (members.nodes.size() * 10 > table_size_)
-        return build_failure(balancer_, "option table_size " + std::to_string(table_size_) + " is under 10 × the " +
-                                            std::to_string(members.nodes.size()) + " members");
     try {
         return &members.state<MaglevTable>(snapshot_owner(), [&] {
             tables_built_.fetch_add(1, std::memory_order_relaxed);
-            return MaglevTable(members.nodes, table_size_);
+            // At least 10 entries a member: the smallest prime above that when table_size
+            // is smaller (the same on every node, since it depends on the set alone).
+            std::uint64_t size = table_size_;
+            if (size < members.nodes.size() * 10)
+                for (size = members.nodes.size() * 10 + 1; !is_prime(size); ++size) {
+                }
+            return MaglevTable(members.nodes, static_cast<std::uint32_t>(size));
         });
     } catch (const std::exception& e) {
         return build_failure(balancer_, e.what());

@@ -48,9 +48,9 @@ private:
 /// 4 × size bytes (doc/reference/algorithms.md compares them). A pick without a key
 /// returns a random member; `choose_nodes` with a key returns the owner first.
 ///
-/// Option: `table_size`, a prime from 211 to 1,000,003 at least 10 × the members (default
-/// 65,537). A prime smaller than 10 × members spreads keys poorly: the pick fails with
-/// `internal_server_error` naming the option.
+/// Option: `table_size`, a prime from 211 to 1,000,003 (default 65,537). A table needs at
+/// least 10 entries a member to spread keys evenly: with more members than table_size / 10
+/// the table is the smallest prime above 10 × members instead.
 ///
 /// The table is the snapshot's state, built by the first keyed pick on a snapshot.
 ///

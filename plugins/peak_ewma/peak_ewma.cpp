@@ -2,6 +2,8 @@
 
 #include <boost/json/serialize.hpp>
 
+#include <time.h>
+
 #include <cmath>
 #include <stdexcept>
 
@@ -18,15 +20,18 @@ std::chrono::milliseconds ms_option(const boost::json::object& options, std::str
                     (v->is_uint64() && v->get_uint64() <= static_cast<std::uint64_t>(max_ms) &&
                      static_cast<std::int64_t>(v->get_uint64()) >= min);
     if (!ok)
-        throw std::invalid_argument(std::string(key) + ": must be an integer of milliseconds in " +
+        throw std::invalid_argument("peak_ewma: option " + std::string(key) + " must be an integer of milliseconds in " +
                                     std::to_string(min) + " .. " + std::to_string(max_ms) + ", got " +
                                     boost::json::serialize(*v));
     return std::chrono::milliseconds(v->to_number<std::int64_t>());
 }
 
+// steady_clock's clock at tick resolution (a few ms behind at most, against a decay of
+// seconds): several times cheaper to read on the pick path.
 std::int64_t now_ns() noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 }  // namespace
@@ -56,9 +61,14 @@ const PeakEwma::Costs& PeakEwma::costs_of(const MemberSnapshot& members) {
     });
 }
 
-double PeakEwma::cost(const Cost& member) const noexcept {
+double PeakEwma::cost(const Cost& member, std::int64_t now) const noexcept {
     const double ns = member.ns.load(std::memory_order_relaxed);
-    return ns > 0 ? ns : mean_ns_.load(std::memory_order_relaxed);
+    if (ns <= 0) return mean_ns_.load(std::memory_order_relaxed);
+    // Decayed since the last sample, as if samples of 0 had come: a member nobody picks
+    // any more (because it was slow) looks cheaper over time until a pick tries it again.
+    const std::int64_t elapsed = now - member.at_ns.load(std::memory_order_relaxed);
+    if (elapsed <= 0) return ns;
+    return ns * std::exp(-static_cast<double>(elapsed) / static_cast<double>(decay_.count()));
 }
 
 Result<std::size_t> PeakEwma::choose_from_nodes(const MemberSnapshot& members, const PickOptions&) {
@@ -72,8 +82,9 @@ Result<std::size_t> PeakEwma::choose_from_nodes(const MemberSnapshot& members, c
         return state_build_error(balancer_);
     }
     const auto [a, b] = draws_.two(size);
-    const double score_a = cost(*(*costs)[a]) * static_cast<double>(members.in_flight(a) + 1);
-    const double score_b = cost(*(*costs)[b]) * static_cast<double>(members.in_flight(b) + 1);
+    const std::int64_t now = now_ns();
+    const double score_a = cost(*(*costs)[a], now) * static_cast<double>(members.in_flight(a) + 1);
+    const double score_b = cost(*(*costs)[b], now) * static_cast<double>(members.in_flight(b) + 1);
     return score_a <= score_b ? a : b;
 }
 
@@ -97,7 +108,9 @@ void PeakEwma::release(const MemberSnapshot& members, std::size_t index, const C
     double before = member.ns.load(std::memory_order_relaxed);
     double after = 0;
     do {
-        after = before == 0 || sample > before ? sample : before * keep + sample * (1 - keep);
+        // The peak replaces the decayed cost; a lower sample is averaged into it.
+        const double decayed = before * keep;
+        after = before == 0 || sample > decayed ? sample : decayed + sample * (1 - keep);
     } while (!member.ns.compare_exchange_weak(before, after, std::memory_order_relaxed));
     // The mean that newcomers get: a moving average over every member's samples.
     double mean = mean_ns_.load(std::memory_order_relaxed);

@@ -18,10 +18,11 @@ namespace rpclb::plugins {
 
 /// Power of two choices scored by latency: of two distinct random members it picks the one
 /// with the lower cost × (in_flight + 1), where cost is a peak-sensitive moving average of
-/// the member's call latencies (Finagle's and Linkerd's PeakEWMA, brpc's p2c). A latency
-/// above the cost replaces it at once (the peak); one below pulls it down with weight
-/// 1 − e^(−Δt / decay), Δt being the time since the member's last sample, so a member that
-/// slowed down is avoided at once and forgiven over `decay`.
+/// the member's call latencies (Finagle's and Linkerd's PeakEWMA, brpc's p2c). The cost
+/// decays as e^(−Δt / decay), Δt being the time since the member's last sample: a latency
+/// above the decayed cost replaces it at once (the peak), one below is averaged in with
+/// weight 1 − e^(−Δt / decay). So a member that slowed down is avoided at once, and one
+/// that nobody picks any more looks cheaper over time until a pick tries it again.
 ///
 /// Feedback: every release carries the call's latency (CallOutcome). A call that failed
 /// here or on the way (ErrorOrigin::local: no connection, timeout) counts as a latency of
@@ -37,8 +38,8 @@ namespace rpclb::plugins {
 /// them; a snapshot's state is the index-aligned list of its members' costs.
 ///
 /// Thread safety: shared objects safe for concurrent picks and releases once `init` has
-/// returned. A pick is one draw and two reads of cost and count; a release is a clock read
-/// and a compare-exchange. The first pick on a snapshot looks its members up under a mutex.
+/// returned. A pick is one draw, a coarse clock read and two reads of cost and count; a
+/// release is a clock read and a compare-exchange. The first pick on a snapshot looks its members up under a mutex.
 class PeakEwma final : public SelectionAlgorithm {
 public:
     static constexpr std::uint64_t capabilities =
@@ -64,7 +65,7 @@ private:
     using Costs = std::vector<std::shared_ptr<Cost>>;
 
     const Costs& costs_of(const MemberSnapshot& members);
-    double cost(const Cost& member) const noexcept;
+    double cost(const Cost& member, std::int64_t now) const noexcept;
 
     std::string balancer_;
     std::chrono::nanoseconds decay_{std::chrono::seconds(10)};

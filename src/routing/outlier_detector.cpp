@@ -25,9 +25,12 @@ void OutlierDetector::fail(const std::string& node, Member& m, const char* reaso
     m.remote_streak = m.local_streak = 0;
     change.changed = true;
     change.expiries.push_back(time);
-    std::size_t ejected = 0;
-    for (const auto& [name, other] : members_) ejected += other.ejected;
-    const std::size_t allowed = members_.size() * options_.max_ejection_percent / 100;
+    std::size_t ejected = 0, present = 0;
+    for (const auto& [name, other] : members_) {
+        ejected += other.ejected && other.present;
+        present += other.present;
+    }
+    const std::size_t allowed = present * options_.max_ejection_percent / 100;
     if (ejected + 1 > allowed) {
         ++refused_;
         return;
@@ -42,7 +45,7 @@ OutlierDetector::Change OutlierDetector::record(const std::string& node, const C
     Change change;
     std::lock_guard lock(mutex_);
     const auto it = members_.find(node);
-    if (it == members_.end()) return change;
+    if (it == members_.end() || !it->second.present) return change;
     Member& m = it->second;
     const bool remote = remote_failure(outcome), local = local_failure(outcome);
     if (options_.failure_percentage > 0) {
@@ -73,11 +76,13 @@ OutlierDetector::Change OutlierDetector::set_members(const std::vector<std::stri
                                                      Clock::time_point now) {
     Change change;
     std::lock_guard lock(mutex_);
-    std::erase_if(members_, [&](const auto& entry) {
-        const bool gone = !std::binary_search(members.begin(), members.end(), entry.first);
-        change.changed = change.changed || (gone && entry.second.failing_until);
-        return gone;
-    });
+    for (auto it = members_.begin(); it != members_.end();) {
+        Member& m = it->second;
+        const bool present = std::binary_search(members.begin(), members.end(), it->first);
+        change.changed = change.changed || (present != m.present && m.failing_until);
+        m.present = present;
+        it = !present && !m.failing_until ? members_.erase(it) : std::next(it);
+    }
     for (const auto& node : members) {
         auto [it, added] = members_.try_emplace(node);
         if (added) it->second.interval_start = now;
@@ -90,20 +95,23 @@ OutlierDetector::Change OutlierDetector::expire(Clock::time_point now) {
     std::lock_guard lock(mutex_);
     for (auto& [node, m] : members_)
         if (m.failing_until && *m.failing_until <= now) {
-            if (m.ejected) change.returned.push_back(node);
+            if (m.ejected && m.present) change.returned.push_back(node);
             change.changed = true;
             m.failing_until.reset();
             m.ejected = false;
             m.remote_streak = m.local_streak = 0;
         }
+    std::erase_if(members_, [](const auto& entry) { return !entry.second.present && !entry.second.failing_until; });
     return change;
 }
 
 bool OutlierDetector::panic() const {
-    std::size_t failing = 0;
-    for (const auto& [node, m] : members_) failing += m.failing_until.has_value();
-    const std::size_t healthy = members_.size() - failing;
-    return healthy * 100 < members_.size() * options_.panic_threshold_percent;
+    std::size_t failing = 0, present = 0;
+    for (const auto& [node, m] : members_) {
+        failing += m.present && m.failing_until.has_value();
+        present += m.present;
+    }
+    return (present - failing) * 100 < present * options_.panic_threshold_percent;
 }
 
 std::vector<std::string> OutlierDetector::ejected() const {
@@ -111,7 +119,7 @@ std::vector<std::string> OutlierDetector::ejected() const {
     std::vector<std::string> out;
     if (panic()) return out;
     for (const auto& [node, m] : members_)
-        if (m.ejected) out.push_back(node);
+        if (m.ejected && m.present) out.push_back(node);
     return out;
 }
 

@@ -59,7 +59,9 @@ public:
     /// A call to `node` ended with `outcome` at `now`.
     Change record(const std::string& node, const CallOutcome& outcome, Clock::time_point now);
 
-    /// The group's members are now `members` (ascending): those that left are forgotten.
+    /// The group's members are now `members` (ascending). One that left is forgotten, unless
+    /// it is failing: then it is kept until its time is up, so that if it comes back (a
+    /// frozen member whose links dropped) it is still ejected and its ejections still count.
     Change set_members(const std::vector<std::string>& members, Clock::time_point now);
 
     /// Returns the members whose time is up at `now`.
@@ -84,6 +86,7 @@ private:
         std::uint32_t ejections = 0;
         std::optional<Clock::time_point> failing_until;  // set while failing
         bool ejected = false;                            // failing and not refused by the cap
+        bool present = true;                             // in the group now
     };
 
     // Under mutex_: `node` is failing for `reason`; ejects it when the cap allows.

@@ -1,5 +1,8 @@
 #include <rpclb/selection_algorithm.hpp>
 
+#include <rpclb/detail/log.hpp>
+#include <rpclb/plugin_log.hpp>
+
 #include <rpclb/detail/thread_rng.hpp>
 
 #include <boost/random/taus88.hpp>
@@ -21,6 +24,22 @@ namespace {
 using detail::thread_rng;
 
 }  // namespace
+
+void plugin_log(std::string_view channel, LogSeverity severity, std::string_view message) noexcept {
+    try {
+        const std::string name(channel);
+        switch (severity) {
+            case LogSeverity::trace: RPCLB_LOG(name.c_str(), trace) << message; break;
+            case LogSeverity::debug: RPCLB_LOG(name.c_str(), debug) << message; break;
+            case LogSeverity::info: RPCLB_LOG(name.c_str(), info) << message; break;
+            case LogSeverity::warning: RPCLB_LOG(name.c_str(), warning) << message; break;
+            case LogSeverity::error: RPCLB_LOG(name.c_str(), error) << message; break;
+            case LogSeverity::fatal: RPCLB_LOG(name.c_str(), fatal) << message; break;
+        }
+    } catch (...) {
+        // Logging failed; the plugin must not see it.
+    }
+}
 
 void* hold_code_at(const void* address) noexcept {
     Dl_info info{};

@@ -9,6 +9,7 @@
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -178,6 +179,55 @@ BOOST_AUTO_TEST_CASE(init_bad_seed_throws_naming_seed) {
             } catch (const std::invalid_argument& e) {
                 BOOST_TEST(std::string(e.what()).starts_with("seed"));
             }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(peak_ewma)
+
+rpclb::CallOutcome took(std::chrono::milliseconds latency) {
+    rpclb::CallOutcome outcome;
+    outcome.latency = latency;
+    return outcome;
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_member_is_avoided_then_tried_again_once_its_cost_decays) {
+    using namespace std::chrono_literals;
+    auto algorithm = load("peak_ewma", R"({"decay": 50, "seed": 5})");
+    const auto abc = counted({"a", "b", "c"});
+    algorithm->release(abc, 0, took(1ms));
+    algorithm->release(abc, 1, took(1ms));
+    algorithm->release(abc, 2, took(1000ms));
+    // A call as a balancer makes it: picked, counted, released with its latency (1 ms).
+    const auto call = [&] {
+        const auto node = pick(*algorithm, abc);
+        release(abc, node);
+        algorithm->release(abc, index_of(abc, node), took(1ms));
+        return node;
+    };
+    int on_c = 0;
+    for (int i = 0; i < 300; ++i) on_c += call() == "c";
+    // Every pick that drew c beside a or b went to the other (two draws are distinct).
+    BOOST_TEST(on_c == 0);
+    // a and b keep their 1 ms samples; c has none: its cost decays (50 ms) until a pick
+    // tries it again.
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    bool tried = false;
+    while (!tried && std::chrono::steady_clock::now() < deadline) tried = call() == "c";
+    BOOST_TEST(tried);
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_are_refused_naming_them) {
+    rpclb::PluginRegistry registry;
+    for (const std::string options : {R"({"decay": 0})", R"({"failure_penalty": -1})", R"({"decay": "10"})"}) {
+        auto algorithm = registry.create("peak_ewma").value();
+        try {
+            algorithm->init({this_balancer(), "me@host", nullptr}, boost::json::parse(options).as_object());
+            BOOST_ERROR("init accepted " << options);
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(std::string(e.what()).starts_with("peak_ewma: option "), e.what());
         }
     }
 }

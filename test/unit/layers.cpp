@@ -59,6 +59,7 @@ const std::map<std::string, Part>& public_headers() {
         {"node_filter.hpp", routing},
         {"selection_algorithm.hpp", routing},
         {"algorithm_state.hpp", routing},
+        {"plugin_log.hpp", routing},
         {"algorithm_host.hpp", routing},
         {"plugin_registry.hpp", routing},
         {"plugin_pin.hpp", routing},

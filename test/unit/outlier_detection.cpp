@@ -22,6 +22,7 @@
 using namespace std::chrono_literals;
 using rpclb::test::eventually;
 using Detector = rpclb::detail::OutlierDetector;
+using rpclb::detail::OutlierChange;
 using Strings = std::vector<std::string>;
 
 namespace {
@@ -113,15 +114,33 @@ BOOST_AUTO_TEST_CASE(failure_percentage_over_an_interval) {
     BOOST_TEST(change.ejected[0].reason == "failure_percentage");
 }
 
-BOOST_AUTO_TEST_CASE(a_member_that_leaves_is_forgotten) {
+BOOST_AUTO_TEST_CASE(a_failing_member_that_leaves_and_comes_back_is_still_ejected) {
     Detector d(rpclb::OutlierDetection{});
     const auto now = Detector::Clock::time_point{} + 1h;
     d.set_members(abcd, now);
     for (int i = 0; i < 5; ++i) d.record("a", local_timeout, now);
     BOOST_TEST(d.ejected() == Strings{"a"});
     BOOST_TEST(!d.set_members({"b", "c", "d"}, now).empty());
-    BOOST_TEST(d.ejected().empty());
+    BOOST_TEST(d.ejected().empty());  // not a member: nothing to leave out
     BOOST_TEST(d.record("a", local_timeout, now).empty());
+    d.set_members(abcd, now + 10s);  // back before its 30 s are up: still ejected
+    BOOST_TEST(d.ejected() == Strings{"a"});
+    BOOST_TEST(d.expire(now + 30s).returned == Strings{"a"});
+    // Its second ejection counts the first: 60 s.
+    OutlierChange change;
+    for (int i = 0; i < 5; ++i) change = d.record("a", local_timeout, now + 31s);
+    BOOST_TEST_REQUIRE(change.ejected.size() == 1u);
+    BOOST_TEST(change.ejected[0].duration.count() == 60'000);
+}
+
+BOOST_AUTO_TEST_CASE(a_member_that_leaves_healthy_is_forgotten) {
+    Detector d(rpclb::OutlierDetection{});
+    const auto now = Detector::Clock::time_point{} + 1h;
+    d.set_members(abcd, now);
+    for (int i = 0; i < 4; ++i) d.record("a", local_timeout, now);
+    d.set_members({"b", "c", "d"}, now);
+    d.set_members(abcd, now);
+    BOOST_TEST(d.record("a", local_timeout, now).empty());  // the streak started again
 }
 
 BOOST_AUTO_TEST_SUITE_END()
