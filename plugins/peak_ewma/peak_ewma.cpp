@@ -68,7 +68,8 @@ double PeakEwma::cost(const Cost& member, std::int64_t now) const noexcept {
     // any more (because it was slow) looks cheaper over time until a pick tries it again.
     const std::int64_t elapsed = now - member.at_ns.load(std::memory_order_relaxed);
     if (elapsed <= 0) return ns;
-    return ns * std::exp(-static_cast<double>(elapsed) / static_cast<double>(decay_.count()));
+    const double x = static_cast<double>(elapsed) / static_cast<double>(decay_.count());
+    return ns * (x < 0.01 ? 1 - x : std::exp(-x));  // 1 − x is e^−x within 5e-5 there
 }
 
 Result<std::size_t> PeakEwma::choose_from_nodes(const MemberSnapshot& members, const PickOptions&) {
@@ -112,9 +113,12 @@ void PeakEwma::release(const MemberSnapshot& members, std::size_t index, const C
         const double decayed = before * keep;
         after = before == 0 || sample > decayed ? sample : decayed + sample * (1 - keep);
     } while (!member.ns.compare_exchange_weak(before, after, std::memory_order_relaxed));
-    // The mean that newcomers get: a moving average over every member's samples.
-    double mean = mean_ns_.load(std::memory_order_relaxed);
-    mean_ns_.store(mean + (after - mean) / 16, std::memory_order_relaxed);
+    // The mean that newcomers get: a moving average over every member's samples, written
+    // only when it moves by more than an eighth (a write every release would be a cache
+    // line that every releasing thread fights over).
+    const double mean = mean_ns_.load(std::memory_order_relaxed);
+    const double next = mean + (after - mean) / 16;
+    if (std::abs(next - mean) * 8 > mean) mean_ns_.store(next, std::memory_order_relaxed);
 }
 
 double PeakEwma::cost_of(const std::string& node) {
