@@ -321,7 +321,9 @@ int main(int argc, char** argv) {
                 std::cerr << "rpclb-call: no node answered within " << wait_ms << " ms" << std::endl;
         } else if (!balancer.empty() && !cluster.get_members(balancer).has_value()) {
             std::cerr << "rpclb-call: balancer " << balancer << " has no members after " << wait_ms
-                      << " ms; each call waits for one up to its --timeout (" << timeout_ms << " ms)" << std::endl;
+                      << " ms; each call looks again every " << retry_sleep_ms << " ms (--retry-sleep), "
+                      << (retry_count < 0 ? std::string("without limit") : std::to_string(retry_count) + " times")
+                      << " (--retry-count), within its --timeout (" << timeout_ms << " ms)" << std::endl;
         }
 
         CallLoop::Spec spec{node, module, function, args, {}};
