@@ -81,7 +81,11 @@ public:
     struct Spec {
         std::string node, module, function;
         boost::json::array args;
-        rpclb::CallOptions options;  // `peer` is set per slot
+        rpclb::CallOptions options;  // `peer` and `timeout` are set per attempt
+        /// Through a balancer with no members, a call looks again this often and this
+        /// many times (-1: without limit) within its timeout, saying so on stderr.
+        milliseconds retry_sleep{0};
+        long retry_count = 0;
     };
 
     CallLoop(rpclb::Cluster& cluster, Spec spec, long count)
@@ -110,6 +114,8 @@ private:
     struct Slot {
         std::string peer;  // CallOptions::peer of the slot's call in flight
         steady_clock::time_point start;
+        long number = 0;   // the call's number, from 1
+        long retries = 0;  // looks at an empty balancer so far
     };
 
     // Takes the next call number, if any is left, and starts it on `slot`.
@@ -117,19 +123,49 @@ private:
         {
             std::lock_guard lock(mutex_);
             if (issued_ == count_) return;
-            ++issued_;
+            slot.number = ++issued_;
         }
+        slot.retries = 0;
+        slot.start = steady_clock::now();
+        attempt(slot);
+    }
+
+    // Sends the slot's call, with what is left of its timeout.
+    void attempt(Slot& slot) {
         auto options = spec_.options;
         slot.peer.clear();
         options.peer = &slot.peer;
         options.run_completion_inline = true;
-        slot.start = steady_clock::now();
+        const auto left = spec_.options.timeout - duration_cast<milliseconds>(steady_clock::now() - slot.start);
+        options.timeout = std::max(left, milliseconds(1));
         cluster_.async_call(spec_.node, spec_.module, spec_.function, spec_.args, std::move(options),
                             [this, &slot](rpclb::CallResult result) { complete(slot, std::move(result)); });
     }
 
+    // An empty balancer: true when the call looks again after retry_sleep (said on stderr).
+    bool retry_later(Slot& slot, const rpclb::CallResult& result, steady_clock::time_point now) {
+        if (result || !result.error().is(rpclb::Failure::no_members) || spec_.options.load_balancer.empty())
+            return false;
+        if (spec_.retry_count >= 0 && slot.retries >= spec_.retry_count) return false;
+        if (now + spec_.retry_sleep >= slot.start + spec_.options.timeout) return false;
+        ++slot.retries;
+        std::lock_guard lock(mutex_);
+        std::cerr << "rpclb-call: call " << slot.number << ": balancer " << spec_.options.load_balancer
+                  << " has no members; looking again in " << spec_.retry_sleep.count() << " ms (retry "
+                  << slot.retries << (spec_.retry_count < 0 ? std::string() : " of " + std::to_string(spec_.retry_count))
+                  << ")" << std::endl;
+        retries_.emplace_back([this, &slot](std::stop_token stop) {
+            std::mutex m;
+            std::unique_lock wait(m);
+            std::condition_variable_any().wait_for(wait, stop, spec_.retry_sleep, [] { return false; });
+            if (!stop.stop_requested()) attempt(slot);
+        });
+        return true;
+    }
+
     void complete(Slot& slot, rpclb::CallResult result) {
         const auto now = steady_clock::now();
+        if (retry_later(slot, result, now)) return;
         {
             std::lock_guard lock(mutex_);
             latencies_.push_back(duration_cast<microseconds>(now - slot.start).count());
@@ -163,6 +199,7 @@ private:
     std::optional<rpclb::CallResult> first_;
     std::vector<std::int64_t> latencies_;
     steady_clock::time_point last_;
+    std::vector<std::jthread> retries_;  // under mutex_; joined (stopped first) before the rest goes
 };
 
 /// The text of --args-file: the file `path`, or standard input for "-". Throws
@@ -329,8 +366,10 @@ int main(int argc, char** argv) {
         CallLoop::Spec spec{node, module, function, args, {}};
         spec.options.timeout = milliseconds(timeout_ms);
         spec.options.load_balancer = balancer;
-        spec.options.retry_count = retry_count < 0 ? rpclb::unlimited_retries : static_cast<std::size_t>(retry_count);
-        spec.options.retry_sleep = milliseconds(retry_sleep_ms);
+        // rpclb-call looks again at an empty balancer itself, to say so each time.
+        spec.options.retry = false;
+        spec.retry_count = retry_count;
+        spec.retry_sleep = milliseconds(retry_sleep_ms);
         if (vm.count("key")) spec.options.key = key;
         CallLoop loop(cluster, std::move(spec), count);
         // The calls alone: connecting and meeting the cluster came before.

@@ -280,6 +280,23 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_reads_arguments_from_a_file_and_prints_a_sing
     BOOST_TEST(!run.summary.as_object().contains("result"));
 }
 
+// rpclb-call says each time a call looks again at an empty balancer, and gives up after
+// --retry-count looks.
+BOOST_FIXTURE_TEST_CASE(rpclb_call_says_each_retry_at_an_empty_balancer, RawNode) {
+    auto run = run_call(*this, *a,
+                        {"--balancer", "nobody", "--wait", "100", "--retry-count", "2", "--retry-sleep", "100",
+                         "--timeout", "5000", "demo", "node"},
+                        "call-retries.log");
+    BOOST_TEST(run.status == 1, run.err);
+    BOOST_TEST(run.err.find("call 1: balancer nobody has no members; looking again in 100 ms (retry 1 of 2)") !=
+                   std::string::npos,
+               run.err);
+    BOOST_TEST(run.err.find("(retry 2 of 2)") != std::string::npos, run.err);
+    BOOST_TEST(run.err.find("(retry 3") == std::string::npos, run.err);
+    BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
+    BOOST_TEST(run.summary.as_object().at("error").at("code") == "service_unavailable");
+}
+
 // Found by a newcomer run: `--name noat` exited 1 (the Cluster constructor refused it after
 // parsing), `--wait -1` was taken ("no node answered within -1 ms"), and calls_per_s came
 // out as 2.6765561251960913E4.
