@@ -81,7 +81,7 @@ OutlierDetector::Change OutlierDetector::set_members(const std::vector<std::stri
         const bool present = std::binary_search(members.begin(), members.end(), it->first);
         change.changed = change.changed || (present != m.present && m.failing_until);
         m.present = present;
-        it = !present && !m.failing_until ? members_.erase(it) : std::next(it);
+        it = present ? std::next(it) : members_.erase(it);
     }
     for (const auto& node : members) {
         auto [it, added] = members_.try_emplace(node);

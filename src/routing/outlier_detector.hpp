@@ -59,9 +59,10 @@ public:
     /// A call to `node` ended with `outcome` at `now`.
     Change record(const std::string& node, const CallOutcome& outcome, Clock::time_point now);
 
-    /// The group's members are now `members` (ascending). One that left is forgotten, unless
-    /// it is failing: then it is kept until its time is up, so that if it comes back (a
-    /// frozen member whose links dropped) it is still ejected and its ejections still count.
+    /// The group's members are now `members` (ascending). One that left is forgotten, even
+    /// while failing: a member that comes back is most often a restarted process, which
+    /// must not be shut out for the rest of an ejection it did not earn. (A frozen member
+    /// whose links dropped comes back unejected too, and is ejected again if it still fails.)
     Change set_members(const std::vector<std::string>& members, Clock::time_point now);
 
     /// Returns the members whose time is up at `now`.

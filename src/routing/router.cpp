@@ -44,7 +44,10 @@ CallOutcome outcome_of(const CallResult& result) {
     if (result) return outcome;
     const auto& error = result.error();
     outcome.error = error.code;
-    outcome.origin = error.reason && !error.is(Failure::draining) ? ErrorOrigin::local : ErrorOrigin::remote;
+    // A `draining` refusal is the member leaving gracefully: nobody's failure.
+    outcome.origin = error.is(Failure::draining) ? ErrorOrigin::none
+                     : error.reason                ? ErrorOrigin::local
+                                                   : ErrorOrigin::remote;
     return outcome;
 }
 
