@@ -1,12 +1,11 @@
 // Plugin folders found from the running tool's own location.
 #pragma once
 
+#include <rpclb/detail/plugin_path.hpp>
+
 #include <boost/dll/runtime_symbol_info.hpp>
 
-#include <cstdlib>
 #include <filesystem>
-#include <string>
-#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -20,15 +19,7 @@ namespace rpclb::tools {
 /// tool run from a build tree or a moved install finds the plugins built or installed
 /// with it unless the environment says otherwise.
 inline void add_tool_plugin_dirs(std::vector<std::filesystem::path>& path) {
-    if (const char* env = std::getenv("RPCLB_PLUGIN_PATH")) {
-        std::string_view rest(env);
-        while (!rest.empty()) {
-            const auto colon = rest.find(':');
-            const auto dir = rest.substr(0, colon);
-            if (!dir.empty()) path.emplace_back(std::string(dir));
-            rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
-        }
-    }
+    for (auto& dir : detail::plugin_environment_path()) path.push_back(std::move(dir));
     boost::dll::fs::error_code located;
     const std::filesystem::path program(boost::dll::program_location(located).string());
     if (located || program.empty()) return;

@@ -27,6 +27,14 @@ struct EjectionTimer {
 
 namespace {
 
+// The group's new snapshot, before ejections, and the outlier detector told of its members.
+// Called under publish_mutex_.
+void adopt_group(std::shared_ptr<const MemberSnapshot>& group, detail::OutlierDetector* outliers,
+                 std::shared_ptr<const MemberSnapshot> current) {
+    group = std::move(current);
+    if (outliers) outliers->set_members(group->nodes, std::chrono::steady_clock::now());
+}
+
 ErrorMessage algorithm_failure(std::string_view balancer, std::string message) {
     return ErrorMessage{ErrorCode::internal_server_error, std::move(message),
                         boost::json::object{{"load_balancer", balancer}}};
@@ -177,8 +185,7 @@ void LoadBalancer::start() {
         std::lock_guard lock(publish_mutex_);
         const auto previous = route_.load();
         auto engine = fresh ? std::move(fresh) : previous->engine;
-        group_ = groups.members(options_.name);
-        if (outliers_) outliers_->set_members(group_->nodes, std::chrono::steady_clock::now());
+        adopt_group(group_, outliers_.get(), groups.members(options_.name));
         route_.store(make_route(*group_, std::move(engine), previous.get()));
     }
     if (hosted_ && options_.node_match_list.matches(node_.node_name(), node_.excluded_node_patterns())) {
@@ -237,9 +244,8 @@ void LoadBalancer::on_change(NodeChange change, const std::vector<std::string>& 
         std::lock_guard lock(publish_mutex_);
         const auto previous = route_.load();
         engine = previous->engine;
-        group_ = current;
-        if (outliers_) outliers_->set_members(group_->nodes, std::chrono::steady_clock::now());
-        route_.store(make_route(*current, engine, previous.get()));
+        adopt_group(group_, outliers_.get(), current);
+        route_.store(make_route(*group_, engine, previous.get()));
     }
     // A member that came or went may change what the members announce.
     if (!hosted_) post_follow();
@@ -462,12 +468,16 @@ void LoadBalancer::release(const Picked& picked, CallOutcome outcome) noexcept {
     if (picked.calls) picked.calls->release();
     if (picked.algorithm) {
         const auto now = std::chrono::steady_clock::now();
-        if (!outcome.latency && picked.at != std::chrono::steady_clock::time_point{}) outcome.latency = now - picked.at;
+        if (!outcome.latency) outcome.latency = now - picked.at;
         tell_release(*picked.algorithm, *picked.members, picked.index, outcome);
         if (outliers_) {
             try {
+                // Rebuilding the route allocates and logs: the worker pool does it, not the
+                // network thread that completed the call.
                 if (auto change = outliers_->record(picked.node(), outcome, now); !change.empty())
-                    apply_ejections(change);
+                    boost::asio::post(node_.workers(), [weak = weak_from_this(), change = std::move(change)] {
+                        if (auto self = weak.lock()) self->apply_ejections(change);
+                    });
             } catch (const std::exception& e) {
                 RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": ejection failed: " << e.what();
             }

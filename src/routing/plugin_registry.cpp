@@ -1,5 +1,7 @@
 #include <rpclb/plugin_registry.hpp>
 
+#include <rpclb/detail/plugin_path.hpp>
+
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
@@ -18,12 +20,8 @@
 #endif
 
 namespace rpclb {
-namespace {
 
-constexpr const char* info_symbol = "rpclb_plugin_info";
-constexpr const char* factory_symbol = "rpclb_create_algorithm";
-
-std::vector<std::filesystem::path> environment_path() {
+std::vector<std::filesystem::path> detail::plugin_environment_path() {
     std::vector<std::filesystem::path> dirs;
     const char* value = std::getenv("RPCLB_PLUGIN_PATH");
     if (!value) return dirs;
@@ -37,6 +35,12 @@ std::vector<std::filesystem::path> environment_path() {
     }
     return dirs;
 }
+
+namespace {
+
+constexpr const char* info_symbol = "rpclb_plugin_info";
+constexpr const char* factory_symbol = "rpclb_create_algorithm";
+
 
 // `<directory of librpclb.so>/rpclb/plugins`, read from the loaded library at run time:
 // an install puts the plugins there, beside the library, and the pair stays together
@@ -81,7 +85,7 @@ PluginError file_error(const std::filesystem::path& file, std::string what) {
 
 PluginRegistry::PluginRegistry(std::vector<std::filesystem::path> search_path)
     : given_(std::move(search_path)) {
-    for (auto& dir : environment_path()) given_.push_back(std::move(dir));
+    for (auto& dir : detail::plugin_environment_path()) given_.push_back(std::move(dir));
     // Each folder once, in order (a tool may give the library's own folder, or one twice).
     auto add = [&](std::filesystem::path dir) {
         if (std::none_of(path_.begin(), path_.end(), [&](const auto& p) { return same_directory(p, dir); }))

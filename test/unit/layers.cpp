@@ -62,6 +62,7 @@ const std::map<std::string, Part>& public_headers() {
         {"plugin_log.hpp", routing},
         {"algorithm_host.hpp", routing},
         {"plugin_registry.hpp", routing},
+        {"detail/plugin_path.hpp", routing},
         {"plugin_pin.hpp", routing},
         {"load_balancer.hpp", routing},
         {"call_options.hpp", routing},
