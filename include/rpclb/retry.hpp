@@ -1,4 +1,4 @@
-// The no-route retry of the seed (seed §4.1, doc/reference/predecessor-compatibility.md).
+// The no-route retry of the predecessor (predecessor-compatibility §4.1, doc/reference/predecessor-compatibility.md).
 #pragma once
 
 #include <chrono>
