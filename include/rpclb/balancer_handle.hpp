@@ -1,4 +1,4 @@
-// A balancer addressed by name: the C++ analogue of the seed's `use RpcLoadBalancer`.
+// A balancer addressed by name: the C++ analogue of the predecessor's `use RpcLoadBalancer`.
 #pragma once
 
 #include <rpclb/cluster.hpp>
@@ -11,10 +11,11 @@
 namespace rpclb {
 
 /// A value that carries a balancer's name (and the options to start it with), so that
-/// `workers.call("demo", "echo", args)` needs no `load_balancer` option (seed §1.8: a
-/// module that `use`s RpcLoadBalancer). It adds no state of its own: every call goes
-/// through the Cluster's plain API with `options.load_balancer` forced to this name
-/// (replacing any the caller gave, as the seed does), so the two are interchangeable.
+/// `workers.call("demo", "echo", args)` needs no `load_balancer` option
+/// (predecessor-compatibility §1.8: a module that `use`s RpcLoadBalancer). It adds no state
+/// of its own: every call goes through the Cluster's plain API with `options.load_balancer`
+/// forced to this name (replacing any the caller gave, as the predecessor does), so the two
+/// are interchangeable.
 ///
 /// Thread safety: distinct objects safe; shared objects safe (the members are const
 /// except start(), which the Cluster serialises). The Cluster must outlive the handle's use.
@@ -30,7 +31,7 @@ public:
     const std::string& name() const noexcept { return options_.name; }
     const LoadBalancerOptions& options() const noexcept { return options_; }
 
-    /// Starts the balancer on this node with the handle's options (seed `start_link`);
+    /// Starts the balancer on this node with the handle's options (the predecessor's `start_link`);
     /// same errors as Cluster::start_balancer.
     std::shared_ptr<LoadBalancer> start() const { return cluster_->start_balancer(options_); }
 

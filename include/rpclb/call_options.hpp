@@ -10,13 +10,13 @@
 
 namespace rpclb {
 
-/// Options of one call (seed §1.4).
+/// Options of one call (predecessor-compatibility §1.4).
 struct CallOptions {
     /// Deadline of the whole call, from when it is made: the waits for a member
     /// (`retry_count` × `retry_sleep`), re-routes after `draining` and the request, which
     /// carries what is left to the serving node. Default 10 s. Run out while waiting for a
     /// member: `request_timeout` (Failure::timeout), "timeout while waiting for a member: "
-    /// and the balancer's error (the seed counted only the request). Range 1 ms to
+    /// and the balancer's error (the predecessor counted only the request). Range 1 ms to
     /// 4294967295 ms (erpc's, without its 0); a timeout outside it fails at once with
     /// `bad_request` ("timeout must be 1 to 4294967295 ms; got N ms", naming node, module
     /// and function), on every path: nothing is picked, sent or run. Casts ignore it.
@@ -33,14 +33,16 @@ struct CallOptions {
     /// with nothing for the caller to keep alive.
     std::string* peer = nullptr;
     /// Run load-balanced calls and the random-node helpers on this node, with no
-    /// selection, retry or draining (seed §4.4). Unset: ClusterOptions::call_directly.
+    /// selection, retry or draining (predecessor-compatibility §4.4). Unset:
+    /// ClusterOptions::call_directly.
     std::optional<bool> call_directly;
-    /// Retry when no member / no node matches (seed §4.1). Unset: ClusterOptions::retry.
+    /// Retry when no member / no node matches (predecessor-compatibility §4.1). Unset:
+    /// ClusterOptions::retry.
     std::optional<bool> retry;
     /// Retries after the first attempt (total attempts = count + 1), or
     /// `unlimited_retries`. Unset: ClusterOptions::retry_count.
     std::optional<std::size_t> retry_count;
-    /// Wait between attempts. Default 5 s (seed; per call only).
+    /// Wait between attempts. Default 5 s, as in the predecessor; per call only.
     std::chrono::milliseconds retry_sleep{5000};
     /// For async_call() and async_call_on_random_node(): run the completion handler on
     /// the network thread that completes the call (the one that read the answer, or whose

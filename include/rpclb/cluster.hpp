@@ -188,10 +188,11 @@ public:
     /// "how a call flows"): `call_directly` or a `local()` algorithm (call_direct) runs the
     /// handler here; otherwise the algorithm picks a member, the balancer's drainer counts
     /// the call, and the algorithm's release hears how it ended when it completes. When the group is
-    /// empty the call waits `retry_sleep` and tries again, `retry_count` times (seed §4.1;
-    /// the only case ever retried). A member that answers `draining` (it is leaving the
-    /// group and never ran the call) is replaced by another pick, at most 16 times.
-    /// A call to the local node runs the handler in the calling thread, without the network.
+    /// empty the call waits `retry_sleep` and tries again, `retry_count` times
+    /// (predecessor-compatibility §4.1; the only case ever retried). A member that answers
+    /// `draining` (it is leaving the group and never ran the call) is replaced by another
+    /// pick, at most 16 times. A call to the local node runs the handler in the calling
+    /// thread, without the network.
     ///
     /// Errors (doc/architecture.md "Errors"): `request_timeout` "timeout" when the
     /// deadline passes; `service_unavailable` "noconnection" at once when the node is
@@ -212,13 +213,13 @@ public:
     CallResult call(std::string_view module, std::string_view function, boost::json::array args,
                     const CallOptions& options);
 
-    /// Fire-and-forget (seed §1.5). Returns once the request is queued; a cast to an
-    /// unknown or unconnected node is `service_unavailable`; a load-balanced cast with no
-    /// members gives the balancer error. Handler errors are logged at debug, not returned.
-    /// It blocks while a load-balanced cast waits for members (the no-route retry), so,
-    /// like call(), it fails at once from a network thread (an inline handler or an inline
-    /// completion) with `internal_server_error` (Failure::would_deadlock): use async_cast
-    /// there.
+    /// Fire-and-forget (predecessor-compatibility §1.5). Returns once the request is
+    /// queued; a cast to an unknown or unconnected node is `service_unavailable`; a
+    /// load-balanced cast with no members gives the balancer error. Handler errors are
+    /// logged at debug, not returned. It blocks while a load-balanced cast waits for
+    /// members (the no-route retry), so, like call(), it fails at once from a network
+    /// thread (an inline handler or an inline completion) with `internal_server_error`
+    /// (Failure::would_deadlock): use async_cast there.
     Result<void> cast(std::string_view node, std::string_view module, std::string_view function,
                       boost::json::array args = {}, const CallOptions& options = {});
 
@@ -282,19 +283,19 @@ public:
             token, std::move(balancer), std::move(options));
     }
 
-    /// Calls `module.function` on a node chosen by `filter` (seed §1.6): on this node when
-    /// `call_directly` is set or this node matches; otherwise on a uniformly random
-    /// connected node (client nodes excluded) that matches, with the node's
-    /// `excluded_node_patterns` applied. Nothing matches → the no-route retry, then
+    /// Calls `module.function` on a node chosen by `filter` (predecessor-compatibility
+    /// §1.6): on this node when `call_directly` is set or this node matches; otherwise on a
+    /// uniformly random connected node (client nodes excluded) that matches, with the
+    /// node's `excluded_node_patterns` applied. Nothing matches → the no-route retry, then
     /// `service_unavailable` "no nodes in cluster found with that filter" with details
-    /// {"node_filter"}. With `options.load_balancer` the call is counted by that
-    /// balancer's drainer (error when this node has no such balancer); selection is
-    /// unaffected. An error from the chosen node is returned as is, never retried.
+    /// {"node_filter"}. With `options.load_balancer` the call is counted by that balancer's
+    /// drainer (error when this node has no such balancer); selection is unaffected. An
+    /// error from the chosen node is returned as is, never retried.
     CallResult call_on_random_node(const NodeFilter& filter, std::string_view module,
                                    std::string_view function, boost::json::array args = {},
                                    const CallOptions& options = {});
 
-    /// Cast form of call_on_random_node() (seed §1.7).
+    /// Cast form of call_on_random_node() (predecessor-compatibility §1.7).
     Result<void> cast_on_random_node(const NodeFilter& filter, std::string_view module,
                                      std::string_view function, boost::json::array args = {},
                                      const CallOptions& options = {});
@@ -310,12 +311,12 @@ public:
             std::move(function), std::move(args), std::move(options));
     }
 
-    /// Starts a balancer hosted on this node (seed §1.1): loads the algorithm plugin,
-    /// runs its init, starts its services, joins the group when `node_match_list` matches
-    /// (client nodes never join). Returns once it is registered and selectable. The
-    /// services and the balancer form a one_for_all subtree of the node's root
-    /// Supervisor (doc/explanation/supervision.md): a failure of one restarts them all.
-    /// Throws std::invalid_argument (bad options, name already started),
+    /// Starts a balancer hosted on this node (predecessor-compatibility §1.1): loads the
+    /// algorithm plugin, runs its init, starts its services, joins the group when
+    /// `node_match_list` matches (client nodes never join). Returns once it is registered
+    /// and selectable. The services and the balancer form a one_for_all subtree of the
+    /// node's root Supervisor (doc/explanation/supervision.md): a failure of one restarts
+    /// them all. Throws std::invalid_argument (bad options, name already started),
     /// std::runtime_error (plugin not found or refused, init failed, a service failed to
     /// start) naming the balancer, or std::logic_error before start() or after stop().
     std::shared_ptr<LoadBalancer> start_balancer(LoadBalancerOptions options);
@@ -334,11 +335,12 @@ public:
     /// Hosted balancers' names.
     std::vector<std::string> balancer_names() const;
 
-    /// `balancer(name)` then `select_node` (seed §1.3).
+    /// `balancer(name)` then `select_node` (predecessor-compatibility §1.3).
     Result<std::string> select_node(std::string_view balancer, const PickOptions& options = {});
 
-    /// Members of a balancer's group (seed §1.2); "no members registered" when empty, as
-    /// in the seed. For a list that is simply empty, read `groups().members(balancer)->nodes`.
+    /// Members of a balancer's group (predecessor-compatibility §1.2); "no members
+    /// registered" when empty, as in the predecessor. For a list that is simply empty, read
+    /// `groups().members(balancer)->nodes`.
     Result<std::vector<std::string>> get_members(std::string_view balancer) const;
 
     /// Waits until balancer `balancer` has at least `count` members (as this node sees its

@@ -90,18 +90,19 @@ struct ClusterOptions {
     /// a TLS node and a plaintext node refuse each other.
     TlsOptions tls;
 
-    // ---- routing defaults (seed §6, the application env) -------------------------------
+    // ---- routing defaults (predecessor-compatibility §6, the application env) --------
     /// Default of CallOptions::call_directly: load-balanced calls and the random-node
-    /// helpers run on this node (seed `call_directly?`). Default false.
+    /// helpers run on this node (the predecessor's `call_directly?`). Default false.
     bool call_directly = false;
     /// Default of CallOptions::retry: wait and try again when no member or no node
-    /// matches (seed `retry?`). Default true.
+    /// matches (the predecessor's `retry?`). Default true.
     bool retry = true;
     /// Default of CallOptions::retry_count: retries after the first attempt, or
-    /// `unlimited_retries`. Default 5 (seed).
+    /// `unlimited_retries`. Default 5, as in the predecessor.
     std::size_t retry_count = 5;
-    /// Seed `excluded_node_patterns` (§4.3): node short names containing one of these are
-    /// skipped by node filters unless the filter names the pattern itself. Default none.
+    /// The predecessor's `excluded_node_patterns` (predecessor-compatibility §4.3): node
+    /// short names containing one of these are skipped by node filters unless the filter
+    /// names the pattern itself. Default none.
     std::vector<std::string> excluded_node_patterns;
 };
 

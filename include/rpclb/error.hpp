@@ -1,4 +1,4 @@
-// rpclb's data-path error type, the C++ form of the seed's ErrorMessage.
+// rpclb's data-path error type, the C++ form of the predecessor's ErrorMessage.
 #pragma once
 
 #include <boost/assert/source_location.hpp>
@@ -15,9 +15,9 @@
 
 namespace rpclb {
 
-/// Error codes named after HTTP statuses (doc/architecture.md "Errors"; the seed's
-/// ErrorMessage codes plus `not_found` and `internal_server_error`, seed §10.1 in
-/// doc/reference/predecessor-compatibility.md).
+/// Error codes named after HTTP statuses (doc/architecture.md "Errors"; the predecessor's
+/// ErrorMessage codes plus `not_found` and `internal_server_error`, predecessor-compatibility
+/// §10.1).
 /// The numeric value is the HTTP status.
 enum class ErrorCode : int {
     bad_request = 400,            ///< malformed arguments or frame
@@ -77,7 +77,7 @@ const boost::system::error_category& failure_category() noexcept;
 /// Makes `failure` an error_code of failure_category().
 boost::system::error_code make_error_code(Failure failure) noexcept;
 
-/// A data-path error: `{code, message, details}` as the seed's ErrorMessage.
+/// A data-path error: `{code, message, details}` as the predecessor's ErrorMessage.
 ///
 /// `details` is a JSON object. For calls it always holds `node`, `module` and `function`;
 /// for balancer errors it holds `load_balancer`.
@@ -129,10 +129,11 @@ ErrorMessage cookie_refused_error(std::string_view refused_by, std::string_view 
 inline constexpr std::string_view draining_detail = "draining";
 
 /// The reply of a node that is draining `balancer` (or has left it) to a call that
-/// balancer routed to it (doc/explanation/draining-and-retries.md, seed §10.7): the call was never
-/// run, and the caller picks another member. `service_unavailable` "draining" with
-/// details {"draining": true, "load_balancer", "node", "module", "function"}; a caller
-/// sees it only when every member it tried was draining.
+/// balancer routed to it (doc/explanation/draining-and-retries.md,
+/// predecessor-compatibility §10.7): the call was never run, and the caller picks another
+/// member. `service_unavailable` "draining" with details {"draining": true,
+/// "load_balancer", "node", "module", "function"}; a caller sees it only when every member
+/// it tried was draining.
 ErrorMessage draining_error(std::string_view node, std::string_view module, std::string_view function,
                             std::string_view balancer);
 

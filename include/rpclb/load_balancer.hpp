@@ -62,8 +62,8 @@ struct OutlierDetection {
     }
 };
 
-/// Options of a balancer (seed §1.1; `selection_algorithm` is named `algorithm` here and
-/// is a plugin name).
+/// Options of a balancer (predecessor-compatibility §1.1; `selection_algorithm` is named
+/// `algorithm` here and is a plugin name).
 struct LoadBalancerOptions {
     /// Balancer name; also the name of its group. Required, non-empty.
     std::string name;
@@ -71,35 +71,26 @@ struct LoadBalancerOptions {
     std::string algorithm = "random";
     /// Options forwarded to the algorithm's `init` (a JSON object).
     boost::json::object algorithm_opts;
-    /// Whether this node registers as a target (seed §3.3). Default: all nodes.
+    /// Whether this node registers as a target (predecessor-compatibility §3.3). Default:
+    /// all nodes.
     NodeMatchList node_match_list;
-    /// Longest wait for in-flight calls when stopping. Default 15 s (seed).
+    /// Longest wait for in-flight calls when stopping. Default 15 s, as in the predecessor.
     std::chrono::milliseconds drain_timeout{15000};
     /// Which failing members this node stops picking, and for how long.
     OutlierDetection outlier_detection;
 };
 
-/// One balancer on one node. Obtain it from `Cluster::start_balancer` (hosted: it may
-/// join the group) or implicitly when routing through a balancer that only other nodes
-/// host (routing-only: built from the algorithm its members announce, never joins).
+/// One balancer on one node. Obtain it from `Cluster::start_balancer` (hosted: it may join
+/// the group) or implicitly when routing through a balancer that only other nodes host
+/// (routing-only: built from the algorithm its members announce, never joins). A hosted
+/// balancer is the last child of its supervision subtree (predecessor-compatibility §1.1,
+/// §3.5, §3.6; doc/explanation/supervision.md); a routing-only one starts and stops its
+/// algorithm's services itself.
 ///
-/// A hosted balancer is the last child of its balancer's supervision subtree (seed §1.1,
-/// §3.5, §3.6; doc/explanation/supervision.md): the algorithm's services start before it
-/// and stop after it, and a failure of any of them restarts them all (stop() then
-/// start() on the same object). A routing-only balancer has no supervisor: it starts and
-/// stops its algorithm's services itself.
-///
-/// Picking (`pick`) reads one atomically published route (the algorithm instance and the
-/// route's own member snapshot, whose `calls` are the members' in-flight counts) and calls
-/// the algorithm: no allocation on success (an allocation-counting test holds it to that),
-/// and no lock but the short spin of libstdc++'s std::atomic<std::shared_ptr> load. The
-/// pick counts one call in flight on its member; the call's release takes it off and tells
-/// the algorithm how the call ended (CallOutcome). The route is rebuilt when membership
-/// changes, off the pick path; a member that stays keeps its count, so a call released
-/// after the change takes off what it added. set_algorithm() and set_options() publish a
-/// new route with a new instance, so the algorithm changes while the balancer serves
-/// without blocking a pick; a restart (start() after stop()) does the same with a fresh
-/// instance of the same algorithm.
+/// A pick reads one atomically published route (algorithm instance and member snapshot),
+/// takes no lock and allocates nothing on success; it counts one call in flight on its
+/// member until the release. Membership changes, set_algorithm() and set_options() publish
+/// a new route without blocking a pick (doc/architecture.md).
 ///
 /// Thread safety: distinct objects safe; shared objects safe, except that prepare(),
 /// start() and stop() are called one at a time (Service's contract).
@@ -180,8 +171,8 @@ public:
         return std::shared_ptr<const MemberSnapshot>(std::move(route), snapshot);
     }
 
-    /// Members as a list (seed §1.2). Error: `service_unavailable` "no members registered"
-    /// with details {"load_balancer": name} when the group is empty.
+    /// Members as a list (predecessor-compatibility §1.2). Error: `service_unavailable` "no
+    /// members registered" with details {"load_balancer": name} when the group is empty.
     Result<std::vector<std::string>> get_members() const;
 
     /// A pick: the member snapshot it was made from, the chosen member's index in it, and
@@ -286,7 +277,7 @@ public:
     // ---- used by Cluster ----------------------------------------------------------------
 
     /// Runs the algorithm's `init` with `algorithm_opts`, reads its `local()` answer and
-    /// returns the services it asks for (`services()`, the seed's `child_specs`), which a
+    /// returns the services it asks for (`services()`, the predecessor's `child_specs`), which a
     /// hosted balancer's supervisor starts before start(). Runs once: later calls (and
     /// restarts) return the same services without running `init` again, since picks may
     /// run concurrently with a restart and `init` is not safe against them (plugin
@@ -299,16 +290,17 @@ public:
     /// Runs prepare() if it hasn't run, starts the services of a routing-only balancer,
     /// follows the group (membership changes reach the algorithm), and joins it when
     /// hosted and `node_match_list` matches this node, so that it is selectable when
-    /// start() returns (seed §3.2). Supports start() after stop() (a restart). Throws
-    /// std::runtime_error naming the balancer on failure; then nothing is left running.
+    /// start() returns (predecessor-compatibility §3.2). Supports start() after stop() (a
+    /// restart). Throws std::runtime_error naming the balancer on failure; then nothing is
+    /// left running.
     void start() override;
 
     /// Leaves the group (from then on calls routed here by it get `draining`), waits until
     /// both this node's in-flight calls through it and the calls it routed here that this
     /// node is running are done, up to `drain_timeout` (a warning is logged when some are
     /// still running; they are not cancelled), stops following
-    /// the group, and stops the services of a routing-only balancer (seed §3.5; errors of
-    /// the leave are swallowed). Idempotent.
+    /// the group, and stops the services of a routing-only balancer
+    /// (predecessor-compatibility §3.5; errors of the leave are swallowed). Idempotent.
     void stop() noexcept override;
 
     /// Members left out of picks now because their calls failed (OutlierDetection),

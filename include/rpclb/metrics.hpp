@@ -1,4 +1,4 @@
-// The seed's six metrics, aggregated in memory from the telemetry bus.
+// The predecessor's six metrics, aggregated in memory from the telemetry bus.
 #pragma once
 
 #include <rpclb/telemetry.hpp>
@@ -14,7 +14,7 @@
 
 namespace rpclb {
 
-/// How a metric aggregates its event (the seed's Telemetry.Metrics kinds).
+/// How a metric aggregates its event (the predecessor's Telemetry.Metrics kinds).
 enum class MetricType {
     counter,       ///< counts events, whatever their measurement
     distribution,  ///< a histogram of the measurement over fixed bucket bounds
@@ -25,13 +25,13 @@ std::string_view to_string(MetricType type) noexcept;
 
 /// One metric: what it listens to, what it measures and how it splits series.
 struct MetricDefinition {
-    std::string name;         ///< dotted, as the seed: "rpc_load_balancer.rpc.duration.milliseconds"
+    std::string name;         ///< dotted, as in the predecessor: "rpc_load_balancer.rpc.duration.milliseconds"
     MetricType type;
     EventName event;          ///< the event it aggregates
     std::string measurement;  ///< the Event field measured: "count", "duration", "members_count"
     std::vector<std::string> tags;  ///< Event metadata fields; one series per distinct values
     /// "millisecond" for the duration (converted from Event::duration's nanoseconds);
-    /// "unit" (dimensionless, the seed's default) otherwise.
+    /// "unit" (dimensionless, the predecessor's default) otherwise.
     std::string unit;
     /// distribution: ascending upper bounds, each inclusive (a value v lands in the first
     /// bound b with v <= b; above the last, in an implicit +Inf bucket). counter: empty.
@@ -39,8 +39,9 @@ struct MetricDefinition {
     std::string description;  ///< one line, for Prometheus' HELP
 };
 
-/// Exactly the seed's six definitions (`RpcLoadBalancer.Metrics.metrics()`, seed §5.4,
-/// acceptance case 36), in its order, with its names, tags and bucket bounds:
+/// Exactly the predecessor's six definitions (`RpcLoadBalancer.Metrics.metrics()`,
+/// predecessor-compatibility §5.4 and §7 case 36), in its order, with its names, tags and
+/// bucket bounds:
 ///
 /// | name | type | event | measurement | tags |
 /// |---|---|---|---|---|

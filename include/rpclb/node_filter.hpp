@@ -1,4 +1,5 @@
-// Matching node names against filters (the seed's NodeFilter, seed §4.3).
+// Matching node names against filters (the predecessor's NodeFilter,
+// predecessor-compatibility §4.3).
 #pragma once
 
 #include <memory>
@@ -10,9 +11,9 @@
 namespace rpclb {
 
 /// A node-name filter: a substring or an ECMAScript regex matched against the full
-/// `short@host` name (seed §4.3). An empty substring matches every node.
+/// `short@host` name (predecessor-compatibility §4.3). An empty substring matches every node.
 ///
-/// Exclusions (`excluded`, the seed's `excluded_node_patterns`): a node whose short name
+/// Exclusions (`excluded`, the predecessor's `excluded_node_patterns`): a node whose short name
 /// (text before the first '@') contains an excluded pattern is rejected unless the filter's
 /// own text contains that pattern.
 ///
@@ -42,7 +43,7 @@ private:
 };
 
 /// `node_match_list` of a balancer: `all` (default) or a list of filters, any of which
-/// may match (seed §3.3). An empty list matches nothing.
+/// may match (predecessor-compatibility §3.3). An empty list matches nothing.
 struct NodeMatchList {
     bool all = true;
     std::vector<NodeFilter> filters;

@@ -32,26 +32,15 @@ struct LoadedPlugin {
     std::uint64_t capabilities = 0;  ///< the rpclb::capability bits it declares
 };
 
-/// Loads `librpclb_<name>.so` plugins.
+/// Loads `librpclb_<name>.so` plugins. Search path, first match wins: the constructor's
+/// directories (ClusterOptions::plugin_path); `RPCLB_PLUGIN_PATH` (colon-separated);
+/// `rpclb/plugins` beside the loaded librpclb.so; the configured install directory. A
+/// missing directory is skipped; the "not found" error lists every one. A plugin whose ABI
+/// version, name or compiler identity differs from this library's is refused before
+/// anything is created. Each algorithm object keeps its library loaded while it lives.
 ///
-/// Search path, first match wins:
-/// 1. the directories given to the constructor (ClusterOptions::plugin_path);
-/// 2. each directory of the `RPCLB_PLUGIN_PATH` environment variable (colon-separated);
-/// 3. `<directory of the loaded librpclb.so>/rpclb/plugins`, found at run time, which is
-///    where an install puts the plugins: an installed tree finds its own plugins wherever
-///    it was installed or moved to;
-/// 4. the install directory compiled into the library (`<prefix>/<libdir>/rpclb/plugins`
-///    of the configured prefix), unless it is the same as 3.
-/// A directory that doesn't exist is skipped; the "not found" error lists every one.
-///
-/// Before creating anything the loader calls the plugin's `rpclb_plugin_info` and refuses
-/// a plugin whose ABI version, name or compiler identity differs from this library's.
-/// Each algorithm object returned holds a reference to its library, so the library stays
-/// loaded while the object lives (its vtable is in the `.so`).
-///
-/// Thread safety: distinct objects safe; shared objects safe (each object holds its own
-/// reference to its library; the record of loaded plugins has its own mutex, never held
-/// while plugin code runs).
+/// Thread safety: distinct objects safe; shared objects safe (no lock is held while plugin
+/// code runs).
 class PluginRegistry {
 public:
     /// `search_path`: directories searched before `RPCLB_PLUGIN_PATH` and the library's

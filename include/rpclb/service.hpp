@@ -22,25 +22,15 @@ struct ServiceExit {
 };
 
 /// A background service: a Supervisor's child. Algorithms return theirs from
-/// `SelectionAlgorithm::services()` (the seed's `child_specs`, e.g. the least_cpu poller);
-/// a LoadBalancer and a Supervisor are services too, so supervision trees nest.
+/// `SelectionAlgorithm::services()` (the predecessor's `child_specs`); a LoadBalancer and a
+/// Supervisor are services too. A service must support start() after stop(): a restart is
+/// exactly that. When its work ends by itself it calls report_failure() or report_exit()
+/// (or runs its threads in run_reporting_failure()) and never restarts itself.
 ///
-/// Life cycle: start() then stop(), any number of times on the same object — a
-/// supervisor restarts a child by calling stop() and then start() again, so every service
-/// must support start() after stop() (reset whatever per-run state it needs in start()).
-/// When its work ends by itself while started, a service tells its supervisor with
-/// report_failure() (an error, or an exception escaping a thread it runs: see
-/// run_reporting_failure()) or report_exit() (finished on purpose); the supervisor then
-/// calls stop() and decides whether to start() it again (OTP restart types). The service
-/// must not restart itself.
-///
-/// Thread safety: start() and stop() are called one at a time, never concurrently with
-/// each other, but not necessarily from the same thread (a supervisor runs a bounded
-/// stop() on a helper thread). The service's own work may run on any thread.
-/// report_failure() and report_exit() may be called from any thread, at any time, even
-/// from inside start() or stop(); they only hand the report to the receiver, which
-/// never runs the restart on the reporting thread. set_exit_receiver() is safe from any
-/// thread.
+/// Thread safety: start() and stop() are called one at a time, not necessarily from the
+/// same thread. report_failure(), report_exit() and set_exit_receiver() are safe from any
+/// thread at any time, even inside start() or stop(); a restart never runs on the
+/// reporting thread.
 ///
 /// The layout of this class is part of the plugin ABI (RPCLB_PLUGIN_ABI_VERSION).
 class BOOST_SYMBOL_VISIBLE Service {

@@ -97,41 +97,18 @@ struct ChildStatus {
 /// Where a supervisor is in its life cycle.
 enum class SupervisorState { stopped, starting, running, stopping, failed };
 
-/// Supervises child services with OTP semantics (Erlang's `supervisor`, Elixir's
-/// `Supervisor`; doc/explanation/supervision.md; seed §1.1, §3.2, §3.6). It is itself a Service,
-/// so trees nest: a child supervisor that gives up reports a failure to its parent, which
-/// restarts it (and its children) like any other child.
+/// Supervises child services with OTP semantics (Erlang's `supervisor`;
+/// predecessor-compatibility §1.1, §3.2, §3.6). start() starts the children in order, stop()
+/// stops them in reverse, each within its `shutdown`. A child that reports the end of its
+/// work is restarted by its RestartType and the RestartStrategy (stop() then start() on the
+/// same objects); more than `max_restarts` within `max_seconds` stops every child, publishes
+/// an `escalation` event and reports a failure to the parent (a root stays `failed`). It is a
+/// Service itself, so trees nest. Reports from an earlier run of a child are ignored.
+/// doc/explanation/supervision.md gives the rules and the reasons.
 ///
-/// start() starts the children in order; stop() stops them in reverse order, each within
-/// its `shutdown`. When a started child reports the end of its work, the supervisor
-/// applies its restart type (RestartType), then its strategy (RestartStrategy): it stops
-/// the children concerned in reverse order and starts them again in order, reusing the
-/// same objects (stop() then start()). Each restart counts toward the intensity; more
-/// than `max_restarts` within `max_seconds` and the supervisor stops every child, logs
-/// at error, publishes an `escalation` event and reports a failure to its own parent
-/// (a root, with none, stays `failed` until stopped). A child whose start() throws during
-/// a restart is retried as if it had failed again, which also counts, so a child that
-/// can't start escalates quickly (OTP's `try_again_restart`).
-///
-/// Reports are stale and ignored when they come from a previous run of the child (each
-/// start gets a new generation), from a child that is not running, or after stop()
-/// began. Many reports of one run therefore cause one restart.
-///
-/// Threads: each supervisor runs one control thread while started (a nested one has its
-/// own); reports only queue an event, so restarts never run on the reporting thread (it
-/// may be the failing service's own). Operations on children (start, stop, restart,
-/// start_child, terminate_child, remove_child) are serialised by one lock, held while
-/// children start and stop: a child's start() or stop() must not call its supervisor.
-/// Restarts, events and logs (Boost.Log, channel "supervisor") come from the control
-/// thread; bounded stops run on a short-lived helper thread (inline for
-/// `infinite_shutdown`).
-///
-/// Children are kept, in order, across stop() and start(). When the supervisor is
-/// destroyed it stops, then releases its children in start order (a balancer's services
-/// before the LoadBalancer that holds their algorithm's plugin).
-///
-/// Thread safety: distinct objects safe; shared objects safe, except from on_event and
-/// from its children's start() and stop().
+/// Thread safety: distinct objects safe; shared objects safe, except from on_event and from
+/// its children's start() and stop(). Restarts run on the supervisor's own control thread,
+/// never on the reporting one.
 class Supervisor final : public Service {
 public:
     /// Throws std::invalid_argument for an empty name or a non-positive max_seconds.

@@ -11,8 +11,8 @@
 
 namespace rpclb {
 
-/// The events rpclb emits. The first nine are the seed's (`[:rpc_load_balancer, ...]`,
-/// seed §5.1–5.3), named with dots; the rest are rpclb's own.
+/// The events rpclb emits. The first nine are the predecessor's (`[:rpc_load_balancer, ...]`,
+/// predecessor-compatibility §5.1–5.3), named with dots; the rest are rpclb's own.
 ///
 /// | event | measurements | metadata |
 /// |---|---|---|
@@ -34,7 +34,7 @@ namespace rpclb {
 /// | `member.ejected` | count = 1, duration (of the ejection) | load_balancer, node, reason |
 /// | `member.returned` | count = 1 | load_balancer, node |
 ///
-/// The seed's LeastCpu poller calls the balancer `load_balancer_name`; here it is the
+/// The predecessor's LeastCpu poller calls the balancer `load_balancer_name`; here it is the
 /// `load_balancer` field like everywhere else.
 enum class EventName : std::uint8_t {
     rpc_start,
@@ -89,13 +89,13 @@ struct Event {
 
     // ---- metadata ----------------------------------------------------------------------
     std::string_view type{};           ///< rpc.*: "call" | "cast"
-    /// rpc.*: the node argument of the call (the seed's rule: for a load-balanced call the
+    /// rpc.*: the node argument of the call (the predecessor's rule: for a load-balanced call the
     /// caller's value, not the selected target); node_selected: the pick; membership.*:
     /// the member; remote_error: the remote node.
     std::string_view node{};
     std::string_view module{};         ///< rpc.*
     std::string_view function{};       ///< rpc.*
-    std::string_view load_balancer{};  ///< the balancer's name; empty = none (the seed's nil)
+    std::string_view load_balancer{};  ///< the balancer's name; empty = none (the predecessor's nil)
     /// rpc.stop: "ok", or the ErrorCode name (`to_string(ErrorCode)`, e.g.
     /// "request_timeout") of an error.
     std::string_view status{};
@@ -114,32 +114,20 @@ struct Event {
 /// A listener: called with each event, on the emitting thread.
 using Listener = std::function<void(const Event&)>;
 
-/// The bus events go through: listeners connect and disconnect as with Boost.Signals2
-/// (which it uses for its listener list); emitters call emit().
+/// The bus events go through: listeners connect and disconnect as with Boost.Signals2,
+/// emitters call emit(). With no listener, active() and emit() are one atomic load each;
+/// emitters test active() before building an Event. A listener runs on the emitting thread;
+/// one that throws is logged (channel "telemetry") and doesn't stop the others.
 ///
-/// Cost when idle: with no listener connected, active() and emit() are one atomic load
-/// each, take no lock and allocate nothing; emitters test active() before building an
-/// Event so that the call site costs no more either. With listeners, emit() is a
-/// Signals2 invocation: a short lock on the listener list, then each listener in
-/// connection order, on the emitting thread.
-///
-/// A listener that throws doesn't stop the others: the exception is caught and logged on
-/// the Boost.Log channel "telemetry" (severity error), and never reaches the emitter.
-///
-/// Thread safety: distinct objects safe; shared objects safe — connect, disconnect and
-/// emit may run concurrently from any threads, and a listener may disconnect itself or
-/// others. As with Signals2, a listener may still be running on another thread after
-/// disconnect() returned (it was already called when the disconnect happened); a listener
-/// that uses state it doesn't own must keep that state alive itself (e.g. capture a
-/// shared_ptr). Listeners run concurrently when emitters do, so they must be thread-safe.
+/// Thread safety: distinct objects safe; shared objects safe (connect, disconnect and emit
+/// from any threads, a listener may disconnect itself). A listener may still be running
+/// after disconnect() returns and must be thread-safe (doc/reference/telemetry.md).
 ///
 /// Example:
 /// \code
 ///   rpclb::TelemetryBus::ScopedConnection c = bus.connect([](const rpclb::Event& e) {
 ///       if (e.name == rpclb::EventName::rpc_stop) std::cout << e.status << '\n';
 ///   });
-///   if (bus.active())
-///       bus.emit({.name = rpclb::EventName::membership_join, .node = node, .group = g});
 /// \endcode
 class TelemetryBus {
     struct Core;

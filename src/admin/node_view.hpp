@@ -32,7 +32,7 @@ struct BalancerView {
 /// BalancerView::in_flight_by_member of `balancer`, read now.
 std::vector<std::pair<std::string, std::int64_t>> in_flight_per_member(const LoadBalancer& balancer);
 
-/// Everything /metrics reports besides the seed's six metrics.
+/// Everything /metrics reports besides the predecessor's six metrics.
 struct NodeView {
     std::string node;
     std::string incarnation;
@@ -46,7 +46,7 @@ struct NodeView {
     std::vector<Metrics::Series> series;
 };
 
-/// Calls this node routed through one balancer, from the seed's rpc.stop metrics (the
+/// Calls this node routed through one balancer, from the predecessor's rpc.stop metrics (the
 /// caller's side: calls this node made, not calls it served).
 struct BalancerCalls {
     std::map<std::string, std::uint64_t> by_status;  ///< "ok" or an ErrorCode name -> calls
@@ -59,7 +59,7 @@ struct BalancerCalls {
 /// Per balancer name (non-empty), the calls in `series`.
 std::map<std::string, BalancerCalls> balancer_calls(const std::vector<Metrics::Series>& series);
 
-/// The bounds (ms) of the seed's duration histogram.
+/// The bounds (ms) of the predecessor's duration histogram.
 const std::vector<double>& duration_bounds_ms();
 
 /// The `q` quantile (0..1) of a histogram with upper `bounds` and per-bucket `counts`

@@ -104,9 +104,9 @@ Cluster::Impl::Impl(ClusterOptions opts)
       router(router_options(options), runtime.network(), mesh, channels, rpc, balancers, bus) {}
 
 void Cluster::Impl::supervise(const std::shared_ptr<LoadBalancer>& b) {
-    // The balancer's subtree (seed §1.1): the algorithm's services first, then the
-    // balancer, so that it joins last and leaves first; one_for_all, so that a failure of
-    // any of them restarts them all (§3.6).
+    // The balancer's subtree (predecessor-compatibility §1.1): the algorithm's services
+    // first, then the balancer, so that it joins last and leaves first; one_for_all, so
+    // that a failure of any of them restarts them all (§3.6).
     auto tree = std::make_shared<Supervisor>(SupervisorOptions{
         .name = b->name(), .strategy = RestartStrategy::one_for_all, .on_event = supervisor_events(bus)});
     for (const auto& service : b->prepare()) tree->add_child(ChildSpec{service->name(), service});
@@ -348,15 +348,15 @@ Result<void> to_void(CallResult r) {
 // Never inline means never inside async_call, even when the call fails at once on the
 // calling thread (no connection, an unknown balancer without retries): a handler that
 // starts the next call from its completion would otherwise recurse once per failed call
-// until the stack ran out (found by review: rpclb-call died with SIGSEGV after a few
-// thousand calls to a killed node). `any_completion_executor` cannot require
+// until the stack ran out (a loop of calls to a killed node, as rpclb-call makes, would
+// overflow it after a few thousand). `any_completion_executor` cannot require
 // blocking.never (its prefer is a no-op, so a worker running the pool's executor ran the
 // completion in place); the worker pool's own executor type can.
 // How many initiate() calls this thread is inside. An opted-in completion runs inline on a
 // network thread unless that thread is inside async_call itself (the recursion above). It
 // is per thread: an answer read on a network thread while the calling thread has not yet
-// left async_call (it was preempted right after sending) still completes inline there;
-// with one flag per call it went to the pool (seen under load: unit.async_completion).
+// left async_call (it was preempted right after sending) still completes inline there,
+// where a flag per call would send it to the pool.
 thread_local int initiating_here = 0;
 
 template <class R, class Convert>

@@ -42,8 +42,9 @@ struct AnnouncedAlgorithm {
 std::optional<AnnouncedAlgorithm> announced_algorithm(const Groups& groups, std::string_view group);
 
 /// How hosted balancers run: each with its algorithm's services as one supervised unit,
-/// restarted together (seed §1.1, §3.6; doc/explanation/supervision.md). Implemented by
-/// Cluster (lifecycle) on the node's root Supervisor.
+/// restarted together (predecessor-compatibility §1.1, §3.6;
+/// doc/explanation/supervision.md). Implemented by Cluster (lifecycle) on the node's root
+/// Supervisor.
 ///
 /// Thread safety: both members may be called from any thread; calls for the same name are
 /// not concurrent (BalancerRegistry reserves a name while it starts it).

@@ -67,7 +67,7 @@ public:
         call_directly_ = o.call_directly.value_or(defaults.call_directly);
         retry_ = RetryPolicy{o.retry.value_or(defaults.retry), o.retry_count.value_or(defaults.retry_count),
                              o.retry_sleep};
-        // The seed's span covers direct and load-balanced calls from the start, retry
+        // The predecessor's span covers direct and load-balanced calls from the start, retry
         // sleeps included; a random-node helper's span is its inner direct call's.
         if (!spec_.filter && open_span(spec_.node, spec_.options.load_balancer)) emit_span_start();
     }
@@ -130,7 +130,7 @@ private:
                           spec_.node.empty() ? router_->options().name : spec_.node, spec_.module, spec_.function);
     }
 
-    // The random-node helpers (seed §1.6, §1.7).
+    // The random-node helpers (predecessor-compatibility §1.6, §1.7).
     void attempt_filtered(bool on_caller_thread) {
         const auto& filter = *spec_.filter;
         const auto& excluded = router_->options().excluded_node_patterns;
@@ -292,13 +292,13 @@ private:
         return e;
     }
 
-    // The short-circuits of seed §4.4: no selection, no retry, no drainer.
+    // The short-circuits of predecessor-compatibility §4.4: no selection, no retry, no drainer.
     void run_locally(bool on_caller_thread) {
         dispatch(router_->options().name, nullptr, {}, false, on_caller_thread);
     }
 
-    // Nothing to send to (seed §4.1): wait `retry_sleep` on a timer and try again, or
-    // give up with `final_error`.
+    // Nothing to send to (predecessor-compatibility §4.1): wait `retry_sleep` on a timer
+    // and try again, or give up with `final_error`.
     void no_route(ErrorMessage final_error) {
         // Waiting is pointless when every node this one could reach refused its cookie.
         if (auto refused_by = router_->mesh().shut_out())
@@ -347,9 +347,9 @@ private:
         done(std::move(result));
     }
 
-    // rpc.start / rpc.stop / rpc.exception (seed §5.1), only while someone listens.
-    // Opens the span when someone listens and none is open; true when rpc.start is to be
-    // emitted (emit_span_start, with no lock held).
+    // rpc.start / rpc.stop / rpc.exception (predecessor-compatibility §5.1), only while
+    // someone listens. Opens the span when someone listens and none is open; true when
+    // rpc.start is to be emitted (emit_span_start, with no lock held).
     bool open_span(std::string_view node, std::string_view balancer) {
         if (!router_->bus().active() || spanned_) return false;
         spanned_ = true;

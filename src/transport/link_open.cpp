@@ -94,7 +94,7 @@ void open_accepted(MeshStream& ws, OpenDone done) {
 }
 
 void open_dialled(MeshStream& ws, const std::string& target, OpenDone done) {
-    // Mesh checked the seed (seed_problem); a gossiped address is a peer's own listen
+    // Mesh checked a seed (dial_problem); a gossiped address is a peer's own listen
     // address, written by to_host_port.
     auto parts = split_host_port(target).value_or(HostPort{target, ""});
     // A numeric address needs no resolver (whose first use starts a thread).

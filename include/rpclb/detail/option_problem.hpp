@@ -11,7 +11,7 @@ namespace rpclb::detail {
 
 /// Longest duration an option accepts: 2^32 − 1 ms (about 49.7 days), the largest timeout
 /// Erlang accepts, so that a deadline `now + duration` can never overflow a steady_clock
-/// time point. The seed's `:infinity` drain timeout maps to this.
+/// time point. The predecessor's `:infinity` drain timeout maps to this.
 inline constexpr std::chrono::milliseconds max_option_duration{4'294'967'295};
 
 /// One option outside its valid range.
