@@ -9,21 +9,14 @@
 
 namespace rpclb::plugins {
 
-/// Sends every load-balanced call to the calling node itself (seed §2.8).
+/// Runs every load-balanced call on the calling node itself (predecessor-compatibility
+/// §2.8): `local()` is true, so the balancer does not select at all. A pick asked for anyway
+/// (`select_node`) returns the local node's index in the member list, key or no key;
+/// `choose_nodes` is the default random sample. Takes no options.
 ///
-/// `local()` is true, so a balancer runs its load-balanced calls and casts on this node
-/// without selecting at all. A pick asked for anyway (`select_node`) returns the index of
-/// the local node (`AlgorithmContext::local_node`) in the member list, key or no key.
-/// `choose_nodes` is the default random sample of members. Takes no options.
-///
-/// Differences from the seed, on purpose: the seed returns the local node even when it is
-/// not in the list; a pick here can only return an index into the list, so when the local
-/// node is not a member the pick fails with `service_unavailable` "call_direct: the local
-/// node <name> is not a member" (details: `load_balancer`, `node`). An empty member list
-/// gives `service_unavailable` "no members registered" naming the balancer (§10.6).
-///
-/// A pick compares the name at the index found last time and scans the list only when the
-/// local node has moved: no lock, no allocation.
+/// Errors: `service_unavailable` "call_direct: the local node <name> is not a member"
+/// (details `load_balancer`, `node`) when the list lacks the local node, which the
+/// predecessor returned anyway; "no members registered" for an empty list.
 ///
 /// Thread safety: distinct objects safe; shared objects safe for concurrent picks once
 /// `init` has returned.

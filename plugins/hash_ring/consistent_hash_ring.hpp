@@ -20,25 +20,14 @@
 
 namespace rpclb::plugins {
 
-/// An immutable consistent-hash ring over a member list (seed §2.6 with §10.3).
+/// An immutable consistent-hash ring over a member list (predecessor-compatibility §2.6,
+/// §10.3). Virtual node `i` of member `N` sits at `XXH3_64bits("N#i")` (decimal `i`,
+/// 0 ≤ i < weight); a key is owned by the member at the first point ≥ XXH3_64bits(key),
+/// wrapping around. Ties sort by member name, so the owner depends only on the member set
+/// and every node computes the same one. Owners are indices into `nodes()`.
 ///
-/// Every member gets `weight` virtual nodes; virtual node `i` of member `N` sits at point
-/// `XXH3_64bits("N#i")` (the decimal `i`, 0 ≤ i < weight) in the 64-bit hash space. A key
-/// hashes to `h = XXH3_64bits(key bytes)` and is owned by the member at the first point
-/// ≥ h, wrapping to the lowest point. Points are sorted by (point, member name), so the
-/// owner *name* of every key depends only on the member set, never on list order: every
-/// node of a cluster computes the same owner. Owners are reported as indices into the list
-/// the ring was built from (`nodes()`).
-///
-/// Construction hashes `members × weight` strings and sorts them (about 55 µs for 8
-/// members at weight 128): it allocates and belongs off the pick path. A look-up doesn't
-/// allocate: a bucket index over the top bits of the hash, about one point per bucket,
-/// leads to the answer in one or two comparisons (the result is exactly a binary search's).
-/// Memory: 16 bytes per virtual node plus the names. A benchmark or test can build and
-/// time a ring directly:
-///
-///     ConsistentHashRing ring(std::vector<std::string>{"a@h", "b@h"}, 128);
-///     std::size_t owner = ring.owner_of("user:42");   // index into ring.nodes()
+/// Construction allocates (members × weight hashes and a sort) and belongs off the pick
+/// path; look-ups allocate nothing.
 ///
 /// Thread safety: distinct objects safe; shared objects safe (const after construction).
 class ConsistentHashRing {

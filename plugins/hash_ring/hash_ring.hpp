@@ -15,22 +15,15 @@
 
 namespace rpclb::plugins {
 
-/// Routes each key to the same member for as long as the member set doesn't change
-/// (predecessor-compatibility §2.6, §10.2, §10.3), on a ConsistentHashRing of the members
-/// (XXH3 of the key). A pick without a key returns a random member. `choose_nodes` with a
-/// key returns `min(count, members)` distinct members clockwise from the key's point, the
-/// first being the single pick's answer.
+/// Routes each key to the same member while the member set doesn't change, on a
+/// ConsistentHashRing of the members (predecessor-compatibility §2.6, §10.2, §10.3). No key:
+/// a random member. `choose_nodes` with a key returns `min(count, members)` distinct members
+/// clockwise from the key, the single pick first.
 ///
-/// Options: `weight`, virtual nodes per member, integer 1 … 4096 (default 128);
-/// `load_factor`, a number ≥ 1 (default: none, plain consistent hashing). With
-/// `load_factor` c, a key whose owner has more than ⌈c × (calls in flight + 1) / members⌉
-/// calls in flight goes clockwise to the first member under that bound (consistent hashing
-/// with bounded loads, Mirrokni, Thorup and Zadimoghaddam); with no load the owner is
-/// unchanged.
-///
-/// The ring is the snapshot's state (MemberSnapshot::state): built by the first keyed pick
-/// on a snapshot (once per membership change) and freed with it. A pick is a hash and a bucket look-up, plus,
-/// with `load_factor`, a read of every member's count.
+/// Options: `weight`, virtual nodes per member, 1 … 4096 (default 128); `load_factor` c ≥ 1
+/// (default none): a key whose owner has more than ⌈c × (in flight + 1) / members⌉ calls in
+/// flight goes clockwise to the first member under that bound. Bad options throw
+/// std::invalid_argument at `init`.
 ///
 /// Thread safety: shared objects safe for concurrent picks and `on_node_change` once
 /// `init` has returned.

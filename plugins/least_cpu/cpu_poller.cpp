@@ -152,7 +152,7 @@ struct CpuPoller::Run : std::enable_shared_from_this<CpuPoller::Run> {
         }
     }
 
-    // The seed's poll span (§5.3): start, then stop or exception.
+    // The predecessor's poll span (predecessor-compatibility §5.3): start, then stop or exception.
     void begin_cycle(Outbox& out) {
         in_cycle = true;
         began = std::chrono::steady_clock::now();

@@ -16,7 +16,8 @@
 
 namespace rpclb::plugins {
 
-/// LeastCpu's `algorithm_opts` (seed §2.7), validated. Durations in milliseconds.
+/// LeastCpu's `algorithm_opts` (predecessor-compatibility §2.7), validated. Durations in
+/// milliseconds.
 struct LeastCpuSettings {
     /// `poll_interval`: pause between the end of one poll cycle and the start of the next.
     /// Integer in [1, 86'400'000]; default 5000.
@@ -53,42 +54,14 @@ struct LeastCpuSettings {
     std::int64_t now_ms() const noexcept;
 };
 
-/// Picks a member with a low CPU load, from readings a poller keeps fresh (reference
-/// §2.7, with §10.9).
+/// Picks a random member among those whose CPU load is within `cpu_threshold` points of the
+/// lowest (predecessor-compatibility §2.7, §10.9). The readings come from the CpuPoller that
+/// services() returns; a missing reading, or one older than `cpu_cache_ttl`, counts as 50.0,
+/// so until the first poll the picks are uniform. A pick never touches the network and, once
+/// its snapshot holds the readings, takes no lock and allocates nothing.
 ///
-/// A pick reads, for each member, its NodeReading from AlgorithmState (keyed by node,
-/// shared by every balancer of the process, kept while a snapshot or poller holds it). A reading
-/// that is missing (never written) or stale (older than `cpu_cache_ttl`; exactly ttl old
-/// is still fresh) counts as 50.0. With `min` the lowest value, the candidates are the
-/// members whose value is at most `min + cpu_threshold`; the pick is a uniformly random
-/// candidate. A single member is picked without reading anything. Picking never touches
-/// the network and never refreshes a reading. Until the first poll every member reads
-/// 50.0, so the algorithm behaves like Random (up to `poll_startup_jitter` after start).
-///
-/// The readings come from the service returned by services(): one CpuPoller per balancer
-/// (see cpu_poller.hpp), run on timers of the balancer's AlgorithmHost executor, that
-/// samples the local CPU from /proc/stat and fetches each remote member's latest reading
-/// with the host's asynchronous calls.
-///
-/// Differences from the seed, on purpose: CPU comes from /proc/stat deltas, not
-/// `:cpu_sup`; remote readings travel over the mesh as the registered function
-/// `rpclb.cpu_reading`; a failed or malformed remote reply is counted and logged, never a
-/// crash of the poller (§10.9); an empty member list gives `service_unavailable` "no
-/// members registered" naming the balancer (§10.6); options are checked at init. There is
-/// no `on_node_change` (readings are node-scoped and age out through the ttl), as in the
-/// seed's newest version. `choose_nodes` is the default random sample.
-///
-/// Cost: the readings of a member list are looked up once per snapshot (the first pick on
-/// it keeps them as its state: MemberSnapshot::state); a pick then reads two atomics per member, a coarse
-/// clock and one random number: about 50 ns of CPU at 8 members on the development VM
-/// (Random: 11 ns), the same per thread with two threads. No lock, no allocation once the
-/// snapshot holds its readings; members past the first 64 are read twice.
-///
-/// Memory: the algorithm keeps nothing per member name. A snapshot holds its members'
-/// readings and frees them with itself; a reading lives while any snapshot (of any
-/// balancer) or poller holds it, so a name that has left every group costs nothing once
-/// its last snapshot is gone (a name that comes back starts without a reading, 50.0,
-/// until the next poll).
+/// Errors: `service_unavailable` "no members registered" for an empty list; init throws
+/// std::invalid_argument naming a bad option.
 ///
 /// Thread safety: distinct objects safe; shared objects safe for concurrent picks once
 /// `init` has returned.
@@ -96,7 +69,7 @@ class LeastCpu final : public SelectionAlgorithm {
 public:
     static constexpr std::uint64_t capabilities =
         capability::snapshot_state | capability::host | capability::services;
-    /// The value of a missing or stale reading (the seed's default/fallback CPU).
+    /// The value of a missing or stale reading (the predecessor's default/fallback CPU).
     static constexpr double missing_cpu = 50.0;
 
     /// Reads the options (see LeastCpuSettings). Throws std::invalid_argument naming a

@@ -41,18 +41,14 @@ private:
     std::vector<std::uint32_t> entries_;
 };
 
-/// Routes each key to the same member for as long as the member set doesn't change, by a
-/// Maglev table of the members (MaglevTable). Against hash_ring: an even spread (every
-/// member within one entry of its share), about as few keys moved on a change, a pick that
-/// is one hash and one array read, and a build that costs O(size × log size) and
-/// 4 × size bytes (doc/reference/algorithms.md compares them). A pick without a key
-/// returns a random member; `choose_nodes` with a key returns the owner first.
+/// Routes each key to the same member while the member set doesn't change, by a Maglev
+/// table of the members (MaglevTable): an even spread and a one-read pick, for a build of
+/// O(size × log size) (doc/reference/algorithms.md compares it with hash_ring). No key: a
+/// random member; `choose_nodes` with a key returns the owner first.
 ///
-/// Option: `table_size`, a prime from 211 to 1,000,003 (default 65,537). A table needs at
-/// least 10 entries a member to spread keys evenly: with more members than table_size / 10
-/// the table is the smallest prime above 10 × members instead.
-///
-/// The table is the snapshot's state, built by the first keyed pick on a snapshot.
+/// Option: `table_size`, a prime from 211 to 1,000,003 (default 65,537), grown to the
+/// smallest prime above 10 × members when smaller. A bad one throws std::invalid_argument
+/// at `init`.
 ///
 /// Thread safety: shared objects safe for concurrent picks and `on_node_change` once
 /// `init` has returned.

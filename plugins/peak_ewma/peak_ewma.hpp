@@ -16,30 +16,18 @@
 
 namespace rpclb::plugins {
 
-/// Power of two choices scored by latency: of two distinct random members it picks the one
-/// with the lower cost × (in_flight + 1), where cost is a peak-sensitive moving average of
-/// the member's call latencies (Finagle's and Linkerd's PeakEWMA, brpc's p2c). The cost
-/// decays as e^(−Δt / decay), Δt being the time since the member's last sample: a latency
-/// above the decayed cost replaces it at once (the peak), one below is averaged in with
-/// weight 1 − e^(−Δt / decay). So a member that slowed down is avoided at once, and one
-/// that nobody picks any more looks cheaper over time until a pick tries it again.
-///
-/// Feedback: every release carries the call's latency (CallOutcome). A call that failed
-/// here or on the way (ErrorOrigin::local: no connection, timeout) counts as a latency of
-/// at least `failure_penalty`, so a member that fails fast is not mistaken for a fast one.
-/// A member without a sample yet costs the mean of the members that have one (1 ms when
-/// none has), so a newcomer is tried without being flooded.
+/// Power of two choices scored by latency (Finagle's and Linkerd's PeakEWMA): of two
+/// distinct random members, the one with the lower cost × (in_flight + 1), where cost is a
+/// peak-sensitive moving average of the member's latencies, learnt from each release
+/// (CallOutcome). A local failure (no connection, timeout) counts as a latency of at least
+/// `failure_penalty`; a member with no sample yet costs the mean of those that have one.
 ///
 /// Options: `decay` (ms, integer 1 … 86,400,000, default 10,000); `failure_penalty` (ms,
 /// integer 0 … 86,400,000, default 1,000); `seed` (integer ≥ 0: deterministic draws, for
-/// tests).
-///
-/// Costs are kept per member name for the instance's life, so a membership change keeps
-/// them; a snapshot's state is the index-aligned list of its members' costs.
+/// tests). Bad options throw std::invalid_argument at `init`.
 ///
 /// Thread safety: shared objects safe for concurrent picks and releases once `init` has
-/// returned. A pick is one draw, a coarse clock read and two reads of cost and count; a
-/// release is a clock read and a compare-exchange. The first pick on a snapshot looks its members up under a mutex.
+/// returned; only the first pick on a snapshot takes a mutex.
 class PeakEwma final : public SelectionAlgorithm {
 public:
     static constexpr std::uint64_t capabilities =

@@ -13,26 +13,18 @@
 
 namespace rpclb::plugins {
 
-/// Picks members in turn, each as often as its weight says, spread evenly
-/// (predecessor-compatibility §2.3 as changed by §10.5).
+/// Picks members in turn, each as often as its weight says, smoothly interleaved
+/// ({a: 3, b: 1} gives a a b a, never a a a b; predecessor-compatibility §2.3, §10.5).
 ///
-/// Option `weights`: a JSON object of node name → integer weight in [0, 1,000,000];
-/// default `{}`. A member missing from it weighs 1; weight 0 excludes a member.
+/// Options: `weights`, node name → integer in [0, 1,000,000], default `{}` (a missing member
+/// weighs 1, weight 0 excludes it); `start`, an integer ≥ 0, the cursor's first value
+/// (default: random for each instance).
 ///
-/// For each snapshot the weights are divided by their greatest common divisor and expanded
-/// once into a period of sum(weights) picks with nginx's smooth weighted round robin
-/// ({a: 3, b: 1} gives a a b a, never a a a b), kept as the snapshot's state. A pick takes
-/// the next value of one cursor, which starts at a random value for each instance (or at
-/// option `start`, an integer ≥ 0), modulo the period. A period longer than 65,536 is scaled down to about that length, keeping
-/// every positive weight ≥ 1.
-///
-/// Errors: bad `weights` throw std::invalid_argument at `init`; all-zero weights give
+/// Errors: bad options throw std::invalid_argument at `init`; all-zero weights give
 /// `service_unavailable` "no member has a positive weight"; an empty list "no members
 /// registered".
 ///
-/// Thread safety: shared objects safe for concurrent picks once `init` has returned. A
-/// pick is one shared `fetch_add` and a read of the period; the first pick on a snapshot
-/// builds it in O(period × members).
+/// Thread safety: shared objects safe for concurrent picks once `init` has returned.
 class WeightedRoundRobin final : public SelectionAlgorithm {
 public:
     static constexpr std::uint64_t capabilities = capability::snapshot_state;
