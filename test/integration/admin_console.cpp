@@ -359,7 +359,7 @@ BOOST_FIXTURE_TEST_CASE(command_line_errors_exit_2, Harness) {
         const auto r = run_admin(dir(), args);
         BOOST_TEST(r.status == 2, slurp(r));
     }
-    // Text that is not JSON is called that, not "must be a JSON object" (found by review).
+    // Text that is not JSON is called that, not "must be a JSON object".
     const auto cut = run_admin(dir(), {"--admin", "127.0.0.1:1", "balancer", "set-options", "w", R"({"a":)"});
     BOOST_TEST(cut.status == 2, slurp(cut));
     BOOST_TEST(cut.err.find("is not JSON") != std::string::npos, cut.err);

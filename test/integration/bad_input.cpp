@@ -132,10 +132,10 @@ BOOST_FIXTURE_TEST_CASE(frames_before_handshake_end_the_connection, RawNode) {
     check_node_serves();
 }
 
-// Found by a newcomer run: a caller killed with requests queued for the worker pool left
-// them to run anyway, and a fresh call from another caller waited seconds behind them.
-// Their caller's calls failed when the connection dropped, so they are not run now. Node a
-// has 4 workers: 80 sleeps of 200 ms would hold it for 4 s, past the fresh call's 2 s.
+// Requests queued for the worker pool by a caller that is killed are not run: that caller's
+// calls failed when its connection dropped, and running them would make a fresh call from
+// another caller wait seconds behind them. Node a has 4 workers: 80 sleeps of 200 ms would
+// hold it for 4 s, past the fresh call's 2 s.
 BOOST_FIXTURE_TEST_CASE(a_vanished_callers_queued_requests_are_not_run, RawNode) {
     {
         auto gone = authenticated_peer("gone");
@@ -253,8 +253,8 @@ CallRun run_call(Harness& h, const Node& a, std::vector<std::string> args, const
 
 }  // namespace
 
-// Found by a review: a 200 KiB argument does not fit one command-line argument (Linux caps
-// one at 128 KiB), and a single call's answer was nowhere in the output.
+// A 200 KiB argument does not fit one command-line argument (Linux caps one at 128 KiB), so
+// rpclb-call reads it from a file; and a single call prints its answer.
 BOOST_FIXTURE_TEST_CASE(rpclb_call_reads_arguments_from_a_file_and_prints_a_single_answer, RawNode) {
     const boost::json::array args{std::string(200 * 1024, 'q') + "\"\\\n\x01 caf\xc3\xa9", 7};
     const auto file = dir() / "args.json";
@@ -297,9 +297,8 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_says_each_retry_at_an_empty_balancer, RawNode
     BOOST_TEST(run.summary.as_object().at("error").at("code") == "service_unavailable");
 }
 
-// Found by a newcomer run: `--name noat` exited 1 (the Cluster constructor refused it after
-// parsing), `--wait -1` was taken ("no node answered within -1 ms"), and calls_per_s came
-// out as 2.6765561251960913E4.
+// rpclb-call refuses `--name noat` and `--wait -1` as command-line errors (exit 2) before
+// starting anything, and prints calls_per_s as a whole number, not 2.6765561251960913E4.
 BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_name_or_wait_and_prints_whole_calls_per_second, RawNode) {
     auto run = run_call(*this, *a, {"--name", "noat", "demo", "echo"}, "call-name.log");
     BOOST_TEST(run.status == 2);
@@ -315,8 +314,8 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_name_or_wait_and_prints_whole_c
     check_node_serves();
 }
 
-// Found by a newcomer run: `--seed nonsense` waited --wait and exited 1, `--algorithm
-// nosuchalgo` exited 1, and --help listed --module, --function and --args undocumented.
+// rpclb-call refuses a bad `--seed` or `--algorithm` as a command-line error (exit 2) at
+// once, without waiting --wait, and --help does not list --module, --function and --args.
 BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_seed_or_algorithm_and_hides_its_positional_flags, RawNode) {
     const auto t0 = std::chrono::steady_clock::now();
     auto run = run_call(*this, *a, {"--seed", "nonsense", "demo", "echo"}, "call-seed.log");
@@ -351,7 +350,7 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_arguments_file, RawNode) {
     BOOST_TEST(run.status == 2);
     BOOST_TEST(run.err.find("rpclb-call: --args-file: cannot open") == 0u, run.err);
 
-    // Found by a second review: an empty file, or none named, sent [] and exited 0.
+    // An empty file, or none named, is an error, not a call with [].
     {
         std::ofstream out(dir() / "empty.json");
     }
@@ -407,10 +406,9 @@ boost::test_tools::assertion_result not_under_ubsan(boost::unit_test::test_unit_
 }
 }  // namespace
 
-// Found by review: a node out of file descriptors (EMFILE) retried its accept at once, in a
-// loop, since the connection stays in the backlog: about 340,000 warnings in 5 s at 30-40 %
-// CPU. It now waits 100 ms between tries, logs a run of failures once, and accepts again
-// once descriptors are free.
+// A node out of file descriptors (EMFILE) must not retry its accept in a busy loop (the
+// connection stays in the backlog, so each retry fails again at once): it waits 100 ms
+// between tries, logs a run of failures once, and accepts again once descriptors are free.
 BOOST_FIXTURE_TEST_CASE(a_node_out_of_descriptors_retries_its_accepts_calmly, Harness,
                         *boost::unit_test::precondition(not_under_ubsan)) {
     // The node inherits this process's descriptor limit: lowered only around its spawn.

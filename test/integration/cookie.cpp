@@ -189,7 +189,7 @@ BOOST_FIXTURE_TEST_CASE(waiting_call_fails_when_the_last_seed_refuses, Harness) 
 }
 
 // rpclb-call against a node with another cookie: one error line naming the refusing node,
-// no redialling, and an exit within a few seconds (it used to retry for 30 s).
+// no redialling, and an exit within a few seconds rather than retrying for the whole wait.
 BOOST_FIXTURE_TEST_CASE(rpclb_call_with_wrong_cookie_exits_fast, Harness) {
     auto a = start_node({.name = "a", .balancers = {"w=round_robin"}});
     const auto t0 = steady_clock::now();

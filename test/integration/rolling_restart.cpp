@@ -1,7 +1,8 @@
 // A rolling restart under continuous load loses no call (doc/explanation/
-// draining-and-retries.md, seed §10.7): three rpclb-node processes host balancer `workers`; a client keeps
-// calling through it from several threads while each node in turn is stopped with SIGTERM
-// (it leaves, refuses new work with `draining`, drains, says bye) and started again.
+// draining-and-retries.md, predecessor-compatibility §10.7): three rpclb-node processes
+// host balancer `workers`; a client keeps calling through it from several threads while
+// each node in turn is stopped with SIGTERM (it leaves, refuses new work with `draining`,
+// drains, says bye) and started again.
 #define BOOST_TEST_MODULE rolling_restart
 #include <boost/test/unit_test.hpp>
 

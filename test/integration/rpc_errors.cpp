@@ -29,7 +29,7 @@ std::string detail(const ErrorMessage& e, std::string_view key) {
 // Why rpclb failed a call whose connection failed (doc/architecture.md "Errors").
 std::string reason_of(const ErrorMessage& e) { return detail(e, "reason"); }
 
-// Every call error names node, module and function (seed §10.1).
+// Every call error names node, module and function (predecessor-compatibility §10.1).
 void check_names_call(const ErrorMessage& e, const std::string& node, const std::string& module,
                       const std::string& function) {
     BOOST_TEST(detail(e, "node") == node);
@@ -95,8 +95,8 @@ private:
 };
 
 // A node that stopped while its peer was frozen: the peer never answered the close, and
-// requests to it used to be queued on a connection whose strand no thread ran any more, so
-// they never completed. Now they fail at once.
+// requests to it must not wait on a connection whose strand no thread runs any more. They
+// fail at once.
 BOOST_FIXTURE_TEST_CASE(calls_after_stop_fail_at_once_even_with_a_frozen_peer, OneNode) {
     Frozen frozen(*a);
     client->stop();
@@ -139,8 +139,8 @@ BOOST_FIXTURE_TEST_CASE(blocking_call_to_a_frozen_peer_ends_when_the_caller_stop
 }
 
 // A timeout outside 1 ms .. 4294967295 ms is refused at once with bad_request on every
-// path (it used to be taken as it came: a remote call with 0 ms failed unsent with
-// request_timeout, a local one ran its handler, a negative one waited for the answer).
+// path, rather than a remote call with 0 ms failing unsent with request_timeout, a local
+// one running its handler, or a negative one waiting for the answer.
 BOOST_FIXTURE_TEST_CASE(a_call_timeout_out_of_range_is_bad_request_on_every_path, OneNode) {
     std::atomic<int> local_runs{0};
     client->register_function("t", "count", [&local_runs](const boost::json::array&) -> CallResult {

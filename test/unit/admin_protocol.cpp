@@ -73,7 +73,7 @@ BOOST_AUTO_TEST_CASE(malformed_requests_get_bad_request) {
     BOOST_TEST(expect_error(R"({"id":[1],"cmd":"nodes"})").message.find("\"id\" must be") != std::string::npos);
     // 1e400 parses as infinity, which an answer could not echo as JSON.
     BOOST_TEST(expect_error(R"({"id":1e400,"cmd":"nodes"})").message.find("finite") != std::string::npos);
-    // Found by fuzz/admin.cpp: infinity anywhere else in the request (options that are
+    // Infinity anywhere else in the request (options that are
     // echoed in answers and forwarded to peers) is refused as well, keeping the id.
     auto inf = expect_error(R"({"id":3,"cmd":"balancer_set_options","name":"w","algorithm_opts":{"w":1e400}})", r);
     BOOST_TEST(inf.code == code::bad_request);

@@ -29,13 +29,13 @@ rpclb::PickOptions with_key(std::string_view key) {
 
 BOOST_AUTO_TEST_SUITE(algorithms_call_direct)
 
-// Seed §7 case 76, first half.
+// predecessor-compatibility §7 case 76, first half.
 BOOST_AUTO_TEST_CASE(local_is_true) {
     auto algorithm = load();
     BOOST_TEST(algorithm->local());
 }
 
-// Seed §7 case 76, second half, for a list where the local node is a member.
+// predecessor-compatibility §7 case 76, second half, for a list where the local node is a member.
 BOOST_AUTO_TEST_CASE(pick_returns_local_node_with_or_without_key) {
     auto algorithm = load();
     const rpclb::MemberSnapshot abc{{"a@h", "b@h", "c@h"}, 1};
@@ -59,7 +59,7 @@ BOOST_AUTO_TEST_CASE(pick_follows_local_node_across_lists) {
             BOOST_TEST(algorithm->choose_from_nodes(lists[i], {}).value() == expected[i]);
 }
 
-// The seed returns the local node even when it isn't listed; an index can't, so rpclb
+// The predecessor returns the local node even when it isn't listed; an index can't, so rpclb
 // says why instead.
 BOOST_AUTO_TEST_CASE(pick_without_local_node_in_list_returns_service_unavailable) {
     auto algorithm = load();
@@ -74,7 +74,7 @@ BOOST_AUTO_TEST_CASE(pick_without_local_node_in_list_returns_service_unavailable
     }
 }
 
-// §10.6: an empty list is an error naming the balancer.
+// predecessor-compatibility §10.6: an empty list is an error naming the balancer.
 BOOST_AUTO_TEST_CASE(empty_member_list_returns_service_unavailable) {
     auto algorithm = load();
     auto index = algorithm->choose_from_nodes(rpclb::MemberSnapshot{}, {});

@@ -603,7 +603,8 @@ BOOST_AUTO_TEST_CASE(concurrent_picks_across_membership_changes_stay_correct) {
     BOOST_TEST(wrong.load() == 0);
 }
 
-// §10.6: an empty list is an error naming the balancer, with or without a key.
+// predecessor-compatibility §10.6: an empty list is an error naming the balancer, with or
+// without a key.
 BOOST_AUTO_TEST_CASE(empty_member_list_returns_service_unavailable) {
     auto algorithm = load();
     for (const auto& options : {rpclb::PickOptions{}, with_key("user:1")}) {

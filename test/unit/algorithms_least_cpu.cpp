@@ -1,6 +1,6 @@
-// The least_cpu plugin (seed §2.7, §10.9): picks over readings written directly into
-// AlgorithmState with a frozen clock, option checks, the /proc/stat arithmetic, and the
-// poller on real in-process clusters.
+// The least_cpu plugin (predecessor-compatibility §2.7, §10.9): picks over readings written
+// directly into AlgorithmState with a frozen clock, option checks, the /proc/stat
+// arithmetic, and the poller on real in-process clusters.
 #define BOOST_TEST_MODULE algorithms_least_cpu
 #include <boost/test/unit_test.hpp>
 
@@ -130,7 +130,7 @@ BOOST_AUTO_TEST_SUITE(least_cpu)
 // ---- picks ------------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(pick_chooses_lowest_reading) {
-    // Seed §7 77.
+    // predecessor-compatibility §7 case 77.
     set_reading("l77_a@h", 80);
     set_reading("l77_b@h", 20);
     set_reading("l77_c@h", 50);
@@ -142,7 +142,7 @@ BOOST_AUTO_TEST_CASE(pick_chooses_lowest_reading) {
 }
 
 BOOST_AUTO_TEST_CASE(pick_counts_missing_reading_as_fifty) {
-    // Seed §7 80: only a has a reading (60); b and c read 50 and beat it.
+    // predecessor-compatibility §7 case 80: only a has a reading (60); b and c read 50 and beat it.
     set_reading("l80_a@h", 60);
     auto algorithm = load();
     const rpclb::MemberSnapshot members{{"l80_a@h", "l80_b@h", "l80_c@h"}, 1};
@@ -384,7 +384,7 @@ BOOST_AUTO_TEST_CASE(init_accepts_valid_options) {
 }
 
 BOOST_AUTO_TEST_CASE(services_is_one_poller_named_after_balancer) {
-    // Seed §7 82.
+    // predecessor-compatibility §7 case 82.
     auto algorithm = load();
     const auto services = algorithm->services();
     BOOST_TEST_REQUIRE(services.size() == 1u);
@@ -433,7 +433,7 @@ BOOST_AUTO_TEST_CASE(cpu_percent_is_busy_share_of_elapsed_time) {
 // ---- the poller on real clusters ----------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(poller_stores_fixed_sample_for_local_node_soon_after_start) {
-    // Seed §7 86.
+    // predecessor-compatibility §7 case 86.
     const std::string me = "lc_fixed@127.0.0.1";
     rpclb::Cluster cluster(cluster_options(me));
     cluster.start();
@@ -451,7 +451,8 @@ BOOST_AUTO_TEST_CASE(poller_stores_fixed_sample_for_local_node_soon_after_start)
 }
 
 BOOST_AUTO_TEST_CASE(poller_samples_proc_stat_repeatedly) {
-    // Seed §7 87, 88: a reading in [0, 100] appears, and a later one has a later time.
+    // predecessor-compatibility §7 cases 87, 88: a reading in [0, 100] appears, and a later
+    // one has a later time.
     const std::string me = "lc_proc@127.0.0.1";
     rpclb::Cluster cluster(cluster_options(me));
     cluster.start();

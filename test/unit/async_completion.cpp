@@ -173,10 +173,10 @@ struct FailingChain {
 
 }  // namespace
 
-// Found by review: a call failing at once completed inside async_call when made from a
-// worker (the pool's executor ran the completion in place), so a handler that starts the
-// next call recursed once per call: rpclb-call died with SIGSEGV after a few thousand
-// calls to a killed node.
+// A call failing at once must not complete inside async_call, even when made from a worker
+// (whose executor would run the completion in place): a handler that starts the next call
+// would recurse once per call and overflow the stack after a few thousand calls to a
+// killed node.
 BOOST_AUTO_TEST_CASE(a_call_failing_at_once_never_completes_inside_async_call) {
     rpclb::Cluster a(rpclb::test::in_process_node_options("a@127.0.0.1"));
     a.start();
@@ -344,13 +344,13 @@ BOOST_AUTO_TEST_CASE(inline_completions_during_a_stop_each_run_once) {
     BOOST_TEST(failed.load() > 0);  // those still waiting when a closed its connections
 }
 
-// Found by review: the guard only knew the calling node's own network threads. From an
-// inline completion on a's network thread, b (in the same process) blocked on a call to a,
-// whose loop could not answer, for the call's whole timeout.
+// The guard knows the network threads of every node in the process, not only the calling
+// node's: from an inline completion on a's network thread, a blocking call by b (in the
+// same process) to a, whose loop cannot answer, would otherwise wait its whole timeout.
 BOOST_AUTO_TEST_CASE(a_blocking_call_on_any_nodes_network_thread_fails_at_once) {
     Pair p;
     // a to b answers first: the completion below must come from a's network thread (a
-    // call that failed at once would complete on this thread instead; seen once in CI).
+    // call that failed at once would complete on this thread instead).
     BOOST_REQUIRE(eventually([&] { return p.a.call("b@127.0.0.1", "t", "echo", {1}).has_value(); }, 5s));
     std::promise<std::pair<rpclb::CallResult, std::chrono::steady_clock::duration>> done;
     p.a.async_call("b@127.0.0.1", "t", "echo", {1}, inline_completion(), [&](rpclb::CallResult) {
@@ -367,7 +367,7 @@ BOOST_AUTO_TEST_CASE(a_blocking_call_on_any_nodes_network_thread_fails_at_once) 
     BOOST_TEST(took < 1s);
 }
 
-// Found by review: a cancellation slot's signal is emitted on the handler's executor (the
+// A cancellation slot's signal is emitted on the handler's executor (the
 // pool), so a handler with one completes there even when opted in.
 BOOST_AUTO_TEST_CASE(a_handler_with_a_cancellation_slot_completes_on_the_pool) {
     Pair p;

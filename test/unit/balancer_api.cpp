@@ -1,8 +1,8 @@
 // The selection API of a balancer end to end, on three in-process nodes on 127.0.0.1:
 // select_nodes with and without a key (hash_ring's replica walk; the random sample of the
 // algorithms without choose_nodes), and every algorithm plugin run as a balancer with
-// select_node, a load-balanced call and cast, and get_members (seed §7 case 100, here
-// with all eight plugins and three members).
+// select_node, a load-balanced call and cast, and get_members (predecessor-compatibility §7
+// case 100, here with all eight plugins and three members).
 #define BOOST_TEST_MODULE balancer_api
 #include <boost/test/unit_test.hpp>
 
@@ -157,7 +157,8 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(every_algorithm)
 
-// Seed §7 case 100 (and 101 for call_direct), through real balancers on three nodes.
+// predecessor-compatibility §7 case 100 (and 101 for call_direct), through real balancers
+// on three nodes.
 BOOST_AUTO_TEST_CASE(every_algorithm_selects_calls_casts_and_lists_members_as_a_balancer) {
     Trio t;
     const auto members = t.names();

@@ -1,7 +1,8 @@
-// Each hosted balancer is a supervised subtree on a real in-process Cluster (seed §1.1,
-// §3.2, §3.5, §3.6): the algorithm's services start before the LoadBalancer joins and stop
-// after it has left; a failing service restarts the whole subtree. The services come from
-// the test plugin supervised_probe (test/plugins/supervised_probe.cpp).
+// Each hosted balancer is a supervised subtree on a real in-process Cluster
+// (predecessor-compatibility §1.1, §3.2, §3.5, §3.6): the algorithm's services start before
+// the LoadBalancer joins and stop after it has left; a failing service restarts the whole
+// subtree. The services come from the test plugin supervised_probe
+// (test/plugins/supervised_probe.cpp).
 #define BOOST_TEST_MODULE balancer_supervision
 #include <boost/test/unit_test.hpp>
 
@@ -104,7 +105,8 @@ BOOST_AUTO_TEST_SUITE(balancer_supervision)
 BOOST_AUTO_TEST_CASE(start_balancer_returns_with_the_node_already_a_member) {
     Host a("bs_member@127.0.0.1");
     const auto b = a.node.start_balancer(probe_balancer("bs_member"));
-    // No waiting: start_balancer returning means registered and selectable (seed §3.2).
+    // No waiting: start_balancer returning means registered and selectable
+    // (predecessor-compatibility §3.2).
     BOOST_TEST(b->joined());
     const auto members = a.node.get_members("bs_member");
     BOOST_TEST_REQUIRE(members.has_value());
@@ -183,7 +185,8 @@ BOOST_AUTO_TEST_CASE(stop_balancer_stops_the_balancer_before_its_services) {
     MembershipLog seen(a.node, "bs_stop");
     a.node.start_balancer(probe_balancer("bs_stop"));
     BOOST_TEST(a.node.stop_balancer("bs_stop"));
-    // When the probe stopped, the balancer had already left the group (seed §3.5).
+    // When the probe stopped, the balancer had already left the group
+    // (predecessor-compatibility §3.5).
     BOOST_TEST(a.probe("bs_stop", "stops") == 1);
     BOOST_TEST(a.probe("bs_stop", "stopped_as_member") == 0);
     BOOST_TEST(seen.entries() == (Strings{"joined " + a.node.name(), "left " + a.node.name()}),

@@ -169,9 +169,9 @@ BOOST_AUTO_TEST_CASE(a_peer_that_stops_fails_a_call_waiting_on_its_channel) {
     stopping.get();
 }
 
-// A stopping node still takes and answers the channels its peers open (it used to close
-// one right after its handshake, and a request the caller had written on it was lost as
-// "noconnection" during a rolling restart). b is stopping: it has left group w and waits
+// A stopping node still takes and answers the channels its peers open: closing one right
+// after its handshake would lose a request the caller had written on it as "noconnection"
+// during a rolling restart. b is stopping: it has left group w and waits
 // for the call it serves; a call from a on a second channel is answered there.
 BOOST_AUTO_TEST_CASE(a_stopping_peer_answers_on_a_channel_opened_while_it_drains) {
     Pair p;
@@ -194,10 +194,10 @@ BOOST_AUTO_TEST_CASE(a_stopping_peer_answers_on_a_channel_opened_while_it_drains
     BOOST_TEST(eventually([&] { return p.a->stats().channels_open == 0u; }, 2s));
 }
 
-// Found by a newcomer run: b's stop waited for b to be idle before its bye, and under a
-// steady stream of overlapping direct calls it never was, so the stop took its whole
-// stop_timeout and then dropped what was queued. Now b waits only for the calls it was
-// serving when its stop began, then says bye: the callers' next calls fail at once,
+// b's stop must not wait for b to be idle before its bye: under a steady stream of
+// overlapping direct calls it never is, and the stop would take its whole stop_timeout and
+// then drop what was queued. b waits only for the calls it was serving when its stop
+// began, then says bye: the callers' next calls fail at once,
 // unsent, and every call b ran is answered. On channels and on the mesh link alike.
 // `nested`: b's handler calls a back, as a handler that calls another node; a answers b's
 // bye with a reply bye, which leaves b free to call it until b closes (before, a's bye
@@ -247,8 +247,7 @@ void stop_under_a_steady_stream_of_direct_calls(bool channels, bool nested = fal
         BOOST_TEST(r.error().code == rpclb::ErrorCode::service_unavailable, r.error().message);
     }
     BOOST_TEST(p.sleeps_begun == p.sleeps_ended);
-    // Every call b ran was answered. When not, say how the callers' calls ended (seen once
-    // in CI under ASan, 13 != 14 in the nested case, with a service_unavailable failure).
+    // Every call b ran was answered. When not, say how the callers' calls ended.
     std::string ended;
     for (auto& r : failures) ended += r ? std::string(" ok") : " " + boost::json::serialize(r.error().to_json());
     BOOST_TEST(answered == p.sleeps_ended, "answered " << answered << ", ran " << p.sleeps_ended
@@ -268,9 +267,10 @@ BOOST_AUTO_TEST_CASE(a_stopping_peers_handlers_still_call_the_nodes_it_said_bye_
     stop_under_a_steady_stream_of_direct_calls(false, true);
 }
 
-// Found in CI (the case above, 13 != 14 under ASan): a node that is not stopping refused a
-// new call channel from a peer that had said bye, so a handler the stopping peer ran after
-// its bye, calling back on a channel it had yet to open, failed after it ran. Here b's
+// A node that is not stopping accepts a new call channel from a peer that has said bye: a
+// handler the stopping peer runs after its bye may call back on a channel it has yet to
+// open, and refusing it would fail that call after the handler ran (the case above can
+// hit this in its nested form). Here b's
 // first blocking call to a is made after the byes: `late` arrives while b's stop waits for
 // `first`, and calls a once the byes are done.
 BOOST_AUTO_TEST_CASE(a_stopping_peer_opens_a_new_channel_to_a_node_it_said_bye_to) {
@@ -299,8 +299,8 @@ BOOST_AUTO_TEST_CASE(a_stopping_peer_opens_a_new_channel_to_a_node_it_said_bye_t
 }
 
 // Calls that find no channel go on the mesh link with the time left; rounding the time
-// spent up to the next millisecond left a 1 ms call none, and it always failed unsent.
-// Found by a newcomer run. A 1 ms round trip to an idle inline echo fits most times.
+// spent up to the next millisecond would leave a 1 ms call none, and it would always fail
+// unsent. A 1 ms round trip to an idle inline echo fits most times.
 BOOST_AUTO_TEST_CASE(a_one_millisecond_call_on_the_link_is_sent) {
     Pair p(false);
     rpclb::CallOptions o;
@@ -311,9 +311,9 @@ BOOST_AUTO_TEST_CASE(a_one_millisecond_call_on_the_link_is_sent) {
     BOOST_TEST(answered > 0);
 }
 
-// Found by a newcomer run: an overloaded node ran every queued request, even those whose
-// callers had long timed out. A request now carries its caller's timeout ("to"), and a
-// worker does not start one that waited longer than that. b has 2 workers; 2 calls run,
+// An overloaded node must not run queued requests whose callers have long timed out: a
+// request carries its caller's timeout ("to"), and a worker does not start one that
+// waited longer than that. b has 2 workers; 2 calls run,
 // the 6 queued behind them wait past their callers' 150 ms and are not run.
 BOOST_AUTO_TEST_CASE(a_request_that_waited_past_its_callers_timeout_is_not_run) {
     Pair p;

@@ -502,9 +502,9 @@ BOOST_AUTO_TEST_CASE(bad_field_in_a_file_names_file_and_field) {
     BOOST_TEST(c.error().details.at("file").as_string() == file.string());
 }
 
-// Found by fuzz/handshake.cpp: a node name that is not UTF-8 went into every Hello the node
-// sent, and each peer's decoder refused those frames as bad JSON, so the node could never
-// join. The options check refuses such names (and control characters) up front now.
+// A node name that is not UTF-8 would go into every Hello the node sends, and each peer's
+// decoder would refuse those frames as bad JSON, so the node could never join. The options
+// check refuses such names (and control characters) up front.
 BOOST_AUTO_TEST_CASE(names_that_a_frame_cannot_carry_are_refused) {
     for (const std::string name : {std::string("@127.0.0.1\xae" "0.1"), std::string("a@127.0.0.1\xae"),
                                    std::string("a\n@h"), std::string("a@h\x7f")}) {

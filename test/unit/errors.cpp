@@ -183,7 +183,7 @@ BOOST_FIXTURE_TEST_CASE(oversize_request_is_bad_request_and_connection_survives,
 }
 
 // NaN and infinity have no JSON text: arguments holding one are refused before they are
-// sent (they used to reach the server as text it could not parse: "invalid JSON"), and a
+// sent (rather than reaching the server as text it cannot parse: "invalid JSON"), and a
 // handler answering one gets a clear error instead of an unreadable response.
 BOOST_FIXTURE_TEST_CASE(numbers_json_cannot_carry_are_refused_with_a_clear_error, Fixture) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -225,7 +225,7 @@ BOOST_FIXTURE_TEST_CASE(numbers_json_cannot_carry_are_refused_with_a_clear_error
 }
 
 // After stop() a call or cast to the node itself completes with node_stopping: its worker
-// pool is gone, and work posted there used to be lost with its completion.
+// pool is gone, and work posted there would be lost with its completion.
 BOOST_FIXTURE_TEST_CASE(local_async_call_and_cast_after_stop_complete, Fixture) {
     server.stop();
     const auto r = outcome_within_2s<rpclb::CallResult>(
@@ -264,7 +264,7 @@ BOOST_FIXTURE_TEST_CASE(calls_to_a_peer_after_stop_say_this_node_stopped, Fixtur
     BOOST_TEST(c.error().is(rpclb::Failure::node_stopping), c.error().message);
 
     // Routed calls too: stop() cleared the balancers and groups, which is why no route is
-    // left (found by review: these said "no members registered").
+    // left, not "no members registered".
     rpclb::CallOptions routed;
     routed.load_balancer = "anything";
     const auto lb = client->call("t", "echo", {1}, routed);
@@ -298,7 +298,7 @@ BOOST_FIXTURE_TEST_CASE(async_call_completes_through_callback, Fixture) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
-// Found by review: once a node's stop has waited stop_timeout for the calls it serves, the
+// Once a node's stop has waited stop_timeout for the calls it serves, the
 // handlers still queued on its worker pool are dropped, not run one by one for callers
 // whose calls already failed with the closing connection (100 queued 100 ms handlers kept
 // a stop with a 500 ms stop_timeout busy for 9.7 s). Local calls among them complete with

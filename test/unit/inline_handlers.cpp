@@ -96,8 +96,8 @@ BOOST_AUTO_TEST_CASE(inline_runs_over_the_threshold_are_counted) {
     BOOST_TEST(p.a.stats().slow_inline_runs == 0u);
 }
 
-// Found by a newcomer run: a negative slow_threshold was taken, and every run then counted
-// as slow ("ran for 0 us, over its slow_threshold of -1 us").
+// A negative slow_threshold is refused: with it every run would count as slow ("ran for
+// 0 us, over its slow_threshold of -1 us").
 BOOST_AUTO_TEST_CASE(a_slow_threshold_under_one_microsecond_is_refused) {
     Pair p;
     auto quick = [](const boost::json::array&) -> rpclb::CallResult { return true; };

@@ -1,5 +1,5 @@
-// rpclb::Metrics: the seed's six definitions (seed §5.4, acceptance case 36) and their
-// aggregation from the telemetry bus.
+// rpclb::Metrics: the predecessor's six definitions (predecessor-compatibility §5.4, §7
+// case 36) and their aggregation from the telemetry bus.
 #define BOOST_TEST_MODULE metrics
 #include <rpclb/metrics.hpp>
 

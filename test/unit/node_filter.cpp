@@ -1,5 +1,5 @@
-// NodeFilter matching (seed §4.3, §7 cases 1–5), node_match_list (§3.3) and the
-// retry helper (§4.1, §7 cases 11–13).
+// NodeFilter matching (predecessor-compatibility §4.3, §7 cases 1–5), node_match_list
+// (§3.3) and the retry helper (§4.1, §7 cases 11–13).
 #define BOOST_TEST_MODULE node_filter
 #include <rpclb/node_filter.hpp>
 #include <rpclb/retry.hpp>
@@ -73,7 +73,7 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(match_list)
 
-// Seed §3.3.
+// predecessor-compatibility §3.3.
 BOOST_AUTO_TEST_CASE(all_joins_everywhere_a_list_needs_one_match_and_an_empty_list_none) {
     BOOST_TEST(rpclb::NodeMatchList{}.matches("x@h"));
     rpclb::NodeMatchList list{false, {NodeFilter::substring("web"), NodeFilter::regex("^db")}};

@@ -1,6 +1,7 @@
-// Routing between in-process nodes on 127.0.0.1: the no-route retry (seed §4.1),
-// short-circuits (§4.4), the random-node helpers (§1.6, §1.7), the named balancer handle
-// (§1.8), the asynchronous API with every kind of completion token, and draining.
+// Routing between in-process nodes on 127.0.0.1: the no-route retry
+// (predecessor-compatibility §4.1), short-circuits (§4.4), the random-node helpers (§1.6,
+// §1.7), the named balancer handle (§1.8), the asynchronous API with every kind of
+// completion token, and draining.
 #define BOOST_TEST_MODULE routing
 #include <rpclb/balancer_handle.hpp>
 #include <rpclb/cluster.hpp>
@@ -102,7 +103,7 @@ rpclb::CallOptions through(std::string lb) {
 
 BOOST_AUTO_TEST_SUITE(retry)
 
-// Seed §7 case 16 and 18.
+// predecessor-compatibility §7 case 16 and 18.
 BOOST_AUTO_TEST_CASE(a_balancer_no_node_matches_has_no_members_and_fails_at_once_without_retry) {
     Pair p;
     p.a.start_balancer(nobody("lonely"));
@@ -118,7 +119,7 @@ BOOST_AUTO_TEST_CASE(a_balancer_no_node_matches_has_no_members_and_fails_at_once
     BOOST_TEST((std::chrono::steady_clock::now() - t0 < 1s));
 }
 
-// Seed §7 case 17: a member appears while the call waits.
+// predecessor-compatibility §7 case 17: a member appears while the call waits.
 BOOST_AUTO_TEST_CASE(a_call_waiting_for_a_member_succeeds_when_one_joins) {
     Pair p;
     p.a.start_balancer(nobody("late"));
@@ -134,7 +135,7 @@ BOOST_AUTO_TEST_CASE(a_call_waiting_for_a_member_succeeds_when_one_joins) {
     BOOST_TEST(r->as_string() == "b@127.0.0.1");
 }
 
-// total attempts = retry_count + 1, each `retry_sleep` apart (seed §4.1).
+// total attempts = retry_count + 1, each `retry_sleep` apart (predecessor-compatibility §4.1).
 BOOST_AUTO_TEST_CASE(retries_are_counted_and_spaced_by_retry_sleep) {
     Pair p;
     auto o = through("never-started");
@@ -231,7 +232,7 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(short_circuits)
 
-// Seed §7 case 96: call_directly runs the function here.
+// predecessor-compatibility §7 case 96: call_directly runs the function here.
 BOOST_AUTO_TEST_CASE(call_directly_runs_a_load_balanced_call_on_this_node) {
     Pair p;
     p.b->start_balancer(balancer("w"));
@@ -254,11 +255,11 @@ BOOST_AUTO_TEST_CASE(the_node_default_of_call_directly_applies_and_a_call_option
     auto o = through("w");
     o.call_directly = false;
     BOOST_TEST(p.a.call("demo", "node", {}, o).value().as_string() == "b@127.0.0.1");
-    // Ignored for direct calls (seed §4.4).
+    // Ignored for direct calls (predecessor-compatibility §4.4).
     BOOST_TEST(p.a.call("b@127.0.0.1", "demo", "node").value().as_string() == "b@127.0.0.1");
 }
 
-// Seed §7 case 101: call_direct runs load-balanced calls and casts here.
+// predecessor-compatibility §7 case 101: call_direct runs load-balanced calls and casts here.
 BOOST_AUTO_TEST_CASE(a_call_direct_balancer_runs_calls_and_casts_locally) {
     Pair p;
     p.a.start_balancer(balancer("here", "call_direct"));
@@ -271,7 +272,7 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(random_node)
 
-// Seed §7 case 25: the current node matches → local.
+// predecessor-compatibility §7 case 25: the current node matches → local.
 BOOST_AUTO_TEST_CASE(a_filter_matching_this_node_runs_here) {
     Pair p;
     BOOST_TEST(p.a.call_on_random_node(rpclb::NodeFilter::substring(""), "demo", "node").value().as_string() ==
@@ -281,7 +282,7 @@ BOOST_AUTO_TEST_CASE(a_filter_matching_this_node_runs_here) {
     BOOST_TEST(p.b_runs.load() == 0);
 }
 
-// Seed §7 cases 8–10.
+// predecessor-compatibility §7 cases 8–10.
 BOOST_AUTO_TEST_CASE(a_filter_matching_only_a_peer_runs_there) {
     Pair p;
     BOOST_TEST(p.a.call_on_random_node(rpclb::NodeFilter::regex("^b@"), "demo", "node").value().as_string() ==
@@ -310,7 +311,8 @@ BOOST_AUTO_TEST_CASE(excluded_patterns_of_the_node_apply_to_the_candidates) {
     Pair p(oa);
     rpclb::CallOptions o;
     o.retry = false;
-    // b's short name holds "b": excluded unless the filter's own text holds it (seed §4.3).
+    // b's short name holds "b": excluded unless the filter's own text holds it
+    // (predecessor-compatibility §4.3).
     auto r = p.a.call_on_random_node(rpclb::NodeFilter::regex("^[^a]@"), "demo", "node", {}, o);
     BOOST_REQUIRE(!r);
     BOOST_TEST(r.error().message == "no nodes in cluster found with that filter");
@@ -339,7 +341,7 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(handle)
 
-// Seed §7 cases 20–26 (with call_direct, as the seed's test).
+// predecessor-compatibility §7 cases 20–26 (with call_direct, as the predecessor's test).
 BOOST_AUTO_TEST_CASE(a_named_handle_routes_through_its_balancer_without_options) {
     Pair p;
     auto o = balancer("Workers", "call_direct");
@@ -470,7 +472,7 @@ private:
 
 BOOST_AUTO_TEST_SUITE(telemetry)
 
-// Seed §7 cases 27 and 29.
+// predecessor-compatibility §7 cases 27 and 29.
 BOOST_AUTO_TEST_CASE(a_direct_call_emits_start_and_stop_with_the_seed_metadata) {
     Pair p;
     Recorder events(p.a.telemetry());
@@ -490,7 +492,7 @@ BOOST_AUTO_TEST_CASE(a_direct_call_emits_start_and_stop_with_the_seed_metadata) 
     BOOST_TEST(stop[0].duration.count() > 0);
 }
 
-// Seed §7 cases 28 and 30.
+// predecessor-compatibility §7 cases 28 and 30.
 BOOST_AUTO_TEST_CASE(a_load_balanced_call_names_its_balancer_and_a_failed_call_its_status) {
     Pair p;
     p.b->start_balancer(balancer("w"));
@@ -503,12 +505,12 @@ BOOST_AUTO_TEST_CASE(a_load_balanced_call_names_its_balancer_and_a_failed_call_i
     auto stop = events.of(rpclb::EventName::rpc_stop);
     BOOST_REQUIRE(stop.size() == 2u);
     BOOST_TEST(stop[0].load_balancer == "w");
-    BOOST_TEST(stop[0].node == "a@127.0.0.1");  // the node argument, as the seed
+    BOOST_TEST(stop[0].node == "a@127.0.0.1");  // the node argument, as in the predecessor
     BOOST_TEST(stop[1].status == "service_unavailable");
 }
 
-// Seed §7 case 31 and the short-circuits: casts and local runs are spans too; a handler
-// that throws here is rpc.exception.
+// predecessor-compatibility §7 case 31 and the short-circuits: casts and local runs are
+// spans too; a handler that throws here is rpc.exception.
 BOOST_AUTO_TEST_CASE(casts_and_short_circuited_calls_are_spans_and_a_local_throw_is_an_exception) {
     Pair p;
     p.a.register_function("demo", "fail", [](const boost::json::array&) -> rpclb::CallResult {
@@ -529,11 +531,11 @@ BOOST_AUTO_TEST_CASE(casts_and_short_circuited_calls_are_spans_and_a_local_throw
     BOOST_TEST(stop[1].load_balancer == "here");
     BOOST_REQUIRE(exception.size() == 1u);
     BOOST_TEST(exception[0].function == "fail");
-    // No selection for a short-circuit (seed §5.2).
+    // No selection for a short-circuit (predecessor-compatibility §5.2).
     BOOST_TEST(events.of(rpclb::EventName::node_selected).empty());
 }
 
-// Seed §7 cases 32–34, from the dispatch, for any algorithm.
+// predecessor-compatibility §7 cases 32–34, from the dispatch, for any algorithm.
 BOOST_AUTO_TEST_CASE(each_pick_publishes_node_selected_and_an_empty_pool_node_selected_empty) {
     Pair p;
     p.b->start_balancer(balancer("w"));
@@ -649,8 +651,8 @@ private:
 
 BOOST_AUTO_TEST_SUITE(draining)
 
-// Serving side (seed §10.7): a call routed by a balancer this node does not (or
-// no longer) serve is refused with `draining` and never run.
+// Serving side (predecessor-compatibility §10.7): a call routed by a balancer this node
+// does not (or no longer) serve is refused with `draining` and never run.
 BOOST_AUTO_TEST_CASE(a_node_refuses_unrun_a_call_routed_by_a_balancer_it_does_not_serve) {
     Pair p;
     rpclb::test::RawPeer raw(p.a.listen_endpoint()->port());
@@ -784,7 +786,8 @@ BOOST_AUTO_TEST_CASE(a_handler_error_claiming_draining_is_not_taken_for_one) {
     BOOST_TEST(runs.load() == 1);
 }
 
-// Seed §7 cases 37, 38 and 41: the in-flight count, and an idle balancer stops at once.
+// predecessor-compatibility §7 cases 37, 38 and 41: the in-flight count, and an idle
+// balancer stops at once.
 BOOST_AUTO_TEST_CASE(the_in_flight_count_tracks_and_releases_and_an_idle_balancer_stops_at_once) {
     Pair p;
     auto mine = nobody("idle");
@@ -920,7 +923,7 @@ BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_the_calls_it_routed_here) {
     BOOST_TEST(lb->serving() == 0);
 }
 
-// Seed §3.3 with §4.3: excluded patterns apply to node_match_list too.
+// predecessor-compatibility §3.3 with §4.3: excluded patterns apply to node_match_list too.
 BOOST_AUTO_TEST_CASE(a_node_whose_short_name_is_excluded_does_not_join) {
     auto oa = options("w_qa@127.0.0.1");
     oa.excluded_node_patterns = {"_qa"};
@@ -933,9 +936,9 @@ BOOST_AUTO_TEST_CASE(a_node_whose_short_name_is_excluded_does_not_join) {
     BOOST_TEST(p.a.start_balancer(named)->joined());
 }
 
-// Caller side (seed §4.2): `a` routes a call of demo.sleep(`sleep_ms`) through its own
-// non-member instance of `w` (drain timeout `drain`) to `b`, then stops that balancer;
-// records how long the stop took and the drain events.
+// Caller side (predecessor-compatibility §4.2): `a` routes a call of demo.sleep(`sleep_ms`)
+// through its own non-member instance of `w` (drain timeout `drain`) to `b`, then stops
+// that balancer; records how long the stop took and the drain events.
 struct DrainRun {
     DrainRun(std::chrono::milliseconds drain, int sleep_ms) {
         p.b->start_balancer(balancer("w"));
@@ -965,8 +968,8 @@ BOOST_AUTO_TEST_CASE(stopping_a_balancer_waits_for_a_call_that_finishes_inside_t
     BOOST_TEST((run.stopped >= sleep_returned.load()));  // the stop waited for the call
     BOOST_TEST((run.took < 4s));
     // Its reply came before the stop returned; its completion is delivered just after the
-    // balancer released the call, so it may still be on its way (failed once in CI as
-    // wait_for(0s)).
+    // balancer released the call, so it may still be on its way: wait for it rather than
+    // expect it ready.
     BOOST_TEST((run.call.wait_for(2s) == std::future_status::ready));
     BOOST_TEST(run.call.get().has_value());
     auto begin = run.events.of(rpclb::EventName::drain_begin);

@@ -406,7 +406,7 @@ BOOST_AUTO_TEST_CASE(result_value_throws_runtime_error_with_message) {
     });
 }
 
-// Found by fuzz/wire.cpp: Boost.JSON 1.81 does not round every long decimal to the nearest
+// Boost.JSON 1.81 does not round every long decimal to the nearest
 // double, so a number with more digits than a double holds can come back one unit in the
 // last place away after decode, encode, decode. The frame still decodes, and the value
 // stays within a rounding step; exactness is not promised beyond a double's precision.
@@ -427,10 +427,10 @@ BOOST_AUTO_TEST_CASE(long_decimal_numbers_survive_a_round_trip_within_a_rounding
     BOOST_TEST(a->as_array().at(0) == b->as_array().at(0));
 }
 
-// Found by fuzz/wire.cpp: Boost.JSON 1.81 reads a number too large for a double as
-// infinity, which encode() then wrote as `Infinity`, text no peer can decode (a handler
-// echoing such an argument made its answer unreadable). The decoder refuses it now; the
-// answer to such a request is bad_request, like any malformed request.
+// Boost.JSON 1.81 reads a number too large for a double as infinity, which encode() would
+// write as `Infinity`, text no peer can decode (a handler echoing such an argument would
+// make its answer unreadable). The decoder refuses it; the answer to such a request is
+// bad_request, like any malformed request.
 BOOST_AUTO_TEST_CASE(numbers_too_large_for_a_double_are_refused) {
     for (const auto& number :
          std::vector<std::string>{"1e999", "-1e400", "200000000357144652139e102277", std::string(400, '9')}) {

@@ -148,7 +148,7 @@ BOOST_AUTO_TEST_CASE(a_pool_frees_its_buffers_after_an_interval_without_use) {
     BOOST_TEST(pool.size() == 0u);
 }
 
-// Found by review: small frames are encoded into kept buffers too (their size is not known
+// Small frames are encoded into kept buffers too (their size is not known
 // beforehand); that must not count as use, or a link that went back to small calls after
 // a burst of large ones would keep its buffers for ever.
 BOOST_AUTO_TEST_CASE(small_frames_in_kept_buffers_do_not_keep_them_alive) {
