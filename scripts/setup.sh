@@ -5,8 +5,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RPCLB_BUILD_DIR:-$root/build}"
 
-# Exact package names: see shared TOOLCHAIN notes. Never the unversioned libboost-*-dev
-# (that is Boost 1.74 and would remove 1.81). etcd-server gives the `etcd` binary that
+# Exact Debian 12 package names. Never the unversioned libboost-*-dev (that is Boost 1.74
+# and would remove 1.81). etcd-server gives the `etcd` binary that
 # integration.etcd_discovery starts on its own ports (doc/how-to/discovery.md).
 packages=(g++ cmake ninja-build pkg-config
           libboost1.81-all-dev libboost1.81-tools-dev libboost-json1.81-dev libboost-url1.81-dev
