@@ -98,7 +98,7 @@ const std::vector<double>& duration_bounds_ms() {
     static const std::vector<double> bounds = [] {
         for (const auto& d : metric_definitions())
             if (d.name == duration_metric) return d.buckets;
-        throw std::logic_error("the seed's duration metric is missing");
+        throw std::logic_error("the predecessor's duration metric is missing");
     }();
     return bounds;
 }

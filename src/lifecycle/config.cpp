@@ -143,7 +143,7 @@ struct Directories {
     }
 };
 
-// retry_count: a non-negative integer or "infinity" (unlimited_retries; seed §6).
+// retry_count: a non-negative integer or "infinity" (unlimited_retries; predecessor-compatibility §6).
 struct Retries {
     Problem read(const json::value& v, const std::string& path, std::size_t& out) const {
         if (v.is_string() && v.get_string() == "infinity") {

@@ -24,7 +24,7 @@ constexpr std::size_t max_tags = 8;
 
 // ---- the definitions -----------------------------------------------------------------------
 
-std::vector<MetricDefinition> seed_definitions() {
+std::vector<MetricDefinition> predecessor_definitions() {
     const std::vector<std::string> rpc_tags{"node", "module", "function", "type", "load_balancer"};
     std::vector<std::string> rpc_stop_tags = rpc_tags;
     rpc_stop_tags.push_back("status");
@@ -240,7 +240,7 @@ std::string_view to_string(MetricType type) noexcept {
 }
 
 const std::vector<MetricDefinition>& metric_definitions() {
-    static const std::vector<MetricDefinition> definitions = seed_definitions();
+    static const std::vector<MetricDefinition> definitions = predecessor_definitions();
     return definitions;
 }
 

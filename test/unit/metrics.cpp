@@ -73,7 +73,7 @@ BOOST_AUTO_TEST_SUITE(metrics)
 
 // ---- the definitions (case 36) -------------------------------------------------------------
 
-BOOST_AUTO_TEST_CASE(exactly_the_seeds_six_definitions) {
+BOOST_AUTO_TEST_CASE(exactly_the_predecessors_six_definitions) {
     const auto& all = rpclb::metric_definitions();
     BOOST_TEST_REQUIRE(all.size() == 6u);
     const std::vector<std::string> names{
@@ -105,7 +105,7 @@ BOOST_AUTO_TEST_CASE(stop_counter_on_rpc_stop_tags_status_and_load_balancer) {
     BOOST_TEST(d.tags == rpc_stop_tags, boost::test_tools::per_element());
 }
 
-BOOST_AUTO_TEST_CASE(duration_on_rpc_stop_in_milliseconds_with_the_seeds_buckets) {
+BOOST_AUTO_TEST_CASE(duration_on_rpc_stop_in_milliseconds_with_the_predecessors_buckets) {
     const auto& d = definition("rpc_load_balancer.rpc.duration.milliseconds");
     BOOST_TEST((d.type == MetricType::distribution));
     BOOST_TEST((d.event == EventName::rpc_stop));

@@ -291,7 +291,7 @@ BOOST_AUTO_TEST_CASE(a_filter_matching_only_a_peer_runs_there) {
     BOOST_TEST(eventually([&] { return p.b_runs.load() == 2; }, 5s));
 }
 
-BOOST_AUTO_TEST_CASE(no_matching_node_gives_the_seed_error_after_the_retries) {
+BOOST_AUTO_TEST_CASE(no_matching_node_gives_the_predecessors_error_after_the_retries) {
     Pair p;
     rpclb::CallOptions o;
     o.retry_count = 1;
@@ -473,7 +473,7 @@ private:
 BOOST_AUTO_TEST_SUITE(telemetry)
 
 // predecessor-compatibility §7 cases 27 and 29.
-BOOST_AUTO_TEST_CASE(a_direct_call_emits_start_and_stop_with_the_seed_metadata) {
+BOOST_AUTO_TEST_CASE(a_direct_call_emits_start_and_stop_with_the_predecessors_metadata) {
     Pair p;
     Recorder events(p.a.telemetry());
     BOOST_TEST(p.a.call("b@127.0.0.1", "demo", "node").has_value());

@@ -82,7 +82,7 @@ void emit_guarded(const TelemetryBus& bus, const std::string& node) {
 
 BOOST_AUTO_TEST_SUITE(telemetry)
 
-BOOST_AUTO_TEST_CASE(event_names_are_dotted_as_the_seed) {
+BOOST_AUTO_TEST_CASE(event_names_are_dotted_as_the_predecessors) {
     const std::vector<std::pair<EventName, std::string_view>> expected{
         {EventName::rpc_start, "rpc.start"},
         {EventName::rpc_stop, "rpc.stop"},
