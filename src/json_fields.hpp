@@ -8,6 +8,7 @@
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
 #include <cmath>
@@ -128,6 +129,13 @@ inline std::string_view describe(const boost::json::value& v) noexcept {
     case boost::json::kind::object: return "an object";
     }
     return "an unknown value";
+}
+
+/// ", got <what>" for the end of an error message: scalars as written, strings and
+/// containers by kind only (describe), so that a misplaced secret is never echoed.
+inline std::string got(const boost::json::value& v) {
+    if (v.is_string() || v.is_structured()) return ", got " + std::string(describe(v));
+    return ", got " + boost::json::serialize(v);
 }
 
 /// The path of member `key` of the object at `path`: "key" at the top (empty path), else

@@ -2,6 +2,7 @@
 #include <rpclb/detail/options_check.hpp>
 
 #include "json_fields.hpp"
+#include "routing/outlier_options.hpp"
 
 #include <boost/json/parse_options.hpp>
 #include <boost/json/serialize.hpp>
@@ -25,6 +26,7 @@ namespace {
 
 namespace json = boost::json;
 using detail::json_fields::element_path;
+using detail::json_fields::got;
 using detail::json_fields::member_path;
 using detail::json_fields::non_negative_integer;
 
@@ -34,13 +36,6 @@ using Problem = std::optional<ErrorMessage>;
 ErrorMessage field_error(const std::string& path, std::string_view reason) {
     const std::string where = path.empty() ? "config" : "config field \"" + path + "\"";
     return ErrorMessage{ErrorCode::bad_request, where + ": " + std::string(reason), json::object{{"field", path}}};
-}
-
-// What a value is, for "got ...": scalars as written, strings and containers by kind only,
-// so that a misplaced secret is never echoed.
-std::string got(const json::value& v) {
-    if (v.is_string() || v.is_structured()) return ", got " + std::string(detail::json_fields::describe(v));
-    return ", got " + json::serialize(v);
 }
 
 // ---- codecs: each reads one field from JSON (or names what is wrong) and writes it back ----
@@ -232,19 +227,8 @@ struct Tls {
     json::value write(const TlsOptions& options) const;
 };
 
-// A count that fits 32 bits (OutlierDetection's thresholds and percentages).
-struct Count32 {
-    Problem read(const json::value& v, const std::string& path, std::uint32_t& out) const {
-        const auto n = non_negative_integer(v);
-        if (!n || *n > std::numeric_limits<std::uint32_t>::max())
-            return field_error(path, "must be a non-negative integer under 2^32" + got(v));
-        out = static_cast<std::uint32_t>(*n);
-        return std::nullopt;
-    }
-    json::value write(std::uint32_t n) const { return json::value(n); }
-};
-
-// A balancer's "outlier_detection" object (OutlierDetection).
+// A balancer's "outlier_detection" object (OutlierDetection): its keys and checks are the
+// routing layer's (routing/outlier_options.hpp), which also reads the announced ones.
 struct Outliers {
     Problem read(const json::value& v, const std::string& path, OutlierDetection& out) const;
     json::value write(const OutlierDetection& options) const;
@@ -298,19 +282,6 @@ void balancer_fields(Options& o, Visit&& visit) {
     visit("node_match_list", o.node_match_list, MatchList{});
     visit("drain_timeout_ms", o.drain_timeout, Milliseconds{});
     visit("outlier_detection", o.outlier_detection, Outliers{});
-}
-
-template <class Options, class Visit>
-void outlier_fields(Options& o, Visit&& visit) {
-    visit("consecutive_remote_failures", o.consecutive_remote_failures, Count32{});
-    visit("consecutive_local_failures", o.consecutive_local_failures, Count32{});
-    visit("failure_percentage", o.failure_percentage, Count32{});
-    visit("minimum_requests", o.minimum_requests, Count32{});
-    visit("interval_ms", o.interval, Milliseconds{});
-    visit("base_ejection_time_ms", o.base_ejection_time, Milliseconds{});
-    visit("max_ejection_time_ms", o.max_ejection_time, Milliseconds{});
-    visit("max_ejection_percent", o.max_ejection_percent, Count32{});
-    visit("panic_threshold_percent", o.panic_threshold_percent, Count32{});
 }
 
 template <class Config, class Visit>
@@ -375,7 +346,6 @@ constexpr auto balancer_table = [](auto& o, auto&& visit) { balancer_fields(o, v
 constexpr auto node_table = [](auto& c, auto&& visit) { node_fields(c, visit); };
 constexpr auto admin_table = [](auto& o, auto&& visit) { admin_fields(o, visit); };
 constexpr auto tls_table = [](auto& o, auto&& visit) { tls_fields(o, visit); };
-constexpr auto outlier_table = [](auto& o, auto&& visit) { outlier_fields(o, visit); };
 
 Problem must_be_object(const json::value& v, const std::string& path) {
     if (v.is_object()) return std::nullopt;
@@ -469,13 +439,10 @@ json::value Tls::write(const TlsOptions& options) const { return write_object(op
 
 Problem Outliers::read(const json::value& v, const std::string& path, OutlierDetection& out) const {
     if (auto e = must_be_object(v, path)) return e;
-    OutlierDetection options = out;
-    if (auto e = read_object(v.get_object(), path, options, outlier_table)) return e;
-    out = options;
-    return std::nullopt;
+    return checked(detail::read_outlier_detection(v, out), path);
 }
 
-json::value Outliers::write(const OutlierDetection& options) const { return write_object(options, outlier_table); }
+json::value Outliers::write(const OutlierDetection& options) const { return detail::to_json(options); }
 
 // ---- files ---------------------------------------------------------------------------------
 

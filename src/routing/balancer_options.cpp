@@ -1,24 +1,115 @@
-// The valid range of LoadBalancerOptions (load_balancer.hpp), apart from the registry so
-// that the config loader's fuzz target links it alone.
+// The valid range of LoadBalancerOptions (load_balancer.hpp) and OutlierDetection as JSON
+// (outlier_options.hpp), apart from the registry so that the config loader's fuzz target
+// links them alone.
 #include <rpclb/load_balancer.hpp>
 
+#include "json_fields.hpp"
+#include "routing/outlier_options.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <utility>
+#include <vector>
+
 namespace rpclb::detail {
+
+namespace {
+
+namespace json = boost::json;
+using json_fields::got;
+using json_fields::non_negative_integer;
+
+// One field's value, or why it is not one: a count under 2^32 or a duration under a
+// "..._ms" key.
+std::optional<std::string> read_field(const json::value& v, std::uint32_t& out) {
+    const auto n = non_negative_integer(v);
+    if (!n || *n > std::numeric_limits<std::uint32_t>::max())
+        return "must be a non-negative integer under 2^32" + got(v);
+    out = static_cast<std::uint32_t>(*n);
+    return std::nullopt;
+}
+
+std::optional<std::string> read_field(const json::value& v, std::chrono::milliseconds& out) {
+    const auto n = non_negative_integer(v);
+    if (!n || *n > static_cast<std::uint64_t>(std::numeric_limits<std::chrono::milliseconds::rep>::max()))
+        return "must be a non-negative integer (milliseconds)" + got(v);
+    out = std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(*n));
+    return std::nullopt;
+}
+
+json::value write_field(std::uint32_t n) { return json::value(n); }
+json::value write_field(std::chrono::milliseconds d) { return json::value(d.count()); }
+
+// visit(key, member) for every key of the "outlier_detection" object, in the order error
+// messages list them. `Options` may be const (writing) or not (reading).
+template <class Options, class Visit>
+void outlier_fields(Options& o, Visit&& visit) {
+    visit("consecutive_remote_failures", o.consecutive_remote_failures);
+    visit("consecutive_local_failures", o.consecutive_local_failures);
+    visit("failure_percentage", o.failure_percentage);
+    visit("minimum_requests", o.minimum_requests);
+    visit("interval_ms", o.interval);
+    visit("base_ejection_time_ms", o.base_ejection_time);
+    visit("max_ejection_time_ms", o.max_ejection_time);
+    visit("max_ejection_percent", o.max_ejection_percent);
+    visit("panic_threshold_percent", o.panic_threshold_percent);
+}
+
+}  // namespace
+
+std::optional<OptionProblem> check(const OutlierDetection& d) {
+    for (const auto& [field, percent] : {std::pair{"failure_percentage", d.failure_percentage},
+                                         std::pair{"max_ejection_percent", d.max_ejection_percent},
+                                         std::pair{"panic_threshold_percent", d.panic_threshold_percent}})
+        if (percent > 100) return OptionProblem{field, "must be a percentage, 0 to 100, got " + std::to_string(percent)};
+    if (auto p = check_duration("interval_ms", d.interval, false)) return p;
+    if (auto p = check_duration("base_ejection_time_ms", d.base_ejection_time, false)) return p;
+    if (auto p = check_duration("max_ejection_time_ms", d.max_ejection_time, false)) return p;
+    if (d.max_ejection_time < d.base_ejection_time)
+        return OptionProblem{"max_ejection_time_ms", "must be at least base_ejection_time_ms"};
+    return std::nullopt;
+}
+
+json::object to_json(const OutlierDetection& options) {
+    json::object out;
+    outlier_fields(options, [&](std::string_view key, const auto& member) { out[key] = write_field(member); });
+    return out;
+}
+
+std::optional<OptionProblem> read_outlier_detection(const json::value& v, OutlierDetection& out) {
+    const auto* object = v.if_object();
+    if (!object) return OptionProblem{"", "must be an object" + got(v)};
+    OutlierDetection options = out;
+    std::vector<std::string_view> known;
+    std::optional<OptionProblem> problem;
+    outlier_fields(options, [&](std::string_view key, auto& member) {
+        known.push_back(key);
+        if (problem) return;
+        if (const auto* field = object->if_contains(key))
+            if (auto reason = read_field(*field, member)) problem = OptionProblem{std::string(key), std::move(*reason)};
+    });
+    for (const auto& member : *object) {
+        if (std::find(known.begin(), known.end(), member.key()) != known.end()) continue;
+        std::string keys;
+        for (const auto k : known) keys += (keys.empty() ? "" : ", ") + std::string(k);
+        return OptionProblem{std::string(member.key()), "unknown key (known keys: " + keys + ")"};
+    }
+    if (problem) return problem;
+    if (auto p = check(options)) return p;
+    out = options;
+    return std::nullopt;
+}
+
+bool same_outlier_detection(const OutlierDetection& a, const OutlierDetection& b) { return to_json(a) == to_json(b); }
 
 std::optional<OptionProblem> check(const LoadBalancerOptions& o) {
     if (o.name.empty()) return OptionProblem{"name", "must not be empty"};
     if (auto p = check_printable("name", o.name)) return p;
     if (o.algorithm.empty()) return OptionProblem{"algorithm", "must not be empty"};
     if (auto p = check_duration("drain_timeout_ms", o.drain_timeout, true)) return p;
-    const auto& d = o.outlier_detection;
-    for (const auto& [field, percent] : {std::pair{"outlier_detection.failure_percentage", d.failure_percentage},
-                                         std::pair{"outlier_detection.max_ejection_percent", d.max_ejection_percent},
-                                         std::pair{"outlier_detection.panic_threshold_percent", d.panic_threshold_percent}})
-        if (percent > 100) return OptionProblem{field, "must be a percentage, 0 to 100, got " + std::to_string(percent)};
-    if (auto p = check_duration("outlier_detection.interval_ms", d.interval, false)) return p;
-    if (auto p = check_duration("outlier_detection.base_ejection_time_ms", d.base_ejection_time, false)) return p;
-    if (auto p = check_duration("outlier_detection.max_ejection_time_ms", d.max_ejection_time, false)) return p;
-    if (d.max_ejection_time < d.base_ejection_time)
-        return OptionProblem{"outlier_detection.max_ejection_time_ms", "must be at least base_ejection_time_ms"};
+    if (auto p = check(o.outlier_detection)) return OptionProblem{"outlier_detection." + p->field, p->reason};
     return std::nullopt;
 }
 

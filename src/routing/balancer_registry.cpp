@@ -1,4 +1,5 @@
 #include "routing/balancer_registry.hpp"
+#include "routing/outlier_options.hpp"
 
 #include <rpclb/detail/log.hpp>
 
@@ -34,26 +35,58 @@ boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> load_alg
     return algorithm;
 }
 
+bool AnnouncedAlgorithm::operator==(const AnnouncedAlgorithm& other) const {
+    return algorithm == other.algorithm && options == other.options &&
+           same_outlier_detection(outlier_detection, other.outlier_detection);
+}
+
+namespace {
+
+// What one member announces; `problem` is set when its "outlier_detection" is malformed,
+// and the defaults stand in for it.
+AnnouncedAlgorithm read_announcement(const boost::json::object& meta, std::optional<OptionProblem>& problem) {
+    AnnouncedAlgorithm announced{LoadBalancerOptions{}.algorithm, {}, {}};
+    if (const auto* a = meta.if_contains("algorithm"); a && a->is_string())
+        announced.algorithm = std::string(a->get_string());
+    if (const auto* o = meta.if_contains("algorithm_opts"); o && o->is_object())
+        announced.options = o->get_object();
+    if (const auto* d = meta.if_contains("outlier_detection"))
+        problem = read_outlier_detection(*d, announced.outlier_detection);
+    return announced;
+}
+
+}  // namespace
+
 std::optional<AnnouncedAlgorithm> announced_algorithm(const Groups& groups, std::string_view group) {
-    std::optional<boost::json::object> chosen;
+    // Compared as read, not as sent: a member that announces no outlier options and one
+    // that announces the defaults agree.
+    std::optional<AnnouncedAlgorithm> chosen;
+    std::optional<boost::json::object> chosen_meta;
+    std::string chosen_node;
+    std::optional<OptionProblem> problem;
     for (const auto& node : groups.members(group)->nodes) {
         auto meta = groups.announcement(group, node);
         if (!meta) continue;
         if (!chosen) {
-            chosen = std::move(meta);
-        } else if (*meta != *chosen) {
-            RPCLB_LOG("balancer", warning) << "members of " << group << " announce different algorithms; using "
-                                           << boost::json::serialize(*chosen);
+            chosen = read_announcement(*meta, problem);
+            chosen_meta = std::move(meta);
+            chosen_node = node;
+            continue;
+        }
+        std::optional<OptionProblem> ignored;
+        if (read_announcement(*meta, ignored) != *chosen) {
+            RPCLB_LOG("balancer", warning) << "members of " << group
+                                           << " announce different algorithms or outlier options; using "
+                                           << boost::json::serialize(*chosen_meta);
             break;
         }
     }
-    if (!chosen) return std::nullopt;
-    AnnouncedAlgorithm announced{LoadBalancerOptions{}.algorithm, {}};
-    if (const auto* a = chosen->if_contains("algorithm"); a && a->is_string())
-        announced.algorithm = std::string(a->get_string());
-    if (const auto* o = chosen->if_contains("algorithm_opts"); o && o->is_object())
-        announced.options = o->get_object();
-    return announced;
+    if (problem)
+        RPCLB_LOG("balancer", warning) << "member " << chosen_node << " of " << group
+                                       << " announces an invalid outlier_detection"
+                                       << (problem->field.empty() ? "" : "." + problem->field) << " ("
+                                       << problem->reason << "); using the default outlier options";
+    return chosen;
 }
 
 boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> BalancerRegistry::create_algorithm(
@@ -139,6 +172,7 @@ Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::build_routing(std::strin
     if (auto announced = announced_algorithm(node_.groups(), name)) {
         options.algorithm = std::move(announced->algorithm);
         options.algorithm_opts = std::move(announced->options);
+        options.outlier_detection = announced->outlier_detection;
     }
     auto algorithm = create_algorithm(options.algorithm);
     if (!algorithm)

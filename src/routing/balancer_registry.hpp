@@ -28,17 +28,22 @@ boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> load_alg
                                                                                         TelemetryBus& bus,
                                                                                         const std::string& name);
 
-/// An algorithm as a balancer's members announce it.
+/// An algorithm and the outlier options as a balancer's members announce them
+/// (LoadBalancer::announcement()).
 struct AnnouncedAlgorithm {
     std::string algorithm;        ///< "algorithm"; LoadBalancerOptions' default when absent
     boost::json::object options;  ///< "algorithm_opts"; empty when absent
-    bool operator==(const AnnouncedAlgorithm&) const = default;
+    /// "outlier_detection"; the defaults when absent (a member that does not announce
+    /// them) or malformed (a warning is logged).
+    OutlierDetection outlier_detection;
+    bool operator==(const AnnouncedAlgorithm& other) const;
 };
 
 /// What the members of `group` announce (Groups::announcement): the first member's, in
 /// name order, that announces anything, logging a warning when another member announces
-/// something else; nullopt when no member announces. Routing-only balancers are built
-/// from it and follow its changes. Takes the Groups' mutex.
+/// another algorithm or other outlier options; nullopt when no member announces.
+/// Routing-only balancers are built from it and follow its changes. Never throws for what
+/// a peer announced. Takes the Groups' mutex.
 std::optional<AnnouncedAlgorithm> announced_algorithm(const Groups& groups, std::string_view group);
 
 /// How hosted balancers run: each with its algorithm's services as one supervised unit,

@@ -7,6 +7,7 @@
 #include "routing/balancer_registry.hpp"
 #include "routing/cluster_link.hpp"
 #include "routing/outlier_detector.hpp"
+#include "routing/outlier_options.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -48,7 +49,9 @@ LoadBalancer::LoadBalancer(detail::ClusterLink& node, LoadBalancerOptions option
       host_(std::make_unique<detail::BalancerHost>(node, *this)),
       options_(std::move(options)),
       hosted_(hosted) {
-    if (options_.outlier_detection.enabled())
+    // A routing-only balancer keeps a detector even with detection off: the options its
+    // members announce may turn it on (follow_announcement).
+    if (options_.outlier_detection.enabled() || !hosted_)
         outliers_ = std::make_unique<detail::OutlierDetector>(options_.outlier_detection);
     group_ = std::make_shared<const MemberSnapshot>();
     auto engine = std::make_shared<Engine>(
@@ -106,6 +109,7 @@ LoadBalancerOptions LoadBalancer::options() const {
     const auto engine = route_.load()->engine;
     options.algorithm = engine->name;
     options.algorithm_opts = engine->options;
+    if (outliers_) options.outlier_detection = outliers_->options();
     return options;
 }
 
@@ -115,7 +119,10 @@ boost::json::object LoadBalancer::algorithm_options() const { return route_.load
 
 boost::json::object LoadBalancer::announcement() const {
     const auto engine = route_.load()->engine;
-    return boost::json::object{{"algorithm", engine->name}, {"algorithm_opts", engine->options}};
+    const auto outliers = outliers_ ? outliers_->options() : options_.outlier_detection;
+    return boost::json::object{{"algorithm", engine->name},
+                               {"algorithm_opts", engine->options},
+                               {"outlier_detection", detail::to_json(outliers)}};
 }
 
 const std::vector<std::shared_ptr<Service>>& LoadBalancer::prepare() {
@@ -269,6 +276,14 @@ void LoadBalancer::post_follow() {
 void LoadBalancer::follow_announcement() {
     auto announced = detail::announced_algorithm(node_.groups(), options_.name);
     if (!announced) return;
+    if (outliers_ && !detail::same_outlier_detection(outliers_->options(), announced->outlier_detection)) {
+        // The detector starts afresh under the new options: members ejected now return at
+        // once, and the failures counted so far are dropped.
+        const auto change = outliers_->reconfigure(announced->outlier_detection, std::chrono::steady_clock::now());
+        RPCLB_LOG("balancer", info) << "balancer " << options_.name << ": outlier options now "
+                                    << boost::json::serialize(detail::to_json(announced->outlier_detection));
+        apply_ejections(change);
+    }
     {
         const auto engine = route_.load()->engine;
         if (engine->name == announced->algorithm && engine->options == announced->options) return;

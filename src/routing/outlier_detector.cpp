@@ -105,6 +105,25 @@ OutlierDetector::Change OutlierDetector::expire(Clock::time_point now) {
     return change;
 }
 
+OutlierDetector::Change OutlierDetector::reconfigure(OutlierDetection options, Clock::time_point now) {
+    Change change;
+    std::lock_guard lock(mutex_);
+    options_ = options;
+    std::erase_if(members_, [](const auto& entry) { return !entry.second.present; });
+    for (auto& [node, m] : members_) {
+        if (m.failing_until) change.changed = true;
+        if (m.ejected) change.returned.push_back(node);
+        m = Member{};
+        m.interval_start = now;
+    }
+    return change;
+}
+
+OutlierDetection OutlierDetector::options() const {
+    std::lock_guard lock(mutex_);
+    return options_;
+}
+
 bool OutlierDetector::panic() const {
     std::size_t failing = 0, present = 0;
     for (const auto& [node, m] : members_) {

@@ -71,6 +71,13 @@ public:
     /// The members to leave out of picks now (empty in panic), ascending.
     std::vector<std::string> ejected() const;
 
+    /// From now on judges by `options`, starting afresh: every member's streaks, counts and
+    /// ejections so far are forgotten, and the ejected ones return (in `returned`).
+    Change reconfigure(OutlierDetection options, Clock::time_point now);
+
+    /// The options it judges by now.
+    OutlierDetection options() const;
+
     /// The earliest time a failing member's time is up; nullopt when none is failing.
     std::optional<Clock::time_point> next_expiry() const;
 
@@ -95,8 +102,8 @@ private:
     // Under mutex_: true when fewer than panic_threshold_percent of the members are healthy.
     bool panic() const;
 
-    const OutlierDetection options_;
     mutable std::mutex mutex_;
+    OutlierDetection options_;  // under mutex_
     std::map<std::string, Member, std::less<>> members_;
     std::uint64_t refused_ = 0;
 };

@@ -1,14 +1,20 @@
-// Outlier ejection: the detector's rules on an injected clock, then a balancer on three
-// in-process nodes on 127.0.0.1 that ejects a member whose calls fail and takes it back;
-// and peak_ewma, fed by the calls' latencies, avoiding a member 20 ms slower.
+// Outlier ejection: the detector's rules on an injected clock; the options as JSON and as
+// a balancer's members announce them; then a balancer on three in-process nodes on
+// 127.0.0.1 that ejects a member whose calls fail and takes it back, a client that does not
+// host it judging by the options its members announce; and peak_ewma, fed by the calls'
+// latencies, avoiding a member 20 ms slower.
 #define BOOST_TEST_MODULE outlier_detection
 #include <boost/test/unit_test.hpp>
 
+#include "routing/balancer_registry.hpp"
 #include "routing/outlier_detector.hpp"
+#include "routing/outlier_options.hpp"
 #include "support/node.hpp"
 #include "support/wait.hpp"
 
 #include <rpclb/cluster.hpp>
+
+#include <boost/json/serialize.hpp>
 
 #include <atomic>
 #include <future>
@@ -131,6 +137,23 @@ BOOST_AUTO_TEST_CASE(a_failing_member_that_leaves_and_comes_back_starts_afresh) 
     BOOST_TEST(change.ejected[0].duration.count() == 30'000);  // a first ejection again
 }
 
+BOOST_AUTO_TEST_CASE(reconfigure_judges_by_the_new_options_and_returns_the_ejected) {
+    Detector d(rpclb::OutlierDetection{});
+    const auto now = Detector::Clock::time_point{} + 1h;
+    d.set_members(abcd, now);
+    for (int i = 0; i < 5; ++i) d.record("a", local_timeout, now);
+    BOOST_TEST(d.ejected() == Strings{"a"});
+    rpclb::OutlierDetection two;
+    two.consecutive_local_failures = 2;
+    const auto change = d.reconfigure(two, now);
+    BOOST_TEST(!change.empty());
+    BOOST_TEST(change.returned == Strings{"a"});
+    BOOST_TEST(d.ejected().empty());
+    BOOST_TEST(d.options().consecutive_local_failures == 2u);
+    d.record("c", local_timeout, now);
+    BOOST_TEST(d.record("c", local_timeout, now).ejected.size() == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(a_member_that_leaves_healthy_is_forgotten) {
     Detector d(rpclb::OutlierDetection{});
     const auto now = Detector::Clock::time_point{} + 1h;
@@ -143,6 +166,111 @@ BOOST_AUTO_TEST_CASE(a_member_that_leaves_healthy_is_forgotten) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
+BOOST_AUTO_TEST_SUITE(options_json)
+
+using rpclb::detail::read_outlier_detection;
+using rpclb::detail::same_outlier_detection;
+
+BOOST_AUTO_TEST_CASE(to_json_and_back_gives_the_same_options) {
+    rpclb::OutlierDetection options;
+    options.consecutive_remote_failures = 0;
+    options.consecutive_local_failures = 2;
+    options.failure_percentage = 80;
+    options.minimum_requests = 7;
+    options.interval = 1500ms;
+    options.base_ejection_time = 1000ms;
+    options.max_ejection_time = 4000ms;
+    options.max_ejection_percent = 34;
+    options.panic_threshold_percent = 10;
+    const auto json = rpclb::detail::to_json(options);
+    BOOST_TEST(json.at("consecutive_local_failures").to_number<int>() == 2);
+    BOOST_TEST(json.at("interval_ms").to_number<int>() == 1500);
+    BOOST_TEST(json.size() == 9u);
+    rpclb::OutlierDetection back;
+    BOOST_TEST(!read_outlier_detection(json, back).has_value());
+    BOOST_TEST(same_outlier_detection(back, options));
+    BOOST_TEST(!same_outlier_detection(back, rpclb::OutlierDetection{}));
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_key_keeps_its_value) {
+    rpclb::OutlierDetection options;
+    BOOST_TEST(!read_outlier_detection(boost::json::object{{"consecutive_local_failures", 2}}, options).has_value());
+    BOOST_TEST(options.consecutive_local_failures == 2u);
+    BOOST_TEST(options.consecutive_remote_failures == 5u);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_value_is_named_and_leaves_the_options_untouched) {
+    struct Case {
+        boost::json::value json;
+        std::string field;
+        std::string reason;
+    };
+    const std::vector<Case> cases{
+        {boost::json::object{{"interval_ms", "soon"}}, "interval_ms",
+         "must be a non-negative integer (milliseconds), got a string"},
+        {boost::json::object{{"consecutive_local_failures", -1}}, "consecutive_local_failures",
+         "must be a non-negative integer under 2^32, got -1"},
+        {boost::json::object{{"failure_percentage", 150}}, "failure_percentage",
+         "must be a percentage, 0 to 100, got 150"},
+        {boost::json::object{{"interval_ms", 0}}, "interval_ms", "must be"},
+        {boost::json::object{{"base_ejection_time_ms", 400000}}, "max_ejection_time_ms",
+         "must be at least base_ejection_time_ms"},
+        // An unknown key wins over the bad value it probably caused.
+        {boost::json::object{{"interval_ms", "x"}, {"consecutive", 3}}, "consecutive", "unknown key (known keys: "},
+        {boost::json::value(7), "", "must be an object, got 7"},
+    };
+    for (const auto& c : cases) {
+        rpclb::OutlierDetection options;
+        options.consecutive_local_failures = 3;
+        const auto problem = read_outlier_detection(c.json, options);
+        BOOST_TEST_REQUIRE(problem.has_value(), boost::json::serialize(c.json));
+        BOOST_TEST(problem->field == c.field);
+        BOOST_TEST(problem->reason.find(c.reason) == 0u, problem->reason);
+        BOOST_TEST(options.consecutive_local_failures == 3u);  // untouched
+    }
+}
+
+BOOST_AUTO_TEST_CASE(members_announce_outlier_options_missing_means_defaults_malformed_means_defaults) {
+    rpclb::Groups groups("client@h");
+    rpclb::OutlierDetection two;
+    two.consecutive_remote_failures = 2;
+    groups.apply_join("a@h", "w", {{"algorithm", "round_robin"}, {"outlier_detection", rpclb::detail::to_json(two)}});
+    auto announced = rpclb::detail::announced_algorithm(groups, "w");
+    BOOST_TEST_REQUIRE(announced.has_value());
+    BOOST_TEST(announced->algorithm == "round_robin");
+    BOOST_TEST(same_outlier_detection(announced->outlier_detection, two));
+
+    // A member that announces no outlier options (an older one) stands for the defaults.
+    groups.apply_join("o@h", "old", {{"algorithm", "round_robin"}});
+    announced = rpclb::detail::announced_algorithm(groups, "old");
+    BOOST_TEST_REQUIRE(announced.has_value());
+    BOOST_TEST(same_outlier_detection(announced->outlier_detection, rpclb::OutlierDetection{}));
+
+    // Malformed: the defaults, and no exception.
+    for (const auto& bad : {boost::json::value("off"), boost::json::value(boost::json::object{{"interval_ms", -5}}),
+                            boost::json::value(boost::json::object{{"max_ejection_percent", 1000}})}) {
+        rpclb::Groups g("client@h");
+        g.apply_join("a@h", "w", {{"algorithm", "round_robin"}, {"outlier_detection", bad}});
+        const auto read = rpclb::detail::announced_algorithm(g, "w");
+        BOOST_TEST_REQUIRE(read.has_value());
+        BOOST_TEST(read->algorithm == "round_robin");
+        BOOST_TEST(same_outlier_detection(read->outlier_detection, rpclb::OutlierDetection{}));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(members_announcing_different_outlier_options_the_first_wins) {
+    rpclb::Groups groups("client@h");
+    rpclb::OutlierDetection off;
+    off.consecutive_remote_failures = off.consecutive_local_failures = 0;
+    groups.apply_join("b@h", "w", {{"algorithm", "random"}});
+    groups.apply_join("a@h", "w", {{"algorithm", "random"}, {"outlier_detection", rpclb::detail::to_json(off)}});
+    const auto announced = rpclb::detail::announced_algorithm(groups, "w");
+    BOOST_TEST_REQUIRE(announced.has_value());
+    BOOST_TEST(!announced->outlier_detection.enabled());  // a@h's, first in name order
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
 namespace {
 
 std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_string(c.listen_endpoint()->port()); }
@@ -150,8 +278,9 @@ std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_str
 // Three nodes serving t.work, and a client routing through balancer "w". `behave` says
 // what each node's handler does.
 struct Trio {
-    explicit Trio(const std::string& algorithm,
-                  std::function<rpclb::CallResult(const std::string&)> behave) {
+    // `outliers`: the outlier options of the nodes hosting "w".
+    explicit Trio(const std::string& algorithm, std::function<rpclb::CallResult(const std::string&)> behave,
+                  rpclb::OutlierDetection outliers = {}) {
         for (const char* name : {"a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1"}) {
             auto seeds = nodes.empty() ? Strings{} : Strings{address(*nodes.front())};
             nodes.push_back(std::make_unique<rpclb::Cluster>(rpclb::test::in_process_node_options(name, seeds)));
@@ -160,7 +289,9 @@ struct Trio {
                 return behave(name);
             });
             node.start();
-            node.start_balancer(rpclb::test::balancer_options("w", algorithm));
+            auto options = rpclb::test::balancer_options("w", algorithm);
+            options.outlier_detection = outliers;
+            node.start_balancer(options);
         }
         auto o = rpclb::test::in_process_node_options("client@127.0.0.1", {address(*nodes.front())});
         o.client = true;
@@ -214,6 +345,79 @@ BOOST_AUTO_TEST_CASE(a_failing_member_is_ejected_with_an_event_and_picked_no_mor
         BOOST_TEST(ejected_events == Strings{"b@127.0.0.1"});
     }
     for (int i = 0; i < 30; ++i) BOOST_TEST(trio.call().has_value());
+}
+
+// b always fails with internal_server_error.
+rpclb::CallResult b_is_broken(const std::string& name) {
+    if (name == "b@127.0.0.1") return rpclb::ErrorMessage{rpclb::ErrorCode::internal_server_error, "b is broken", {}};
+    return boost::json::value(name);
+}
+
+// The calls that failed until `balancer`'s detector ejected a member (at most 30 calls).
+// Counted up to the ejection itself, not to the route that leaves the member out, which
+// the worker pool publishes a moment later.
+int failures_until_ejection(Trio& trio, const rpclb::LoadBalancer& balancer) {
+    int failures = 0;
+    for (int i = 0; i < 30 && balancer.ejected().empty(); ++i) failures += !trio.call().has_value();
+    return failures;
+}
+
+BOOST_AUTO_TEST_CASE(a_client_judges_by_the_outlier_options_the_members_announce) {
+    rpclb::OutlierDetection two;
+    two.consecutive_remote_failures = 2;
+    Trio trio("round_robin", b_is_broken, two);
+    auto balancer = trio.client->balancer("w");  // routing-only: the client hosts no "w"
+    BOOST_TEST_REQUIRE(balancer.has_value());
+    // b is ejected after the hosts' 2 failures, not the default 5.
+    BOOST_TEST(failures_until_ejection(trio, **balancer) == 2);
+    BOOST_TEST((*balancer)->ejected() == Strings{"b@127.0.0.1"});
+    BOOST_TEST((*balancer)->options().outlier_detection.consecutive_remote_failures == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_client_follows_outlier_options_the_members_change) {
+    Trio trio("round_robin", b_is_broken);
+    auto balancer = trio.client->balancer("w");
+    BOOST_TEST_REQUIRE(balancer.has_value());
+    BOOST_TEST(failures_until_ejection(trio, **balancer) == 5);  // the defaults
+    BOOST_TEST((*balancer)->ejected() == Strings{"b@127.0.0.1"});
+
+    // The hosts restart "w" with detection off, one at a time.
+    rpclb::OutlierDetection off;
+    off.consecutive_remote_failures = off.consecutive_local_failures = 0;
+    for (auto& node : trio.nodes) {
+        BOOST_TEST_REQUIRE(node->stop_balancer("w"));
+        auto options = rpclb::test::balancer_options("w", "round_robin");
+        options.outlier_detection = off;
+        node->start_balancer(options);
+    }
+    BOOST_TEST_REQUIRE(rpclb::test::wait_for_members(*trio.client, "w",
+                                                     {"a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1"}, 10s));
+    // Followed, and b back in the route.
+    BOOST_TEST_REQUIRE(eventually(
+        [&] {
+            const auto members = (*balancer)->get_members();
+            return !(*balancer)->options().outlier_detection.enabled() && members && members->size() == 3u;
+        },
+        10s));
+    BOOST_TEST((*balancer)->ejected().empty());
+    int failures = 0;
+    for (int i = 0; i < 30; ++i) failures += !trio.call().has_value();
+    BOOST_TEST(failures == 10);  // every third call, and b is never ejected
+    BOOST_TEST((*balancer)->ejected().empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_announced_outlier_object_leaves_the_client_on_the_defaults) {
+    Trio trio("round_robin", b_is_broken);
+    // a joins group "m" as a balancer would, with outlier options no balancer announces.
+    trio.nodes.front()->groups().join(
+        "m", {{"algorithm", "round_robin"}, {"outlier_detection", {{"interval_ms", "soon"}}}});
+    BOOST_TEST_REQUIRE(rpclb::test::wait_for_members(*trio.client, "m", {"a@127.0.0.1"}, 10s));
+    auto balancer = trio.client->balancer("m");
+    BOOST_TEST_REQUIRE(balancer.has_value(), balancer.error().message);
+    BOOST_TEST((*balancer)->algorithm_name() == "round_robin");
+    BOOST_TEST(rpclb::detail::same_outlier_detection((*balancer)->options().outlier_detection,
+                                                     rpclb::OutlierDetection{}));
+    BOOST_TEST(trio.client->select_node("m").value() == "a@127.0.0.1");
 }
 
 BOOST_AUTO_TEST_CASE(peak_ewma_sends_under_a_tenth_of_the_calls_to_a_member_20_ms_slower) {
