@@ -487,12 +487,18 @@ void LoadBalancer::release(const Picked& picked, CallOutcome outcome) noexcept {
         tell_release(*picked.algorithm, *picked.members, picked.index, outcome);
         if (outliers_) {
             try {
-                // Rebuilding the route allocates and logs: the worker pool does it, not the
-                // network thread that completed the call.
-                if (auto change = outliers_->record(picked.node(), outcome, now); !change.empty())
+                // The route leaves an ejected member out before this release returns, so the
+                // caller's next pick cannot reach it; the log lines and events (and a second,
+                // idempotent republish) are left to the worker pool.
+                if (auto change = outliers_->record(picked.node(), outcome, now); !change.empty()) {
+                    {
+                        std::lock_guard lock(publish_mutex_);
+                        republish();
+                    }
                     boost::asio::post(node_.workers(), [weak = weak_from_this(), change = std::move(change)] {
                         if (auto self = weak.lock()) self->apply_ejections(change);
                     });
+                }
             } catch (const std::exception& e) {
                 RPCLB_LOG("balancer", error) << "balancer " << options_.name << ": ejection failed: " << e.what();
             }
