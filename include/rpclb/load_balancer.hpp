@@ -109,8 +109,9 @@ public:
     std::string name() const override { return options_.name; }
 
     /// The balancer's options as they are now: those it was started with, except that
-    /// `algorithm` and `algorithm_opts` are the current ones (see set_algorithm()). A copy,
-    /// since those two may change at any time. Thread-safe.
+    /// `algorithm` and `algorithm_opts` are the current ones (see set_algorithm()) and, on a
+    /// routing-only balancer, `outlier_detection` is what the members announce. A copy,
+    /// since these may change at any time. Thread-safe.
     LoadBalancerOptions options() const;
 
     /// The current algorithm's plugin name, e.g. "round_robin". Thread-safe.
@@ -323,7 +324,8 @@ public:
         if (serving_.fetch_sub(1) == 1) drained_.wake();
     }
 
-    /// The announcement this balancer joins with: {"algorithm": ..., "algorithm_opts": ...}.
+    /// The announcement this balancer joins with: {"algorithm": ..., "algorithm_opts": ...,
+    /// "outlier_detection": ...}.
     boost::json::object announcement() const;
 
 private:
@@ -398,7 +400,8 @@ private:
     bool started_ = false;
     bool restarted_ = false;  // start() has run once: the next one is a restart
     std::atomic<bool> local_{false};
-    // Null when OutlierDetection is off.
+    // Null when OutlierDetection is off on a hosted balancer; a routing-only one always has
+    // one, so that the options its members announce can turn detection on.
     std::unique_ptr<detail::OutlierDetector> outliers_;
     // The group's last snapshot, before ejections (under publish_mutex_).
     std::shared_ptr<const MemberSnapshot> group_;

@@ -213,7 +213,8 @@ void LoadBalancer::stop() noexcept {
     } catch (const std::exception& e) {
         RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": leaving the group failed: " << e.what();
     }
-    // The seed's Drainer (§4.2): wait for this node's calls through the balancer.
+    // The predecessor's drainer (predecessor-compatibility §4.2): wait for this node's
+    // calls through the balancer.
     auto& bus = node_.telemetry();
     const auto began = std::chrono::steady_clock::now();
     Event drain{.name = EventName::drain_begin};
@@ -388,7 +389,8 @@ Result<LoadBalancer::Picked> LoadBalancer::pick(const PickOptions& options) {
     auto route = route_.load();
     const auto& snapshot = route->members;
     const Engine& engine = *route->engine;
-    // The seed's selection events (§5.2), from the dispatch so custom algorithms get them.
+    // The predecessor's selection events (predecessor-compatibility §5.2), from the
+    // dispatch so custom algorithms get them.
     auto& bus = node_.telemetry();
     if (snapshot->nodes.empty()) {
         if (bus.active()) {
