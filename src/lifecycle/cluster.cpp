@@ -356,7 +356,7 @@ Result<void> to_void(CallResult r) {
 // network thread unless that thread is inside async_call itself (the recursion above). It
 // is per thread: an answer read on a network thread while the calling thread has not yet
 // left async_call (it was preempted right after sending) still completes inline there;
-// with one flag per call it went to the pool (seen under load: unit.async_completion).
+// with one flag per call it went to the pool (seen under load: cluster.async_completion).
 thread_local int initiating_here = 0;
 
 template <class R, class Convert>
