@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the whole suite (library, plugins, tools, unit and integration tests; no
+# Builds the whole suite (library, plugins, tools, unit, cluster and integration tests; no
 # benchmarks) with AddressSanitizer and UndefinedBehaviorSanitizer into build-asan/ and
 # runs the tests with ctest. The rpclb-node and rpclb-call processes the integration tests
 # start come from the same build, so they run under the sanitizers too. Any sanitizer

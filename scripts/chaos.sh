@@ -126,7 +126,7 @@ max_faults=$(( secs / 2 ))
 faults=0 kill9=0 stops=0 terms=0 term_overruns=0
 : >"$work/sigterm-windows.txt"
 while [ "$(date +%s)" -lt "$end" ] && [ "$faults" -lt "$max_faults" ]; do
-  sleep "$(( 2 + RANDOM % 3 ))"
+  sleep "$(( 2 + RANDOM % 3 ))"  # the soak's pace: a fault every 2 to 4 s
   [ "$(date +%s)" -lt "$(( end - 2 ))" ] || break
   i=$(( 1 + RANDOM % nodes ))
   faults=$(( faults + 1 ))
@@ -135,7 +135,7 @@ while [ "$(date +%s)" -lt "$end" ] && [ "$faults" -lt "$max_faults" ]; do
       kill9=$(( kill9 + 1 )); note_rss "$i"
       echo "$(now_ms) kill-9 c$i" >>"$work/faults.txt"
       kill -KILL "${pid[$i]}"; wait "${pid[$i]}" 2>/dev/null
-      sleep 1
+      sleep 1  # down for a second before the restart
       start_node "$i" $(seeds_except "$i") || exit 2
       ;;
     1)

@@ -60,7 +60,7 @@ echo
 echo "== 2000 calls of demo.sleep [2] through 'workers' (timeout 2000 ms); gamma is killed with SIGKILL after 1 s"
 call --balancer workers --count 2000 --concurrency 4 --timeout 2000 demo sleep '[2]' >"$work/run.json" 2>"$work/run.err" &
 run=$!
-sleep 1
+sleep 1  # the scenario: the kill lands a second into the run
 gamma_pid=$(cat "$work/gamma.pid")
 disown "$gamma_pid"  # no "Killed" job notice from bash; the kernel reaps it via init
 kill -9 "$gamma_pid"
@@ -78,7 +78,7 @@ echo
 echo "== 3000 calls of demo.sleep [2] through 'workers'; beta is stopped with SIGTERM after 1 s and started again"
 call --balancer workers --count 3000 --concurrency 4 demo sleep '[2]' >"$work/rolling.json" 2>"$work/rolling.err" &
 run=$!
-sleep 1
+sleep 1  # the scenario: the stop lands a second into the run
 beta_pid=$(cat "$work/beta.pid")
 kill -TERM "$beta_pid"
 status=0; wait "$beta_pid" || status=$?

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the library, the plugins and the concurrency-heavy unit tests with
+# Builds the library, the plugins and the concurrency-heavy unit and cluster tests with
 # ThreadSanitizer and runs them: the algorithm tests (concurrent picks while membership
 # changes), the supervisor and balancer supervision, the telemetry bus and metrics, and
 # routing between in-process nodes (retry timers, draining, async completions), group
@@ -18,11 +18,15 @@ for dir in "$root"/plugins/*/; do targets+=("rpclb_$(basename "$dir")"); done
 tests=(algorithms supervisor balancer_supervision telemetry metrics routing groups async_completion callbacks_without_locks
        write_queue inline_handlers batching call_channels block_cache mesh failure_detector outlier_detection)
 for t in "${tests[@]}"; do
-  for src in "$root"/test/unit/"$t"*.cpp; do targets+=("unit_$(basename "$src" .cpp)"); done
+  for src in "$root"/test/{unit,cluster}/"$t"*.cpp; do
+    [ -e "$src" ] || continue
+    kind=$(basename "$(dirname "$src")")
+    targets+=("${kind}_$(basename "$src" .cpp)")
+  done
 done
 test_plugins=()
 for src in "$root"/test/plugins/*.cpp; do test_plugins+=("rpclb_$(basename "$src" .cpp)"); done
 targets+=("${test_plugins[@]}")
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ctest --test-dir "$build" --output-on-failure -R "^unit\.($(IFS='|'; echo "${tests[*]}"))"
+  ctest --test-dir "$build" --output-on-failure -R "^(unit|cluster)\.($(IFS='|'; echo "${tests[*]}"))"

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
+#include "support/port.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_from.hpp>
@@ -177,16 +178,23 @@ BOOST_AUTO_TEST_CASE(negative_workers_flag_is_reported_as_given) {
 // A seed that is not HOST:PORT is never dialled and is warned about once, however often
 // the node redials its seeds; the node itself runs on.
 BOOST_AUTO_TEST_CASE(bad_seed_is_warned_once) {
+    // A good seed where nothing listens: each redial round (every reconnect_interval, 1 s)
+    // logs "dialling" it at debug, which shows the rounds the bad seeds went through.
+    const PortReservation nobody;
     auto [p, address] = start("a", weighted_node_file("a", {}),
-                              {"--seed", "nonsense", "--seed", "127.0.0.1:99999", "--log-level", "warning"});
-    // Seeds are redialled every second (reconnect_interval).
-    std::this_thread::sleep_for(2500ms);
-    const auto err = p->stderr_text();
+                              {"--seed", "nonsense", "--seed", "127.0.0.1:99999", "--seed", nobody.address(),
+                               "--log-level", "debug"});
+    std::string err;
     const auto count = [&](const std::string& what) {
         std::size_t n = 0;
         for (auto at = err.find(what); at != std::string::npos; at = err.find(what, at + 1)) ++n;
         return n;
     };
+    // The first dial and two redial rounds.
+    BOOST_TEST_REQUIRE(eventually([&] {
+        err = p->stderr_text();
+        return count("dialling " + nobody.address()) >= 3u;
+    }, 10s, 50ms), err);
     BOOST_TEST(count("seed \"nonsense\" is not HOST:PORT; it is never dialled") == 1u, err);
     BOOST_TEST(count("seed \"127.0.0.1:99999\" has no port in 1..65535; it is never dialled") == 1u, err);
     BOOST_TEST(count(" warning [mesh] seed \"nonsense\"") == 1u, err);

@@ -123,7 +123,12 @@ BOOST_FIXTURE_TEST_CASE(blocking_call_to_a_frozen_peer_ends_when_the_caller_stop
     std::thread caller([&client = *client, name = a->name(), outcome] {
         outcome->set_value(client.call(name, "demo", "echo", {1}, {.timeout = 20s}));
     });
-    std::this_thread::sleep_for(200ms);  // the call is under way (dialling its channel)
+    // The call is under way: its channel counts as open from the start of its dial (which
+    // stalls on the frozen peer), or it was sent on one already open.
+    BOOST_TEST_REQUIRE(eventually([&] {
+        const auto s = client->stats();
+        return s.channels_open + s.channel_calls > 0;
+    }, 5s));
     const auto stop_began = steady_clock::now();
     client->stop();
     const auto stop_took = ms_since(stop_began);

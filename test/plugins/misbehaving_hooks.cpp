@@ -1,5 +1,5 @@
 // An algorithm that breaks the plugin contract on purpose, for the plugin-boundary tests
-// (test/unit/plugin_boundary.cpp). It picks the first member (choose_nodes: the first
+// (test/cluster/plugin_boundary.cpp). It picks the first member (choose_nodes: the first
 // `count` members) and, by its options:
 //  - "throw_in": one of "init", "services", "local", "choose_from_nodes", "choose_nodes",
 //    "on_node_change", "release": that hook throws, every time it runs;

@@ -17,7 +17,7 @@ public:
         state.counter(balancer_, "slow_init.entered").fetch_add(1);
         std::int64_t ms = 0;
         if (const auto* sleep = options.if_contains("sleep_ms")) ms = sleep->to_number<std::int64_t>();
-        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // the slow init under test
         state.counter(balancer_, "slow_init.done").fetch_add(1);
     }
 

@@ -1,4 +1,4 @@
-// An algorithm for the balancer supervision tests (test/unit/balancer_supervision.cpp):
+// An algorithm for the balancer supervision tests (test/cluster/balancer_supervision.cpp):
 // it picks the first member and asks for one service, a probe that
 //  - counts, in AlgorithmState under its balancer's name, its starts and stops and those
 //    that happened while its node was a member of the balancer's group

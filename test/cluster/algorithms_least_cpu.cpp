@@ -621,7 +621,7 @@ BOOST_AUTO_TEST_CASE(poller_fetches_remote_readings_over_the_mesh) {
         std::atomic<bool> entered{false}, finished{false};
         a.register_function("rpclb", "cpu_reading", [&](const boost::json::array&) -> rpclb::CallResult {
             entered = true;
-            std::this_thread::sleep_for(1s);
+            std::this_thread::sleep_for(1s);  // a reply still in flight when the balancer stops
             finished = true;
             return boost::json::object{{"cpu", 5}};
         });

@@ -36,6 +36,7 @@ struct Pair {
                              {.run_inline = true});
         b->register_function("t", "sleep", [this](const boost::json::array& args) -> rpclb::CallResult {
             ++sleeps_begun;
+            // Takes as long as the caller asks: the run time is the test's input.
             std::this_thread::sleep_for(std::chrono::milliseconds(args.at(0).to_number<int>()));
             ++sleeps_ended;
             return "slept";
@@ -208,6 +209,7 @@ void stop_under_a_steady_stream_of_direct_calls(bool channels, bool nested = fal
                            {.run_inline = true});
     p.b->register_function("t", "nested", [&p](const boost::json::array& args) -> rpclb::CallResult {
         ++p.sleeps_begun;
+        // Takes as long as the caller asks: the run time is the test's input.
         std::this_thread::sleep_for(std::chrono::milliseconds(args.at(0).to_number<int>()));
         auto r = p.b->call("a@127.0.0.1", "t", "inner", args);
         ++p.sleeps_ended;
@@ -280,15 +282,22 @@ BOOST_AUTO_TEST_CASE(a_stopping_peer_opens_a_new_channel_to_a_node_it_said_bye_t
     std::atomic<bool> late_began{false};
     p.b->register_function("t", "late", [&p, &late_began](const boost::json::array& args) -> rpclb::CallResult {
         late_began = true;
-        std::this_thread::sleep_for(600ms);  // past `first` (300 ms) and the byes after it
+        // Past `first` (300 ms) and the byes after it. Kept as a sleep: a handler that is
+        // still running when its node's byes go out is the case under test, and nothing
+        // this handler can see marks the end of the byes.
+        std::this_thread::sleep_for(600ms);
         return p.b->call("a@127.0.0.1", "t", "inner", args);
     });
+    // b's group w shows when its stop has begun (b leaves it before it waits for `first`).
+    p.b->start_balancer(rpclb::test::balancer_options("w", "round_robin"));
+    BOOST_TEST_REQUIRE(eventually([&] { return p.a->get_members("w").has_value(); }, 5s));
     rpclb::CallOptions o;
     o.timeout = 5s;
     auto first = p.a->async_call(b_name, "t", "sleep", {300}, o, boost::asio::use_future);
     BOOST_REQUIRE(eventually([&] { return p.sleeps_begun == 1; }, 5s));
     std::thread stopper([&] { p.b->stop(); });
-    std::this_thread::sleep_for(50ms);  // b's stop has begun: it waits for `first`
+    // b's stop has begun: it left w, and now waits for `first`.
+    BOOST_TEST(eventually([&] { return !p.a->get_members("w").has_value(); }, 2s));
     auto late = p.a->async_call(b_name, "t", "late", {7}, o, boost::asio::use_future);
     BOOST_TEST(eventually([&] { return late_began.load(); }, 5s));
     stopper.join();
@@ -387,7 +396,7 @@ BOOST_AUTO_TEST_CASE(a_late_answer_is_never_taken_for_a_later_calls) {
 BOOST_AUTO_TEST_CASE(a_channel_the_peer_closed_while_idle_is_retired) {
     Pair p(true, 15s, true, 1s);
     p.a->register_function("t", "block", [](const boost::json::array&) -> rpclb::CallResult {
-        std::this_thread::sleep_for(2500ms);
+        std::this_thread::sleep_for(2500ms);  // holds a's network thread past b's idle timeout
         return 1;
     }, {.run_inline = true});
     BOOST_TEST_REQUIRE(p.echo(1).has_value());
@@ -412,7 +421,7 @@ BOOST_AUTO_TEST_CASE(a_call_whose_channel_dial_stalls_keeps_its_deadline) {
     std::atomic<bool> blocking{false};
     p.b->register_function("t", "block", [&blocking](const boost::json::array&) -> rpclb::CallResult {
         blocking = true;
-        std::this_thread::sleep_for(3s);
+        std::this_thread::sleep_for(3s);  // holds b's only network thread: the dial stalls
         return 1;
     }, {.run_inline = true});
     BOOST_TEST_REQUIRE(p.a->cast(b_name, "t", "block", {}).has_value());  // b's network thread sleeps 3 s

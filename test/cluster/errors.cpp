@@ -64,6 +64,7 @@ struct Fixture {
         });
         server.register_function("t", "sleep", [this](const boost::json::array& a) -> rpclb::CallResult {
             ++sleeps_started;
+            // Takes as long as the caller asks: the run time is the test's input.
             std::this_thread::sleep_for(std::chrono::milliseconds(a.at(0).to_number<int>()));
             return nullptr;
         });
@@ -310,7 +311,7 @@ BOOST_AUTO_TEST_CASE(stop_drops_handlers_still_queued_after_stop_timeout) {
     so.worker_threads = 1;
     rpclb::Cluster server(so);
     server.register_function("t", "sleep", [&ran](const boost::json::array&) -> rpclb::CallResult {
-        std::this_thread::sleep_for(100ms);
+        std::this_thread::sleep_for(100ms);  // slow enough for the queue to outlast stop_timeout
         ++ran;
         return nullptr;
     });

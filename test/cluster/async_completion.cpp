@@ -38,6 +38,7 @@ struct Pair {
             "t", "echo", [](const boost::json::array& args) -> rpclb::CallResult { return args; },
             rpclb::HandlerOptions{.run_inline = true});
         b->register_function("t", "sleep", [this](const boost::json::array& args) -> rpclb::CallResult {
+            // Takes as long as the caller asks: the run time is the test's input.
             std::this_thread::sleep_for(std::chrono::milliseconds(args.at(0).to_number<int>()));
             ++sleeps_done;
             return true;

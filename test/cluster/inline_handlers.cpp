@@ -82,7 +82,7 @@ BOOST_AUTO_TEST_CASE(inline_runs_over_the_threshold_are_counted) {
     p.b->register_function(
         "t", "slow",
         [](const boost::json::array&) -> rpclb::CallResult {
-            std::this_thread::sleep_for(5ms);
+            std::this_thread::sleep_for(5ms);  // over its 1 ms slow_threshold
             return true;
         },
         {.run_inline = true, .slow_threshold = std::chrono::microseconds(1000)});

@@ -421,7 +421,7 @@ BOOST_AUTO_TEST_CASE(a_malformed_announced_outlier_object_leaves_the_client_on_t
 
 BOOST_AUTO_TEST_CASE(peak_ewma_sends_under_a_tenth_of_the_calls_to_a_member_20_ms_slower) {
     Trio trio("peak_ewma", [](const std::string& name) -> rpclb::CallResult {
-        if (name == "c@127.0.0.1") std::this_thread::sleep_for(20ms);
+        if (name == "c@127.0.0.1") std::this_thread::sleep_for(20ms);  // c is the slower member
         return boost::json::value(name);
     });
     std::mutex mutex;

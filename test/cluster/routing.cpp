@@ -56,6 +56,7 @@ void register_functions(rpclb::Cluster& c, std::atomic<int>* runs = nullptr) {
         return boost::json::value(name);
     });
     c.register_function("demo", "sleep", [name](const boost::json::array& args) -> rpclb::CallResult {
+        // Takes as long as the caller asks: the run time is the test's input.
         std::this_thread::sleep_for(std::chrono::milliseconds(args.at(0).to_number<int>()));
         sleep_returned.store(std::chrono::steady_clock::now());
         return boost::json::value(name);
