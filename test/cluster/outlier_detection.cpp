@@ -401,7 +401,9 @@ BOOST_AUTO_TEST_CASE(a_client_follows_outlier_options_the_members_change) {
     BOOST_TEST((*balancer)->ejected().empty());
     int failures = 0;
     for (int i = 0; i < 30; ++i) failures += !trio.call().has_value();
-    BOOST_TEST(failures == 10);  // every third call, and b is never ejected
+    // About every third call fails (a route rebuilt by a late announcement starts round
+    // robin afresh), and more than the defaults' 5 would allow: b is never ejected.
+    BOOST_TEST(failures > 5);
     BOOST_TEST((*balancer)->ejected().empty());
 }
 
