@@ -64,7 +64,10 @@ std::optional<AnnouncedAlgorithm> announced_algorithm(const Groups& groups, std:
     std::optional<boost::json::object> chosen_meta;
     std::string chosen_node;
     std::optional<OptionProblem> problem;
-    for (const auto& node : groups.members(group)->nodes) {
+    // Held here: a range-for over members(group)->nodes would walk a snapshot that the
+    // temporary shared_ptr frees as soon as the group changes.
+    const auto members = groups.members(group);
+    for (const auto& node : members->nodes) {
         auto meta = groups.announcement(group, node);
         if (!meta) continue;
         if (!chosen) {
@@ -146,7 +149,8 @@ bool BalancerRegistry::stop(std::string_view name) {
 
 std::vector<std::string> BalancerRegistry::hosted_names() const {
     std::vector<std::string> names;
-    for (const auto& [name, b] : table_.load()->hosted) names.push_back(name);
+    const auto table = table_.load();  // held: the temporary would die before the loop
+    for (const auto& [name, b] : table->hosted) names.push_back(name);
     return names;
 }
 

@@ -270,7 +270,13 @@ void LoadBalancer::post_follow() {
     // Loading a plugin and running `init` would hold up the thread delivering group
     // changes: the worker pool does it.
     boost::asio::post(node_.workers(), [weak = weak_from_this()] {
-        if (auto self = weak.lock()) self->follow_announcement();
+        auto self = weak.lock();
+        if (!self) return;
+        try {
+            self->follow_announcement();
+        } catch (const std::exception& e) {  // std::bad_alloc: the next change tries again
+            RPCLB_LOG("balancer", error) << "balancer " << self->options_.name << ": cannot follow: " << e.what();
+        }
     });
 }
 
@@ -498,7 +504,14 @@ void LoadBalancer::release(const Picked& picked, CallOutcome outcome) noexcept {
                         republish();
                     }
                     boost::asio::post(node_.workers(), [weak = weak_from_this(), change = std::move(change)] {
-                        if (auto self = weak.lock()) self->apply_ejections(change);
+                        auto self = weak.lock();
+                        if (!self) return;
+                        try {
+                            self->apply_ejections(change);
+                        } catch (const std::exception& e) {
+                            RPCLB_LOG("balancer", error) << "balancer " << self->options_.name
+                                                         << ": ejection failed: " << e.what();
+                        }
                     });
                 }
             } catch (const std::exception& e) {
@@ -556,8 +569,12 @@ void LoadBalancer::arm_ejection_timer() {
         if (ec) return;
         auto self = weak.lock();
         if (!self) return;
-        if (auto back = self->outliers_->expire(std::chrono::steady_clock::now()); !back.empty())
-            self->apply_ejections(back);
+        try {
+            if (auto back = self->outliers_->expire(std::chrono::steady_clock::now()); !back.empty())
+                self->apply_ejections(back);
+        } catch (const std::exception& e) {
+            RPCLB_LOG("balancer", error) << "balancer " << self->options_.name << ": ejection failed: " << e.what();
+        }
         self->arm_ejection_timer();
     });
 }
