@@ -28,5 +28,5 @@ test_plugins=()
 for src in "$root"/test/plugins/*.cpp; do test_plugins+=("rpclb_$(basename "$src" .cpp)"); done
 targets+=("${test_plugins[@]}")
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp" \
   ctest --test-dir "$build" --output-on-failure -R "^(unit|cluster)\.($(IFS='|'; echo "${tests[*]}"))"
