@@ -38,7 +38,7 @@ double parse_load_factor(const boost::json::object& options) {
     const auto* value = options.if_contains("load_factor");
     if (!value) return 0;
     if (!value->is_number() || !(value->to_number<double>() >= 1.0) || !(value->to_number<double>() <= 1e6))
-        throw std::invalid_argument("hash_ring: option load_factor must be a number >= 1, got " +
+        throw std::invalid_argument("hash_ring: option load_factor must be a number from 1 to 1e6, got " +
                                     boost::json::serialize(*value));
     return value->to_number<double>();
 }

@@ -236,7 +236,7 @@ int main(int argc, char** argv) {
         ("cookie", po::value(&cookie), "shared cluster secret (default: $RPCLB_COOKIE)")
         ("balancer", po::value(&balancer), "route through this balancer")
         ("key", po::value(&key), "routing key passed to the balancer's algorithm")
-        ("algorithm", po::value(&algorithm), "route with this algorithm instead of the announced one")
+        ("algorithm", po::value(&algorithm), "route with this algorithm (and the default outlier options) instead of the announced ones")
         ("node", po::value(&node), "call this node directly (instead of --balancer)")
         ("count", po::value(&count)->default_value(1), "number of calls")
         ("concurrency", po::value(&concurrency)->default_value(1), "calls in flight at once, 1..65536")
