@@ -41,6 +41,31 @@ ErrorMessage algorithm_failure(std::string_view balancer, std::string message) {
                         boost::json::object{{"load_balancer", balancer}}};
 }
 
+// Logs and publishes (member.ejected / member.returned) what `change` did to `balancer`.
+void report_ejections(TelemetryBus& bus, const std::string& balancer, const detail::OutlierChange& change) {
+    for (const auto& ejection : change.ejected) {
+        RPCLB_LOG("balancer", warning) << "balancer " << balancer << ": member " << ejection.node << " ejected for "
+                                       << ejection.duration.count() << " ms (" << ejection.reason << ")";
+        if (bus.active()) {
+            Event e{.name = EventName::member_ejected};
+            e.load_balancer = balancer;
+            e.node = ejection.node;
+            e.reason = ejection.reason;
+            e.duration = ejection.duration;
+            bus.emit(e);
+        }
+    }
+    for (const auto& node : change.returned) {
+        RPCLB_LOG("balancer", info) << "balancer " << balancer << ": member " << node << " returned";
+        if (bus.active()) {
+            Event e{.name = EventName::member_returned};
+            e.load_balancer = balancer;
+            e.node = node;
+            bus.emit(e);
+        }
+    }
+}
+
 }  // namespace
 
 LoadBalancer::LoadBalancer(detail::ClusterLink& node, LoadBalancerOptions options,
@@ -496,8 +521,8 @@ void LoadBalancer::release(const Picked& picked, CallOutcome outcome) noexcept {
         if (outliers_) {
             try {
                 // The route leaves an ejected member out before this release returns, so the
-                // caller's next pick cannot reach it; the log lines and events (and a second,
-                // idempotent republish) are left to the worker pool.
+                // caller's next pick cannot reach it; the log lines, events and expiry timer
+                // are left to the worker pool.
                 if (auto change = outliers_->record(picked.node(), outcome, now); !change.empty()) {
                     {
                         std::lock_guard lock(publish_mutex_);
@@ -507,7 +532,8 @@ void LoadBalancer::release(const Picked& picked, CallOutcome outcome) noexcept {
                         auto self = weak.lock();
                         if (!self) return;
                         try {
-                            self->apply_ejections(change);
+                            report_ejections(self->node_.telemetry(), self->options_.name, change);
+                            if (!change.expiries.empty()) self->arm_ejection_timer();
                         } catch (const std::exception& e) {
                             RPCLB_LOG("balancer", error) << "balancer " << self->options_.name
                                                          << ": ejection failed: " << e.what();
@@ -532,30 +558,8 @@ void LoadBalancer::apply_ejections(const detail::OutlierChange& change) {
         std::lock_guard lock(publish_mutex_);
         republish();
     }
-    auto& bus = node_.telemetry();
-    for (const auto& ejection : change.ejected) {
-        RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": member " << ejection.node
-                                       << " ejected for " << ejection.duration.count() << " ms ("
-                                       << ejection.reason << ")";
-        if (bus.active()) {
-            Event e{.name = EventName::member_ejected};
-            e.load_balancer = options_.name;
-            e.node = ejection.node;
-            e.reason = ejection.reason;
-            e.duration = ejection.duration;
-            bus.emit(e);
-        }
-    }
+    report_ejections(node_.telemetry(), options_.name, change);
     if (!change.expiries.empty()) arm_ejection_timer();
-    for (const auto& node : change.returned) {
-        RPCLB_LOG("balancer", info) << "balancer " << options_.name << ": member " << node << " returned";
-        if (bus.active()) {
-            Event e{.name = EventName::member_returned};
-            e.load_balancer = options_.name;
-            e.node = node;
-            bus.emit(e);
-        }
-    }
 }
 
 void LoadBalancer::arm_ejection_timer() {
