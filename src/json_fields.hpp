@@ -11,6 +11,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -74,6 +75,23 @@ inline bool read(const boost::json::value& v, std::uint64_t& out) noexcept {
     const auto n = non_negative_integer(v);
     if (n) out = *n;
     return n.has_value();
+}
+
+/// A non-negative integer under 2^32.
+inline bool read(const boost::json::value& v, std::uint32_t& out) noexcept {
+    const auto n = non_negative_integer(v);
+    if (!n || *n > std::numeric_limits<std::uint32_t>::max()) return false;
+    out = static_cast<std::uint32_t>(*n);
+    return true;
+}
+
+/// A non-negative integer of milliseconds.
+inline bool read(const boost::json::value& v, std::chrono::milliseconds& out) noexcept {
+    const auto n = non_negative_integer(v);
+    if (!n || *n > static_cast<std::uint64_t>(std::numeric_limits<std::chrono::milliseconds::rep>::max()))
+        return false;
+    out = std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(*n));
+    return true;
 }
 
 /// An integer in the range of int.

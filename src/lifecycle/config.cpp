@@ -86,10 +86,8 @@ struct Count {
 // A duration under a "..._ms" key.
 struct Milliseconds {
     Problem read(const json::value& v, const std::string& path, std::chrono::milliseconds& out) const {
-        const auto n = non_negative_integer(v);
-        if (!n || *n > static_cast<std::uint64_t>(std::numeric_limits<std::chrono::milliseconds::rep>::max()))
+        if (!detail::json_fields::read(v, out))
             return field_error(path, "must be a non-negative integer (milliseconds)" + got(v));
-        out = std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(*n));
         return std::nullopt;
     }
     json::value write(std::chrono::milliseconds d) const { return json::value(d.count()); }

@@ -19,23 +19,16 @@ namespace {
 
 namespace json = boost::json;
 using json_fields::got;
-using json_fields::non_negative_integer;
 
 // One field's value, or why it is not one: a count under 2^32 or a duration under a
 // "..._ms" key.
 std::optional<std::string> read_field(const json::value& v, std::uint32_t& out) {
-    const auto n = non_negative_integer(v);
-    if (!n || *n > std::numeric_limits<std::uint32_t>::max())
-        return "must be a non-negative integer under 2^32" + got(v);
-    out = static_cast<std::uint32_t>(*n);
+    if (!json_fields::read(v, out)) return "must be a non-negative integer under 2^32" + got(v);
     return std::nullopt;
 }
 
 std::optional<std::string> read_field(const json::value& v, std::chrono::milliseconds& out) {
-    const auto n = non_negative_integer(v);
-    if (!n || *n > static_cast<std::uint64_t>(std::numeric_limits<std::chrono::milliseconds::rep>::max()))
-        return "must be a non-negative integer (milliseconds)" + got(v);
-    out = std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(*n));
+    if (!json_fields::read(v, out)) return "must be a non-negative integer (milliseconds)" + got(v);
     return std::nullopt;
 }
 
