@@ -1,8 +1,55 @@
 #include <rpclb/node_filter.hpp>
 
 #include <algorithm>
+#include <cstddef>
 
 namespace rpclb {
+
+namespace {
+
+// The longest pattern std::regex is given: its compiler recurses once per group, so a
+// pattern's length bounds the stack it takes.
+constexpr std::size_t max_pattern = 1000;
+
+// The largest count std::regex is given in a {n}, {n,} or {n,m} repetition. libstdc++
+// accumulates a count's digits in a long without an overflow check, so a long run of
+// digits is undefined behaviour before std::regex can refuse it; a node name is short, so
+// counts above this serve nothing.
+constexpr unsigned long max_repetition = 1000;
+
+// Throws std::regex_error: error_complexity when `pattern` is longer than max_pattern,
+// error_badbrace when a repetition count in it is above max_repetition. Braces inside a
+// bracket expression or after a backslash are literal.
+void check_pattern(std::string_view pattern) {
+    if (pattern.size() > max_pattern) throw std::regex_error(std::regex_constants::error_complexity);
+    bool in_class = false;
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+        const char c = pattern[i];
+        if (c == '\\') {
+            ++i;
+        } else if (in_class) {
+            in_class = c != ']';
+        } else if (c == '[') {
+            in_class = true;
+        } else if (c == '{') {
+            unsigned long count = 0;
+            for (std::size_t j = i + 1; j < pattern.size() && pattern[j] != '}'; ++j) {
+                const char d = pattern[j];
+                if (d == ',') {
+                    count = 0;
+                } else if (d >= '0' && d <= '9') {
+                    count = count * 10 + static_cast<unsigned long>(d - '0');
+                    if (count > max_repetition)
+                        throw std::regex_error(std::regex_constants::error_badbrace);
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
 
 NodeFilter NodeFilter::substring(std::string text) {
     NodeFilter f;
@@ -11,6 +58,7 @@ NodeFilter NodeFilter::substring(std::string text) {
 }
 
 NodeFilter NodeFilter::regex(std::string pattern) {
+    check_pattern(pattern);
     NodeFilter f;
     f.regex_ = std::make_shared<const std::regex>(pattern, std::regex::ECMAScript);
     f.text_ = std::move(pattern);

@@ -69,6 +69,17 @@ BOOST_AUTO_TEST_CASE(the_textual_form_reads_slashes_as_a_regex) {
     BOOST_CHECK_THROW(NodeFilter::parse("/(/"), std::regex_error);
 }
 
+// A count too long for a long was undefined behaviour inside std::regex's compiler.
+BOOST_AUTO_TEST_CASE(a_repetition_count_above_1000_is_refused_before_std_regex_reads_it) {
+    BOOST_CHECK_THROW(NodeFilter::regex("a{99999999999999999999}"), std::regex_error);
+    BOOST_CHECK_THROW(NodeFilter::regex("a{2,99999999999999999999}"), std::regex_error);
+    BOOST_CHECK_THROW(NodeFilter::regex("(ab){1001}"), std::regex_error);
+    BOOST_CHECK_THROW(NodeFilter::regex(std::string(1001, '(')), std::regex_error);
+    BOOST_TEST(NodeFilter::regex("^a{2,1000}@").matches("aa@h"));
+    BOOST_TEST(NodeFilter::regex("[{]99999").matches("{99999@h"));
+    BOOST_TEST(NodeFilter::regex("\\{99999").matches("{99999@h"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(match_list)
