@@ -10,7 +10,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RPCLB_TSAN_BUILD_DIR:-$root/build-tsan}"
+# -O1 -g1: the sanitizers' usual optimisation level, with line tables for the reports;
+# both compile faster than the normal build's -O2 -g, and -O3 is left off
+# (RPCLB_VECTORIZE_MASKING).
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRPCLB_BUILD_BENCH=OFF \
+      -DRPCLB_VECTORIZE_MASKING=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
       -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
       -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
 targets=(rpclb)

@@ -64,25 +64,7 @@ std::string unb64(std::string_view text) {
 // POSTs `body` to `target` at "HOST:PORT" and returns the JSON answer. Throws on network
 // errors and non-JSON answers.
 boost::json::value post(const std::string& address, const std::string& target, const std::string& body) {
-    namespace beast = boost::beast;
-    namespace http = beast::http;
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    stream.expires_after(5s);
-    const auto colon = address.rfind(':');
-    stream.connect(resolver.resolve(address.substr(0, colon), address.substr(colon + 1)));
-    http::request<http::string_body> request(http::verb::post, target, 11);
-    request.set(http::field::host, address);
-    request.set(http::field::content_type, "application/json");
-    request.keep_alive(false);
-    request.body() = body;
-    request.prepare_payload();
-    http::write(stream, request);
-    beast::flat_buffer buffer;
-    http::response<http::string_body> response;
-    http::read(stream, buffer, response);
-    return boost::json::parse(response.body());
+    return boost::json::parse(http_post(address, target, body).body);
 }
 
 // One etcd member on 127.0.0.1, its client and peer ports held by PortReservation until it

@@ -1,15 +1,10 @@
 // Integration-test helpers for the admin console: nodes started with --admin, runs of the
-// rpclb-admin tool, plain HTTP GETs and a raw admin WebSocket.
+// rpclb-admin tool, plain HTTP GETs and a raw admin WebSocket (admin_socket.hpp).
 #pragma once
 
+#include "admin_socket.hpp"
 #include "node.hpp"
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/websocket.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -58,73 +53,6 @@ inline ToolRun run_admin(const std::filesystem::path& dir, const std::vector<std
     run.err = p.stderr_text();
     return run;
 }
-
-/// An HTTP answer.
-struct HttpAnswer {
-    unsigned status = 0;
-    std::string content_type;
-    std::string body;
-};
-
-/// GET `target` from "HOST:PORT" (HTTP/1.1, one request per connection). Throws on
-/// network errors.
-inline HttpAnswer http_get(const std::string& address, const std::string& target) {
-    namespace beast = boost::beast;
-    namespace http = beast::http;
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    const auto colon = address.rfind(':');
-    stream.connect(resolver.resolve(address.substr(0, colon), address.substr(colon + 1)));
-    http::request<http::empty_body> request(http::verb::get, target, 11);
-    request.set(http::field::host, address);
-    request.keep_alive(false);
-    http::write(stream, request);
-    beast::flat_buffer buffer;
-    http::response<http::string_body> response;
-    http::read(stream, buffer, response);
-    return {response.result_int(), std::string(response[http::field::content_type]), response.body()};
-}
-
-/// A raw WebSocket on a node's /admin, for sending what rpclb-admin never would.
-class AdminSocket {
-public:
-    /// Connects and upgrades; `bearer` (when not empty) goes in an Authorization header.
-    explicit AdminSocket(const std::string& address, const std::string& bearer = {}) : ws_(io_) {
-        boost::asio::ip::tcp::resolver resolver(io_);
-        const auto colon = address.rfind(':');
-        boost::asio::connect(ws_.next_layer(), resolver.resolve(address.substr(0, colon), address.substr(colon + 1)));
-        if (!bearer.empty())
-            ws_.set_option(boost::beast::websocket::stream_base::decorator(
-                [bearer](boost::beast::websocket::request_type& r) {
-                    r.set(boost::beast::http::field::authorization, "Bearer " + bearer);
-                }));
-        ws_.handshake(address, "/admin");
-        ws_.text(true);
-    }
-
-    void send(const std::string& text) { ws_.write(boost::asio::buffer(text)); }
-
-    /// The next message, as JSON.
-    boost::json::object receive() {
-        boost::beast::flat_buffer buffer;
-        ws_.read(buffer);
-        return boost::json::parse(boost::beast::buffers_to_string(buffer.data())).as_object();
-    }
-
-    /// Sends `text` and returns the next message that has an `id` (skipping events).
-    boost::json::object ask(const std::string& text) {
-        send(text);
-        for (;;) {
-            auto m = receive();
-            if (m.contains("id")) return m;
-        }
-    }
-
-private:
-    boost::asio::io_context io_;
-    boost::beast::websocket::stream<boost::asio::ip::tcp::socket> ws_;
-};
 
 /// The `error.code` of an answer, or "" when it has none.
 inline std::string error_code_of(const boost::json::object& answer) {
