@@ -16,9 +16,9 @@ constexpr std::size_t max_relays = 256;
 
 DetectorOptions DetectorOptions::from_idle_timeout(milliseconds idle) {
     DetectorOptions o;
-    o.probe_interval = std::clamp(idle / 3, milliseconds(100), milliseconds(1000));
+    o.probe_interval = std::clamp(idle / 2, milliseconds(100), milliseconds(1500));
     o.probe_timeout = std::clamp(idle / 12, milliseconds(100), milliseconds(2000));
-    o.suspicion_min = std::max(idle / 3, o.probe_interval);
+    o.suspicion_min = std::max(idle / 3, o.probe_timeout);
     o.suspicion_max = std::max(idle, o.suspicion_min);
     return o;
 }
@@ -37,14 +37,7 @@ void FailureDetector::add(const std::string& node, const std::string& incarnatio
     if (m.suspect) suspected_.erase(node);
     m = Member{};
     m.incarnation = incarnation;
-    // Into the current round at a random place (as SWIM does), not only into the next one:
-    // a round lasts as many intervals as it has members.
-    // (remove() took the name out of the round, so a new one is not in it.)
-    if (inserted && !round_.empty()) {
-        round_.push_back(node);
-        const auto at = std::uniform_int_distribution<std::size_t>(0, round_.size() - 1)(rng_);
-        std::swap(round_[at], round_.back());
-    }
+    if (inserted) ring_.insert(std::lower_bound(ring_.begin(), ring_.end(), node), node);
     suspicion_due_known_ = false;  // the timeouts depend on the number of members
 }
 
@@ -54,14 +47,16 @@ void FailureDetector::remove(std::string_view node) {
         members_.erase(it);
         suspicion_due_known_ = false;
     }
-    std::erase(round_, node);
+    if (auto at = std::lower_bound(ring_.begin(), ring_.end(), node); at != ring_.end() && *at == node)
+        ring_.erase(at);
+    std::erase(next_, node);
     std::erase_if(probes_, [&](const Probe& p) { return p.target == node; });
 }
 
 void FailureDetector::probe_next(const std::string& node) {
     if (!members_.contains(node) || probing(node)) return;
-    std::erase(round_, node);
-    round_.push_back(node);
+    std::erase(next_, node);
+    next_.push_back(node);
 }
 
 FailureDetector::Probe* FailureDetector::probe_of(std::uint64_t seq) {
@@ -100,22 +95,43 @@ bool FailureDetector::confirms() {
     return p >= 1.0 || std::bernoulli_distribution(p)(rng_);
 }
 
-std::string FailureDetector::next_target() {
-    if (round_.empty()) {
-        for (const auto& [name, m] : members_) round_.push_back(name);
-        std::sort(round_.begin(), round_.end());
-        std::shuffle(round_.begin(), round_.end(), rng_);
+namespace {
+// Floor division (rounds toward minus infinity).
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+}  // namespace
+
+std::size_t FailureDetector::place() const {
+    return static_cast<std::size_t>(std::lower_bound(ring_.begin(), ring_.end(), self_) - ring_.begin());
+}
+
+FailureDetector::Clock::time_point FailureDetector::next_slot(Clock::time_point after) const {
+    const auto interval = std::chrono::duration_cast<Clock::duration>(options_.probe_interval).count();
+    const auto base = epoch_ + Clock::duration(interval * static_cast<std::int64_t>(place()) /
+                                               static_cast<std::int64_t>(ring_.size() + 1));
+    const auto steps = floor_div((after - base).count(), interval) + 1;
+    return base + Clock::duration(steps * interval);
+}
+
+std::string FailureDetector::next_target(Clock::time_point now) {
+    if (!next_.empty()) {
+        auto target = std::move(next_.front());
+        next_.erase(next_.begin());
+        return target;
     }
-    if (round_.empty()) return {};
-    auto target = std::move(round_.back());
-    round_.pop_back();
-    return target;
+    if (ring_.empty()) return {};
+    const auto members = static_cast<std::int64_t>(ring_.size());  // M - 1
+    const auto at = static_cast<std::int64_t>(place());
+    const auto interval = std::chrono::duration_cast<Clock::duration>(options_.probe_interval).count();
+    const auto phase = interval * at / (members + 1);
+    const auto step = floor_div((now - epoch_).count() - phase, interval);
+    const auto offset = 1 + ((step % members) + members) % members;  // 1 … M - 1
+    const auto slot = (at + offset) % (members + 1);                  // never this node's
+    return ring_[static_cast<std::size_t>(slot < at ? slot : slot - 1)];
 }
 
 void FailureDetector::start_probe(Clock::time_point now, Actions& out) {
-    next_probe_at_ = now + scaled(options_.probe_interval);
-    auto target = next_target();
-    if (!target.empty() && probing(target)) target = next_target();  // in flight still: the next one
+    next_probe_at_ = next_slot(now + scaled(options_.probe_interval) - options_.probe_interval);
+    auto target = next_target(now);
     if (target.empty() || probing(target)) {
         if (members_.empty()) next_probe_at_.reset();  // nothing to probe until a member is added
         return;
@@ -259,11 +275,9 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
     case wire::MemberHealth::suspect:
         if (state.version >= m.version) {
             m.version = state.version;
-            // Probed next, so this node confirms the suspicion (or sees it refuted) within
-            // an interval rather than when the round comes to it.
             // About k + 1 of the members that hear it probe the suspect at once, so that
             // the suspicion is confirmed (or refuted) within a probe's time rather than
-            // when the round comes to it; not every member, which would flood a suspect
+            // when the schedule comes to it; not every member, which would flood a suspect
             // that is only slow with probes it cannot answer in time.
             if (!m.suspect) {
                 if (confirms() && !probing(state.node)) probe(now, state.node, out);

@@ -23,26 +23,25 @@ namespace rpclb::detail {
 /// users set (ClusterOptions::idle_timeout); doc/explanation/failure-detection.md says
 /// what each trades.
 struct DetectorOptions {
-    std::chrono::milliseconds probe_interval{1000};  ///< a probe of the next member starts each interval
+    std::chrono::milliseconds probe_interval{1500};  ///< a probe of one member starts each interval
     std::chrono::milliseconds probe_timeout{250};    ///< wait this for a direct ack, then as long for others
     std::size_t indirect_probes = 3;                ///< members asked to ping a silent one (k)
     std::chrono::milliseconds suspicion_min{1000};  ///< a suspect confirmed by k others is dead after this
     std::chrono::milliseconds suspicion_max{3000};  ///< an unconfirmed suspect is dead after this
     int max_local_health = 8;  ///< timeouts stretch up to (1 + this) times when this node is slow
 
-    /// probe_interval idle/3 within 100 ms…1 s, probe_timeout idle/12 within 100 ms…2 s,
-    /// suspicion idle/3 (confirmed) to idle (unconfirmed).
+    /// probe_interval idle/2 within 100 ms…1.5 s, probe_timeout idle/12 within 100 ms…2 s,
+    /// suspicion idle/3 (confirmed, at least probe_timeout) to idle (unconfirmed).
     static DetectorOptions from_idle_timeout(std::chrono::milliseconds idle);
 };
 
 /// One node's failure detector over its linked members, after SWIM (Das, Gupta and
 /// Motivala 2002) with Lifeguard's local health and dynamic suspicion (Dadgar et al. 2017):
-/// each probe interval it pings the next member of a shuffled round; without an ack
+/// each probe interval it pings one member, chosen by the probe schedule below; without an ack
 /// within the probe timeout it asks `indirect_probes` others to ping it; without any ack
 /// within a second probe timeout it suspects it and tells every member (probes overlap
 /// when the timeout exceeds the interval). Of the members told of a suspicion, about k + 1
-/// probe the suspect at once to confirm it. A member linked mid-round joins the current
-/// round at a random place. A suspect that does
+/// probe the suspect at once to confirm it. A suspect that does
 /// not refute (a higher version of its own incarnation) within the suspicion timeout —
 /// shorter the more members confirm the suspicion — is dead: the detector tells every
 /// member and reports it, and the driver drops its link. A node that finds itself
@@ -52,6 +51,14 @@ struct DetectorOptions {
 /// hears nothing from any member for the unconfirmed suspicion time while two of its
 /// probes go unanswered is cut off: every link is reported broken at once rather than one
 /// suspicion at a time.
+///
+/// The probe schedule: time is cut into steps of one probe interval from the epoch
+/// (set_epoch); the M nodes, this one included, are placed in name order on a ring; at
+/// step s a node probes the member 1 + (s mod (M − 1)) places after it, at a phase of
+/// place × interval / M into the step. Nodes whose views and epochs agree thus probe a
+/// permutation of the members at every step: each member once per interval, its probes
+/// about one interval apart, where a random round leaves a member unprobed for several
+/// intervals now and then. Views or epochs that differ only make the order less even.
 ///
 /// Sans-I/O: driven by add/remove (links up and down), on_probe/on_member (frames read)
 /// and on_timer (the instant next_timer() asked for), all given the time; each returns
@@ -87,6 +94,10 @@ public:
     void remove(std::string_view node);
     /// `node` is probed next (another incarnation claims its name: is it still alive?).
     void probe_next(const std::string& node);
+    /// Probe steps are counted from `epoch` (default: the clock's epoch). The mesh gives the
+    /// steady-clock instant of a wall-clock multiple of the probe interval, so that nodes
+    /// with synchronised clocks count the same steps.
+    void set_epoch(Clock::time_point epoch) noexcept { epoch_ = epoch; }
 
     Actions on_probe(Clock::time_point now, const std::string& from, const wire::Probe& probe);
     Actions on_member(Clock::time_point now, const std::string& from, const wire::MemberState& state);
@@ -155,7 +166,11 @@ private:
     std::optional<Clock::time_point> earliest_suspicion() const;
     void refute(std::uint64_t above, Actions& out);
     void change_health(int delta);
-    std::string next_target();
+    std::string next_target(Clock::time_point now);
+    // The next instant after `after` at this node's phase of a step.
+    Clock::time_point next_slot(Clock::time_point after) const;
+    // This node's place on the ring of the members and itself, and the ring's size.
+    std::size_t place() const;
     bool confirms();  // true for about k + 1 of the members that hear a suspicion
 
     const std::string self_;
@@ -178,7 +193,9 @@ private:
     // members change: with thousands of suspects, each event need not walk them all.
     mutable std::optional<Clock::time_point> suspicion_due_;
     mutable bool suspicion_due_known_ = false;
-    std::vector<std::string> round_;  // members still to probe this round, shuffled
+    std::vector<std::string> ring_;   // the members' names, sorted (this node's is not)
+    std::vector<std::string> next_;   // probed before the schedule's target (probe_next)
+    Clock::time_point epoch_{};
     std::vector<Probe> probes_;  // in flight, oldest first
     std::optional<Clock::time_point> next_probe_at_;
     std::optional<Clock::time_point> last_heard_;  // the last probe frame or answer from any member

@@ -15,6 +15,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -49,6 +50,7 @@ struct Options {
     DetectorOptions detector = DetectorOptions::from_idle_timeout(std::chrono::milliseconds(3000));
     NetOptions net;
     Micros fault_phase = 30 * sec;  // faults start within this
+    bool stall_out = false;         // measure instead: one node stalled, until out of every view
 };
 
 // The bounds the invariants check, all derived from the options.
@@ -88,6 +90,7 @@ struct RunResult {
     std::uint64_t false_dead = 0;
     std::uint64_t broken = 0;
     std::uint64_t dead = 0;  // every "dead" verdict, excused or not
+    double stall_out_s = -1;  // --stall-out: stall → out of every live view
 };
 
 std::string seconds(Micros t) {
@@ -106,6 +109,10 @@ public:
         };
         w_.on_unlinked = [this](std::uint32_t viewer, std::uint32_t member) {
             if (tracking_ && w_.live(viewer) && w_.live(member)) removed_.try_emplace(key(viewer, member), w_.now());
+            if (member == stalled_ && viewer != stalled_ && !out_of_[viewer]) {
+                out_of_[viewer] = true;
+                ++outs_;
+            }
         };
         w_.on_linked = [this](std::uint32_t a, std::uint32_t b) {
             if (tracking_) {
@@ -118,20 +125,8 @@ public:
     RunResult go() {
         const auto n = o_.nodes;
         auto& rng = w_.rng();
-        // Clean start: the seeds at 0, the others within 2 s.
-        Micros last_start = 0;
-        for (std::uint32_t i = 0; i < n; ++i) {
-            const Micros t = w_.is_seed(i) ? 0 : std::uniform_int_distribution<Micros>(0, 2 * sec)(rng);
-            last_start = std::max(last_start, t);
-            w_.at(t, [this, i] { w_.start(i); });
-        }
-        const Micros clean_limit = last_start + 120 * sec;
-        auto converged_at = wait_converged(last_start, clean_limit);
-        if (!converged_at) {
-            violate("1: no convergence from a clean start within 120 s of the last start (" + why_not() + ")");
-            return finish();
-        }
-        r_.clean_s = static_cast<double>(*converged_at - last_start) / sec;
+        if (!clean_start()) return finish();
+        if (o_.stall_out) return stall_out();
 
         // Faults, drawn now; which nodes they hit is drawn when they start.
         Micros heal = w_.now();
@@ -166,7 +161,7 @@ public:
             for (std::uint32_t j = 0; j < n; ++j)
                 if (i != j && w_.live(i) && w_.live(j) && !w_.linked(i).test(j)) removed_.emplace(key(i, j), heal_);
 
-        converged_at = wait_converged(heal_, heal_ + b_.converge);
+        auto converged_at = wait_converged(heal_, heal_ + b_.converge);
         if (!converged_at) {
             violate("1: views not whole " + seconds(b_.converge) + " s after the heal (" + why_not() + ")");
         } else {
@@ -186,6 +181,46 @@ public:
     }
 
 private:
+    // The seeds start at 0, the others within 2 s; false (a violation) when the views are
+    // not whole within 120 s of the last start.
+    bool clean_start() {
+        Micros last_start = 0;
+        for (std::uint32_t i = 0; i < o_.nodes; ++i) {
+            const Micros t = w_.is_seed(i) ? 0 : std::uniform_int_distribution<Micros>(0, 2 * sec)(w_.rng());
+            last_start = std::max(last_start, t);
+            w_.at(t, [this, i] { w_.start(i); });
+        }
+        const auto converged_at = wait_converged(last_start, last_start + 120 * sec);
+        if (!converged_at) {
+            violate("1: no convergence from a clean start within 120 s of the last start (" + why_not() + ")");
+            return false;
+        }
+        r_.clean_s = static_cast<double>(*converged_at - last_start) / sec;
+        return true;
+    }
+
+    // --stall-out: 1 s after convergence one node (not a seed) stalls, as under SIGSTOP;
+    // measures the time until every other node has it out of its view (60 s at most).
+    RunResult stall_out() {
+        w_.run_until(w_.now() + 1 * sec);
+        stalled_ = pick([&](std::uint32_t i) { return w_.health(i) == Health::up && !w_.is_seed(i); });
+        if (stalled_ == o_.nodes) {
+            violate("no node to stall");
+            return finish();
+        }
+        out_of_.assign(o_.nodes, false);
+        std::uint32_t others = 0;
+        for (std::uint32_t i = 0; i < o_.nodes; ++i) others += i != stalled_ && w_.live(i);
+        const Micros from = w_.now();
+        w_.stall(stalled_);
+        while (outs_ < others && w_.now() < from + 60 * sec) w_.run_until(w_.now() + 10 * ms);
+        if (outs_ < others)
+            violate("stalled " + w_.name(stalled_) + " still in " + std::to_string(others - outs_) + " views after 60 s");
+        else
+            r_.stall_out_s = static_cast<double>(w_.now() - from) / sec;
+        return finish();
+    }
+
     static std::uint64_t key(std::uint32_t a, std::uint32_t b) { return std::uint64_t{a} << 32 | b; }
 
     void violate(std::string what) {
@@ -406,6 +441,9 @@ private:
     bool tracking_ = false;
     bool removed_reported_ = false;
     Micros heal_ = 0;
+    std::uint32_t stalled_ = std::numeric_limits<std::uint32_t>::max();
+    std::vector<bool> out_of_;
+    std::uint32_t outs_ = 0;
     std::unordered_map<std::uint64_t, Micros> removed_;
     std::string problem_;
 };
@@ -413,10 +451,15 @@ private:
 [[noreturn]] void usage(const std::string& why, int status = 2) {
     (status == 0 ? std::cout : std::cerr) << (why.empty() ? "" : "mesh_sim: " + why + "\n")
               << "usage: mesh_sim --nodes N --seeds S [--seed X] [--faults LIST] [--seeds-nodes K]\n"
+                 "                [--idle-timeout-ms T] [--stall-out]\n"
                  "  --seeds S        number of runs, with seeds X, X+1, ..., X+S-1 (X defaults to 1)\n"
                  "  --seeds-nodes K  nodes 0..K-1 are the seed nodes every node joins through (default 1)\n"
                  "  --faults    comma-separated, from: all none drop delay reorder partition asym crash restart "
-                 "stall mass_restart (default all)\n";
+                 "stall mass_restart (default all)\n"
+                 "  --idle-timeout-ms T  the detector's timing as a node with this idle timeout runs it\n"
+                 "                   (default 3000, the node's default)\n"
+                 "  --stall-out      no faults: after convergence one node stalls (as under SIGSTOP);\n"
+                 "                   prints the time until it is out of every view, over the seeds\n";
     std::exit(status);
 }
 
@@ -442,6 +485,12 @@ Options parse(int argc, char** argv) {
         else if (a == "--faults") {
             if (k + 1 >= argc) usage("--faults needs a value");
             o.fault_list = argv[++k];
+        } else if (a == "--idle-timeout-ms") {
+            const auto t = number(k);
+            if (t < 1 || t > 3600000) usage("--idle-timeout-ms must be 1 … 3600000");
+            o.detector = DetectorOptions::from_idle_timeout(std::chrono::milliseconds(t));
+        } else if (a == "--stall-out") {
+            o.stall_out = true;
         } else usage("unknown argument " + a);
     }
     if (o.nodes < 2 || o.nodes > 10000) usage("--nodes must be 2 … 10000");
@@ -517,5 +566,14 @@ int main(int argc, char** argv) {
     }
     std::cout << "seeds_run " << o.runs << " violations " << violations << " max_converge_virtual_s " << max_converge
               << std::endl;
+    if (o.stall_out) {
+        std::vector<double> outs;
+        for (const auto& r : results)
+            if (r.stall_out_s >= 0) outs.push_back(r.stall_out_s);
+        std::sort(outs.begin(), outs.end());
+        auto at = [&](double q) { return outs.empty() ? -1.0 : outs[static_cast<std::size_t>(q * (outs.size() - 1))]; };
+        std::cout << "stall_out_virtual_s median " << at(0.5) << " p90 " << at(0.9) << " p99 " << at(0.99) << " max "
+                  << at(1.0) << std::endl;
+    }
     return violations > 0 ? 1 : 0;
 }

@@ -417,7 +417,7 @@ private:
         Micros at = -1;
         if (next) at = *next == FailureDetector::Clock::time_point::min()
                            ? now_
-                           : std::max(now_, std::chrono::duration_cast<std::chrono::microseconds>(
+                           : std::max(now_, std::chrono::ceil<std::chrono::microseconds>(
                                                 next->time_since_epoch()).count());
         if (at == node.timer_at) return;
         node.timer_at = at;

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 using namespace std::chrono_literals;
 using rpclb::detail::DetectorOptions;
@@ -215,12 +217,13 @@ BOOST_AUTO_TEST_CASE(a_removed_member_is_no_longer_probed_and_a_new_incarnation_
 
 BOOST_AUTO_TEST_CASE(options_from_the_idle_timeout) {
     const auto o = DetectorOptions::from_idle_timeout(3000ms);
-    BOOST_TEST(o.probe_interval.count() == 1000);
+    BOOST_TEST(o.probe_interval.count() == 1500);
     BOOST_TEST(o.probe_timeout.count() == 250);
     BOOST_TEST(o.suspicion_min.count() == 1000);
     BOOST_TEST(o.suspicion_max.count() == 3000);
-    BOOST_TEST(DetectorOptions::from_idle_timeout(30000ms).probe_interval.count() == 1000);
+    BOOST_TEST(DetectorOptions::from_idle_timeout(30000ms).probe_interval.count() == 1500);
     BOOST_TEST(DetectorOptions::from_idle_timeout(10ms).probe_interval.count() == 100);
+    BOOST_TEST(DetectorOptions::from_idle_timeout(10ms).suspicion_min.count() == 100);
 }
 
 BOOST_AUTO_TEST_CASE(an_answered_probe_asks_for_no_wake_up_of_its_own) {
@@ -260,23 +263,68 @@ BOOST_AUTO_TEST_CASE(of_many_members_that_hear_a_suspicion_only_about_k_plus_one
     BOOST_TEST(notices == 200);
 }
 
-BOOST_AUTO_TEST_CASE(a_member_linked_mid_round_is_probed_within_that_round) {
-    // A round of 20 members takes 20 intervals; one linked after it began comes up in it,
-    // not only in the next round.
-    std::vector<std::string> members;
+BOOST_AUTO_TEST_CASE(a_member_linked_at_any_step_is_probed_within_m_minus_1_intervals) {
+    // 20 members and this node: every member within 20 steps; one linked later makes 21.
     auto d = FailureDetector("a", "i-a", options(), 11);
     for (int i = 0; i < 20; ++i) d.add("m" + std::to_string(i), "i");
     auto now = t0;
     auto step = [&] {
         auto p = pings(d.on_timer(now));
         for (const auto& [to, seq] : p) d.on_probe(now + 1ms, to, {wire::ProbeKind::ack, seq, {}});
-        now += 100ms;
+        now = *d.next_timer();
         return p;
     };
-    step();  // the round begins
+    for (int i = 0; i < 7; ++i) step();
     d.add("late", "i-late");
     bool probed = false;
-    for (int i = 0; i < 20 && !probed; ++i)
+    for (int i = 0; i < 21 && !probed; ++i)
         for (const auto& [to, seq] : step()) probed = probed || to == "late";
     BOOST_TEST(probed);
+}
+
+BOOST_AUTO_TEST_CASE(nodes_with_one_view_probe_every_member_once_per_step_about_an_interval_apart) {
+    // Nine nodes, each linked to the eight others, each woken when its own detector asks;
+    // every probe answered. Over 40 steps each node is probed once in every step, and two
+    // probes of one node are never more than an interval and a half apart (apart from the
+    // ring's wrap, once in M - 1 steps, at most two intervals).
+    const int n = 9;
+    std::vector<std::string> names;
+    for (int i = 0; i < n; ++i) names.push_back("n" + std::to_string(i));
+    std::vector<FailureDetector> ds;
+    for (int i = 0; i < n; ++i) {
+        ds.emplace_back(names[i], "i", options(), 100 + static_cast<std::uint64_t>(i));
+        for (int j = 0; j < n; ++j)
+            if (j != i) ds.back().add(names[j], "i");
+    }
+    // Every node's first probe is at once; the schedule starts with the second.
+    for (int i = 0; i < n; ++i)
+        for (const auto& [to, seq] : pings(ds[i].on_timer(t0))) ds[i].on_probe(t0 + 1ms, to, {wire::ProbeKind::ack, seq, {}});
+    std::map<std::string, std::vector<FailureDetector::Clock::time_point>> probed_at;
+    std::map<std::int64_t, std::multiset<std::string>> by_step;
+    const auto end = t0 + 40 * 100ms;
+    for (;;) {
+        int next = -1;
+        for (int i = 0; i < n; ++i)
+            if (next < 0 || *ds[i].next_timer() < *ds[next].next_timer()) next = i;
+        const auto now = *ds[next].next_timer();
+        if (now >= end) break;
+        for (const auto& [to, seq] : pings(ds[next].on_timer(now))) {
+            ds[next].on_probe(now + 1ms, to, {wire::ProbeKind::ack, seq, {}});
+            probed_at[to].push_back(now);
+            by_step[(now - t0) / 100ms].insert(to);
+        }
+    }
+    for (std::int64_t step = 1; step < 40; ++step) {
+        std::multiset<std::string> all(names.begin(), names.end());
+        BOOST_TEST((by_step[step] == all), "step " << step);
+    }
+    for (const auto& [node, times] : probed_at) {
+        int long_gaps = 0;
+        for (std::size_t k = 1; k < times.size(); ++k) {
+            const auto gap = times[k] - times[k - 1];
+            BOOST_TEST((gap <= 200ms), node << " unprobed for " << (gap / 1ms) << " ms");
+            if (gap > 150ms) ++long_gaps;
+        }
+        BOOST_TEST(long_gaps <= 40 / (n - 1) + 1, node << ": " << long_gaps << " gaps over 1.5 intervals");
+    }
 }
