@@ -35,30 +35,12 @@ struct DetectorOptions {
     static DetectorOptions from_idle_timeout(std::chrono::milliseconds idle);
 };
 
-/// One node's failure detector over its linked members, after SWIM (Das, Gupta and
-/// Motivala 2002) with Lifeguard's local health and dynamic suspicion (Dadgar et al. 2017):
-/// each probe interval it pings one member, chosen by the probe schedule below; without an ack
-/// within the probe timeout it asks `indirect_probes` others to ping it; without any ack
-/// within a second probe timeout it suspects it and tells every member (probes overlap
-/// when the timeout exceeds the interval). Of the members told of a suspicion, about k + 1
-/// probe the suspect at once to confirm it. A suspect that does
-/// not refute (a higher version of its own incarnation) within the suspicion timeout —
-/// shorter the more members confirm the suspicion — is dead: the detector tells every
-/// member and reports it, and the driver drops its link. A node that finds itself
-/// suspected refutes at once. Its own missed acks and refutations raise its local health
-/// score, which stretches its timeouts, so a slow node suspects others less; so does a
-/// timer that runs late (the node is not being scheduled). A node that
-/// hears nothing from any member for the unconfirmed suspicion time while two of its
-/// probes go unanswered is cut off: every link is reported broken at once rather than one
-/// suspicion at a time.
-///
-/// The probe schedule: time is cut into steps of one probe interval from the epoch
-/// (set_epoch); the M nodes, this one included, are placed in name order on a ring; at
-/// step s a node probes the member 1 + (s mod (M − 1)) places after it, at a phase of
-/// place × interval / M into the step. Nodes whose views and epochs agree thus probe a
-/// permutation of the members at every step: each member once per interval, its probes
-/// about one interval apart, where a random round leaves a member unprobed for several
-/// intervals now and then. Views or epochs that differ only make the order less even.
+/// One node's failure detector over its linked members: SWIM (Das, Gupta and Motivala
+/// 2002) with Lifeguard's local health and dynamic suspicion (Dadgar et al. 2017), on a
+/// probe schedule shared by the nodes (each step, a permutation of the members; see
+/// set_epoch). A probe is a ping, then `indirect_probes` pings through others, then a
+/// suspicion told to every member; a suspect that does not refute within the suspicion
+/// timeout is dead. doc/explanation/failure-detection.md gives each step and its timing.
 ///
 /// Sans-I/O: driven by add/remove (links up and down), on_probe/on_member (frames read)
 /// and on_timer (the instant next_timer() asked for), all given the time; each returns
@@ -94,9 +76,12 @@ public:
     void remove(std::string_view node);
     /// `node` is probed next (another incarnation claims its name: is it still alive?).
     void probe_next(const std::string& node);
-    /// Probe steps are counted from `epoch` (default: the clock's epoch). The mesh gives the
-    /// steady-clock instant of a wall-clock multiple of the probe interval, so that nodes
-    /// with synchronised clocks count the same steps.
+    /// Probe steps of one probe interval are counted from `epoch` (default: the clock's
+    /// epoch). At step s, of the M nodes on a ring in name order, this one probes the member
+    /// 1 + (s mod (M − 1)) places after it, at (its place / M) of an interval into the step:
+    /// nodes whose views and epochs agree probe each member once per step, about an
+    /// interval apart. The mesh gives the steady-clock instant of a wall-clock multiple of
+    /// the interval, so that nodes with synchronised clocks count the same steps.
     void set_epoch(Clock::time_point epoch) noexcept { epoch_ = epoch; }
 
     Actions on_probe(Clock::time_point now, const std::string& from, const wire::Probe& probe);
