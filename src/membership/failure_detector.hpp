@@ -83,6 +83,7 @@ public:
     /// interval apart. The mesh gives the steady-clock instant of a wall-clock multiple of
     /// the interval, so that nodes with synchronised clocks count the same steps.
     void set_epoch(Clock::time_point epoch) noexcept { epoch_ = epoch; }
+    const DetectorOptions& options() const noexcept { return options_; }
 
     Actions on_probe(Clock::time_point now, const std::string& from, const wire::Probe& probe);
     Actions on_member(Clock::time_point now, const std::string& from, const wire::MemberState& state);

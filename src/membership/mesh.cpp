@@ -54,15 +54,7 @@ Mesh::Mesh(MeshOptions options, const std::string& incarnation, asio::io_context
       detector_(options_.name, incarnation, DetectorOptions::from_idle_timeout(options_.idle_timeout),
                 std::random_device{}()),
       probe_timer_(ioc) {
-    // Probe steps start at wall-clock multiples of the probe interval, read once here, so
-    // that nodes whose clocks agree follow one probe schedule (FailureDetector).
-    {
-        const auto interval = std::chrono::duration_cast<std::chrono::system_clock::duration>(
-            DetectorOptions::from_idle_timeout(options_.idle_timeout).probe_interval);
-        const auto into_step = std::chrono::system_clock::now().time_since_epoch() % interval;
-        detector_.set_epoch(FailureDetector::Clock::now() -
-                            std::chrono::duration_cast<FailureDetector::Clock::duration>(into_step));
-    }
+    set_probe_epoch(FailureDetector::Clock::now());
     settings_.local = wire::PeerInfo{options_.name, incarnation, "", options_.client};
     settings_.cookie = options_.cookie;
     settings_.max_message_size = options_.max_message_size;
