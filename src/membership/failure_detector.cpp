@@ -16,7 +16,7 @@ constexpr std::size_t max_relays = 256;
 
 DetectorOptions DetectorOptions::from_idle_timeout(milliseconds idle) {
     DetectorOptions o;
-    o.probe_interval = std::clamp(idle / 2, milliseconds(100), milliseconds(1500));
+    o.probe_interval = std::clamp(idle / 3, milliseconds(100), milliseconds(1000));
     o.probe_timeout = std::clamp(idle / 12, milliseconds(100), milliseconds(2000));
     o.suspicion_min = std::max(idle / 3, o.probe_timeout);
     o.suspicion_max = std::max(idle, o.suspicion_min);
@@ -159,7 +159,7 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
             out.broken.push_back(p.target);
             remove(p.target);
         } else {
-            probe_next(p.target);  // to tell a slow answer from a broken link
+            probe(now, p.target, out);  // again at once, to tell a slow answer from a broken link
         }
         return;
     }

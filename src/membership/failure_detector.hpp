@@ -23,14 +23,14 @@ namespace rpclb::detail {
 /// users set (ClusterOptions::idle_timeout); doc/explanation/failure-detection.md says
 /// what each trades.
 struct DetectorOptions {
-    std::chrono::milliseconds probe_interval{1500};  ///< a probe of one member starts each interval
+    std::chrono::milliseconds probe_interval{1000};  ///< a probe of one member starts each interval
     std::chrono::milliseconds probe_timeout{250};    ///< wait this for a direct ack, then as long for others
     std::size_t indirect_probes = 3;                ///< members asked to ping a silent one (k)
     std::chrono::milliseconds suspicion_min{1000};  ///< a suspect confirmed by k others is dead after this
     std::chrono::milliseconds suspicion_max{3000};  ///< an unconfirmed suspect is dead after this
     int max_local_health = 8;  ///< timeouts stretch up to (1 + this) times when this node is slow
 
-    /// probe_interval idle/2 within 100 ms…1.5 s, probe_timeout idle/12 within 100 ms…2 s,
+    /// probe_interval idle/3 within 100 ms…1 s, probe_timeout idle/12 within 100 ms…2 s,
     /// suspicion idle/3 (confirmed, at least probe_timeout) to idle (unconfirmed).
     static DetectorOptions from_idle_timeout(std::chrono::milliseconds idle);
 };
@@ -80,8 +80,8 @@ public:
     /// epoch). At step s, of the M nodes on a ring in name order, this one probes the member
     /// 1 + (s mod (M − 1)) places after it, at (its place / M) of an interval into the step:
     /// nodes whose views and epochs agree probe each member once per step, about an
-    /// interval apart. The mesh gives the steady-clock instant of a wall-clock multiple of
-    /// the interval, so that nodes with synchronised clocks count the same steps.
+    /// interval apart. The mesh gives the steady-clock instant of the wall clock's epoch, so
+    /// that nodes with synchronised clocks count the same steps.
     void set_epoch(Clock::time_point epoch) noexcept { epoch_ = epoch; }
     const DetectorOptions& options() const noexcept { return options_; }
 

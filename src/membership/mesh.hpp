@@ -249,8 +249,8 @@ private:
     /// (detector_mutex_ held).
     void arm_probe_timer();
     void on_probe_timer();
-    /// Counts the detector's probe steps from the last wall-clock multiple of the probe
-    /// interval before `now` (detector_mutex_ held, or in the constructor).
+    /// Counts the detector's probe steps from the wall clock's epoch, read at `now`
+    /// (detector_mutex_ held, or in the constructor).
     void set_probe_epoch(FailureDetector::Clock::time_point now);
     /// True the first time `key` ("NAME\nINCARNATION") clashes; bounded like tls_warned_.
     bool name_clash_due(const std::string& key);

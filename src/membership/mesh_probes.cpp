@@ -164,13 +164,11 @@ void Mesh::arm_probe_timer() {
 }
 
 void Mesh::set_probe_epoch(FailureDetector::Clock::time_point now) {
-    // Probe steps start at wall-clock multiples of the probe interval, so that nodes whose
-    // clocks agree follow one probe schedule (FailureDetector::set_epoch). Read at every
-    // timer, so that a clock set or slewed moves the steps with it.
-    const auto interval =
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(detector_.options().probe_interval);
-    const auto into_step = std::chrono::system_clock::now().time_since_epoch() % interval;
-    detector_.set_epoch(now - std::chrono::duration_cast<FailureDetector::Clock::duration>(into_step));
+    // Probe steps are counted from the wall clock's epoch, so that nodes whose clocks agree
+    // follow one probe schedule (FailureDetector::set_epoch). Read at every timer, so that
+    // a clock set or slewed moves the steps with it.
+    const auto since_1970 = std::chrono::system_clock::now().time_since_epoch();
+    detector_.set_epoch(now - std::chrono::duration_cast<FailureDetector::Clock::duration>(since_1970));
 }
 
 void Mesh::on_probe_timer() {

@@ -217,11 +217,11 @@ BOOST_AUTO_TEST_CASE(a_removed_member_is_no_longer_probed_and_a_new_incarnation_
 
 BOOST_AUTO_TEST_CASE(options_from_the_idle_timeout) {
     const auto o = DetectorOptions::from_idle_timeout(3000ms);
-    BOOST_TEST(o.probe_interval.count() == 1500);
+    BOOST_TEST(o.probe_interval.count() == 1000);
     BOOST_TEST(o.probe_timeout.count() == 250);
     BOOST_TEST(o.suspicion_min.count() == 1000);
     BOOST_TEST(o.suspicion_max.count() == 3000);
-    BOOST_TEST(DetectorOptions::from_idle_timeout(30000ms).probe_interval.count() == 1500);
+    BOOST_TEST(DetectorOptions::from_idle_timeout(30000ms).probe_interval.count() == 1000);
     BOOST_TEST(DetectorOptions::from_idle_timeout(10ms).probe_interval.count() == 100);
     BOOST_TEST(DetectorOptions::from_idle_timeout(10ms).suspicion_min.count() == 100);
 }
