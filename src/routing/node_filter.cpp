@@ -18,14 +18,21 @@ constexpr std::size_t max_pattern = 1000;
 constexpr unsigned long max_repetition = 1000;
 
 // Throws std::regex_error: error_complexity when `pattern` is longer than max_pattern,
-// error_badbrace when a repetition count in it is above max_repetition. Braces inside a
-// bracket expression or after a backslash are literal.
+// error_badbrace when a repetition count in it is above max_repetition, error_backref when
+// a number after a backslash is. Braces inside a bracket expression or after a backslash
+// are literal.
 void check_pattern(std::string_view pattern) {
     if (pattern.size() > max_pattern) throw std::regex_error(std::regex_constants::error_complexity);
     bool in_class = false;
     for (std::size_t i = 0; i < pattern.size(); ++i) {
         const char c = pattern[i];
         if (c == '\\') {
+            // A back-reference's number is read like a repetition count.
+            unsigned long number = 0;
+            for (std::size_t j = i + 1; j < pattern.size() && pattern[j] >= '0' && pattern[j] <= '9'; ++j) {
+                number = number * 10 + static_cast<unsigned long>(pattern[j] - '0');
+                if (number > max_repetition) throw std::regex_error(std::regex_constants::error_backref);
+            }
             ++i;
         } else if (in_class) {
             in_class = c != ']';

@@ -75,6 +75,8 @@ BOOST_AUTO_TEST_CASE(a_repetition_count_above_1000_is_refused_before_std_regex_r
     BOOST_CHECK_THROW(NodeFilter::regex("a{2,99999999999999999999}"), std::regex_error);
     BOOST_CHECK_THROW(NodeFilter::regex("(ab){1001}"), std::regex_error);
     BOOST_CHECK_THROW(NodeFilter::regex(std::string(1001, '(')), std::regex_error);
+    BOOST_CHECK_THROW(NodeFilter::regex("(a)\\99999999999999999999"), std::regex_error);
+    BOOST_TEST(NodeFilter::regex("^(a)\\1@").matches("aa@h"));
     BOOST_TEST(NodeFilter::regex("^a{2,1000}@").matches("aa@h"));
     BOOST_TEST(NodeFilter::regex("[{]99999").matches("{99999@h"));
     BOOST_TEST(NodeFilter::regex("\\{99999").matches("{99999@h"));
