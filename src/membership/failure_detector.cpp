@@ -104,12 +104,17 @@ std::size_t FailureDetector::place() const {
     return static_cast<std::size_t>(std::lower_bound(ring_.begin(), ring_.end(), self_) - ring_.begin());
 }
 
+FailureDetector::Clock::duration FailureDetector::phase() const {
+    return Clock::duration(Clock::duration(options_.probe_interval).count() * static_cast<std::int64_t>(place()) /
+                           static_cast<std::int64_t>(ring_.size() + 1));
+}
+
+std::int64_t FailureDetector::step(Clock::time_point at) const {
+    return floor_div((at - epoch_ - phase()).count(), Clock::duration(options_.probe_interval).count());
+}
+
 FailureDetector::Clock::time_point FailureDetector::next_slot(Clock::time_point after) const {
-    const auto interval = std::chrono::duration_cast<Clock::duration>(options_.probe_interval).count();
-    const auto base = epoch_ + Clock::duration(interval * static_cast<std::int64_t>(place()) /
-                                               static_cast<std::int64_t>(ring_.size() + 1));
-    const auto steps = floor_div((after - base).count(), interval) + 1;
-    return base + Clock::duration(steps * interval);
+    return epoch_ + phase() + (step(after) + 1) * Clock::duration(options_.probe_interval);
 }
 
 std::string FailureDetector::next_target(Clock::time_point now) {
@@ -121,10 +126,7 @@ std::string FailureDetector::next_target(Clock::time_point now) {
     if (ring_.empty()) return {};
     const auto members = static_cast<std::int64_t>(ring_.size());  // M - 1
     const auto at = static_cast<std::int64_t>(place());
-    const auto interval = std::chrono::duration_cast<Clock::duration>(options_.probe_interval).count();
-    const auto phase = interval * at / (members + 1);
-    const auto step = floor_div((now - epoch_).count() - phase, interval);
-    const auto offset = 1 + ((step % members) + members) % members;  // 1 … M - 1
+    const auto offset = 1 + ((step(now) % members) + members) % members;  // 1 … M - 1
     const auto slot = (at + offset) % (members + 1);                  // never this node's
     return ring_[static_cast<std::size_t>(slot < at ? slot : slot - 1)];
 }

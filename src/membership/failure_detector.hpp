@@ -83,7 +83,6 @@ public:
     /// interval apart. The mesh gives the steady-clock instant of the wall clock's epoch, so
     /// that nodes with synchronised clocks count the same steps.
     void set_epoch(Clock::time_point epoch) noexcept { epoch_ = epoch; }
-    const DetectorOptions& options() const noexcept { return options_; }
 
     Actions on_probe(Clock::time_point now, const std::string& from, const wire::Probe& probe);
     Actions on_member(Clock::time_point now, const std::string& from, const wire::MemberState& state);
@@ -155,8 +154,12 @@ private:
     std::string next_target(Clock::time_point now);
     // The next instant after `after` at this node's phase of a step.
     Clock::time_point next_slot(Clock::time_point after) const;
-    // This node's place on the ring of the members and itself, and the ring's size.
+    // This node's place on the ring of the members and itself.
     std::size_t place() const;
+    // How far into each step this node probes: place × interval / M.
+    Clock::duration phase() const;
+    // The step `at` falls in, counted from the epoch at this node's phase.
+    std::int64_t step(Clock::time_point at) const;
     bool confirms();  // true for about k + 1 of the members that hear a suspicion
 
     const std::string self_;

@@ -54,7 +54,6 @@ Mesh::Mesh(MeshOptions options, const std::string& incarnation, asio::io_context
       detector_(options_.name, incarnation, DetectorOptions::from_idle_timeout(options_.idle_timeout),
                 std::random_device{}()),
       probe_timer_(ioc) {
-    set_probe_epoch(FailureDetector::Clock::now());
     settings_.local = wire::PeerInfo{options_.name, incarnation, "", options_.client};
     settings_.cookie = options_.cookie;
     settings_.max_message_size = options_.max_message_size;

@@ -250,7 +250,7 @@ private:
     void arm_probe_timer();
     void on_probe_timer();
     /// Counts the detector's probe steps from the wall clock's epoch, read at `now`
-    /// (detector_mutex_ held, or in the constructor).
+    /// (detector_mutex_ held; the steps matter only to on_timer).
     void set_probe_epoch(FailureDetector::Clock::time_point now);
     /// True the first time `key` ("NAME\nINCARNATION") clashes; bounded like tls_warned_.
     bool name_clash_due(const std::string& key);

@@ -17,41 +17,37 @@ constexpr std::size_t max_pattern = 1000;
 // counts above this serve nothing.
 constexpr unsigned long max_repetition = 1000;
 
+// Reads the run of digits at `at` (moving past it); throws std::regex_error(`error`) when
+// its number is above max_repetition.
+void check_number(std::string_view pattern, std::size_t& at, std::regex_constants::error_type error) {
+    unsigned long number = 0;
+    for (; at < pattern.size() && pattern[at] >= '0' && pattern[at] <= '9'; ++at) {
+        number = number * 10 + static_cast<unsigned long>(pattern[at] - '0');
+        if (number > max_repetition) throw std::regex_error(error);
+    }
+}
+
 // Throws std::regex_error: error_complexity when `pattern` is longer than max_pattern,
 // error_badbrace when a repetition count in it is above max_repetition, error_backref when
-// a number after a backslash is. Braces inside a bracket expression or after a backslash
-// are literal.
+// a number after a backslash (a back-reference) is. Braces inside a bracket expression or
+// after a backslash are literal.
 void check_pattern(std::string_view pattern) {
     if (pattern.size() > max_pattern) throw std::regex_error(std::regex_constants::error_complexity);
     bool in_class = false;
     for (std::size_t i = 0; i < pattern.size(); ++i) {
         const char c = pattern[i];
         if (c == '\\') {
-            // A back-reference's number is read like a repetition count.
-            unsigned long number = 0;
-            for (std::size_t j = i + 1; j < pattern.size() && pattern[j] >= '0' && pattern[j] <= '9'; ++j) {
-                number = number * 10 + static_cast<unsigned long>(pattern[j] - '0');
-                if (number > max_repetition) throw std::regex_error(std::regex_constants::error_backref);
-            }
+            auto at = i + 1;
+            check_number(pattern, at, std::regex_constants::error_backref);
             ++i;
         } else if (in_class) {
             in_class = c != ']';
         } else if (c == '[') {
             in_class = true;
-        } else if (c == '{') {
-            unsigned long count = 0;
-            for (std::size_t j = i + 1; j < pattern.size() && pattern[j] != '}'; ++j) {
-                const char d = pattern[j];
-                if (d == ',') {
-                    count = 0;
-                } else if (d >= '0' && d <= '9') {
-                    count = count * 10 + static_cast<unsigned long>(d - '0');
-                    if (count > max_repetition)
-                        throw std::regex_error(std::regex_constants::error_badbrace);
-                } else {
-                    break;
-                }
-            }
+        } else if (c == '{') {  // {n}, {n,} or {n,m}
+            auto at = i + 1;
+            check_number(pattern, at, std::regex_constants::error_badbrace);
+            if (at < pattern.size() && pattern[at] == ',') check_number(pattern, ++at, std::regex_constants::error_badbrace);
         }
     }
 }

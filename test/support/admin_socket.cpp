@@ -12,25 +12,10 @@
 
 namespace rpclb::test {
 
-HttpAnswer http_get(const std::string& address, const std::string& target) {
-    namespace beast = boost::beast;
-    namespace http = beast::http;
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    const auto colon = address.rfind(':');
-    stream.connect(resolver.resolve(address.substr(0, colon), address.substr(colon + 1)));
-    http::request<http::empty_body> request(http::verb::get, target, 11);
-    request.set(http::field::host, address);
-    request.keep_alive(false);
-    http::write(stream, request);
-    beast::flat_buffer buffer;
-    http::response<http::string_body> response;
-    http::read(stream, buffer, response);
-    return {response.result_int(), std::string(response[http::field::content_type]), response.body()};
-}
+namespace {
 
-HttpAnswer http_post(const std::string& address, const std::string& target, const std::string& body) {
+// Sends `request` to "HOST:PORT" on a connection of its own (5 s at most) and reads the answer.
+HttpAnswer exchange(const std::string& address, boost::beast::http::request<boost::beast::http::string_body> request) {
     namespace beast = boost::beast;
     namespace http = beast::http;
     boost::asio::io_context io;
@@ -39,17 +24,29 @@ HttpAnswer http_post(const std::string& address, const std::string& target, cons
     stream.expires_after(std::chrono::seconds(5));
     const auto colon = address.rfind(':');
     stream.connect(resolver.resolve(address.substr(0, colon), address.substr(colon + 1)));
-    http::request<http::string_body> request(http::verb::post, target, 11);
     request.set(http::field::host, address);
-    request.set(http::field::content_type, "application/json");
     request.keep_alive(false);
-    request.body() = body;
     request.prepare_payload();
     http::write(stream, request);
     beast::flat_buffer buffer;
     http::response<http::string_body> response;
     http::read(stream, buffer, response);
     return {response.result_int(), std::string(response[http::field::content_type]), response.body()};
+}
+
+}  // namespace
+
+HttpAnswer http_get(const std::string& address, const std::string& target) {
+    namespace http = boost::beast::http;
+    return exchange(address, http::request<http::string_body>(http::verb::get, target, 11));
+}
+
+HttpAnswer http_post(const std::string& address, const std::string& target, const std::string& body) {
+    namespace http = boost::beast::http;
+    http::request<http::string_body> request(http::verb::post, target, 11);
+    request.set(http::field::content_type, "application/json");
+    request.body() = body;
+    return exchange(address, std::move(request));
 }
 
 struct AdminSocket::Stream {

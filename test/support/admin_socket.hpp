@@ -17,7 +17,7 @@ struct HttpAnswer {
     std::string body;
 };
 
-/// GET `target` from "HOST:PORT" (HTTP/1.1, one request per connection). Throws on
+/// GET `target` from "HOST:PORT" (HTTP/1.1, one request per connection, 5 s at most). Throws on
 /// network errors.
 HttpAnswer http_get(const std::string& address, const std::string& target);
 
