@@ -256,13 +256,8 @@ void Mesh::reconnect_tick() {
         for (const auto& seed : options_.seeds)
             if (seed.starts_with(dns_seed_prefix) || !linked_to(seed)) seeds.push_back(seed);
         for (auto& address : discovered_to_dial()) seeds.push_back(std::move(address));
-        // Both maps are in name order: one walk of each, not a lookup per known node (this
-        // runs every tick, on maps a sleeping node no longer has in its cache).
-        auto peer = peers_.begin();
-        for (const auto& [name, k] : known_) {
-            while (peer != peers_.end() && peer->first < name) ++peer;
-            if ((peer == peers_.end() || peer->first != name) && dials(name)) known.push_back(k.info.listen);
-        }
+        for (const auto& [name, k] : known_)
+            if (!peers_.contains(name) && dials(name)) known.push_back(k.info.listen);
     }
     for (const auto& seed : seeds) dial_seed(seed);
     for (const auto& address : known) dial(address);

@@ -69,7 +69,7 @@ BOOST_AUTO_TEST_CASE(the_textual_form_reads_slashes_as_a_regex) {
     BOOST_CHECK_THROW(NodeFilter::parse("/(/"), std::regex_error);
 }
 
-// A count too long for a long was undefined behaviour inside std::regex's compiler.
+// A count too long for a long is undefined behaviour inside libstdc++'s regex compiler.
 BOOST_AUTO_TEST_CASE(a_repetition_count_above_1000_is_refused_before_std_regex_reads_it) {
     BOOST_CHECK_THROW(NodeFilter::regex("a{99999999999999999999}"), std::regex_error);
     BOOST_CHECK_THROW(NodeFilter::regex("a{2,99999999999999999999}"), std::regex_error);
