@@ -34,21 +34,24 @@ void FailureDetector::add(const std::string& node, const std::string& incarnatio
         clear_suspicion(node, m);  // a fresh link: it answered a handshake just now
         return;
     }
-    if (m.suspect) suspected_.erase(node);
+    if (m.suspect) deadlines_.erase({m.due, node});
     m = Member{};
     m.incarnation = incarnation;
-    if (inserted) ring_.insert(std::lower_bound(ring_.begin(), ring_.end(), node), node);
-    suspicion_due_known_ = false;  // the timeouts depend on the number of members
+    if (inserted) {
+        ring_.push_back(node);
+        ring_sorted_ = false;
+        if (ring_.size() > 2 * members_.size() + 64) ring();  // names removed since: dropped now
+        if (members_.size() <= options_.indirect_probes + 1) retime_all();
+    }
 }
 
 void FailureDetector::remove(std::string_view node) {
     if (auto it = members_.find(node); it != members_.end()) {
-        if (it->second.suspect) suspected_.erase(suspected_.find(node));
+        if (it->second.suspect) deadlines_.erase(deadlines_.find(std::pair{it->second.due, it->first}));
         members_.erase(it);
-        suspicion_due_known_ = false;
+        ring_sorted_ = false;
+        if (members_.size() <= options_.indirect_probes + 1) retime_all();
     }
-    if (auto at = std::lower_bound(ring_.begin(), ring_.end(), node); at != ring_.end() && *at == node)
-        ring_.erase(at);
     std::erase(next_, node);
     std::erase_if(probes_, [&](const Probe& p) { return p.target == node; });
 }
@@ -100,13 +103,24 @@ namespace {
 std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 }  // namespace
 
+const std::vector<std::string>& FailureDetector::ring() const {
+    if (!ring_sorted_) {
+        std::erase_if(ring_, [&](const std::string& name) { return !members_.contains(name); });
+        std::sort(ring_.begin(), ring_.end());
+        ring_.erase(std::unique(ring_.begin(), ring_.end()), ring_.end());
+        ring_sorted_ = true;
+    }
+    return ring_;
+}
+
 std::size_t FailureDetector::place() const {
-    return static_cast<std::size_t>(std::lower_bound(ring_.begin(), ring_.end(), self_) - ring_.begin());
+    const auto& names = ring();
+    return static_cast<std::size_t>(std::lower_bound(names.begin(), names.end(), self_) - names.begin());
 }
 
 FailureDetector::Clock::duration FailureDetector::phase() const {
     return Clock::duration(Clock::duration(options_.probe_interval).count() * static_cast<std::int64_t>(place()) /
-                           static_cast<std::int64_t>(ring_.size() + 1));
+                           static_cast<std::int64_t>(members_.size() + 1));
 }
 
 std::int64_t FailureDetector::step(Clock::time_point at) const {
@@ -123,12 +137,13 @@ std::string FailureDetector::next_target(Clock::time_point now) {
         next_.erase(next_.begin());
         return target;
     }
-    if (ring_.empty()) return {};
-    const auto members = static_cast<std::int64_t>(ring_.size());  // M - 1
+    const auto& names = ring();
+    if (names.empty()) return {};
+    const auto members = static_cast<std::int64_t>(names.size());  // M - 1
     const auto at = static_cast<std::int64_t>(place());
     const auto offset = 1 + ((step(now) % members) + members) % members;  // 1 … M - 1
     const auto slot = (at + offset) % (members + 1);                  // never this node's
-    return ring_[static_cast<std::size_t>(slot < at ? slot : slot - 1)];
+    return names[static_cast<std::size_t>(slot < at ? slot : slot - 1)];
 }
 
 void FailureDetector::start_probe(Clock::time_point now, Actions& out) {
@@ -178,28 +193,40 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
 }
 
 bool FailureDetector::suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by) {
-    if (!m.suspect) {
+    const bool fresh = !m.suspect;
+    if (fresh) {
         m.suspect = true;
         m.suspected_at = now;
         m.suspecters.clear();
-        suspected_.insert(node);
     }
     const bool counted = m.suspecters.size() <= options_.indirect_probes &&
                          std::find(m.suspecters.begin(), m.suspecters.end(), by) == m.suspecters.end();
     if (counted) m.suspecters.push_back(by);
-    // A new suspicion or confirmation only brings a deadline closer.
-    if (suspicion_due_known_) {
-        const auto due = m.suspected_at + suspicion_timeout(m);
-        if (!suspicion_due_ || due < *suspicion_due_) suspicion_due_ = due;
+    if (fresh) {
+        m.due = m.suspected_at + suspicion_timeout(m);
+        deadlines_.emplace(m.due, node);
+    } else if (counted) {
+        retime(node, m);
     }
     return counted;
 }
 
+void FailureDetector::retime(const std::string& node, Member& m) {
+    const auto due = m.suspected_at + suspicion_timeout(m);
+    if (due == m.due) return;
+    auto entry = deadlines_.extract(std::pair{m.due, node});
+    entry.value().first = m.due = due;
+    deadlines_.insert(std::move(entry));
+}
+
+void FailureDetector::retime_all() {
+    std::vector<std::string> names;
+    for (const auto& [due, name] : deadlines_) names.push_back(name);
+    for (const auto& name : names) retime(name, members_.find(name)->second);
+}
+
 void FailureDetector::clear_suspicion(std::string_view node, Member& m) {
-    if (m.suspect) {
-        suspected_.erase(suspected_.find(node));
-        suspicion_due_known_ = false;
-    }
+    if (m.suspect) deadlines_.erase(deadlines_.find(std::pair{m.due, std::string(node)}));
     m.suspect = false;
     m.suspecters.clear();
 }
@@ -319,11 +346,7 @@ FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
     for (auto& p : probes_) {
         if (p.acked || p.indirect_sent || now < p.indirect_at) continue;
         p.indirect_sent = true;
-        std::vector<std::string> others;
-        for (const auto& [name, m] : members_)
-            if (name != p.target && !m.suspect) others.push_back(name);
-        std::shuffle(others.begin(), others.end(), rng_);
-        others.resize(std::min(others.size(), options_.indirect_probes));
+        auto others = indirect_helpers(p.target);
         for (auto& via : others)
             out.sends.emplace_back(std::move(via), wire::Probe{wire::ProbeKind::ping_req, p.seq, p.target});
         p.asked = others.size();
@@ -347,12 +370,7 @@ FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
         it = relays_.erase(it);
     }
     std::vector<std::string> expired;
-    if (const auto due = earliest_suspicion(); due && now >= *due) {
-        for (const auto& name : suspected_) {
-            const auto& m = members_.find(name)->second;
-            if (now >= m.suspected_at + suspicion_timeout(m)) expired.push_back(name);
-        }
-    }
+    for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) expired.push_back(it->second);
     for (const auto& name : expired) {
         const auto& m = members_.find(name)->second;
         // The node that raised the suspicion tells every member; the others, whose timers
@@ -363,6 +381,30 @@ FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
         remove(name);
     }
     return out;
+}
+
+std::vector<std::string> FailureDetector::indirect_helpers(const std::string& target) {
+    const auto k = options_.indirect_probes;
+    std::vector<std::string> helpers;
+    auto helps = [&](const std::string& name) {
+        return name != target && !members_.find(name)->second.suspect &&
+               std::find(helpers.begin(), helpers.end(), name) == helpers.end();
+    };
+    // Draws from the ring (sorted, so the choice is the seed's alone); with few members,
+    // or most of them suspected, from the list of all that can help.
+    const auto& names = ring();
+    if (names.size() > 4 * k) {
+        std::uniform_int_distribution<std::size_t> any(0, names.size() - 1);
+        for (std::size_t tries = 0; tries < 4 * k && helpers.size() < k; ++tries)
+            if (const auto& name = names[any(rng_)]; helps(name)) helpers.push_back(name);
+        if (helpers.size() == k) return helpers;
+        helpers.clear();
+    }
+    for (const auto& name : names)
+        if (helps(name)) helpers.push_back(name);
+    std::shuffle(helpers.begin(), helpers.end(), rng_);
+    helpers.resize(std::min(helpers.size(), k));
+    return helpers;
 }
 
 std::optional<FailureDetector::Clock::time_point> FailureDetector::next_timer() const {
@@ -381,21 +423,8 @@ std::optional<FailureDetector::Clock::time_point> FailureDetector::next_timer() 
     else if (!members_.empty())
         consider(Clock::time_point::min());  // probe at once
     for (const auto& [seq, r] : relays_) consider(r.expires_at);
-    if (const auto due = earliest_suspicion()) consider(*due);
+    if (!deadlines_.empty()) consider(deadlines_.begin()->first);
     return next;
-}
-
-std::optional<FailureDetector::Clock::time_point> FailureDetector::earliest_suspicion() const {
-    if (!suspicion_due_known_) {
-        suspicion_due_.reset();
-        for (const auto& name : suspected_) {
-            const auto& m = members_.find(name)->second;
-            const auto due = m.suspected_at + suspicion_timeout(m);
-            if (!suspicion_due_ || due < *suspicion_due_) suspicion_due_ = due;
-        }
-        suspicion_due_known_ = true;
-    }
-    return suspicion_due_;
 }
 
 std::optional<std::chrono::microseconds> FailureDetector::rtt(std::string_view node) const {

@@ -110,6 +110,7 @@ private:
         std::uint64_t version = 0;
         bool suspect = false;
         Clock::time_point suspected_at{};
+        Clock::time_point due{};  // suspected_at + suspicion_timeout, its key in deadlines_
         // Distinct members that suspect it, this node included; only the first
         // indirect_probes + 1 are kept, since more do not shorten the timeout further.
         std::vector<std::string> suspecters;
@@ -148,12 +149,18 @@ private:
     // counted anew (a new suspicion or a confirmation), false when it was already.
     bool suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by);
     void clear_suspicion(std::string_view node, Member& m);
-    std::optional<Clock::time_point> earliest_suspicion() const;
+    // Sets m's deadline from its suspecters and the member count, and files it in deadlines_.
+    void retime(const std::string& node, Member& m);
+    // Every suspect's deadline again: the count of members bounds the confirmations
+    // awaited, so it matters while the members are at most indirect_probes + 1.
+    void retime_all();
+    std::vector<std::string> indirect_helpers(const std::string& target);
     void refute(std::uint64_t above, Actions& out);
     void change_health(int delta);
     std::string next_target(Clock::time_point now);
     // The next instant after `after` at this node's phase of a step.
     Clock::time_point next_slot(Clock::time_point after) const;
+    const std::vector<std::string>& ring() const;
     // This node's place on the ring of the members and itself.
     std::size_t place() const;
     // How far into each step this node probes: place × interval / M.
@@ -176,13 +183,13 @@ private:
     // Hashed, not ordered, for speed and size with thousands of members; walks that
     // draw from the RNG sort first, so the probe order is the seed's alone.
     boost::unordered_flat_map<std::string, Member, NameHash, std::equal_to<>> members_;
-    // The members with suspect set, so that timers need not walk every member.
-    std::set<std::string, std::less<>> suspected_;
-    // The earliest of their deadlines, computed again only after a suspicion ends or the
-    // members change: with thousands of suspects, each event need not walk them all.
-    mutable std::optional<Clock::time_point> suspicion_due_;
-    mutable bool suspicion_due_known_ = false;
-    std::vector<std::string> ring_;   // the members' names, sorted (this node's is not)
+    // The suspects by deadline, so that a timer finds the expired ones (and the next
+    // deadline) without walking every suspect.
+    std::set<std::pair<Clock::time_point, std::string>, std::less<>> deadlines_;
+    // The members' names (not this node's), sorted by ring() when it is next read: a
+    // join or a mass failure changes thousands of members between two probes.
+    mutable std::vector<std::string> ring_;
+    mutable bool ring_sorted_ = true;
     std::vector<std::string> next_;   // probed before the schedule's target (probe_next)
     Clock::time_point epoch_{};
     std::vector<Probe> probes_;  // in flight, oldest first
