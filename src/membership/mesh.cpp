@@ -242,7 +242,6 @@ void Mesh::set_discovered(std::map<std::string, std::string, std::less<>> nodes)
     {
         std::lock_guard lock(mutex_);
         discovered_ = std::move(nodes);
-        ++view_changes_;
         to_dial = discovered_to_dial();
     }
     for (const auto& address : to_dial) dial(address);
@@ -253,17 +252,12 @@ void Mesh::reconnect_tick() {
     std::vector<std::string> known;
     {
         std::lock_guard lock(mutex_);
-        if (quiet_at_ != view_changes_) {
-            // A dns: seed is resolved again each time: the name's addresses may have changed.
-            for (const auto& seed : options_.seeds)
-                if (seed.starts_with(dns_seed_prefix) || !linked_to(seed)) seeds.push_back(seed);
-            for (auto& address : discovered_to_dial()) seeds.push_back(std::move(address));
-            for (const auto& [name, k] : known_)
-                if (!peers_.contains(name) && dials(name)) known.push_back(k.info.listen);
-            // Nothing to dial and nothing changed since: the next tick would find the same.
-            quiet_at_.reset();
-            if (seeds.empty() && known.empty()) quiet_at_ = view_changes_;
-        }
+        // A dns: seed is resolved again each time: the name's addresses may have changed.
+        for (const auto& seed : options_.seeds)
+            if (seed.starts_with(dns_seed_prefix) || !linked_to(seed)) seeds.push_back(seed);
+        for (auto& address : discovered_to_dial()) seeds.push_back(std::move(address));
+        for (const auto& [name, k] : known_)
+            if (!peers_.contains(name) && dials(name)) known.push_back(k.info.listen);
     }
     for (const auto& seed : seeds) dial_seed(seed);
     for (const auto& address : known) dial(address);
@@ -374,7 +368,6 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
                 refused_own_name = true;  // it is older: this node is the one refused
         } else if (auto it = peers_.find(peer.node); it == peers_.end()) {
             peers_.emplace(peer.node, c);
-            ++view_changes_;
             // Back while no other incarnation holds the name: it was wrongly declared dead
             // (too slow to refute), and it is alive again like any other.
             if (declared_dead(peer)) declared_dead_.erase(peer.node);
@@ -394,7 +387,6 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
             } else if (holder_dead || peer.incarnation < it->second->peer().incarnation) {
                 replaced = it->second;
                 it->second = c;
-                ++view_changes_;
                 displaced = true;
                 replaced_dead = holder_dead;
             } else {
@@ -413,7 +405,6 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
             if (rank(*c) < rank(*existing)) {
                 replaced = existing;
                 it->second = c;
-                ++view_changes_;
             } else {
                 keep = false;
             }
@@ -472,7 +463,6 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     if (!peer.client && !peer.listen.empty()) {
         std::lock_guard lock(mutex_);
         known_[peer.node] = KnownNode{peer, 0};
-        ++view_changes_;
     }
     RPCLB_LOG("mesh", info) << "connected to " << peer.node << (peer.client ? " (client)" : "")
                             << " incarnation " << peer.incarnation;
@@ -515,7 +505,6 @@ void Mesh::on_nodes(const wire::Nodes& nodes) {
             remember(heard_, node.node, node.incarnation);
             if (!dials(node.node)) continue;
             auto& k = known_[node.node];
-            ++view_changes_;
             if (k.info.incarnation != node.incarnation) k = KnownNode{node, 0};
             if (peers_.contains(node.node)) continue;
         }
@@ -603,7 +592,6 @@ void Mesh::on_cookie_refused(const std::shared_ptr<Connection>& c) {
         std::lock_guard lock(mutex_);
         refused_.emplace(c->target(), node);
         // Forget it, or the redial loop would come back to it under its gossiped address.
-        ++view_changes_;
         for (auto it = known_.begin(); it != known_.end();)
             it = it->first == node || it->second.info.listen == c->target() ? known_.erase(it) : std::next(it);
     }

@@ -323,11 +323,6 @@ private:
     int ticks_ = 0;  // reconnect ticks so far; touched only by the one timer's handler
     const std::size_t regossip_start_ = std::random_device{}();  // this node's place in the list turns
     std::map<std::string, KnownNode, std::less<>> known_;
-    // Raised (under mutex_) by every change of peers_, known_ and discovered_. A reconnect
-    // tick that found nothing to dial records it in quiet_at_; the next ticks skip their
-    // walks over the links and the known nodes until it moves.
-    std::uint64_t view_changes_ = 0;
-    std::optional<std::uint64_t> quiet_at_;
     // Each node (name → incarnation) this node has heard of, from a list or a link, since
     // it last lost it. A link to a node heard of already sends it no list and announces it
     // to nobody: the node that heard of it first did both, so a join costs O(N) frames,

@@ -40,7 +40,6 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reas
                 auto it = peers_.find(c->peer().node);
                 if (it != peers_.end() && it->second == c) {
                     peers_.erase(it);
-                    ++view_changes_;
                     lost = true;
                 }
             }
@@ -61,7 +60,6 @@ void Mesh::on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reas
                 RPCLB_LOG("mesh", info) << "giving up on " << it->first << " after " << max_redials
                                         << " failed dials";
                 known_.erase(it);
-                ++view_changes_;
             }
             break;
         }
@@ -93,7 +91,7 @@ void Mesh::forget_unless_redialled(const std::string& node) {
     std::lock_guard lock(mutex_);
     // A lost peer this node doesn't redial is forgotten now: the table of known
     // nodes holds only nodes that are connected or being redialled.
-    if (!dials(node) && known_.erase(node) > 0) ++view_changes_;
+    if (!dials(node)) known_.erase(node);
     heard_.erase(node);  // linked again, it is sent a list and announced again
 }
 
@@ -122,7 +120,6 @@ void Mesh::drop_link(const Connection& link, const LinkClose& reason) {
             if (it == peers_.end() || it->second.get() != &link || link.going_away() || link.peer_quiet()) return;
             c = it->second;
             peers_.erase(it);
-            ++view_changes_;
         }
         groups_.remove_node(c->peer().node);
     }

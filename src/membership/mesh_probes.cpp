@@ -192,12 +192,12 @@ void Mesh::on_probe_timer() {
     });
     if (reconnect && !stopping_) reconnect_tick();
     if (trim) {
+        std::vector<std::shared_ptr<Connection>> links;
         {
-            // FramePool::trim takes only its own lock, and costs an atomic load on a link
-            // that keeps no buffer.
             std::lock_guard lock(mutex_);
-            for (auto& [name, c] : peers_) c->trim_spares();
+            for (auto& [name, c] : peers_) links.push_back(c);
         }
+        for (auto& c : links) c->trim_spares();
         BlockCache::instance().trim();
     }
 }

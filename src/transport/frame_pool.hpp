@@ -69,7 +69,6 @@ public:
     /// if `all`).
     void trim(bool all = false) {
         if (used_.exchange(false, std::memory_order_relaxed) && !all) return;
-        if (count_.load(std::memory_order_relaxed) == 0) return;
         std::vector<std::string> gone;
         {
             std::lock_guard lock(mutex_);
