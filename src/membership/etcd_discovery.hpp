@@ -40,19 +40,13 @@ struct EtcdDiscoveryOptions {
 /// hiccup of two renewals. Thread safety: pure function.
 std::chrono::seconds lease_ttl(std::chrono::milliseconds idle_timeout);
 
-/// Registers this node in etcd and follows the nodes registered there
-/// (doc/how-to/discovery.md), through etcd's v3 JSON gateway over HTTP/1.1 (Beast), on the
-/// node's io_context. A session grants a lease of `ttl`, puts PREFIX/node = address under
-/// it, lists the prefix (range) and watches it from the listed revision, renewing the lease
-/// every ttl / 3; each change of the listing goes to `on_listed` (every node but this one,
-/// name → address). Any failure (etcd unreachable, an error answer, an answer that is not
-/// what etcd sends, the lease gone) ends the session: it is logged at warning level once
-/// per outage, the last listing stays with the mesh, and a new session starts after a
-/// backoff of 250 ms doubling up to 5 s. Every answer is bounded (max_answer bytes; a watch
-/// message likewise).
-///
-/// Thread safety: start, begin_stop and wait_stopped may be called from any thread;
-/// `on_listed` runs on a network thread, one call at a time.
+/// Registers this node in etcd and follows the nodes registered there, through etcd's v3
+/// JSON gateway (doc/how-to/discovery.md): this node's address under a lease of `ttl`,
+/// renewed every ttl / 3, and every change of the prefix's listing to `on_listed` (name →
+/// address, this node left out). Errors: any failure ends the session, is logged once per
+/// outage and retried after a backoff (250 ms doubling to 5 s); the last listing stays.
+/// Every answer is bounded (max_answer bytes). Thread safety: start, begin_stop and
+/// wait_stopped from any thread; `on_listed` runs on a network thread, one call at a time.
 class EtcdDiscovery final : public std::enable_shared_from_this<EtcdDiscovery> {
 public:
     using Listed = std::map<std::string, std::string, std::less<>>;
