@@ -390,7 +390,7 @@ std::vector<std::string> FailureDetector::indirect_helpers(const std::string& ta
         return name != target && !members_.find(name)->second.suspect &&
                std::find(helpers.begin(), helpers.end(), name) == helpers.end();
     };
-    // Draws from the ring (sorted, so the choice is the seed's alone); with few members,
+    // Draws from the ring (sorted, so the choice depends on the random generator alone); with few members,
     // or most of them suspected, from the list of all that can help.
     const auto& names = ring();
     if (names.size() > 4 * k) {

@@ -181,7 +181,7 @@ private:
         std::size_t operator()(std::string_view s) const noexcept { return boost::hash<std::string_view>{}(s); }
     };
     // Hashed, not ordered, for speed and size with thousands of members; walks that
-    // draw from the RNG sort first, so the probe order is the seed's alone.
+    // draw from the RNG sort first, so the probe order depends on the RNG alone.
     boost::unordered_flat_map<std::string, Member, NameHash, std::equal_to<>> members_;
     // The suspects by deadline, so that a timer finds the expired ones (and the next
     // deadline) without walking every suspect.
