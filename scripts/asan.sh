@@ -15,12 +15,16 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RPCLB_ASAN_BUILD_DIR:-$root/build-asan}"
 regex="${1:-${RPCLB_ASAN_TESTS:-}}"
-flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+# clang-14 (scripts/install-clang.sh): it compiles this build in about 60 % of GCC's time.
+# Its -fsanitize=function is left out: on some Boost.Test sources clang-14 then emits
+# what its assembler refuses ("Cannot represent a difference across sections").
+bash "$root/scripts/install-clang.sh"
+flags="-fsanitize=address,undefined -fno-sanitize=function -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # -O1 -g1: the sanitizers' usual optimisation level, with line tables for the reports;
 # both compile faster than the normal build's -O2 -g, and -O3 is left off
 # (RPCLB_VECTORIZE_MASKING).
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRPCLB_BUILD_BENCH=OFF \
-      -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+      -DCMAKE_CXX_COMPILER=/usr/bin/clang++-14 -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
       -DRPCLB_VECTORIZE_MASKING=OFF \
       -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" \
       -DCMAKE_MODULE_LINKER_FLAGS="$flags" >/dev/null

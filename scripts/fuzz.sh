@@ -9,24 +9,15 @@
 #
 # Usage: bash scripts/fuzz.sh [SECONDS]
 #   RPCLB_FUZZ_BUILD_DIR overrides build-fuzz/. Needs the packages of setup.sh; installs
-#   clang-14 and libclang-rt-14-dev (the libFuzzer runtime) when they are missing.
+#   clang-14 and libclang-rt-14-dev (the libFuzzer runtime) when they are missing
+#   (scripts/install-clang.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RPCLB_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 seconds="${1:-600}"
 case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number, got \"$seconds\"" >&2; exit 2;; esac
 # clang-14 and its runtimes (libclang-rt-14-dev holds libFuzzer's), installed when missing.
-missing=()
-for p in clang-14 libclang-rt-14-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz.sh: installing ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  $sudo_cmd apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${missing[@]}"
-fi
+bash "$root/scripts/install-clang.sh"
 cxx=/usr/bin/clang++-14
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \

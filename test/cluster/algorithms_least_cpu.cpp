@@ -361,7 +361,9 @@ BOOST_AUTO_TEST_CASE(init_rejects_bad_options_naming_them) {
         {{{"seed", "x"}}, "seed"},
         {{{"poll_intervall", 100}}, "poll_intervall"},
     };
-    for (const auto& [options, name] : cases) {
+    for (const auto& c : cases) {
+        const auto& options = c.first;
+        const auto& name = c.second;  // a name, not a binding: the lambda below captures it
         BOOST_TEST_CONTEXT(boost::json::serialize(options)) {
             rpclb::PluginRegistry registry({plugin_dir()});
             auto algorithm = registry.create("least_cpu").value();

@@ -46,7 +46,7 @@ bool client_follows(rpclb::Cluster& client, const std::string& algorithm, const 
 
 // The node serving demo.node for `key` through `w`.
 std::string served(rpclb::Cluster& client, const std::string& key) {
-    auto r = client.call("demo", "node", {}, {.load_balancer = "w", .key = key});
+    auto r = client.call("demo", "node", boost::json::array{}, {.load_balancer = "w", .key = key});
     BOOST_TEST_REQUIRE(r.has_value(), (r ? "" : r.error().message));
     return std::string(r->as_string());
 }

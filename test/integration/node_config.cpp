@@ -181,9 +181,10 @@ BOOST_AUTO_TEST_CASE(bad_seed_is_warned_once) {
     // A good seed where nothing listens: each redial round (every reconnect_interval, 1 s)
     // logs "dialling" it at debug, which shows the rounds the bad seeds went through.
     const PortReservation nobody;
-    auto [p, address] = start("a", weighted_node_file("a", {}),
-                              {"--seed", "nonsense", "--seed", "127.0.0.1:99999", "--seed", nobody.address(),
-                               "--log-level", "debug"});
+    auto started = start("a", weighted_node_file("a", {}),
+                         {"--seed", "nonsense", "--seed", "127.0.0.1:99999", "--seed", nobody.address(),
+                          "--log-level", "debug"});
+    auto& p = started.first;  // a name, not a binding: lambdas capture it (clang-14 builds these tests)
     std::string err;
     const auto count = [&](const std::string& what) {
         std::size_t n = 0;
