@@ -47,7 +47,7 @@ rpclb_peers_connected and rpclb_balancer_members gauges (GET /metrics) agree wit
 replayed log (the admin listener's own cost is then in the figures).
 
 options:
-  --nodes N           number of mesh nodes, at least 3 (required)
+  --nodes N           number of mesh nodes, 3 … 5000 (required)
   --build DIR         build directory holding bin/rpclb-node and plugins/ (default: the
                       repository's build/)
   --idle-seconds S    idle window for the CPU figure (default 10)
@@ -78,21 +78,26 @@ verify=0
 keep=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --nodes) nodes="${2:?--nodes needs a value}"; shift 2 ;;
-        --build) build="${2:?--build needs a value}"; shift 2 ;;
-        --idle-seconds) idle="${2:?--idle-seconds needs a value}"; shift 2 ;;
-        --extra) extra="${2?--extra needs a value}"; shift 2 ;;
-        --deadline) deadline="${2:?--deadline needs a value}"; shift 2 ;;
-        --out-deadline) out_deadline="${2:?--out-deadline needs a value}"; shift 2 ;;
-        --settle) settle="${2:?--settle needs a value}"; shift 2 ;;
+        --nodes|--build|--idle-seconds|--extra|--deadline|--out-deadline|--settle)
+            [[ $# -ge 2 ]] || { echo "mesh_scale: $1 needs a value (see --help)" >&2; exit 2; } ;;
+    esac
+    case "$1" in
+        --nodes) nodes="$2"; shift 2 ;;
+        --build) build="$2"; shift 2 ;;
+        --idle-seconds) idle="$2"; shift 2 ;;
+        --extra) extra="$2"; shift 2 ;;
+        --deadline) deadline="$2"; shift 2 ;;
+        --out-deadline) out_deadline="$2"; shift 2 ;;
+        --settle) settle="$2"; shift 2 ;;
         --verify-admin) verify=1; shift ;;
         --keep) keep=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "mesh_scale: unknown argument \"$1\" (see --help)" >&2; exit 2 ;;
     esac
 done
-if ! [[ "$nodes" =~ ^[0-9]+$ ]] || (( nodes < 3 )); then
-    echo "mesh_scale: --nodes N with N >= 3 is required (see --help)" >&2; exit 2
+# Decimal, 3 … 5000 (a leading zero would make bash read it as octal).
+if ! [[ "$nodes" =~ ^[1-9][0-9]{0,3}$ ]] || (( nodes < 3 || nodes > 5000 )); then
+    echo "mesh_scale: --nodes N with 3 <= N <= 5000 is required (see --help)" >&2; exit 2
 fi
 for v in "$idle" "$deadline" "$out_deadline" "$settle"; do
     [[ "$v" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "mesh_scale: \"$v\" is not a number of seconds" >&2; exit 2; }
@@ -132,6 +137,9 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     local live=()
+    # A node started just before the signal may not be in pids yet: every rpclb-node child
+    # of this shell is stopped too.
+    pids+=($(pgrep -P $$ -x rpclb-node || true))
     for pid in "${pids[@]}"; do
         if ours "$pid"; then live+=("$pid"); kill -TERM "$pid" 2>/dev/null || true; kill -CONT "$pid" 2>/dev/null || true; fi
     done

@@ -45,6 +45,7 @@ struct Options {
     std::uint64_t runs = 0;
     std::uint64_t first_seed = 1;
     std::string fault_list = "all";
+    std::uint64_t idle_timeout_ms = 3000;
     std::vector<Fault> faults;
     // What a node runs with at the default idle timeout.
     DetectorOptions detector = DetectorOptions::from_idle_timeout(std::chrono::milliseconds(3000));
@@ -465,6 +466,7 @@ private:
 
 Options parse(int argc, char** argv) {
     Options o;
+    bool faults_given = false;
     auto number = [&](int& k) -> std::uint64_t {
         if (k + 1 >= argc) usage(std::string(argv[k]) + " needs a value");
         char* end = nullptr;
@@ -485,10 +487,12 @@ Options parse(int argc, char** argv) {
         else if (a == "--faults") {
             if (k + 1 >= argc) usage("--faults needs a value");
             o.fault_list = argv[++k];
+            faults_given = true;
         } else if (a == "--idle-timeout-ms") {
             const auto t = number(k);
             if (t < 1 || t > 3600000) usage("--idle-timeout-ms must be 1 … 3600000");
             o.detector = DetectorOptions::from_idle_timeout(std::chrono::milliseconds(t));
+            o.idle_timeout_ms = t;
         } else if (a == "--stall-out") {
             o.stall_out = true;
         } else usage("unknown argument " + a);
@@ -496,7 +500,8 @@ Options parse(int argc, char** argv) {
     if (o.nodes < 2 || o.nodes > 10000) usage("--nodes must be 2 … 10000");
     if (o.runs == 0 || o.runs > 1000000) usage("--seeds must be 1 … 1000000");
     if (o.fault_list.empty()) usage("--faults needs at least one kind (or none)");
-    if (o.first_seed > std::numeric_limits<std::uint64_t>::max() - o.runs) usage("--seed X + S would wrap");
+    if (o.stall_out && faults_given) usage("--stall-out injects no faults: leave --faults out");
+    if (o.first_seed > 0 && o.first_seed - 1 > std::numeric_limits<std::uint64_t>::max() - o.runs) usage("--seed X + S - 1 would wrap");
     if (o.seed_nodes < 1 || o.seed_nodes > o.nodes) usage("--seeds-nodes must be 1 … N");
     std::stringstream list(o.fault_list);
     for (std::string f; std::getline(list, f, ',');) {
@@ -505,7 +510,7 @@ Options parse(int argc, char** argv) {
         } else if (f != "none") {
             int i = 0;
             while (i < fault_kinds && f != fault_names[i]) ++i;
-            if (i == fault_kinds) usage("unknown fault " + f);
+            if (i == fault_kinds) usage(f.empty() ? "empty fault name in --faults" : "unknown fault " + f);
             o.faults.push_back(static_cast<Fault>(i));
         }
     }
@@ -561,7 +566,9 @@ int main(int argc, char** argv) {
         ++violations;
         std::cout << "FAIL replay: mesh_sim --nodes " << o.nodes << " --seeds 1 --seed " << r.seed << " --faults "
                   << o.fault_list
-                  << (o.seed_nodes != 1 ? " --seeds-nodes " + std::to_string(o.seed_nodes) : std::string()) << "\n";
+                  << (o.seed_nodes != 1 ? " --seeds-nodes " + std::to_string(o.seed_nodes) : std::string())
+                  << (o.idle_timeout_ms != 3000 ? " --idle-timeout-ms " + std::to_string(o.idle_timeout_ms) : std::string())
+                  << (o.stall_out ? " --stall-out" : "") << "\n";
         for (const auto& v : r.violations) std::cout << "  violated " << v << "\n";
     }
     std::cout << "seeds_run " << o.runs << " violations " << violations << " max_converge_virtual_s " << max_converge
