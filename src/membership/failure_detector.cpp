@@ -41,7 +41,7 @@ void FailureDetector::add(const std::string& node, const std::string& incarnatio
         ring_.push_back(node);
         ring_sorted_ = false;
         if (ring_.size() > 2 * members_.size() + 64) ring();  // names removed since: dropped now
-        if (members_.size() <= options_.indirect_probes + 1) retime_all();
+        retime_all();
     }
 }
 
@@ -50,7 +50,7 @@ void FailureDetector::remove(std::string_view node) {
         if (it->second.suspect) deadlines_.erase(deadlines_.find(std::pair{it->second.due, it->first}));
         members_.erase(it);
         ring_sorted_ = false;
-        if (members_.size() <= options_.indirect_probes + 1) retime_all();
+        retime_all();
     }
     std::erase(next_, node);
     std::erase_if(probes_, [&](const Probe& p) { return p.target == node; });
@@ -220,13 +220,14 @@ void FailureDetector::retime(const std::string& node, Member& m) {
 }
 
 void FailureDetector::retime_all() {
+    if (members_.size() > options_.indirect_probes + 1) return;  // the count bounds nothing
     std::vector<std::string> names;
     for (const auto& [due, name] : deadlines_) names.push_back(name);
     for (const auto& name : names) retime(name, members_.find(name)->second);
 }
 
-void FailureDetector::clear_suspicion(std::string_view node, Member& m) {
-    if (m.suspect) deadlines_.erase(deadlines_.find(std::pair{m.due, std::string(node)}));
+void FailureDetector::clear_suspicion(const std::string& node, Member& m) {
+    if (m.suspect) deadlines_.erase(deadlines_.find(std::pair{m.due, node}));
     m.suspect = false;
     m.suspecters.clear();
 }

@@ -148,11 +148,12 @@ private:
     // Suspects `node` (if not yet) with `by` among its suspecters; true when `by` was
     // counted anew (a new suspicion or a confirmation), false when it was already.
     bool suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by);
-    void clear_suspicion(std::string_view node, Member& m);
+    void clear_suspicion(const std::string& node, Member& m);
     // Sets m's deadline from its suspecters and the member count, and files it in deadlines_.
     void retime(const std::string& node, Member& m);
-    // Every suspect's deadline again: the count of members bounds the confirmations
-    // awaited, so it matters while the members are at most indirect_probes + 1.
+    // Every suspect's deadline again after the member count changed; a no-op unless the
+    // members are at most indirect_probes + 1, below which the count bounds the
+    // confirmations awaited.
     void retime_all();
     std::vector<std::string> indirect_helpers(const std::string& target);
     void refute(std::uint64_t above, Actions& out);
