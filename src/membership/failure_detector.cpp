@@ -34,20 +34,18 @@ void FailureDetector::add(const std::string& node, const std::string& incarnatio
         clear_suspicion(node, m);  // a fresh link: it answered a handshake just now
         return;
     }
-    if (m.suspect) deadlines_.erase({m.due, node});
+    clear_suspicion(node, m);
     m = Member{};
     m.incarnation = incarnation;
     if (inserted) {
-        ring_.push_back(node);
         ring_sorted_ = false;
-        if (ring_.size() > 2 * members_.size() + 64) ring();  // names removed since: dropped now
         retime_all();
     }
 }
 
 void FailureDetector::remove(std::string_view node) {
     if (auto it = members_.find(node); it != members_.end()) {
-        if (it->second.suspect) deadlines_.erase(deadlines_.find(std::pair{it->second.due, it->first}));
+        clear_suspicion(it->first, it->second);
         members_.erase(it);
         ring_sorted_ = false;
         retime_all();
@@ -74,13 +72,13 @@ bool FailureDetector::probing(std::string_view node) const {
 
 FailureDetector::Clock::duration FailureDetector::scaled(milliseconds d) const { return d * (1 + health_); }
 
-FailureDetector::Clock::duration FailureDetector::suspicion_timeout(const Member& m) const {
+FailureDetector::Clock::duration FailureDetector::suspicion_timeout(const Suspicion& s) const {
     // Lifeguard: from the maximum down to the minimum as independent confirmations arrive,
     // on a log scale; k confirmations (the indirect probes' count) reach the minimum.
     // No more confirmations are awaited than there are other members to send them.
-    const auto possible = members_.size() - 1;  // members_ holds m
+    const auto possible = members_.size() - 1;  // members_ holds the suspect
     const auto k = static_cast<double>(std::min(options_.indirect_probes, possible));
-    const double confirmations = m.suspecters.empty() ? 0.0 : static_cast<double>(m.suspecters.size() - 1);
+    const double confirmations = s.suspecters.empty() ? 0.0 : static_cast<double>(s.suspecters.size() - 1);
     const double fraction = k == 0 ? 1.0 : std::min(1.0, std::log(confirmations + 1.0) / std::log(k + 1.0));
     const auto span = options_.suspicion_max - options_.suspicion_min;
     const auto timeout =
@@ -103,11 +101,13 @@ namespace {
 std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 }  // namespace
 
-const std::vector<std::string>& FailureDetector::ring() const {
+const std::vector<const std::string*>& FailureDetector::ring() const {
     if (!ring_sorted_) {
-        std::erase_if(ring_, [&](const std::string& name) { return !members_.contains(name); });
-        std::sort(ring_.begin(), ring_.end());
-        ring_.erase(std::unique(ring_.begin(), ring_.end()), ring_.end());
+        if (ring_.capacity() > 2 * members_.size() + 64) ring_ = {};
+        ring_.clear();
+        ring_.reserve(members_.size());
+        for (const auto& [name, m] : members_) ring_.push_back(&name);
+        std::sort(ring_.begin(), ring_.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
         ring_sorted_ = true;
     }
     return ring_;
@@ -115,7 +115,9 @@ const std::vector<std::string>& FailureDetector::ring() const {
 
 std::size_t FailureDetector::place() const {
     const auto& names = ring();
-    return static_cast<std::size_t>(std::lower_bound(names.begin(), names.end(), self_) - names.begin());
+    return static_cast<std::size_t>(
+        std::lower_bound(names.begin(), names.end(), self_, [](const std::string* a, const std::string& b) { return *a < b; }) -
+        names.begin());
 }
 
 FailureDetector::Clock::duration FailureDetector::phase() const {
@@ -143,7 +145,7 @@ std::string FailureDetector::next_target(Clock::time_point now) {
     const auto at = static_cast<std::int64_t>(place());
     const auto offset = 1 + ((step(now) % members) + members) % members;  // 1 … M - 1
     const auto slot = (at + offset) % (members + 1);                  // never this node's
-    return names[static_cast<std::size_t>(slot < at ? slot : slot - 1)];
+    return *names[static_cast<std::size_t>(slot < at ? slot : slot - 1)];
 }
 
 void FailureDetector::start_probe(Clock::time_point now, Actions& out) {
@@ -194,42 +196,42 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
 
 bool FailureDetector::suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by) {
     const bool fresh = !m.suspect;
+    auto& s = suspicions_[node];
     if (fresh) {
         m.suspect = true;
-        m.suspected_at = now;
-        m.suspecters.clear();
+        s = Suspicion{now, now, {}};
     }
-    const bool counted = m.suspecters.size() <= options_.indirect_probes &&
-                         std::find(m.suspecters.begin(), m.suspecters.end(), by) == m.suspecters.end();
-    if (counted) m.suspecters.push_back(by);
+    const bool counted = s.suspecters.size() <= options_.indirect_probes &&
+                         std::find(s.suspecters.begin(), s.suspecters.end(), by) == s.suspecters.end();
+    if (counted) s.suspecters.push_back(by);
     if (fresh) {
-        m.due = m.suspected_at + suspicion_timeout(m);
-        deadlines_.emplace(m.due, node);
+        s.due = s.since + suspicion_timeout(s);
+        deadlines_.emplace(s.due, node);
     } else if (counted) {
-        retime(node, m);
+        retime(node, s);
     }
     return counted;
 }
 
-void FailureDetector::retime(const std::string& node, Member& m) {
-    const auto due = m.suspected_at + suspicion_timeout(m);
-    if (due == m.due) return;
-    auto entry = deadlines_.extract(std::pair{m.due, node});
-    entry.value().first = m.due = due;
+void FailureDetector::retime(const std::string& node, Suspicion& s) {
+    const auto due = s.since + suspicion_timeout(s);
+    if (due == s.due) return;
+    auto entry = deadlines_.extract(std::pair{s.due, node});
+    entry.value().first = s.due = due;
     deadlines_.insert(std::move(entry));
 }
 
 void FailureDetector::retime_all() {
     if (members_.size() > options_.indirect_probes + 1) return;  // the count bounds nothing
-    std::vector<std::string> names;
-    for (const auto& [due, name] : deadlines_) names.push_back(name);
-    for (const auto& name : names) retime(name, members_.find(name)->second);
+    for (auto& [name, s] : suspicions_) retime(name, s);
 }
 
 void FailureDetector::clear_suspicion(const std::string& node, Member& m) {
-    if (m.suspect) deadlines_.erase(deadlines_.find(std::pair{m.due, node}));
+    if (!m.suspect) return;
     m.suspect = false;
-    m.suspecters.clear();
+    const auto it = suspicions_.find(node);
+    deadlines_.erase(deadlines_.find(std::pair{it->second.due, node}));
+    suspicions_.erase(it);
 }
 
 void FailureDetector::refute(std::uint64_t above, Actions& out) {
@@ -264,8 +266,10 @@ FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const 
             p->acked = true;
             if (from == p->target && !p->direct) {
                 p->direct = true;
-                if (auto it = members_.find(from); it != members_.end())
-                    it->second.rtt = std::chrono::duration_cast<std::chrono::microseconds>(now - p->sent_at);
+                if (auto it = members_.find(from); it != members_.end()) {
+                    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - p->sent_at).count();
+                    it->second.rtt_us = static_cast<std::uint32_t>(std::clamp<std::int64_t>(us, 0, no_rtt - 1));
+                }
             }
         } else if (auto it = relays_.find(probe.seq); it != relays_.end()) {
             out.sends.emplace_back(it->second.requester, wire::Probe{wire::ProbeKind::ack, it->second.requester_seq, {}});
@@ -374,9 +378,10 @@ FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
     for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) expired.push_back(it->second);
     for (const auto& name : expired) {
         const auto& m = members_.find(name)->second;
+        const auto& suspecters = suspicions_.find(name)->second.suspecters;
         // The node that raised the suspicion tells every member; the others, whose timers
         // run out at about the same time, drop the member quietly (no N² verdicts).
-        if (!m.suspecters.empty() && m.suspecters.front() == self_)
+        if (!suspecters.empty() && suspecters.front() == self_)
             out.gossip.push_back(wire::MemberState{wire::MemberHealth::dead, name, m.incarnation, m.version});
         out.dead.push_back(name);
         remove(name);
@@ -397,12 +402,12 @@ std::vector<std::string> FailureDetector::indirect_helpers(const std::string& ta
     if (names.size() > 4 * k) {
         std::uniform_int_distribution<std::size_t> any(0, names.size() - 1);
         for (std::size_t tries = 0; tries < 4 * k && helpers.size() < k; ++tries)
-            if (const auto& name = names[any(rng_)]; helps(name)) helpers.push_back(name);
+            if (const auto& name = *names[any(rng_)]; helps(name)) helpers.push_back(name);
         if (helpers.size() == k) return helpers;
         helpers.clear();
     }
-    for (const auto& name : names)
-        if (helps(name)) helpers.push_back(name);
+    for (const auto* name : names)
+        if (helps(*name)) helpers.push_back(*name);
     std::shuffle(helpers.begin(), helpers.end(), rng_);
     helpers.resize(std::min(helpers.size(), k));
     return helpers;
@@ -430,7 +435,8 @@ std::optional<FailureDetector::Clock::time_point> FailureDetector::next_timer() 
 
 std::optional<std::chrono::microseconds> FailureDetector::rtt(std::string_view node) const {
     const auto it = members_.find(node);
-    return it == members_.end() ? std::nullopt : it->second.rtt;
+    if (it == members_.end() || it->second.rtt_us == no_rtt) return std::nullopt;
+    return std::chrono::microseconds(it->second.rtt_us);
 }
 
 bool FailureDetector::suspected(std::string_view node) const {

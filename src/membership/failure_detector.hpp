@@ -105,18 +105,23 @@ public:
     std::uint64_t version() const noexcept { return version_; }
 
 private:
+    // Per linked member: kept small, since a node holds one for every other node.
     struct Member {
         std::string incarnation;
         std::uint64_t version = 0;
-        bool suspect = false;
-        Clock::time_point suspected_at{};
-        Clock::time_point due{};  // suspected_at + suspicion_timeout, its key in deadlines_
+        std::uint64_t last_seq = 0;  // the seq of its last probe (a late pong still counts)
+        std::uint32_t rtt_us = no_rtt;  // the last direct probe's round trip
+        std::uint8_t direct_failures = 0;  // probes in a row answered through others only
+        bool suspect = false;  // its Suspicion is in suspicions_
+    };
+    static constexpr std::uint32_t no_rtt = 0xffffffff;
+    // A suspect's suspicion.
+    struct Suspicion {
+        Clock::time_point since{};
+        Clock::time_point due{};  // since + suspicion_timeout, its key in deadlines_
         // Distinct members that suspect it, this node included; only the first
         // indirect_probes + 1 are kept, since more do not shorten the timeout further.
         std::vector<std::string> suspecters;
-        std::optional<std::chrono::microseconds> rtt;
-        int direct_failures = 0;  // probes in a row answered through others only
-        std::uint64_t last_seq = 0;  // the seq of its last probe (a late pong still counts)
     };
     // A probe in flight: its target, seq, and what it has heard.
     struct Probe {
@@ -139,7 +144,7 @@ private:
     };
 
     Clock::duration scaled(std::chrono::milliseconds d) const;
-    Clock::duration suspicion_timeout(const Member& m) const;
+    Clock::duration suspicion_timeout(const Suspicion& s) const;
     void start_probe(Clock::time_point now, Actions& out);
     void probe(Clock::time_point now, const std::string& target, Actions& out);  // a ping to a member
     void end_probe(Clock::time_point now, Probe p, Actions& out);
@@ -149,8 +154,8 @@ private:
     // counted anew (a new suspicion or a confirmation), false when it was already.
     bool suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by);
     void clear_suspicion(const std::string& node, Member& m);
-    // Sets m's deadline from its suspecters and the member count, and files it in deadlines_.
-    void retime(const std::string& node, Member& m);
+    // Sets s's deadline from its suspecters and the member count, and files it in deadlines_.
+    void retime(const std::string& node, Suspicion& s);
     // Every suspect's deadline again after the member count changed; a no-op unless the
     // members are at most indirect_probes + 1, below which the count bounds the
     // confirmations awaited.
@@ -161,7 +166,8 @@ private:
     std::string next_target(Clock::time_point now);
     // The next instant after `after` at this node's phase of a step.
     Clock::time_point next_slot(Clock::time_point after) const;
-    const std::vector<std::string>& ring() const;
+    // The members' names in order (pointers into members_, valid until it changes).
+    const std::vector<const std::string*>& ring() const;
     // This node's place on the ring of the members and itself.
     std::size_t place() const;
     // How far into each step this node probes: place × interval / M.
@@ -184,12 +190,14 @@ private:
     // Hashed, not ordered, for speed and size with thousands of members; walks that
     // draw from the RNG sort first, so the probe order depends on the RNG alone.
     boost::unordered_flat_map<std::string, Member, NameHash, std::equal_to<>> members_;
+    boost::unordered_flat_map<std::string, Suspicion, NameHash, std::equal_to<>> suspicions_;
     // The suspects by deadline, so that a timer finds the expired ones (and the next
     // deadline) without walking every suspect.
     std::set<std::pair<Clock::time_point, std::string>, std::less<>> deadlines_;
-    // The members' names (not this node's), sorted by ring() when it is next read: a
-    // join or a mass failure changes thousands of members between two probes.
-    mutable std::vector<std::string> ring_;
+    // The members' names (not this node's), rebuilt by ring() when it is next read after
+    // members_ changed: a join or a mass failure changes thousands of members between
+    // two probes.
+    mutable std::vector<const std::string*> ring_;
     mutable bool ring_sorted_ = true;
     std::vector<std::string> next_;   // probed before the schedule's target (probe_next)
     Clock::time_point epoch_{};

@@ -1,5 +1,5 @@
 // mesh_sim: the membership simulator. N virtual nodes, each running the real
-// FailureDetector, on a simulated link layer (test/sim/mesh_world.hpp), in virtual time,
+// FailureDetector and Groups, on a simulated link layer (test/sim/mesh_world.hpp), in virtual time,
 // all randomness from one seed. A run starts the nodes, lets them converge, injects a
 // random schedule of faults, heals everything and checks the invariants that
 // doc/how-to/test-and-fuzz.md#the-membership-simulator lists.
@@ -34,10 +34,15 @@
 namespace rpclb::sim {
 namespace {
 
-enum class Fault { drop, delay, reorder, partition, asym, crash, restart, stall, mass_restart };
-constexpr const char* fault_names[] = {"drop",  "delay",   "reorder", "partition",   "asym",
-                                       "crash", "restart", "stall",   "mass_restart"};
-constexpr int fault_kinds = 9;
+enum class Fault { drop, delay, reorder, partition, asym, crash, restart, stall, mass_restart, drain };
+constexpr const char* fault_names[] = {"drop",  "delay",   "reorder", "partition",    "asym",
+                                       "crash", "restart", "stall",   "mass_restart", "drain"};
+constexpr int fault_kinds = 10;
+
+// The groups nodes join: about group_nodes nodes in all (every node up to that many), each
+// in one group.
+constexpr int group_count = 4;
+constexpr double group_nodes = 200;
 
 struct Options {
     std::uint32_t nodes = 0;
@@ -103,8 +108,25 @@ std::string seconds(Micros t) {
 class Run {
 public:
     Run(const Options& o, std::uint64_t seed)
-        : o_(o), b_(o), w_(o.nodes, o.seed_nodes, o.detector, o.net, seed), excused_(o.nodes, 0) {
+        : o_(o), b_(o), w_(o.nodes, o.seed_nodes, o.detector, o.net, seed), excused_(o.nodes, 0),
+          group_of_(o.nodes, -1), drains_(o.nodes) {
         r_.seed = seed;
+        std::bernoulli_distribution in_group(std::min(1.0, group_nodes / o.nodes));
+        std::uniform_int_distribution<int> which(0, group_count - 1);
+        for (auto& g : group_of_)
+            if (in_group(w_.rng())) g = which(w_.rng());
+        // A node (a new process too) joins its group when it starts, as its balancer does.
+        w_.on_started = [this](std::uint32_t i) {
+            if (group_of_[i] >= 0) w_.groups(i)->join(group_name(group_of_[i]), {{"node", i}});
+        };
+        w_.on_group_added = [this](std::uint32_t viewer, std::uint32_t member, std::uint32_t gen, Micros sent,
+                                   const std::string& group) {
+            for (const auto& d : drains_[member])
+                if (d.gen == gen && sent >= d.from && sent < d.to)
+                    violate("6: " + w_.name(viewer) + " added " + w_.name(member) + " to " + group +
+                            " from a frame sent at " + seconds(sent) + " s, while it drained (" + seconds(d.from) +
+                            " … " + seconds(d.to) + " s)");
+        };
         w_.on_dead = [this](std::uint32_t viewer, std::uint32_t member, std::uint32_t inc, std::uint32_t source) {
             judge_dead(viewer, member, inc, source);
         };
@@ -223,6 +245,7 @@ private:
     }
 
     static std::uint64_t key(std::uint32_t a, std::uint32_t b) { return std::uint64_t{a} << 32 | b; }
+    static std::string group_name(int g) { return "g" + std::to_string(g); }
 
     void violate(std::string what) {
         if (r_.violations.size() < 8) r_.violations.push_back(std::move(what));
@@ -346,6 +369,22 @@ private:
                 w_.at(end, [this, i] { w_.resume(i); });
             });
             break;
+        case Fault::drain:
+            w_.at(t, [this, end] {
+                // A node drains: it leaves its group (as a balancer does on stop) and, once
+                // the drain ends, joins it again.
+                const auto i = pick([&](std::uint32_t i) { return w_.health(i) == Health::up && group_of_[i] >= 0; });
+                if (i == o_.nodes) return;
+                const auto gen = w_.incarnation(i);
+                if (!drains_[i].empty() && drains_[i].back().gen == gen && drains_[i].back().to > w_.now()) return;
+                drains_[i].push_back({gen, w_.now(), end});
+                w_.groups(i)->leave(group_name(group_of_[i]));
+                w_.at(end, [this, i, gen] {
+                    if (w_.health(i) != Health::down && w_.incarnation(i) == gen)
+                        w_.groups(i)->join(group_name(group_of_[i]), {{"node", i}});
+                });
+            });
+            break;
         case Fault::mass_restart:
             w_.at(t, [this, t] {
                 std::vector<std::uint32_t> up;
@@ -373,8 +412,10 @@ private:
         return true;
     }
     // Each link carries the member's current incarnation (invariant 3), the detector probes
-    // exactly the linked members, and, with `suspects`, suspects none of them.
+    // exactly the linked members, and, with `suspects`, suspects none of them; every live
+    // node's snapshot of each group holds exactly the live nodes in it (invariant 5).
     bool consistent(bool suspects) {
+        if (!groups_agree()) return false;
         for (std::uint32_t i = 0; i < o_.nodes; ++i) {
             if (!w_.live(i)) continue;
             const auto* fd = w_.detector(i);
@@ -397,6 +438,23 @@ private:
                 }
             });
             if (!ok) return false;
+        }
+        return true;
+    }
+    bool groups_agree() {
+        std::vector<std::vector<std::string>> expected(group_count);
+        for (std::uint32_t i = 0; i < o_.nodes; ++i)
+            if (w_.live(i))
+                for (const auto& g : w_.groups(i)->local_groups()) expected[std::stoi(g.substr(1))].push_back(w_.name(i));
+        for (auto& names : expected) std::sort(names.begin(), names.end());
+        for (std::uint32_t i = 0; i < o_.nodes; ++i) {
+            if (!w_.live(i)) continue;
+            for (int g = 0; g < group_count; ++g)
+                if (const auto snapshot = w_.groups(i)->members(group_name(g)); snapshot->nodes != expected[g]) {
+                    problem_ = "5: " + w_.name(i) + " has " + std::to_string(snapshot->nodes.size()) + " members in " +
+                               group_name(g) + ", " + std::to_string(expected[g].size()) + " live nodes are in it";
+                    return false;
+                }
         }
         return true;
     }
@@ -446,6 +504,12 @@ private:
     std::vector<bool> out_of_;
     std::uint32_t outs_ = 0;
     std::unordered_map<std::uint64_t, Micros> removed_;
+    std::vector<int> group_of_;  // the group each node joins, or -1
+    struct Drain {
+        std::uint32_t gen;  // the incarnation that drained
+        Micros from, to;
+    };
+    std::vector<std::vector<Drain>> drains_;
     std::string problem_;
 };
 
@@ -456,7 +520,7 @@ private:
                  "  --seeds S        number of runs, with seeds X, X+1, ..., X+S-1 (X defaults to 1)\n"
                  "  --seeds-nodes K  nodes 0..K-1 are the seed nodes every node joins through (default 1)\n"
                  "  --faults    comma-separated, from: all none drop delay reorder partition asym crash restart "
-                 "stall mass_restart (default all)\n"
+                 "stall mass_restart drain (default all)\n"
                  "  --idle-timeout-ms T  the detector's timing as a node with this idle timeout runs it\n"
                  "                   (default 3000, the node's default)\n"
                  "  --stall-out      no faults: after convergence one node stalls (as under SIGSTOP);\n"

@@ -1,5 +1,5 @@
-// The simulated mesh: N nodes, each running the real FailureDetector, over a simulated
-// link layer and network on virtual time (test/sim/mesh_sim.cpp drives it).
+// The simulated mesh: N nodes, each running the real FailureDetector and the real Groups,
+// over a simulated link layer and network on virtual time (test/sim/mesh_sim.cpp drives it).
 //
 // The link layer models Mesh (src/membership/mesh.cpp) as far as the detector sees it:
 // one link per pair, dialled by the smaller name (seeds by everyone), after a handshake
@@ -8,13 +8,19 @@
 // is established, the newcomer announced to every other peer, and the list sent to one
 // peer in turn every 10 reconnect ticks; each reconnect tick redials the seeds and every
 // known, unlinked node this node dials. add()/remove() follow links up and down; frames
-// read go to on_probe/on_member; the detector's `dead` drops links.
+// read go to on_probe/on_member; the detector's `dead` drops links. Groups as Mesh drives
+// them: each side of a new link sends the other its sync frame, a node's joins and leaves
+// go to every linked peer as frames, a dropped link removes the peer from every group;
+// the frames are the wire's, encoded and decoded.
 //
 // Ids, not strings, everywhere but at the detector's API; per pair three flat arrays and
 // four bitsets, so memory is the detectors' plus about 11 bytes per ordered pair.
 #pragma once
 
 #include "membership/failure_detector.hpp"
+
+#include <rpclb/detail/wire.hpp>
+#include <rpclb/groups.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -25,9 +31,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <variant>
 #include <vector>
 
 namespace rpclb::sim {
@@ -118,6 +128,8 @@ public:
     std::size_t linked_count(std::uint32_t i) const { return nodes_[i].linked_count; }
     std::uint32_t linked_incarnation(std::uint32_t i, std::uint32_t j) const { return peer_gen_[idx(i, j)]; }
     const FailureDetector* detector(std::uint32_t i) const { return nodes_[i].fd.get(); }
+    /// Node i's groups (null while it is down); its joins and leaves reach its peers.
+    rpclb::Groups* groups(std::uint32_t i) const { return nodes_[i].groups.get(); }
     const std::string& name(std::uint32_t i) const { return nodes_[i].name; }
     std::uint64_t events() const { return events_; }
     /// Links dropped because the detector found them broken (Actions::broken).
@@ -137,6 +149,12 @@ public:
     /// Called for each member a detector found dead: (viewer, member, incarnation the viewer
     /// linked, the node that said so or the viewer itself).
     std::function<void(std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t)> on_dead;
+    /// Called when a group frame from `from` (incarnation `gen`, sent at `sent`) made node
+    /// `viewer` add `from` to `group`.
+    std::function<void(std::uint32_t viewer, std::uint32_t from, std::uint32_t gen, Micros sent, const std::string& group)>
+        on_group_added;
+    /// Called when node i has started, before it dials (the driver joins its groups).
+    std::function<void(std::uint32_t)> on_started;
 
     // ---- faults and life cycle ------------------------------------------------------
     /// Starts node i (a new incarnation when it ran before): dials its seeds.
@@ -145,6 +163,15 @@ public:
         node.health = Health::up;
         ++node.gen;
         node.fd = std::make_unique<FailureDetector>(node.name, inc_name(node.gen), det_, rng_());
+        node.groups = std::make_unique<rpclb::Groups>(node.name);
+        node.groups->set_broadcast([this, i](std::string frame) { broadcast_group(i, std::move(frame)); });
+        node.groups->set_observer([this, i](const std::string& group, rpclb::NodeChange change,
+                                            const std::vector<std::string>& names) {
+            if (change != rpclb::NodeChange::joined || !applying_ || !on_group_added) return;
+            for (const auto& name : names)
+                if (name != nodes_[i].name) on_group_added(i, parse_id(name), applying_->gen, applying_->sent, group);
+        });
+        if (on_started) on_started(i);
         node.ticks = 0;
         node.timer_token++;
         node.timer_at = -1;
@@ -159,6 +186,7 @@ public:
         node.health = Health::down;
         node.linked.for_each([&](std::uint32_t j) { close_link(i, j); });
         node.fd.reset();
+        node.groups.reset();
         node.parked.clear();
         node.dialing.clear();
         // A new process knows nobody but its seeds.
@@ -217,14 +245,14 @@ public:
     }
 
 private:
-    enum class Kind : std::uint8_t { timer, tick, handshake, probe, member, close, nodes, call };
+    enum class Kind : std::uint8_t { timer, tick, handshake, probe, member, close, nodes, group, call };
     struct Event {
         Micros t = 0;
         Kind kind = Kind::timer;
         std::uint32_t to = 0;
         std::uint32_t from = 0;
         std::uint32_t tag = 0;      // link id (frames), incarnation (timer, tick, handshake), call index
-        std::uint64_t value = 0;    // seq or version; dial time of a handshake
+        std::uint64_t value = 0;    // seq or version; dial time of a handshake; a group frame's id
         std::uint32_t subject = 0;  // node a ping_req or member frame is about
         std::uint32_t subject_gen = 0;
         std::uint8_t sub = 0;       // ProbeKind or MemberHealth
@@ -236,6 +264,7 @@ private:
     struct Node {
         std::string name;
         std::unique_ptr<FailureDetector> fd;
+        std::unique_ptr<rpclb::Groups> groups;
         Health health = Health::down;
         std::uint32_t gen = 0;
         Bits linked, known, knowers, dialing;  // knowers: who knows this node's name (a column of `known`)
@@ -311,16 +340,18 @@ private:
             return call();
         }
         auto& node = nodes_[e.to];
-        const bool frame = e.kind == Kind::probe || e.kind == Kind::member || e.kind == Kind::close || e.kind == Kind::nodes;
+        const bool frame = e.kind == Kind::probe || e.kind == Kind::member || e.kind == Kind::close ||
+                           e.kind == Kind::nodes || e.kind == Kind::group;
         if (frame && blocked(e.from, e.to)) {
             held_.push_back(e);  // TCP retransmits until the partition heals
             return;
         }
-        if (node.health == Health::down) return;
         if (node.health == Health::stalled && e.kind != Kind::handshake) {
             node.parked.push_back(e);
             return;
         }
+        if (e.kind == Kind::group) return read_group(e);
+        if (node.health == Health::down) return;
         switch (e.kind) {
         case Kind::timer:
             if (e.tag != node.gen || e.value != node.timer_token) return;
@@ -477,6 +508,9 @@ private:
             learn_list(y, nodes_[x].linked, x);
             announce(x, y);
         }
+        // Then each sends the other its groups, in the link's order.
+        send_group(a, na.groups->local_sync_frame(), b);
+        send_group(b, nb.groups->local_sync_frame(), a);
     }
     // Node x tells its linked peers about y: those that don't know y learn it.
     void announce(std::uint32_t x, std::uint32_t y) {
@@ -535,7 +569,62 @@ private:
             na.fd->remove(nodes_[b].name);
             if (na.health != Health::down) schedule_timer(a);
         }
+        if (na.groups) na.groups->remove_node(nodes_[b].name);
         if (on_unlinked) on_unlinked(a, b);
+    }
+
+    // ---- groups ---------------------------------------------------------------------
+    struct GroupFrame {
+        std::string text;
+        Micros sent = 0;
+        std::uint32_t gen = 0;   // the sender's incarnation
+        std::uint32_t refs = 0;  // events in flight that carry it
+    };
+    struct Applying {
+        std::uint32_t gen;
+        Micros sent;
+    };
+    // Sends a group frame of node i to `to`, or to every linked peer.
+    void send_group(std::uint32_t i, std::string frame, std::optional<std::uint32_t> to) {
+        const auto id = next_frame_++;
+        auto& f = group_frames_[id];
+        f = GroupFrame{std::move(frame), now_, nodes_[i].gen, 0};
+        Event e{0, Kind::group, 0, i};
+        e.value = id;
+        auto one = [&](std::uint32_t j) {
+            if (link_[idx(i, j)] == 0) return;
+            ++f.refs;
+            e.to = j;
+            send_frame(e);
+        };
+        if (to) one(*to);
+        else nodes_[i].linked.for_each(one);
+        if (f.refs == 0) group_frames_.erase(id);
+    }
+    void broadcast_group(std::uint32_t i, std::string frame) { send_group(i, std::move(frame), std::nullopt); }
+    // A group frame reaches e.to: applied as Mesh::on_frame does, when its link is still up.
+    void read_group(Event& e) {
+        const auto it = group_frames_.find(e.value);
+        const GroupFrame f = it->second.refs == 1 ? std::move(it->second) : it->second;
+        if (--it->second.refs == 0) group_frames_.erase(it);
+        auto& node = nodes_[e.to];
+        if (node.health == Health::down || link_[idx(e.to, e.from)] != e.tag) return;
+        auto decoded = wire::decode(f.text);
+        if (!decoded) {
+            std::fprintf(stderr, "mesh_sim: a group frame did not decode: %s\n", f.text.c_str());
+            std::abort();
+        }
+        const auto& from = nodes_[e.from].name;
+        applying_ = Applying{f.gen, f.sent};
+        std::visit(
+            [&](auto&& m) {
+                using T = std::decay_t<decltype(m)>;
+                if constexpr (std::is_same_v<T, wire::GroupSync>) node.groups->apply_sync(from, m.groups);
+                else if constexpr (std::is_same_v<T, wire::GroupJoin>) node.groups->apply_join(from, m.group, std::move(m.meta));
+                else if constexpr (std::is_same_v<T, wire::GroupLeave>) node.groups->apply_leave(from, m.group);
+            },
+            *decoded);
+        applying_.reset();
     }
 
     const std::uint32_t n_;
@@ -558,6 +647,9 @@ private:
     std::uint32_t next_link_ = 0;
     std::uint64_t events_ = 0;
     std::uint64_t broken_ = 0;
+    std::unordered_map<std::uint64_t, GroupFrame> group_frames_;  // in flight, by id
+    std::uint64_t next_frame_ = 0;
+    std::optional<Applying> applying_;  // the group frame being applied
     // RPCLB_SIM_TRACE=ID prints every frame to, from or about node ID (replays only).
     long trace_ = std::getenv("RPCLB_SIM_TRACE") ? std::atol(std::getenv("RPCLB_SIM_TRACE")) : -1;
 };
