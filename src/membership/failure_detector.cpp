@@ -27,12 +27,17 @@ FailureDetector::FailureDetector(std::string self, std::string incarnation, Dete
                                  std::uint64_t seed)
     : self_(std::move(self)), incarnation_(std::move(incarnation)), options_(options), rng_(seed) {}
 
-void FailureDetector::add(const std::string& node, const std::string& incarnation) {
+FailureDetector::Actions FailureDetector::add(const std::string& node, const std::string& incarnation) {
+    Actions out;
+    // A member linked anew knows this node at version 0 (what it heard before is gone
+    // with the link); a suspicion it raised at that version would be stale to the others.
+    if (version_ > 0)
+        out.notices.emplace_back(node, wire::MemberState{wire::MemberHealth::alive, self_, incarnation_, version_});
     auto [it, inserted] = members_.try_emplace(node);
     auto& m = it->second;
     if (!inserted && m.incarnation == incarnation) {
         clear_suspicion(node, m);  // a fresh link: it answered a handshake just now
-        return;
+        return out;
     }
     clear_suspicion(node, m);
     m = Member{};
@@ -41,6 +46,7 @@ void FailureDetector::add(const std::string& node, const std::string& incarnatio
         ring_sorted_ = false;
         retime_all();
     }
+    return out;
 }
 
 void FailureDetector::remove(std::string_view node) {

@@ -68,10 +68,15 @@ public:
     };
 
     FailureDetector(std::string self, std::string incarnation, DetectorOptions options, std::uint64_t seed);
+    FailureDetector(FailureDetector&&) = default;  // the ring's pointers move with the map's storage
+    FailureDetector(const FailureDetector&) = delete;
+    FailureDetector& operator=(const FailureDetector&) = delete;
 
     /// A link to `node` (incarnation `incarnation`) is established: it is probed from now
-    /// on, alive. A new incarnation replaces the old one's state.
-    void add(const std::string& node, const std::string& incarnation);
+    /// on, alive. A new incarnation replaces the old one's state. Once this node has
+    /// refuted a suspicion, the new member is told its version (a notice), so that a
+    /// suspicion the member raises later carries a version the others accept.
+    [[nodiscard]] Actions add(const std::string& node, const std::string& incarnation);
     /// The link to `node` is gone (closed, dropped, or the member said bye): no longer probed.
     void remove(std::string_view node);
     /// `node` is probed next (another incarnation claims its name: is it still alive?).

@@ -455,11 +455,13 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     } else if (replaced) {
         replaced->close(LinkError::refused, "duplicate connection");
     }
+    FailureDetector::Actions told;  // this node's version, when it has refuted a suspicion
     {
         std::lock_guard lock(detector_mutex_);
-        detector_.add(peer.node, peer.incarnation);
+        told = detector_.add(peer.node, peer.incarnation);
         arm_probe_timer();
     }
+    act(std::move(told));
     if (!peer.client && !peer.listen.empty()) {
         std::lock_guard lock(mutex_);
         known_[peer.node] = KnownNode{peer, 0};

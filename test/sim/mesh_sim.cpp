@@ -57,6 +57,7 @@ struct Options {
     NetOptions net;
     Micros fault_phase = 30 * sec;  // faults start within this
     bool stall_out = false;         // measure instead: one node stalled, until out of every view
+    bool relinked = false;          // --stall-out: the stalled node refuted, then most others relinked it
 };
 
 // The bounds the invariants check, all derived from the options.
@@ -68,6 +69,7 @@ struct Bounds {
     Micros converge;    // invariant 1: heal → every view whole, no suspect
     Micros removed;     // invariant 2: a live member out of a live node's view after the heal
     Micros excuse;      // invariant 4: after a fault ends, verdicts involving its nodes are excused this long
+    Micros detect;      // invariant 7 (--stall-out): a stalled node out of every view
 
     explicit Bounds(const Options& o) {
         const auto& n = o.net;
@@ -83,6 +85,10 @@ struct Bounds {
         converge = 3 * transit + probe + suspicion + 2 * n.reconnect + 2 * handshake;
         removed = suspicion + n.reconnect + handshake + 2 * transit;
         excuse = transit + probe + suspicion + transit;
+        // Someone probes it within a step (two, from the stall's instant), then the
+        // indirect probes' wait, the suspicion, and the "dead" gossip's latency.
+        detect = 2 * to_micros(o.detector.probe_interval) + 2 * to_micros(o.detector.probe_timeout) + suspicion +
+                 n.latency_max;
     }
 };
 
@@ -223,14 +229,18 @@ private:
     }
 
     // --stall-out: 1 s after convergence one node (not a seed) stalls, as under SIGSTOP;
-    // measures the time until every other node has it out of its view (60 s at most).
+    // measures the time until every other node has it out of its view (60 s at most), which
+    // must be within Bounds::detect. With --relinked, the node first refutes a suspicion and
+    // then most others lose it and link it again (relink()).
     RunResult stall_out() {
         w_.run_until(w_.now() + 1 * sec);
-        stalled_ = pick([&](std::uint32_t i) { return w_.health(i) == Health::up && !w_.is_seed(i); });
-        if (stalled_ == o_.nodes) {
+        const auto victim = pick([&](std::uint32_t i) { return w_.health(i) == Health::up && !w_.is_seed(i); });
+        if (victim == o_.nodes) {
             violate("no node to stall");
             return finish();
         }
+        if (o_.relinked && !relink(victim)) return finish();
+        stalled_ = victim;
         out_of_.assign(o_.nodes, false);
         std::uint32_t others = 0;
         for (std::uint32_t i = 0; i < o_.nodes; ++i) others += i != stalled_ && w_.live(i);
@@ -238,10 +248,47 @@ private:
         w_.stall(stalled_);
         while (outs_ < others && w_.now() < from + 60 * sec) w_.run_until(w_.now() + 10 * ms);
         if (outs_ < others)
-            violate("stalled " + w_.name(stalled_) + " still in " + std::to_string(others - outs_) + " views after 60 s");
+            violate("7: stalled " + w_.name(stalled_) + " still in " + std::to_string(others - outs_) + " views after 60 s");
         else
             r_.stall_out_s = static_cast<double>(w_.now() - from) / sec;
+        if (outs_ == others && w_.now() - from > b_.detect)
+            violate("7: stalled " + w_.name(stalled_) + " out of every view only after " + seconds(w_.now() - from) +
+                    " s (bound " + seconds(b_.detect) + " s)");
         return finish();
+    }
+
+    // Node v refutes a suspicion (its links slowed past the probe timeout for 1.5 s), then
+    // 90 % of the other nodes are cut off from it (and from the other 10 %) for 6 s: they
+    // drop it and link it again after the heal, when they only know it from the new link.
+    // False (a violation) when it never refuted or the views did not converge again.
+    bool relink(std::uint32_t v) {
+        for (int tries = 0; tries < 5 && w_.detector(v)->version() == 0; ++tries) {
+            const Micros end = w_.now() + 1500 * ms;
+            w_.set_delay(v, o_.net.delay_max, end);
+            excuse(v, end);
+            w_.run_until(w_.now() + 5 * sec);
+        }
+        if (w_.detector(v)->version() == 0) {
+            violate("relink: " + w_.name(v) + " was never suspected");
+            return false;
+        }
+        std::vector<bool> side(o_.nodes);
+        side[v] = true;
+        std::bernoulli_distribution stays(0.1);
+        for (std::uint32_t i = 0; i < o_.nodes; ++i)
+            if (i != v) side[i] = stays(w_.rng());
+        const Micros end = w_.now() + 6 * sec;
+        for (std::uint32_t i = 0; i < o_.nodes; ++i)
+            if (side[i]) excuse(i, end);
+        w_.partition(std::move(side), World::Cut::both_ways);
+        w_.run_until(end);
+        w_.heal_partition();
+        if (!wait_converged(end, end + b_.converge)) {
+            violate("relink: views not whole " + seconds(b_.converge) + " s after the cut (" + why_not() + ")");
+            return false;
+        }
+        w_.run_until(w_.now() + 1 * sec);
+        return true;
     }
 
     static std::uint64_t key(std::uint32_t a, std::uint32_t b) { return std::uint64_t{a} << 32 | b; }
@@ -516,7 +563,7 @@ private:
 [[noreturn]] void usage(const std::string& why, int status = 2) {
     (status == 0 ? std::cout : std::cerr) << (why.empty() ? "" : "mesh_sim: " + why + "\n")
               << "usage: mesh_sim --nodes N --seeds S [--seed X] [--faults LIST] [--seeds-nodes K]\n"
-                 "                [--idle-timeout-ms T] [--stall-out]\n"
+                 "                [--idle-timeout-ms T] [--stall-out [--relinked]]\n"
                  "  --seeds S        number of runs, with seeds X, X+1, ..., X+S-1 (X defaults to 1)\n"
                  "  --seeds-nodes K  nodes 0..K-1 are the seed nodes every node joins through (default 1)\n"
                  "  --faults    comma-separated, from: all none drop delay reorder partition asym crash restart "
@@ -524,7 +571,10 @@ private:
                  "  --idle-timeout-ms T  the detector's timing as a node with this idle timeout runs it\n"
                  "                   (default 3000, the node's default)\n"
                  "  --stall-out      no faults: after convergence one node stalls (as under SIGSTOP);\n"
-                 "                   prints the time until it is out of every view, over the seeds\n";
+                 "                   prints the time until it is out of every view, over the seeds;\n"
+                 "                   a run fails when that exceeds the detection bound\n"
+                 "  --relinked       before the stall, the node refutes a suspicion, then 90 % of the\n"
+                 "                   others lose it and link it again\n";
     std::exit(status);
 }
 
@@ -559,12 +609,15 @@ Options parse(int argc, char** argv) {
             o.idle_timeout_ms = t;
         } else if (a == "--stall-out") {
             o.stall_out = true;
+        } else if (a == "--relinked") {
+            o.relinked = true;
         } else usage("unknown argument " + a);
     }
     if (o.nodes < 2 || o.nodes > 10000) usage("--nodes must be 2 … 10000");
     if (o.runs == 0 || o.runs > 1000000) usage("--seeds must be 1 … 1000000");
     if (o.fault_list.empty()) usage("--faults needs at least one kind (or none)");
     if (o.stall_out && faults_given) usage("--stall-out injects no faults: leave --faults out");
+    if (o.relinked && !o.stall_out) usage("--relinked goes with --stall-out");
     if (o.first_seed > 0 && o.first_seed - 1 > std::numeric_limits<std::uint64_t>::max() - o.runs) usage("--seed X + S - 1 would wrap");
     if (o.seed_nodes < 1 || o.seed_nodes > o.nodes) usage("--seeds-nodes must be 1 … N");
     std::stringstream list(o.fault_list);
@@ -628,11 +681,11 @@ int main(int argc, char** argv) {
         max_converge = std::max({max_converge, r.heal_s, o.faults.empty() ? r.clean_s : 0.0});
         if (r.violations.empty()) continue;
         ++violations;
-        std::cout << "FAIL replay: mesh_sim --nodes " << o.nodes << " --seeds 1 --seed " << r.seed << " --faults "
-                  << o.fault_list
+        std::cout << "FAIL replay: mesh_sim --nodes " << o.nodes << " --seeds 1 --seed " << r.seed
+                  << (o.stall_out ? std::string() : " --faults " + o.fault_list)
                   << (o.seed_nodes != 1 ? " --seeds-nodes " + std::to_string(o.seed_nodes) : std::string())
                   << (o.idle_timeout_ms != 3000 ? " --idle-timeout-ms " + std::to_string(o.idle_timeout_ms) : std::string())
-                  << (o.stall_out ? " --stall-out" : "") << "\n";
+                  << (o.stall_out ? " --stall-out" : "") << (o.relinked ? " --relinked" : "") << "\n";
         for (const auto& v : r.violations) std::cout << "  violated " << v << "\n";
     }
     std::cout << "seeds_run " << o.runs << " violations " << violations << " max_converge_virtual_s " << max_converge

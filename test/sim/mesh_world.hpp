@@ -497,10 +497,10 @@ private:
         peer_gen_[idx(b, a)] = na.gen;
         na.linked.set(b), nb.linked.set(a);
         ++na.linked_count, ++nb.linked_count;
-        na.fd->add(nb.name, inc_name(nb.gen));
-        nb.fd->add(na.name, inc_name(na.gen));
-        schedule_timer(a);
-        schedule_timer(b);
+        auto told_b = na.fd->add(nb.name, inc_name(nb.gen));
+        auto told_a = nb.fd->add(na.name, inc_name(na.gen));
+        apply(a, std::move(told_b), a);  // schedules a's timer
+        apply(b, std::move(told_a), b);
         if (on_linked) on_linked(a, b);
         // Mesh::on_established: each side sends the other its list and tells its other
         // peers about the newcomer (both applied now rather than a latency later).

@@ -36,7 +36,7 @@ DetectorOptions options() {
 // A detector for "a" linked to `members` (incarnation "i-NAME" each).
 FailureDetector make(std::initializer_list<std::string> members) {
     FailureDetector d("a", "i-a", options(), 7);
-    for (const auto& m : members) d.add(m, "i-" + m);
+    for (const auto& m : members) (void)d.add(m, "i-" + m);
     return d;
 }
 
@@ -146,7 +146,7 @@ BOOST_AUTO_TEST_CASE(confirmations_from_other_members_shorten_the_suspicion) {
 
 BOOST_AUTO_TEST_CASE(a_suspected_node_refutes_with_a_higher_version_which_clears_the_suspicion) {
     FailureDetector b("b", "i-b", options(), 1);
-    b.add("a", "i-a");
+    (void)b.add("a", "i-a");
     auto out = b.on_member(t0, "a", {wire::MemberHealth::suspect, "b", "i-b", 0});
     BOOST_REQUIRE(out.gossip.size() == 1u);
     const auto refutation = out.gossip[0];
@@ -166,6 +166,41 @@ BOOST_AUTO_TEST_CASE(a_suspected_node_refutes_with_a_higher_version_which_clears
     BOOST_TEST(!d.suspected("b"));
     BOOST_TEST(d.on_member(t0 + 3ms, "c", {wire::MemberHealth::dead, "b", "i-b", 0}).dead.empty());
     BOOST_TEST(d.on_member(t0 + 3ms, "c", {wire::MemberHealth::dead, "b", "i-b", 1}).dead.size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_member_linked_after_a_refutation_is_told_the_version_so_its_suspicion_counts) {
+    // b refutes a suspicion (version 1); c knows that, as every member linked then does.
+    FailureDetector b("b", "i-b", options(), 1);
+    (void)b.add("c", "i-c");
+    const auto refutation = b.on_member(t0, "c", {wire::MemberHealth::suspect, "b", "i-b", 0}).gossip.at(0);
+    FailureDetector c("c", "i-c", options(), 2);
+    (void)c.add("b", "i-b");
+    (void)c.on_member(t0, "b", refutation);
+
+    // a links b only now (a first link, or again after losing it): b tells it version 1.
+    FailureDetector a("a", "i-a", options(), 3);
+    (void)a.add("c", "i-c");
+    const auto told = b.add("a", "i-a");
+    BOOST_REQUIRE(told.notices.size() == 1u);
+    BOOST_TEST(told.notices[0].first == "a");
+    BOOST_TEST(told.notices[0].second.version == 1u);
+    BOOST_TEST((told.notices[0].second.state == wire::MemberHealth::alive));
+    (void)a.add("b", "i-b");
+    (void)a.on_member(t0, "b", told.notices[0].second);
+
+    // b stops answering a's probes: a's suspicion carries version 1, which c takes.
+    Actions out;
+    for (auto t = t0; t < t0 + 2s && out.gossip.empty(); t += 10ms) {
+        out = a.on_timer(t);
+        for (const auto& [to, seq] : pings(out))
+            if (to == "c") (void)a.on_probe(t, "c", {wire::ProbeKind::ack, seq, {}});
+    }
+    BOOST_REQUIRE(gossips(out, wire::MemberHealth::suspect, "b"));
+    BOOST_TEST(out.gossip[0].version == 1u);
+    (void)c.on_member(t0 + 2s, "a", out.gossip[0]);
+    BOOST_TEST(c.suspected("b"));
+    // A node that has never refuted tells a new member nothing.
+    BOOST_TEST(a.add("d", "i-d").empty());
 }
 
 BOOST_AUTO_TEST_CASE(a_ping_req_is_relayed_and_answered_with_an_ack_or_a_nack) {
@@ -207,7 +242,7 @@ BOOST_AUTO_TEST_CASE(a_removed_member_is_no_longer_probed_and_a_new_incarnation_
     auto d = make({"b"});
     d.on_member(t0, "x", {wire::MemberHealth::suspect, "b", "i-b", 3});
     BOOST_TEST(d.suspected("b"));
-    d.add("b", "i-b2");
+    (void)d.add("b", "i-b2");
     BOOST_TEST(!d.suspected("b"));
     d.remove("b");
     BOOST_TEST(d.size() == 0u);
@@ -246,8 +281,8 @@ BOOST_AUTO_TEST_CASE(of_many_members_that_hear_a_suspicion_only_about_k_plus_one
     int notices = 0;
     for (std::uint64_t seed = 1; seed <= 200; ++seed) {
         FailureDetector d("a", "i-a", options(), seed);
-        d.add("s", "i-s");
-        for (int i = 0; i < 99; ++i) d.add("m" + std::to_string(i), "i-m" + std::to_string(i));
+        (void)d.add("s", "i-s");
+        for (int i = 0; i < 99; ++i) (void)d.add("m" + std::to_string(i), "i-m" + std::to_string(i));
         auto out = d.on_member(t0, "m0", {wire::MemberHealth::suspect, "s", "i-s", 0});
         notices += static_cast<int>(out.notices.size());
         BOOST_TEST(d.suspected("s"));
@@ -266,7 +301,7 @@ BOOST_AUTO_TEST_CASE(of_many_members_that_hear_a_suspicion_only_about_k_plus_one
 BOOST_AUTO_TEST_CASE(a_member_linked_at_any_step_is_probed_within_m_minus_1_intervals) {
     // 20 members and this node: every member within 20 steps; one linked later makes 21.
     auto d = FailureDetector("a", "i-a", options(), 11);
-    for (int i = 0; i < 20; ++i) d.add("m" + std::to_string(i), "i");
+    for (int i = 0; i < 20; ++i) (void)d.add("m" + std::to_string(i), "i");
     auto now = t0;
     auto step = [&] {
         auto p = pings(d.on_timer(now));
@@ -275,7 +310,7 @@ BOOST_AUTO_TEST_CASE(a_member_linked_at_any_step_is_probed_within_m_minus_1_inte
         return p;
     };
     for (int i = 0; i < 7; ++i) step();
-    d.add("late", "i-late");
+    (void)d.add("late", "i-late");
     bool probed = false;
     for (int i = 0; i < 21 && !probed; ++i)
         for (const auto& [to, seq] : step()) probed = probed || to == "late";
@@ -294,7 +329,7 @@ BOOST_AUTO_TEST_CASE(nodes_with_one_view_probe_every_member_once_per_step_about_
     for (int i = 0; i < n; ++i) {
         ds.emplace_back(names[i], "i", options(), 100 + static_cast<std::uint64_t>(i));
         for (int j = 0; j < n; ++j)
-            if (j != i) ds.back().add(names[j], "i");
+            if (j != i) (void)ds.back().add(names[j], "i");
     }
     // Every node's first probe is at once; the schedule starts with the second.
     for (int i = 0; i < n; ++i)
