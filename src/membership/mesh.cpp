@@ -261,7 +261,10 @@ void Mesh::reconnect_tick() {
     }
     for (const auto& seed : seeds) dial_seed(seed);
     for (const auto& address : known) dial(address);
-    if (++ticks_ % regossip_ticks == 0) {
+    // Every tick while this node's links changed in the last settle_ticks, else every
+    // regossip_ticks-th.
+    if (view_changed_.exchange(false)) settling_until_ = ticks_ + settle_ticks;
+    if (++ticks_ <= settling_until_ || ticks_ % regossip_ticks == 0) {
         // To one peer in turn, not to all: the whole mesh then sends N lists per round,
         // not N². The turn starts at a place of this node's own: with one start for all,
         // every node would send its list to about the same peer each round (their peers
@@ -271,7 +274,7 @@ void Mesh::reconnect_tick() {
             std::lock_guard lock(mutex_);
             if (!peers_.empty())
                 to = std::next(peers_.begin(),
-                               static_cast<std::ptrdiff_t>((regossip_start_ + ticks_ / regossip_ticks) % peers_.size()))
+                               static_cast<std::ptrdiff_t>((regossip_start_ + lists_sent_++) % peers_.size()))
                          ->second;
         }
         if (to) to->send(wire::encode(known_nodes()));
@@ -466,6 +469,7 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
         std::lock_guard lock(mutex_);
         known_[peer.node] = KnownNode{peer, 0};
     }
+    view_changed_ = true;
     RPCLB_LOG("mesh", info) << "connected to " << peer.node << (peer.client ? " (client)" : "")
                             << " incarnation " << peer.incarnation;
     // A node heard of already learnt the cluster from whoever heard of it first, and the

@@ -320,7 +320,14 @@ private:
     // other during a long cut (max_redials) would never meet again after the heal while
     // both stay connected to a third: gossip was only sent when a connection came up.
     static constexpr int regossip_ticks = 10;
-    int ticks_ = 0;  // reconnect ticks so far; touched only by the one timer's handler
+    // While links come and go (a join, a cut healing) a node that missed the announcement
+    // of a newcomer would wait regossip_ticks for a list: so for settle_ticks after any
+    // change of this node's links, the list goes out every tick.
+    static constexpr int settle_ticks = 3;
+    int ticks_ = 0;           // reconnect ticks so far; touched only by the one timer's handler
+    int settling_until_ = 0;  // a list every tick up to this tick; ditto
+    std::size_t lists_sent_ = 0;  // lists sent by the tick; ditto
+    std::atomic<bool> view_changed_{false};  // a link came up or was lost since the last tick
     const std::size_t regossip_start_ = std::random_device{}();  // this node's place in the list turns
     std::map<std::string, KnownNode, std::less<>> known_;
     // Each node (name → incarnation) this node has heard of, from a list or a link, since

@@ -96,6 +96,7 @@ void Mesh::forget_unless_redialled(const std::string& node) {
 }
 
 void Mesh::peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool clean) {
+    view_changed_ = true;
     ++peers_lost_;
     if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason.describe();
     // Call channels live with the pair's mesh link, both ways. One exception: a link that

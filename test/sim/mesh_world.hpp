@@ -6,7 +6,7 @@
 // that needs both nodes up, unstalled and reachable both ways; a link carries frames in
 // order (TCP); the names a node learns come from the "nodes" lists exchanged when a link
 // is established, the newcomer announced to every other peer, and the list sent to one
-// peer in turn every 10 reconnect ticks; each reconnect tick redials the seeds and every
+// peer in turn every 10 reconnect ticks (every tick for 3 ticks after a link came or went); each reconnect tick redials the seeds and every
 // known, unlinked node this node dials. add()/remove() follow links up and down; frames
 // read go to on_probe/on_member; the detector's `dead` drops links. Groups as Mesh drives
 // them: each side of a new link sends the other its sync frame, a node's joins and leaves
@@ -89,6 +89,7 @@ struct NetOptions {
     Micros handshake_timeout = 5 * sec;
     Micros reconnect = 1 * sec;        ///< Mesh's reconnect_interval
     int regossip_ticks = 10;           ///< Mesh::regossip_ticks
+    int settle_ticks = 3;              ///< Mesh::settle_ticks
     Micros delay_max = 400 * ms;       ///< "delay": extra latency on a node's links, up to this
     Micros delay_jitter = 20 * ms;
     double loss = 0.2;                 ///< "drop": chance a frame's segment is lost, per try
@@ -172,7 +173,8 @@ public:
                 if (name != nodes_[i].name) on_group_added(i, parse_id(name), applying_->gen, applying_->sent, group);
         });
         if (on_started) on_started(i);
-        node.ticks = 0;
+        node.ticks = node.settling_until = node.lists_sent = 0;
+        node.view_changed = false;
         node.timer_token++;
         node.timer_at = -1;
         for (std::uint32_t s = 0; s < seed_nodes_; ++s)
@@ -273,6 +275,9 @@ private:
         Micros timer_at = -1;
         std::uint32_t timer_token = 0;
         std::uint32_t ticks = 0;
+        std::uint32_t settling_until = 0;  // a list every tick up to this tick
+        std::uint32_t lists_sent = 0;
+        bool view_changed = false;         // a link came up or went since the last tick
         Micros delay = 0, delay_until = 0, loss_until = 0, reorder_until = 0;
     };
 
@@ -496,6 +501,7 @@ private:
         peer_gen_[idx(a, b)] = nb.gen;
         peer_gen_[idx(b, a)] = na.gen;
         na.linked.set(b), nb.linked.set(a);
+        na.view_changed = nb.view_changed = true;
         ++na.linked_count, ++nb.linked_count;
         auto told_b = na.fd->add(nb.name, inc_name(nb.gen));
         auto told_a = nb.fd->add(na.name, inc_name(na.gen));
@@ -539,9 +545,12 @@ private:
         node.known.for_each_not_in(node.linked, [&](std::uint32_t j) {
             if (i < j) dial(i, j);
         });
-        if (++node.ticks % net_.regossip_ticks == 0 && node.linked_count > 0) {
-            // To one peer in turn.
-            std::uint32_t k = (node.ticks / net_.regossip_ticks) % node.linked_count, to = 0;
+        // Every tick for settle_ticks after this node's links changed, else every
+        // regossip_ticks-th; to one peer in turn.
+        if (node.view_changed) node.settling_until = node.ticks + net_.settle_ticks;
+        node.view_changed = false;
+        if ((++node.ticks <= node.settling_until || node.ticks % net_.regossip_ticks == 0) && node.linked_count > 0) {
+            std::uint32_t k = node.lists_sent++ % node.linked_count, to = 0;
             node.linked.for_each([&](std::uint32_t j) {
                 if (k-- == 0) to = j;
             });
@@ -564,6 +573,7 @@ private:
             std::fprintf(stderr, "trace %.6f %s drops %s\n", double(now_) / sec, na.name.c_str(), nodes_[b].name.c_str());
         link_[idx(a, b)] = 0;
         na.linked.reset(b);
+        na.view_changed = true;
         --na.linked_count;
         if (na.fd) {
             na.fd->remove(nodes_[b].name);
