@@ -37,7 +37,7 @@ and, as context: librpclb_mtime (modification time of the librpclb.so the nodes 
 idle_cpu_pct (all nodes, % of one core), idle_view_changes (view changes
 during the idle window: should be 0), rss_node_kib, rss_floor_kib, threads_per_node,
 stall_rejoin_s (after SIGCONT, until the resumed node and the N-2 others see each other
-again).
+again; "not_measured" when the stalled node never left every view).
 
 "In the view" is read from each node's own log (info level, on stderr): "connected to
 NAME" and "lost NAME: ..." lines of the [mesh] channel, replayed per node with the node's
@@ -185,7 +185,8 @@ start_node() {  # NAME [SEED]: starts it in the background, appends its PID to p
 listen_port() {  # NAME PID: waits up to 10 s for "listening on", prints the port
     local name=$1 pid=$2 i port
     for (( i = 0; i < 200; i++ )); do
-        port=$(sed -n 's/^listening on [0-9.]*:\([0-9]*\)$/\1/p' "$run/$name.out" 2>/dev/null)
+        # The file may not exist yet: called outside $(...), set -e would end the script.
+        port=$(sed -n 's/^listening on [0-9.]*:\([0-9]*\)$/\1/p' "$run/$name.out" 2>/dev/null || true)
         [[ -n "$port" ]] && { echo "$port"; return 0; }
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.05

@@ -325,8 +325,10 @@ def main():
     # --- SIGSTOP another non-seed node -------------------------------------------------------
     stalled = nodes[-2]
     others = [n for n in rest if n is not stalled]
+    stalled_out = False
     try:
-        if not out_of_views(stalled, others, signal.SIGSTOP, "stall_out_s"):
+        stalled_out = out_of_views(stalled, others, signal.SIGSTOP, "stall_out_s")
+        if not stalled_out:
             status = 1
     finally:
         t_cont = time.time()
@@ -334,7 +336,9 @@ def main():
 
     # --- and back: every remaining node sees the resumed one, and it sees them ------------
     live = {n.name for n in rest}
-    if wait_until(lambda: complete(rest, live), t_cont + a.out_deadline, a.interval, rest):
+    if not stalled_out:
+        print("stall_rejoin_s not_measured", flush=True)  # it never left: nothing to rejoin
+    elif wait_until(lambda: complete(rest, live), t_cont + a.out_deadline, a.interval, rest):
         back = max(max(n.view[p] for p in live - {n.name}) for n in rest)
         print(f"stall_rejoin_s {fmt(back - t_cont)}", flush=True)
     else:
