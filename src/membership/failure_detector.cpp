@@ -35,15 +35,12 @@ FailureDetector::Actions FailureDetector::add(const std::string& node, const std
         out.notices.emplace_back(node, wire::MemberState{wire::MemberHealth::alive, self_, incarnation_, version_});
     auto [it, inserted] = members_.try_emplace(node);
     auto& m = it->second;
-    if (!inserted && m.incarnation == incarnation) {
-        clear_suspicion(node, m);  // a fresh link: it answered a handshake just now
-        return out;
-    }
-    clear_suspicion(node, m);
+    clear_suspicion(node);  // a fresh link answered a handshake just now; a new incarnation starts afresh
+    if (!inserted && m.incarnation == incarnation) return out;
     m = Member{};
     m.incarnation = incarnation;
     if (inserted) {
-        ring_sorted_ = false;
+        ring_current_ = false;
         retime_all();
     }
     return out;
@@ -51,9 +48,9 @@ FailureDetector::Actions FailureDetector::add(const std::string& node, const std
 
 void FailureDetector::remove(std::string_view node) {
     if (auto it = members_.find(node); it != members_.end()) {
-        clear_suspicion(it->first, it->second);
+        clear_suspicion(it->first);
         members_.erase(it);
-        ring_sorted_ = false;
+        ring_current_ = false;
         retime_all();
     }
     std::erase(next_, node);
@@ -108,13 +105,13 @@ std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - (a % b !
 }  // namespace
 
 const std::vector<const std::string*>& FailureDetector::ring() const {
-    if (!ring_sorted_) {
+    if (!ring_current_) {
         if (ring_.capacity() > 2 * members_.size() + 64) ring_ = {};
         ring_.clear();
         ring_.reserve(members_.size());
         for (const auto& [name, m] : members_) ring_.push_back(&name);
         std::sort(ring_.begin(), ring_.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
-        ring_sorted_ = true;
+        ring_current_ = true;
     }
     return ring_;
 }
@@ -196,17 +193,13 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
     auto& m = it->second;
     // A new suspicion, or (suspected by others already) a confirmation: told to every
     // member, where a confirmation shortens the suspicion timeout.
-    if (suspect(now, p.target, m, self_))
+    if (suspect(now, p.target, self_))
         out.gossip.push_back(wire::MemberState{wire::MemberHealth::suspect, p.target, m.incarnation, m.version});
 }
 
-bool FailureDetector::suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by) {
-    const bool fresh = !m.suspect;
-    auto& s = suspicions_[node];
-    if (fresh) {
-        m.suspect = true;
-        s = Suspicion{now, now, {}};
-    }
+bool FailureDetector::suspect(Clock::time_point now, const std::string& node, const std::string& by) {
+    auto [it, fresh] = suspicions_.try_emplace(node, Suspicion{now, now, {}});
+    auto& s = it->second;
     const bool counted = s.suspecters.size() <= options_.indirect_probes &&
                          std::find(s.suspecters.begin(), s.suspecters.end(), by) == s.suspecters.end();
     if (counted) s.suspecters.push_back(by);
@@ -232,10 +225,9 @@ void FailureDetector::retime_all() {
     for (auto& [name, s] : suspicions_) retime(name, s);
 }
 
-void FailureDetector::clear_suspicion(const std::string& node, Member& m) {
-    if (!m.suspect) return;
-    m.suspect = false;
+void FailureDetector::clear_suspicion(const std::string& node) {
     const auto it = suspicions_.find(node);
+    if (it == suspicions_.end()) return;
     deadlines_.erase(deadlines_.find(std::pair{it->second.due, node}));
     suspicions_.erase(it);
 }
@@ -309,7 +301,7 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
     case wire::MemberHealth::alive:
         if (state.version > m.version) {
             m.version = state.version;
-            clear_suspicion(state.node, m);
+            clear_suspicion(state.node);
         }
         break;
     case wire::MemberHealth::suspect:
@@ -319,14 +311,14 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
             // the suspicion is confirmed (or refuted) within a probe's time rather than
             // when the schedule comes to it; not every member, which would flood a suspect
             // that is only slow with probes it cannot answer in time.
-            if (!m.suspect) {
+            if (!suspicions_.contains(state.node)) {
                 if (confirms() && !probing(state.node)) probe(now, state.node, out);
                 // The suspect may not have heard it (the suspecter's link to it may be
                 // going down, or cut): every member that hears it tells the suspect, so
                 // that it can refute.
                 if (from != state.node) out.notices.emplace_back(state.node, state);
             }
-            suspect(now, state.node, m, from);
+            suspect(now, state.node, from);
         }
         break;
     case wire::MemberHealth::dead:
@@ -399,7 +391,7 @@ std::vector<std::string> FailureDetector::indirect_helpers(const std::string& ta
     const auto k = options_.indirect_probes;
     std::vector<std::string> helpers;
     auto helps = [&](const std::string& name) {
-        return name != target && !members_.find(name)->second.suspect &&
+        return name != target && !suspicions_.contains(name) &&
                std::find(helpers.begin(), helpers.end(), name) == helpers.end();
     };
     // Draws from the ring (sorted, so the choice depends on the random generator alone); with few members,
@@ -446,8 +438,7 @@ std::optional<std::chrono::microseconds> FailureDetector::rtt(std::string_view n
 }
 
 bool FailureDetector::suspected(std::string_view node) const {
-    const auto it = members_.find(node);
-    return it != members_.end() && it->second.suspect;
+    return suspicions_.contains(node);
 }
 
 }  // namespace rpclb::detail

@@ -117,10 +117,9 @@ private:
         std::uint64_t last_seq = 0;  // the seq of its last probe (a late pong still counts)
         std::uint32_t rtt_us = no_rtt;  // the last direct probe's round trip
         std::uint8_t direct_failures = 0;  // probes in a row answered through others only
-        bool suspect = false;  // its Suspicion is in suspicions_
     };
     static constexpr std::uint32_t no_rtt = 0xffffffff;
-    // A suspect's suspicion.
+    // A suspect's suspicion (in suspicions_ while the member is suspected).
     struct Suspicion {
         Clock::time_point since{};
         Clock::time_point due{};  // since + suspicion_timeout, its key in deadlines_
@@ -157,8 +156,8 @@ private:
     bool probing(std::string_view node) const;
     // Suspects `node` (if not yet) with `by` among its suspecters; true when `by` was
     // counted anew (a new suspicion or a confirmation), false when it was already.
-    bool suspect(Clock::time_point now, const std::string& node, Member& m, const std::string& by);
-    void clear_suspicion(const std::string& node, Member& m);
+    bool suspect(Clock::time_point now, const std::string& node, const std::string& by);
+    void clear_suspicion(const std::string& node);
     // Sets s's deadline from its suspecters and the member count, and files it in deadlines_.
     void retime(const std::string& node, Suspicion& s);
     // Every suspect's deadline again after the member count changed; a no-op unless the
@@ -203,7 +202,7 @@ private:
     // members_ changed: a join or a mass failure changes thousands of members between
     // two probes.
     mutable std::vector<const std::string*> ring_;
-    mutable bool ring_sorted_ = true;
+    mutable bool ring_current_ = true;
     std::vector<std::string> next_;   // probed before the schedule's target (probe_next)
     Clock::time_point epoch_{};
     std::vector<Probe> probes_;  // in flight, oldest first
