@@ -118,6 +118,7 @@ void Connection::tls_fail(const std::string& reason) {
 }
 
 void Connection::on_websocket_open() {
+    if (closed()) return;  // failed (the handshake timer) while the open's completion waited
     state_ = LinkState::handshaking;
     handle_step(handshake_.start());
     do_read();
@@ -143,6 +144,9 @@ void Connection::do_read() {
 }
 
 void Connection::on_read(std::size_t) {
+    // A read that completed before fail() closed the socket still runs: what it brought is
+    // dropped, or a late Ready would establish a connection already reported closed.
+    if (closed()) return;
     const auto data = buffer_.cdata();
     std::string_view text(static_cast<const char*>(data.data()), data.size());
     std::string failure;
@@ -461,7 +465,8 @@ void Connection::fail(const LinkClose& reason) {
              !(close_reason_ && close_reason_->kind == LinkError::declared_dead))
         owner_.on_declared_dead(shared_from_this());
     else if (!established_ && handshake_.awaiting_ready() && !closed_by_this_side(reason.kind) &&
-             reason.kind != LinkError::name_taken && reason.kind != LinkError::declared_dead)
+             reason.kind != LinkError::name_taken && reason.kind != LinkError::declared_dead &&
+             reason.kind != LinkError::handshake_timed_out)
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
                                                            " closed the connection after our proof "
                                                            "(its cookie differs, or it went away)");
