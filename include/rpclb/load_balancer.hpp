@@ -366,6 +366,8 @@ private:
     // follow_announcement() now, post_follow() on a worker thread.
     void follow_announcement();
     void post_follow();
+    // set_algorithm()'s work, with change_mutex_ held by the caller.
+    Result<void> replace_algorithm(const std::string& algorithm, const boost::json::object& options);
     // Builds, initialises and checks an instance of `algorithm` for set_algorithm().
     Result<std::shared_ptr<const Engine>> build_engine(const std::string& algorithm,
                                                        const boost::json::object& options, bool& local);
@@ -380,7 +382,7 @@ private:
     bool hosted_;
     std::atomic<std::shared_ptr<const Route>> route_;
     std::mutex publish_mutex_;   // serialises stores of route_; never taken by a pick
-    std::mutex change_mutex_;    // one set_algorithm() at a time
+    std::mutex change_mutex_;    // one set_algorithm() or follow_announcement() at a time
     std::mutex announce_mutex_;  // orders joins and leaves of the group with re-announcements
     std::atomic<bool> joined_{false};
     std::atomic<std::int64_t> in_flight_{0};

@@ -306,6 +306,9 @@ void LoadBalancer::post_follow() {
 }
 
 void LoadBalancer::follow_announcement() {
+    // Read and applied under one lock: of two follows on two workers, the one that reads
+    // the newer announcement also applies last.
+    std::lock_guard change(change_mutex_);
     auto announced = detail::announced_algorithm(node_.groups(), options_.name);
     if (!announced) return;
     if (outliers_ && !detail::same_outlier_detection(outliers_->options(), announced->outlier_detection)) {
@@ -320,7 +323,7 @@ void LoadBalancer::follow_announcement() {
         const auto engine = route_.load()->engine;
         if (engine->name == announced->algorithm && engine->options == announced->options) return;
     }
-    if (auto changed = set_algorithm(announced->algorithm, announced->options); !changed)
+    if (auto changed = replace_algorithm(announced->algorithm, announced->options); !changed)
         RPCLB_LOG("balancer", warning) << "balancer " << options_.name << ": cannot follow the announced algorithm "
                                        << announced->algorithm << ": " << changed.error().message;
 }
@@ -373,6 +376,10 @@ Result<std::shared_ptr<const LoadBalancer::Engine>> LoadBalancer::build_engine(c
 
 Result<void> LoadBalancer::set_algorithm(const std::string& algorithm, const boost::json::object& options) {
     std::lock_guard change(change_mutex_);
+    return replace_algorithm(algorithm, options);
+}
+
+Result<void> LoadBalancer::replace_algorithm(const std::string& algorithm, const boost::json::object& options) {
     const auto old_name = algorithm_name();
     if (!services_.empty())
         return change_error(ErrorCode::bad_request, algorithm,
@@ -401,7 +408,8 @@ Result<void> LoadBalancer::set_algorithm(const std::string& algorithm, const boo
 }
 
 Result<void> LoadBalancer::set_options(const boost::json::object& options) {
-    return set_algorithm(algorithm_name(), options);
+    std::lock_guard change(change_mutex_);
+    return replace_algorithm(algorithm_name(), options);
 }
 
 Result<std::vector<std::string>> LoadBalancer::get_members() const {
