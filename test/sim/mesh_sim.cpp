@@ -648,6 +648,12 @@ Options parse(int argc, char** argv) {
 int main(int argc, char** argv) {
     using namespace rpclb::sim;
     const auto o = parse(argc, argv);
+    if (const char* t = std::getenv("RPCLB_SIM_TRACE")) {
+        const std::string_view id(t);
+        if (id.empty() || id.size() > 9 || !std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+            std::stoul(std::string(id)) >= o.nodes)
+            usage("RPCLB_SIM_TRACE must be a node number below --nodes, not \"" + std::string(id) + "\"");
+    }
     const Bounds b(o);
     const bool verbose = std::getenv("RPCLB_SIM_VERBOSE") != nullptr;
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
