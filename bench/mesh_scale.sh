@@ -180,6 +180,9 @@ start_node() {  # NAME [SEED]: starts it in the background, appends its PID to p
     "$node_bin" "${args[@]}" "${extra_args[@]}" >"$run/$name.out" 2>"$run/$name.err" &
     pids+=($!)
     last_pid=$!
+    # Out of the job table, so that the node the probe SIGKILLs is not reported as
+    # "Killed"; the shell still reaps it, and cleanup finds every node by its PID.
+    disown "$last_pid"
 }
 
 listen_port() {  # NAME PID: waits up to 10 s for "listening on", prints the port
