@@ -37,7 +37,10 @@ and, as context: librpclb_mtime (modification time of the librpclb.so the nodes 
 idle_cpu_pct (all nodes, % of one core), idle_view_changes (view changes
 during the idle window: should be 0), rss_node_kib, rss_floor_kib, threads_per_node,
 stall_rejoin_s (after SIGCONT, until the resumed node and the N-2 others see each other
-again; "not_measured" when the stalled node never left every view).
+again; "not_measured" when the stalled node never left every view). When the mesh does
+not converge, instead of the figures after converge_s: one_sided_pairs (A sees B
+connected, B does not see A), converged_nodes (nodes that see all N-1 others), view_min and
+view_median (peers in a node's view).
 
 "In the view" is read from each node's own log (info level, on stderr): "connected to
 NAME" and "lost NAME: ..." lines of the [mesh] channel, replayed per node with the node's
@@ -102,6 +105,12 @@ fi
 for v in "$idle" "$deadline" "$out_deadline" "$settle"; do
     [[ "$v" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "mesh_scale: \"$v\" is not a number of seconds" >&2; exit 2; }
 done
+[[ "$idle" =~ [1-9] ]] || { echo "mesh_scale: --idle-seconds must be more than 0" >&2; exit 2; }
+# The views are read from info-level lines: a quieter log level would hide them.
+if [[ " $extra " =~ [[:space:]]--log-level[[:space:]=]+(warning|error|fatal)[[:space:]] ]]; then
+    echo "mesh_scale: --extra sets --log-level ${BASH_REMATCH[1]}; the views are read from info-level log lines" >&2
+    exit 2
+fi
 
 node_bin="$build/bin/rpclb-node"
 [[ -x "$node_bin" ]] || { echo "mesh_scale: no executable $node_bin (--build DIR)" >&2; exit 2; }
@@ -120,6 +129,7 @@ export RPCLB_COOKIE
 
 run=$(mktemp -d "${TMPDIR:-/tmp}/mesh_scale.XXXXXX")
 pids=()
+probe_pid=""
 status=1
 
 # Signals a PID only while it is still a child of this shell running rpclb-node: a node
@@ -140,6 +150,7 @@ cleanup() {
     # A node started just before the signal may not be in pids yet: every rpclb-node child
     # of this shell is stopped too.
     pids+=($(pgrep -P $$ -x rpclb-node || true))
+    [[ -n "$probe_pid" ]] && kill -TERM "$probe_pid" 2>/dev/null || true
     for pid in "${pids[@]}"; do
         if ours "$pid"; then live+=("$pid"); kill -TERM "$pid" 2>/dev/null || true; kill -CONT "$pid" 2>/dev/null || true; fi
     done
@@ -227,7 +238,11 @@ probe=(python3 "$here/mesh_scale_probe.py" --manifest "$run/manifest"
        --floor "floor2@127.0.0.1 $floor_pid $run/floor2.err $run/floor2.out" --t-last "$t_last"
        --deadline "$deadline" --out-deadline "$out_deadline" --idle-seconds "$idle" --settle "$settle")
 (( verify )) && probe+=(--verify-admin)
-if "${probe[@]}"; then status=0; else status=$?; fi
+# In the background, waited for: the shell runs its INT and TERM traps during a `wait`,
+# where a foreground command would hold them until it ends.
+"${probe[@]}" &
+probe_pid=$!
+if wait "$probe_pid"; then status=0; else status=$?; fi
 (( status == 130 )) && exit 130
 (( status == 0 )) || exit 1
 exit 0

@@ -95,19 +95,35 @@ class Node:
         except (FileNotFoundError, ProcessLookupError):
             return False
 
+    def proc(self, file):
+        """The text of /proc/PID/`file`; NodeExited when the node is gone."""
+        try:
+            with open(f"/proc/{self.pid}/{file}") as f:
+                return f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            raise NodeExited(self) from None
+
     def cpu_ticks(self):
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        fields = self.proc("stat").rsplit(")", 1)[1].split()
         # fields[0] is field 3 (state): utime is field 14, stime field 15
         return int(fields[11]) + int(fields[12])
 
     def status(self, key, file="status"):
         """The number after `key:` in /proc/PID/`file` (status, or smaps_rollup)."""
-        with open(f"/proc/{self.pid}/{file}") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
+        for line in self.proc(file).splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+        if not self.alive():  # a zombie's status has no memory lines
+            raise NodeExited(self)
         raise KeyError(key)
+
+
+class NodeExited(Exception):
+    """A node the probe measures exited (its /proc entry is gone, or it is a zombie)."""
+
+    def __init__(self, node):
+        super().__init__(node.name)
+        self.node = node
 
 
 def poll_all(nodes):
@@ -239,9 +255,12 @@ def main():
     if not complete(nodes, names):
         sizes = sorted(len(n.view) for n in nodes)
         full = sum(1 for s in sizes if s == N - 1)
-        log(f"not converged after {a.deadline:g} s: {full}/{N} nodes see all {N - 1} others; "
-            f"view sizes min {sizes[0]} median {sizes[len(sizes) // 2]} max {sizes[-1]}")
-        check_alive(nodes, "at the deadline")
+        if check_alive(nodes, "before convergence"):
+            log(f"not converged after {a.deadline:g} s: {full}/{N} nodes see all {N - 1} others; "
+                f"view sizes min {sizes[0]} median {sizes[len(sizes) // 2]} max {sizes[-1]}")
+        else:
+            log(f"not converged when a node exited, {time.time() - a.t_last:.1f} s after the last start: "
+                f"{full}/{N} nodes see all {N - 1} others")
         by_name = {n.name: n for n in nodes}
         one_sided = [(n.name, p) for n in nodes for p in n.view if p in by_name
                      and n.name not in by_name[p].view]
@@ -249,8 +268,13 @@ def main():
             log(f"{len(one_sided)} one-sided pairs (A counts B connected, B does not count A), "
                 f"e.g. " + ", ".join(f"{a} has {b}" for a, b in one_sided[:5]))
         last = max(n.last_change for n in nodes)
-        log(f"last view change {last - a.t_last:.1f} s after the last start; "
-            f"{sum(n.changes for n in nodes) - N * (N - 1)} changes beyond the N(N-1) connects")
+        if last == 0:
+            log("no view change read from the logs: the nodes must log at info level or finer")
+        else:
+            extra = sum(n.changes for n in nodes) - N * (N - 1)
+            log(f"last view change {last - a.t_last:.1f} s after the last start; {sum(n.changes for n in nodes)} "
+                f"changes, of the N(N-1) = {N * (N - 1)} connects a converged mesh takes"
+                + (f" ({extra} beyond them)" if extra > 0 else ""))
         print(f"one_sided_pairs {len(one_sided)}", flush=True)
         print("converge_s not_converged", flush=True)
         print(f"converged_nodes {full}", flush=True)
@@ -354,5 +378,8 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
+    except NodeExited as gone:
+        log(f"node {gone.node.name} exited while being measured (see {gone.node.err_path})")
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
