@@ -390,8 +390,8 @@ private:
         case Fault::crash:
             w_.at(t, [this, end] {
                 // Permanently; never a seed (a node that restarts later needs one), and at
-                // most a tenth of the nodes.
-                if (crashed_ >= o_.nodes / 10) return;
+                // most a tenth of the nodes (one, below ten).
+                if (crashed_ >= std::max<std::uint32_t>(1, o_.nodes / 10)) return;
                 const auto i = pick([&](std::uint32_t i) { return w_.health(i) == Health::up && !w_.is_seed(i); });
                 if (i == o_.nodes) return;
                 ++crashed_;
@@ -576,7 +576,11 @@ private:
                  "                   prints the time until it is out of every view, over the seeds;\n"
                  "                   a run fails when that exceeds the detection bound\n"
                  "  --relinked       before the stall, the node refutes a suspicion, then 90 % of the\n"
-                 "                   others lose it and link it again\n";
+                 "                   others lose it and link it again\n"
+                 "environment:\n"
+                 "  RPCLB_SIM_THREADS=T  seeds run on T threads (default: the cores), same results\n"
+                 "  RPCLB_SIM_VERBOSE=1  one line per run: faults, convergence, verdicts, events, time\n"
+                 "  RPCLB_SIM_TRACE=ID   every frame to, from or about node ID, on stderr\n";
     std::exit(status);
 }
 
@@ -639,6 +643,8 @@ Options parse(int argc, char** argv) {
         }
     }
     if (o.stall_out) o.faults.clear();  // none: the longest convergence is then the clean start's
+    if (o.seed_nodes >= o.nodes && std::find(o.faults.begin(), o.faults.end(), Fault::crash) != o.faults.end())
+        std::cerr << "mesh_sim: warning: every node is a seed node, and a crash never takes one: no crash is injected\n";
     return o;
 }
 
@@ -655,7 +661,8 @@ int main(int argc, char** argv) {
             usage("RPCLB_SIM_TRACE must be a node number below --nodes, not \"" + std::string(id) + "\"");
     }
     const Bounds b(o);
-    const bool verbose = std::getenv("RPCLB_SIM_VERBOSE") != nullptr;
+    const char* verbose_env = std::getenv("RPCLB_SIM_VERBOSE");
+    const bool verbose = verbose_env && *verbose_env && std::string_view(verbose_env) != "0";
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     if (const char* t = std::getenv("RPCLB_SIM_THREADS")) threads = std::clamp(std::atoi(t), 1, 256);
     threads = static_cast<unsigned>(std::min<std::uint64_t>(threads, o.runs));
