@@ -144,6 +144,36 @@ def dead_hint(nodes, name):
     return next(n.err_path for n in nodes if n.name == name)
 
 
+def signal_node(node, sig):
+    """Sends `sig` to `node` (0: checks that it runs); NodeExited when it is gone."""
+    try:
+        os.kill(node.pid, sig)
+    except ProcessLookupError:
+        raise NodeExited(node) from None
+    if sig != signal.SIGKILL and not node.alive():
+        raise NodeExited(node)
+
+
+def check_watched(nodes):
+    """NodeExited for the first of `nodes` that is no longer running."""
+    gone = next((n for n in nodes if not n.alive()), None)
+    if gone is not None:
+        raise NodeExited(gone)
+
+
+def watching(pred, nodes, every=8):
+    """`pred` for wait_until, which also checks every `every` calls that `nodes` run."""
+    calls = 0
+
+    def checked():
+        nonlocal calls
+        calls += 1
+        if calls % every == 0:
+            check_watched(nodes)
+        return pred()
+    return checked
+
+
 def wait_until(pred, deadline, interval, nodes):
     """Poll the logs of `nodes` until pred() holds or time.time() passes deadline."""
     while True:
@@ -327,14 +357,19 @@ def main():
 
     def out_of_views(victim, observers, sig, key):
         """Sends `sig` to `victim`; prints KEY with the seconds until no observer has it in
-        its view (or "timeout"). True when it left every view in time."""
+        its view (or "timeout"). True when it left every view in time. NodeExited when an
+        observer exits meanwhile, or the victim of a signal other than SIGKILL."""
         poll_all(observers)
         t0 = time.time()
-        os.kill(victim.pid, sig)
-        if wait_until(lambda: all(victim.name not in n.view for n in observers),
+        signal_node(victim, sig)
+        watched = observers if sig == signal.SIGKILL else observers + [victim]
+        if wait_until(watching(lambda: all(victim.name not in n.view for n in observers), watched),
                       t0 + a.out_deadline, a.interval / 5, observers):
+            if victim in watched and not victim.alive():
+                raise NodeExited(victim)  # out of the views because it died, not stalled
             print(f"{key} {fmt(max(n.lost_at[victim.name] for n in observers) - t0)}", flush=True)
             return True
+        check_watched(watched)
         left = sum(1 for n in observers if victim.name in n.view)
         log(f"{victim.name} still in {left} views {a.out_deadline:g} s after {signal.Signals(sig).name}")
         print(f"{key} timeout", flush=True)
@@ -356,13 +391,17 @@ def main():
             status = 1
     finally:
         t_cont = time.time()
-        os.kill(stalled.pid, signal.SIGCONT)
+        try:
+            os.kill(stalled.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # it exited: NodeExited is on its way, or is raised below
+    signal_node(stalled, 0)
 
     # --- and back: every remaining node sees the resumed one, and it sees them ------------
     live = {n.name for n in rest}
     if not stalled_out:
         print("stall_rejoin_s not_measured", flush=True)  # it never left: nothing to rejoin
-    elif wait_until(lambda: complete(rest, live), t_cont + a.out_deadline, a.interval, rest):
+    elif wait_until(watching(lambda: complete(rest, live), rest), t_cont + a.out_deadline, a.interval, rest):
         back = max(max(n.view[p] for p in live - {n.name}) for n in rest)
         print(f"stall_rejoin_s {fmt(back - t_cont)}", flush=True)
     else:
