@@ -94,7 +94,7 @@ BOOST_AUTO_TEST_CASE(a_ready_that_arrives_after_the_handshake_timed_out_does_not
     rpclb::detail::ConnectionSettings settings;
     settings.local = {"dialer@127.0.0.1", rpclb::detail::make_nonce(), "", false};
     settings.cookie = cookie;
-    settings.handshake_timeout = 3s;  // long enough for this thread's steps, even under a sanitizer
+    settings.handshake_timeout = 5s;  // long enough for this thread's steps, even under a sanitizer and load
     Owner owner;
     auto strand = asio::make_strand(ioc);
     auto dialer = std::make_shared<Connection>(strand, "127.0.0.1:" + std::to_string(port), owner, settings);
