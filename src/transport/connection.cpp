@@ -24,10 +24,11 @@ using tcp = asio::ip::tcp;
 namespace {
 // A probe's ping payload: this prefix and the probe's seq; the pong echoes it.
 constexpr std::string_view probe_prefix = "probe ";
-// This node ended the connection (it is stopping, or it gave the connection up): its
-// close says nothing about the peer or its cookie.
+// This node ended the connection (it is stopping, it gave the connection up, or its
+// handshake timer ran out): its close says nothing about the peer or its cookie.
 bool closed_by_this_side(LinkError why) {
-    return why == LinkError::stopping || why == LinkError::refused || why == LinkError::channel_closed;
+    return why == LinkError::stopping || why == LinkError::refused || why == LinkError::channel_closed ||
+           why == LinkError::handshake_timed_out;
 }
 
 // Senders check the size limit first, so an oversize call fails at its caller with a
@@ -465,8 +466,7 @@ void Connection::fail(const LinkClose& reason) {
              !(close_reason_ && close_reason_->kind == LinkError::declared_dead))
         owner_.on_declared_dead(shared_from_this());
     else if (!established_ && handshake_.awaiting_ready() && !closed_by_this_side(reason.kind) &&
-             reason.kind != LinkError::name_taken && reason.kind != LinkError::declared_dead &&
-             reason.kind != LinkError::handshake_timed_out)
+             reason.kind != LinkError::name_taken && reason.kind != LinkError::declared_dead)
         owner_.on_handshake_failed(shared_from_this(), "wrong cookie: " + peer().node +
                                                            " closed the connection after our proof "
                                                            "(its cookie differs, or it went away)");

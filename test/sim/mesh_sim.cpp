@@ -1,6 +1,6 @@
 // mesh_sim: the membership simulator. N virtual nodes, each running the real
-// FailureDetector and Groups, on a simulated link layer (test/sim/mesh_world.hpp), in virtual time,
-// all randomness from one seed. A run starts the nodes, lets them converge, injects a
+// FailureDetector and Groups, on a simulated link layer (test/sim/mesh_world.hpp), in
+// virtual time, all randomness from one seed. A run starts the nodes, lets them converge, injects a
 // random schedule of faults, heals everything and checks the invariants that
 // doc/how-to/test-and-fuzz.md#the-membership-simulator lists.
 //
@@ -230,8 +230,9 @@ private:
 
     // --stall-out: 1 s after convergence one node (not a seed) stalls, as under SIGSTOP;
     // measures the time until every other node has it out of its view (at most 60 s or
-    // twice Bounds::detect, whichever is longer), which must be within Bounds::detect. With --relinked, the node first refutes a suspicion and
-    // then most others lose it and link it again (relink()).
+    // twice Bounds::detect, whichever is longer), which must be within Bounds::detect.
+    // With --relinked, the node first refutes a suspicion and then most others lose it and
+    // link it again (relink()).
     RunResult stall_out() {
         w_.run_until(w_.now() + 1 * sec);
         const auto victim = pick([&](std::uint32_t i) { return w_.health(i) == Health::up && !w_.is_seed(i); });
@@ -653,12 +654,13 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
     using namespace rpclb::sim;
-    const auto o = parse(argc, argv);
+    auto o = parse(argc, argv);
     if (const char* t = std::getenv("RPCLB_SIM_TRACE")) {
         const std::string_view id(t);
         if (id.empty() || id.size() > 9 || !std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
             std::stoul(std::string(id)) >= o.nodes)
             usage("RPCLB_SIM_TRACE must be a node number below --nodes, not \"" + std::string(id) + "\"");
+        o.net.trace = std::stol(std::string(id));
     }
     const Bounds b(o);
     const char* verbose_env = std::getenv("RPCLB_SIM_VERBOSE");

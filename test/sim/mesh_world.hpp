@@ -6,8 +6,9 @@
 // that needs both nodes up, unstalled and reachable both ways; a link carries frames in
 // order (TCP); the names a node learns come from the "nodes" lists exchanged when a link
 // is established, the newcomer announced to every other peer, and the list sent to one
-// peer in turn every 10 reconnect ticks (every tick for 3 ticks after a link came or went); each reconnect tick redials the seeds and every
-// known, unlinked node this node dials. add()/remove() follow links up and down; frames
+// peer in turn every 10 reconnect ticks (every tick for 3 ticks after a link came or
+// went); each reconnect tick redials the seeds and every known, unlinked node this node
+// dials. add()/remove() follow links up and down; frames
 // read go to on_probe/on_member; the detector's `dead` drops links. Groups as Mesh drives
 // them: each side of a new link sends the other its sync frame, a node's joins and leaves
 // go to every linked peer as frames, a dropped link removes the peer from every group;
@@ -90,6 +91,7 @@ struct NetOptions {
     Micros reconnect = 1 * sec;        ///< Mesh's reconnect_interval
     int regossip_ticks = 10;           ///< Mesh::regossip_ticks
     int settle_ticks = 3;              ///< Mesh::settle_ticks
+    long trace = -1;                   ///< prints every frame to, from or about this node (-1: none)
     Micros delay_max = 400 * ms;       ///< "delay": extra latency on a node's links, up to this
     Micros delay_jitter = 20 * ms;
     double loss = 0.2;                 ///< "drop": chance a frame's segment is lost, per try
@@ -613,10 +615,13 @@ private:
     }
     void broadcast_group(std::uint32_t i, std::string frame) { send_group(i, std::move(frame), std::nullopt); }
     // A group frame reaches e.to: applied as Mesh::on_frame does, when its link is still up.
-    void read_group(Event& e) {
-        const auto it = group_frames_.find(e.value);
-        const GroupFrame f = it->second.refs == 1 ? std::move(it->second) : it->second;
-        if (--it->second.refs == 0) group_frames_.erase(it);
+    void read_group(const Event& e) {
+        apply_group(e, group_frames_.find(e.value)->second);
+        // Found again: applying may have sent frames (a rehash moves no element, but
+        // invalidates iterators). The last event that carries the frame frees it.
+        if (const auto it = group_frames_.find(e.value); --it->second.refs == 0) group_frames_.erase(it);
+    }
+    void apply_group(const Event& e, const GroupFrame& f) {
         auto& node = nodes_[e.to];
         if (node.health == Health::down || link_[idx(e.to, e.from)] != e.tag) return;
         auto decoded = wire::decode(f.text);
@@ -660,8 +665,7 @@ private:
     std::unordered_map<std::uint64_t, GroupFrame> group_frames_;  // in flight, by id
     std::uint64_t next_frame_ = 0;
     std::optional<Applying> applying_;  // the group frame being applied
-    // RPCLB_SIM_TRACE=ID prints every frame to, from or about node ID (replays only).
-    long trace_ = std::getenv("RPCLB_SIM_TRACE") ? std::atol(std::getenv("RPCLB_SIM_TRACE")) : -1;
+    const long trace_ = net_.trace;
 };
 
 }  // namespace rpclb::sim
