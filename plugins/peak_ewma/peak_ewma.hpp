@@ -1,6 +1,8 @@
 // The PeakEwma selection algorithm (latency-aware power of two choices).
 #pragma once
 
+#include "../failure_cost.hpp"
+#include "../member_table.hpp"
 #include "../plugin_random.hpp"
 
 #include <rpclb/selection_algorithm.hpp>
@@ -8,9 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,12 +19,16 @@ namespace rpclb::plugins {
 /// Power of two choices scored by latency (Finagle's and Linkerd's PeakEWMA): of two
 /// distinct random members, the one with the lower cost × (in_flight + 1), where cost is a
 /// peak-sensitive moving average of the member's latencies, learnt from each release
-/// (CallOutcome). A local failure (no connection, timeout) counts as a latency of at least
-/// `failure_penalty`; a member with no sample yet costs the mean of those that have one.
+/// (CallOutcome). A counted failure (doc/reference/algorithms.md, "Failures") counts as a
+/// latency of at least `failure_penalty`, so a member that fails fast never looks cheap; a
+/// member with no sample yet costs the mean of those that have one. A tie goes to the first
+/// drawn, itself a uniformly random one of the two.
 ///
 /// Options: `decay` (ms, integer 1 … 86,400,000, default 10,000); `failure_penalty` (ms,
-/// integer 0 … 86,400,000, default 1,000); `seed` (integer ≥ 0: deterministic draws, for
-/// tests). Bad options throw std::invalid_argument at `init`.
+/// integer 0 … 86,400,000, default 1,000; 0: failures cost only their latency); `seed`
+/// (integer ≥ 0: deterministic draws, for tests); `test_now_ms` (integer ≥ 1: the clock
+/// frozen there, for tests). Bad options throw std::invalid_argument naming the option at
+/// `init`.
 ///
 /// Thread safety: shared objects safe for concurrent picks and releases once `init` has
 /// returned; only the first pick on a snapshot takes a mutex.
@@ -38,31 +42,31 @@ public:
     /// The cheaper of two distinct random members; `service_unavailable` for an empty list.
     Result<std::size_t> choose_from_nodes(const MemberSnapshot& members, const PickOptions& options) override;
 
-    /// Records the call's latency in the member's cost.
+    /// Records the call's latency in the member's cost; a counted failure's is at least
+    /// `failure_penalty`.
     void release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) override;
 
     /// The cost of `node` now in nanoseconds (0 when it has no sample), for tests.
     double cost_of(const std::string& node);
 
 private:
-    // One member's cost: nanoseconds, and the steady_clock time of its last sample.
+    // One member's cost: nanoseconds, and the clock (PluginClock) at its last sample.
     struct alignas(64) Cost {
         std::atomic<double> ns{0};
         std::atomic<std::int64_t> at_ns{0};
     };
-    using Costs = std::vector<std::shared_ptr<Cost>>;
+    using Costs = MemberTable<Cost>::Row;
 
-    const Costs& costs_of(const MemberSnapshot& members);
     double cost(const Cost& member, std::int64_t now) const noexcept;
 
     std::string balancer_;
     std::chrono::nanoseconds decay_{std::chrono::seconds(10)};
     std::chrono::nanoseconds failure_penalty_{std::chrono::seconds(1)};
     Draws draws_;
+    PluginClock clock_;
     // The mean cost of the members with a sample, for those without one.
     std::atomic<double> mean_ns_{1e6};
-    std::mutex mutex_;  // by_name_, only when a snapshot's costs are looked up
-    std::map<std::string, std::shared_ptr<Cost>, std::less<>> by_name_;
+    MemberTable<Cost> costs_;
 };
 
 }  // namespace rpclb::plugins

@@ -1,6 +1,7 @@
 // The PowerOfTwo selection algorithm ("power of two random choices").
 #pragma once
 
+#include "../failure_cost.hpp"
 #include "../plugin_random.hpp"
 
 #include <rpclb/selection_algorithm.hpp>
@@ -9,29 +10,44 @@
 
 namespace rpclb::plugins {
 
-/// Draws two distinct members at random and picks the one with fewer calls in flight
-/// (predecessor-compatibility §2.5): A when in_flight(A) ≤ in_flight(B), else B. A single
+/// Draws two distinct members at random and picks the one with the lower load
+/// (predecessor-compatibility §2.5): its calls in flight plus its failure load, the
+/// member's recent counted failures each decaying over about `failure_penalty`
+/// (doc/reference/algorithms.md, "Failures"), so that a member that fails fast never looks
+/// idle. A tie goes to the first drawn, itself a uniformly random one of the two. A single
 /// member is always picked.
 ///
-/// Option `seed` (integer ≥ 0): a deterministic generator shared by the instance's threads
-/// (Draws), for tests; default: each thread's own.
+/// Options: `failure_penalty` (ms, integer 0 … 86,400,000, default 1,000; 0: failures cost
+/// nothing); `seed` (integer ≥ 0: a deterministic generator shared by the instance's
+/// threads, Draws, for tests; default: each thread's own); `test_now_ms` (integer ≥ 1: the
+/// clock frozen there, for tests). Bad options throw std::invalid_argument naming the
+/// option at `init`.
 ///
-/// Thread safety: shared objects safe for concurrent picks once `init` has returned. A pick
-/// is one draw and a read of two counts: no lock, no allocation.
+/// Thread safety: shared objects safe for concurrent picks and releases once `init` has
+/// returned. A pick is one draw and a read of two counts and loads: no lock (but the first
+/// pick on a snapshot, which builds its table of loads), no allocation.
 class PowerOfTwo final : public SelectionAlgorithm {
 public:
-    static constexpr std::uint64_t capabilities = capability::in_flight;
+    static constexpr std::uint64_t capabilities =
+        capability::in_flight | capability::feedback | capability::snapshot_state;
 
-    /// Reads option `seed`; throws std::invalid_argument naming it when it is bad.
+    /// Reads the options; throws std::invalid_argument naming a bad one.
     void init(const AlgorithmContext& context, const boost::json::object& options) override;
 
-    /// The less loaded of two distinct random members (the first drawn on a tie);
-    /// `service_unavailable` for an empty list.
+    /// The less loaded of two distinct random members; `service_unavailable` for an empty
+    /// list.
     Result<std::size_t> choose_from_nodes(const MemberSnapshot& members, const PickOptions& options) override;
+
+    /// A counted failure adds 1 to the member's failure load.
+    void release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) override;
+
+    /// The failure load of `node` now (0 when it has none), for tests.
+    double failure_load_of(const std::string& node) { return failures_.load_of(node); }
 
 private:
     std::string balancer_;
     Draws draws_;
+    FailureLoads failures_;
 };
 
 }  // namespace rpclb::plugins

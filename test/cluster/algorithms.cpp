@@ -67,6 +67,25 @@ BOOST_AUTO_TEST_CASE(round_robin_new_instances_start_at_random_members) {
     for (int count : first_picks) BOOST_TEST(count <= 20);
 }
 
+BOOST_AUTO_TEST_CASE(one_call_clients_spread_over_members_for_every_unkeyed_algorithm) {
+    // 30 one-call clients over 3 members, each a new instance (no seed) picking once from a
+    // fresh snapshot: every member ties, so an algorithm that broke ties by list order
+    // would give one member all 30. Uniform ties exceed 20 on one member with probability
+    // about 1e-4.
+    for (const std::string name : {"random", "round_robin", "weighted_round_robin", "least_connections",
+                                   "power_of_two", "peak_ewma", "least_cpu"}) {
+        BOOST_TEST_CONTEXT(name) {
+            std::array<int, 3> first_picks{};
+            for (int client = 0; client < 30; ++client) {
+                rpclb::MemberSnapshot fresh{{"a@h", "b@h", "c@h"}, 1};
+                fresh.count_calls();
+                ++first_picks[pick(*load(name), fresh)];
+            }
+            for (int count : first_picks) BOOST_TEST(count <= 20);
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(round_robin_first_picks_from_two_threads_reach_every_member) {
     for (int round = 0; round < 50; ++round) {
         auto algorithm = load("round_robin");
@@ -91,9 +110,9 @@ BOOST_AUTO_TEST_CASE(algorithms_reject_unknown_options_naming_them) {
     const std::vector<std::pair<std::string, std::string>> cases{
         {"random", "takes no options"},
         {"round_robin", "known: start"},
-        {"least_connections", "takes no options"},
+        {"least_connections", "known: failure_penalty, seed, test_now_ms"},
         {"call_direct", "takes no options"},
-        {"power_of_two", "known: seed"},
+        {"power_of_two", "known: failure_penalty, seed, test_now_ms"},
         {"weighted_round_robin", "known: weights, start"},
         {"hash_ring", "known: weight, load_factor"},
         {"least_cpu", "known: poll_interval"},

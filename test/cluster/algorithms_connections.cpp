@@ -12,6 +12,7 @@
 #include <chrono>
 #include <atomic>
 #include <map>
+#include <set>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -63,13 +64,14 @@ void set_calls(const rpclb::MemberSnapshot& members, std::string_view node, int 
 
 BOOST_AUTO_TEST_SUITE(least_connections)
 
-// predecessor-compatibility §7 case 67.
-BOOST_AUTO_TEST_CASE(pick_fresh_three_nodes_in_order_then_released_node) {
+// predecessor-compatibility §7 case 67, with ties broken at random: a fresh balancer picks
+// every member once, in some order, then the one released.
+BOOST_AUTO_TEST_CASE(pick_fresh_three_nodes_each_once_then_released_node) {
     auto algorithm = load("least_connections");
     const auto abc = counted({"a", "b", "c"});
-    BOOST_TEST(pick(*algorithm, abc) == "a");
-    BOOST_TEST(pick(*algorithm, abc) == "b");
-    BOOST_TEST(pick(*algorithm, abc) == "c");
+    std::set<std::string> first;
+    for (int i = 0; i < 3; ++i) first.insert(pick(*algorithm, abc));
+    BOOST_TEST(first.size() == 3u);
     release(abc, "b");
     BOOST_TEST(pick(*algorithm, abc) == "b");
 }
@@ -81,15 +83,56 @@ BOOST_AUTO_TEST_CASE(pick_takes_fewest_in_flight) {
     set_calls(abc, "b", 2);
     set_calls(abc, "c", 3);
     BOOST_TEST(pick(*algorithm, abc) == "b");
-    // b and c now tie at 3: the earlier in list order wins.
-    BOOST_TEST(pick(*algorithm, abc) == "b");
-    BOOST_TEST(pick(*algorithm, abc) == "c");
+    // b and c now tie at 3: one of them, then the other.
+    const auto tied = pick(*algorithm, abc);
+    BOOST_TEST((tied == "b" || tied == "c"));
+    BOOST_TEST(pick(*algorithm, abc) == (tied == "b" ? "c" : "b"));
 }
 
-BOOST_AUTO_TEST_CASE(uncounted_snapshot_picks_the_first_member) {
+BOOST_AUTO_TEST_CASE(pick_breaks_ties_uniformly_at_random) {
+    // a is busier; b, c and d tie: each should get a third of 3,000 picks (sd about 26).
+    // Released after every pick so the counts stay as set. Seeded and per-thread alike.
+    for (const std::string options : {R"({"seed": 3})", R"({})"}) {
+        BOOST_TEST_CONTEXT(options) {
+            auto algorithm = load("least_connections", options);
+            const auto abcd = counted({"a", "b", "c", "d"});
+            set_calls(abcd, "a", 1);
+            std::map<std::string, int> picks;
+            for (int i = 0; i < 3'000; ++i) {
+                const auto node = pick(*algorithm, abcd);
+                ++picks[node];
+                release(abcd, node);
+            }
+            BOOST_TEST(picks["a"] == 0);
+            for (const std::string node : {"b", "c", "d"}) {
+                BOOST_TEST(picks[node] >= 850, node << " " << picks[node]);
+                BOOST_TEST(picks[node] <= 1150, node << " " << picks[node]);
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(pick_breaks_ties_at_random_past_the_buffered_members) {
+    // 100 members, all tied: the second pass reads members past the 64 it buffered.
+    auto algorithm = load("least_connections", R"({"seed": 11})");
+    std::vector<std::string> nodes;
+    for (int i = 0; i < 100; ++i) nodes.push_back("n" + std::to_string(i));
+    const auto many = counted(nodes);
+    std::set<std::string> seen;
+    for (int i = 0; i < 2'000; ++i) {
+        const auto node = pick(*algorithm, many);
+        seen.insert(node);
+        release(many, node);
+    }
+    BOOST_TEST(seen.size() == 100u);
+}
+
+BOOST_AUTO_TEST_CASE(uncounted_snapshot_picks_any_member) {
     auto algorithm = load("least_connections");
     const rpclb::MemberSnapshot abc({"a", "b", "c"}, 1);
-    BOOST_TEST(algorithm->choose_from_nodes(abc, {}).value() == 0u);
+    std::set<std::size_t> seen;
+    for (int i = 0; i < 200; ++i) seen.insert(algorithm->choose_from_nodes(abc, {}).value());
+    BOOST_TEST(seen.size() == 3u);
     BOOST_TEST(abc.in_flight(1) == 0);
 }
 
