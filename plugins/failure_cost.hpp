@@ -145,13 +145,19 @@ public:
     /// std::bad_alloc); call only when on().
     const Row& row(const MemberSnapshot& members, std::uint64_t owner) { return table_.of(members, owner); }
 
-    /// The load of `member` now. `now` is 0 until the first member with a load reads the
-    /// clock into it, so a pick over members that never failed reads no clock.
-    double load(const FailureLoad& member, std::int64_t& now) const noexcept {
-        if (member.load.load(std::memory_order_relaxed) == 0) return 0;
-        if (now == 0) now = clock_.now_ns();
-        return member.value(now, penalty_ns_);
+    /// True when some member may still have a load worth reading: a counted failure was
+    /// recorded less than 40 penalties ago (after that every load is below e^−40 of what it
+    /// was). Reads the clock into `now` only when some failure was ever recorded; a pick
+    /// that gets false reads no load at all.
+    bool recent(std::int64_t& now) const noexcept {
+        const std::int64_t last = last_failure_ns_.load(std::memory_order_relaxed);
+        if (last == 0) return false;
+        now = clock_.now_ns();
+        return static_cast<double>(now - last) < 40 * penalty_ns_;
     }
+
+    /// The load of `member` at `now` (a time from recent()).
+    double load(const FailureLoad& member, std::int64_t now) const noexcept { return member.value(now, penalty_ns_); }
 
     /// Adds a failure to `members.nodes[index]` when `outcome` is a counted failure
     /// (counted_failure) and failures cost something.
@@ -164,19 +170,25 @@ public:
         } catch (const std::exception&) {
             return;
         }
-        if (index < loads->size()) (*loads)[index]->add(clock_.now_ns(), penalty_ns_);
+        if (index >= loads->size()) return;
+        const std::int64_t now = clock_.now_ns();
+        (*loads)[index]->add(now, penalty_ns_);
+        if (last_failure_ns_.load(std::memory_order_relaxed) != now)
+            last_failure_ns_.store(now, std::memory_order_relaxed);
     }
 
     /// The load of `node` now (0 when it has none), for tests.
     double load_of(const std::string& node) {
         const auto member = table_.find(node);
-        std::int64_t now = 0;
-        return member ? load(*member, now) : 0;
+        return member ? load(*member, clock_.now_ns()) : 0;
     }
 
 private:
     double penalty_ns_ = 1e9;
     PluginClock clock_;
+    // The clock at the latest counted failure of any member; 0 = none yet. Read by every
+    // pick, written only by failures (and then only when it moves).
+    alignas(64) std::atomic<std::int64_t> last_failure_ns_{0};
     MemberTable<FailureLoad> table_;
 };
 

@@ -1,7 +1,6 @@
 #include "least_connections.hpp"
 
 #include <array>
-#include <limits>
 
 namespace rpclb::plugins {
 
@@ -12,45 +11,58 @@ void LeastConnections::init(const AlgorithmContext& context, const boost::json::
     failures_.init(options, "least_connections");
 }
 
+namespace {
+
+// The index of the lowest score(i) over [0, size), a uniformly random one of the tied ones
+// on a tie. Scores are read once into the buffer so that both passes agree; past its end
+// they are read again and may have changed, which at worst finds no tied member in the
+// second pass (then the first of the first pass is picked).
+template <class Score>
+std::size_t lowest(std::size_t size, const Score& score, Draws& draws) noexcept {
+    using Value = decltype(score(std::size_t{0}));
+    constexpr std::size_t buffered = 64;
+    std::array<Value, buffered> buffer;
+    Value low = score(0);
+    buffer[0] = low;
+    std::size_t best = 0, tied = 1;
+    // Selects, not branches, on the scores: branches would be mispredicted whenever the
+    // counts differ by one here and there.
+    for (std::size_t i = 1; i < size; ++i) {
+        const Value s = score(i);
+        if (i < buffered) buffer[i] = s;
+        const bool less = s < low;
+        tied = less ? 1 : tied + (s == low);
+        best = less ? i : best;
+        low = less ? s : low;
+    }
+    if (tied == 1) return best;
+    const std::size_t nth = scale32(draws.next(), tied);
+    std::size_t seen = 0;
+    for (std::size_t i = best; i < size; ++i) {
+        seen += (i < buffered ? buffer[i] : score(i)) == low;
+        if (seen > nth) return i;
+    }
+    return best;
+}
+
+}  // namespace
+
 Result<std::size_t> LeastConnections::choose_from_nodes(const MemberSnapshot& members, const PickOptions&) {
     const std::size_t size = members.nodes.size();
     if (size == 0) return empty_members_error(balancer_);
-    const FailureLoads::Row* loads = nullptr;
-    if (failures_.on()) {
-        try {
-            loads = &failures_.row(members, snapshot_owner());
-        } catch (const std::exception&) {
-            return state_build_error(balancer_);
-        }
-    }
     std::int64_t now = 0;
-    const auto score = [&](std::size_t i) {
-        const double in_flight = static_cast<double>(members.in_flight(i));
-        return loads ? in_flight + failures_.load(*(*loads)[i], now) : in_flight;
-    };
-    // Scores are read once into the buffer so that both passes agree; past its end they
-    // are read again and may have changed, which at worst finds no tied member in the
-    // second pass (then the first of the first pass is picked).
-    constexpr std::size_t buffered = 64;
-    std::array<double, buffered> buffer;
-    double lowest = std::numeric_limits<double>::infinity();
-    std::size_t best = 0, tied = 0;
-    for (std::size_t i = 0; i < size; ++i) {
-        const double s = score(i);
-        if (i < buffered) buffer[i] = s;
-        if (s < lowest) {
-            lowest = s;
-            best = i;
-            tied = 1;
-        } else if (s == lowest) {
-            ++tied;
-        }
+    if (!failures_.on() || !failures_.recent(now))
+        return lowest(size, [&](std::size_t i) { return members.in_flight(i); }, draws_);
+    const FailureLoads::Row* loads = nullptr;
+    try {
+        loads = &failures_.row(members, snapshot_owner());
+    } catch (const std::exception&) {
+        return state_build_error(balancer_);
     }
-    if (tied <= 1) return best;
-    std::size_t nth = scale32(draws_.next(), tied);
-    for (std::size_t i = 0; i < size; ++i)
-        if ((i < buffered ? buffer[i] : score(i)) == lowest && nth-- == 0) return i;
-    return best;
+    return lowest(
+        size,
+        [&](std::size_t i) { return static_cast<double>(members.in_flight(i)) + failures_.load(*(*loads)[i], now); },
+        draws_);
 }
 
 void LeastConnections::release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) {

@@ -25,9 +25,10 @@ namespace rpclb::plugins {
 /// std::invalid_argument naming the option at `init`.
 ///
 /// Thread safety: shared objects safe for concurrent picks and releases once `init` has
-/// returned. A pick reads every member's count and load once, and a tie takes one draw and
-/// a second pass: no lock (but the first pick on a snapshot, which builds its table of
-/// loads), no allocation.
+/// returned. A pick reads every member's count once, and its failure load too while some
+/// member failed in the last 40 × `failure_penalty`; a tie takes one draw and a second
+/// pass. No lock (but the first pick on a snapshot that reads loads, and the first
+/// counted failure on a snapshot, which build its table of loads), no allocation.
 class LeastConnections final : public SelectionAlgorithm {
 public:
     static constexpr std::uint64_t capabilities =

@@ -16,14 +16,14 @@ Result<std::size_t> PowerOfTwo::choose_from_nodes(const MemberSnapshot& members,
     const auto [a, b] = draws_.two(size);
     double score_a = static_cast<double>(members.in_flight(a));
     double score_b = static_cast<double>(members.in_flight(b));
-    if (failures_.on()) {
+    std::int64_t now = 0;
+    if (failures_.on() && failures_.recent(now)) {
         const FailureLoads::Row* loads = nullptr;
         try {
             loads = &failures_.row(members, snapshot_owner());
         } catch (const std::exception&) {
             return state_build_error(balancer_);
         }
-        std::int64_t now = 0;
         score_a += failures_.load(*(*loads)[a], now);
         score_b += failures_.load(*(*loads)[b], now);
     }

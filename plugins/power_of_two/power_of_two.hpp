@@ -24,8 +24,10 @@ namespace rpclb::plugins {
 /// option at `init`.
 ///
 /// Thread safety: shared objects safe for concurrent picks and releases once `init` has
-/// returned. A pick is one draw and a read of two counts and loads: no lock (but the first
-/// pick on a snapshot, which builds its table of loads), no allocation.
+/// returned. A pick is one draw and a read of two counts, and of two failure loads while
+/// some member failed in the last 40 × `failure_penalty`: no lock (but the first pick on a
+/// snapshot that reads loads, and the first counted failure on a snapshot, which build its
+/// table of loads), no allocation.
 class PowerOfTwo final : public SelectionAlgorithm {
 public:
     static constexpr std::uint64_t capabilities =
