@@ -37,6 +37,7 @@ std::size_t lowest(std::size_t size, const Score& score, Draws& draws) noexcept 
     }
     if (tied == 1) return best;
     const std::size_t nth = scale32(draws.next(), tied);
+    if (tied == size) return nth;  // all tie (an idle balancer): no second pass
     std::size_t seen = 0;
     for (std::size_t i = best; i < size; ++i) {
         seen += (i < buffered ? buffer[i] : score(i)) == low;

@@ -1,7 +1,8 @@
 // The pick path allocates nothing: round_robin, weighted_round_robin, least_connections,
-// power_of_two, peak_ewma and hash_ring with bounded loads, on two threads at once, once each thread's first pick has run (doc/how-to/
-// write-a-plugin.md "The hot path"). The global operator new of this
-// executable counts every allocation per thread, the plugins' included.
+// power_of_two, peak_ewma and hash_ring with bounded loads, on two threads at once, once
+// each thread's first pick has run; least_connections, power_of_two and peak_ewma also
+// while members fail (doc/how-to/write-a-plugin.md "The hot path"). The global operator
+// new of this executable counts every allocation per thread, the plugins' included.
 #define BOOST_TEST_MODULE algorithms_pick_path
 #include <boost/test/unit_test.hpp>
 
@@ -13,6 +14,7 @@
 #include <boost/json/parse.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <latch>
 #include <memory>
@@ -144,6 +146,33 @@ BOOST_AUTO_TEST_CASE(picks_and_releases_allocate_nothing_on_two_threads) {
                 BOOST_TEST(failed[t] == 0, "thread " << t);
                 BOOST_TEST(allocated[t] == 0u, "thread " << t);
             }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(picks_and_releases_with_failure_loads_allocate_nothing) {
+    // Every fourth call fails, so picks read the members' failure loads (or costs): once
+    // the first pick and the first failure on the snapshot have built its table, nothing
+    // allocates.
+    rpclb::CallOutcome failure;
+    failure.error = rpclb::ErrorCode::service_unavailable;
+    failure.origin = rpclb::ErrorOrigin::remote;
+    failure.latency = std::chrono::microseconds(100);
+    for (const std::string name : {"least_connections", "power_of_two", "peak_ewma"}) {
+        BOOST_TEST_CONTEXT(name) {
+            const auto members = eight_members();
+            auto algorithm = load(name, "{}");
+            const auto call = [&](int i) {
+                auto index = algorithm->choose_from_nodes(members, {});
+                BOOST_TEST_REQUIRE(index.has_value());
+                members.calls[*index]->acquire();
+                members.calls[*index]->release();
+                algorithm->release(members, *index, i % 4 == 0 ? failure : rpclb::CallOutcome{});
+            };
+            call(0);
+            const std::size_t before = allocations;
+            for (int i = 1; i < 20'000; ++i) call(i);
+            BOOST_TEST(allocations - before == 0u);
         }
     }
 }
