@@ -1,5 +1,6 @@
 #include "least_connections.hpp"
 
+#include <algorithm>
 #include <array>
 
 namespace rpclb::plugins {
@@ -25,16 +26,18 @@ std::size_t lowest(std::size_t size, const Score& score, Draws& draws) noexcept 
     Value low = score(0);
     buffer[0] = low;
     std::size_t best = 0, tied = 1;
-    // Selects, not branches, on the scores: branches would be mispredicted whenever the
-    // counts differ by one here and there.
-    for (std::size_t i = 1; i < size; ++i) {
-        const Value s = score(i);
-        if (i < buffered) buffer[i] = s;
-        const bool less = s < low;
-        tied = less ? 1 : tied + (s == low);
-        best = less ? i : best;
-        low = less ? s : low;
-    }
+    const auto visit = [&](std::size_t i, Value s) {
+        if (s < low) {
+            low = s;
+            best = i;
+            tied = 1;
+        } else if (s == low) {
+            ++tied;
+        }
+    };
+    const std::size_t head = std::min(size, buffered);
+    for (std::size_t i = 1; i < head; ++i) visit(i, buffer[i] = score(i));
+    for (std::size_t i = head; i < size; ++i) visit(i, score(i));
     if (tied == 1) return best;
     const std::size_t nth = scale32(draws.next(), tied);
     if (tied == size) return nth;  // all tie (an idle balancer): no second pass
