@@ -90,4 +90,36 @@ BOOST_AUTO_TEST_CASE(failure_loads_read_failure_penalty_and_refuse_bad_values_na
     }
 }
 
+BOOST_AUTO_TEST_CASE(failure_loads_decay_on_their_clock_and_go_quiet_after_40_penalties) {
+    // The clock is frozen by `test_now_ms`; init again moves it (the table stays).
+    rpclb::plugins::FailureLoads loads;
+    const auto at = [&](std::int64_t ms) {
+        loads.init(boost::json::object{{"failure_penalty", 1'000}, {"test_now_ms", ms}}, "x");
+    };
+    rpclb::MemberSnapshot members({"a", "b"}, 1);
+    const std::uint64_t owner = rpclb::new_snapshot_owner();
+    at(10'000);
+    std::int64_t now = 0;
+    BOOST_TEST(!loads.recent(now));  // no failure yet: no clock read either
+    BOOST_TEST(now == 0);
+    loads.record(members, owner, 0, outcome(ErrorCode::bad_request, ErrorOrigin::remote));
+    BOOST_TEST(!loads.recent(now));
+    loads.record(members, owner, 0, outcome(ErrorCode::internal_server_error, ErrorOrigin::remote));
+    BOOST_TEST(loads.recent(now));
+    BOOST_TEST(loads.load_of("a") == 1.0);
+    BOOST_TEST(loads.load_of("b") == 0.0);
+    at(12'000);
+    BOOST_TEST(loads.load_of("a") == std::exp(-2.0), boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(loads.load(*loads.row(members, owner)[0], 12'000'000'000) == std::exp(-2.0),
+               boost::test_tools::tolerance(1e-12));
+    at(10'000 + 39'999);
+    BOOST_TEST(loads.recent(now));
+    at(10'000 + 40'000);
+    BOOST_TEST(!loads.recent(now));
+    // failure_penalty 0: nothing is recorded.
+    loads.init(boost::json::object{{"failure_penalty", 0}, {"test_now_ms", 60'000}}, "x");
+    loads.record(members, owner, 1, outcome(ErrorCode::internal_server_error, ErrorOrigin::remote));
+    BOOST_TEST(loads.load_of("b") == 0.0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
