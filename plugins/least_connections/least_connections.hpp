@@ -42,9 +42,6 @@ public:
     /// A counted failure adds 1 to the member's failure load.
     void release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) override;
 
-    /// The failure load of `node` now (0 when it has none), for tests.
-    double failure_load_of(const std::string& node) { return failures_.load_of(node); }
-
 private:
     std::string balancer_;
     Draws draws_;
