@@ -35,8 +35,9 @@ struct PickOptions {
 
 /// Where a call's error arose.
 enum class ErrorOrigin : std::uint8_t {
-    none,    ///< the call succeeded, or the member refused it while draining (nobody's failure)
-    local,   ///< on this node or on the way: no connection, the deadline passed, cancelled
+    none,    ///< the call succeeded, the member refused it while draining, or the caller
+             ///< cancelled it (nobody's failure)
+    local,   ///< on this node or on the way: no connection, the deadline passed
     remote,  ///< at the member: it answered with an error
 };
 

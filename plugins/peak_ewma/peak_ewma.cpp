@@ -44,6 +44,9 @@ Result<std::size_t> PeakEwma::choose_from_nodes(const MemberSnapshot& members, c
 
 void PeakEwma::release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) {
     const bool failed = counted_failure(outcome) && failure_penalty_.count() > 0;
+    // A refusal while draining or a cancellation ended before the member served: its time
+    // says nothing of the member's speed.
+    if (outcome.error && outcome.origin == ErrorOrigin::none) return;
     if (!outcome.latency && !failed) return;
     const Costs* costs = nullptr;
     try {

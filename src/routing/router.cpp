@@ -44,8 +44,9 @@ CallOutcome outcome_of(const CallResult& result) {
     if (result) return outcome;
     const auto& error = result.error();
     outcome.error = error.code;
-    // A `draining` refusal is the member leaving gracefully: nobody's failure.
-    outcome.origin = error.is(Failure::draining) ? ErrorOrigin::none
+    // A `draining` refusal is the member leaving gracefully, a cancellation the caller's
+    // choice: neither is the member's failure.
+    outcome.origin = error.is(Failure::draining) || error.is(Failure::cancelled) ? ErrorOrigin::none
                      : error.reason                ? ErrorOrigin::local
                                                    : ErrorOrigin::remote;
     return outcome;

@@ -380,3 +380,42 @@ BOOST_AUTO_TEST_CASE(a_handler_with_a_cancellation_slot_completes_on_the_pool) {
                    }));
     BOOST_TEST(!done.get_future().get());  // not on a network thread
 }
+
+// A cancellation is the caller's choice, not the member's failure: the release tells the
+// balancer so, and a detector that ejects at the first local failure leaves the member in.
+BOOST_AUTO_TEST_CASE(a_cancelled_balanced_call_is_not_the_members_failure) {
+    Pair p;
+    rpclb::LoadBalancerOptions member;
+    member.name = "w";
+    p.b->start_balancer(member);
+    rpclb::LoadBalancerOptions caller = member;
+    caller.node_match_list = rpclb::NodeMatchList::none();
+    caller.outlier_detection.consecutive_local_failures = 1;
+    caller.outlier_detection.max_ejection_percent = 100;
+    caller.outlier_detection.panic_threshold_percent = 0;
+    auto lb = p.a.start_balancer(caller);
+    BOOST_REQUIRE(eventually([&] { return lb->get_members().has_value(); }, 5s));
+
+    asio::io_context user;
+    asio::cancellation_signal signal;
+    std::optional<rpclb::CallResult> result;
+    rpclb::CallOptions o;
+    o.load_balancer = "w";
+    o.timeout = 30s;
+    p.a.async_call("t", "sleep", {300}, o,
+                   asio::bind_cancellation_slot(signal.slot(), asio::bind_executor(user, [&](rpclb::CallResult r) {
+                                                    result = std::move(r);
+                                                })));
+    asio::steady_timer cancel_after(user, 50ms);
+    cancel_after.async_wait([&](boost::system::error_code) { signal.emit(asio::cancellation_type::terminal); });
+    user.run();
+    BOOST_REQUIRE(result.has_value());
+    BOOST_REQUIRE(!result->has_value());
+    BOOST_TEST(result->error().is(rpclb::Failure::cancelled));
+    BOOST_TEST(eventually([&] { return lb->members()->in_flight(0) == 0; }, 5s));  // released
+    BOOST_TEST(lb->ejected().empty());
+    // A timeout, by contrast, is the member's failure and ejects it.
+    o.timeout = 50ms;
+    BOOST_TEST(!p.a.call("t", "sleep", {300}, o).has_value());
+    BOOST_TEST(eventually([&] { return lb->ejected() == std::vector<std::string>{"b@127.0.0.1"}; }, 5s));
+}
