@@ -458,6 +458,9 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     } else if (replaced) {
         replaced->close(LinkError::refused, "duplicate connection");
     }
+    // Before its memberships arrive: a balancer tells a member that comes back from a
+    // restart of it by this.
+    groups_.set_incarnation(peer.node, peer.incarnation);
     FailureDetector::Actions told;  // this node's version, when it has refuted a suspicion
     {
         std::lock_guard lock(detector_mutex_);
