@@ -107,9 +107,9 @@ struct LoadBalancerOptions {
 /// §3.5, §3.6; doc/explanation/supervision.md); a routing-only one starts and stops its
 /// algorithm's services itself.
 ///
-/// A pick reads one atomically published route (algorithm instance and member snapshot),
-/// takes no lock and allocates nothing on success; it counts one call in flight on its
-/// member until the release. Membership changes, set_algorithm() and set_options() publish
+/// A pick reads one atomically published route (algorithm instance, member snapshot and
+/// the members' slow start times), takes no lock and allocates nothing on success; it
+/// counts one call in flight on its member until the release. Membership changes, set_algorithm() and set_options() publish
 /// a new route without blocking a pick (doc/architecture.md).
 ///
 /// Thread safety: distinct objects safe; shared objects safe, except that prepare(),
@@ -130,8 +130,8 @@ public:
 
     /// The balancer's options as they are now: those it was started with, except that
     /// `algorithm` and `algorithm_opts` are the current ones (see set_algorithm()) and, on a
-    /// routing-only balancer, `outlier_detection` and `slow_start` are what the members announce. A copy,
-    /// since these may change at any time. Thread-safe.
+    /// routing-only balancer, `outlier_detection` and `slow_start` are what the members
+    /// announce. A copy, since these may change at any time. Thread-safe.
     LoadBalancerOptions options() const;
 
     /// The current algorithm's plugin name, e.g. "round_robin". Thread-safe.
@@ -221,7 +221,11 @@ public:
     /// `internal_server_error` naming the balancer when the algorithm throws or returns an
     /// index out of range; an algorithm's own ErrorMessage as is. On success it allocates
     /// nothing (once the algorithm has built what it caches for the current snapshot) as
-    /// long as no telemetry subscriber is connected. Thread-safe.
+    /// long as no telemetry subscriber is connected. With slow start on
+    /// (LoadBalancerOptions::slow_start), a member still ramping up is kept with the
+    /// probability of its share, else the algorithm picks again (and hears of the pick it
+    /// made through `release`, with nothing known of a call); up to 8 picks, the last one
+    /// stands; not for a pick with `options.key`. Thread-safe.
     Result<Picked> pick(const PickOptions& options = {});
 
     /// pick(), returning a copy of the chosen member's name: that copy allocates when the

@@ -213,8 +213,9 @@ BOOST_AUTO_TEST_CASE(a_member_that_joins_gets_about_f_of_its_fair_share_the_firs
 
 BOOST_AUTO_TEST_CASE(other_algorithms_ramp_a_member_that_joins_and_counts_stay_exact) {
     // Picks released at once leave every count at 0, so least_connections would always
-    // pick the first member: not a test of the ramp.
-    for (const char* algorithm : {"round_robin", "power_of_two", "peak_ewma"}) {
+    // pick the first member, and peak_ewma, on picks released within microseconds, follows
+    // noise: not tests of the ramp.
+    for (const char* algorithm : {"round_robin", "power_of_two"}) {
         BOOST_TEST_CONTEXT(algorithm) {
             Nodes n(algorithm, ramp(10s));
             n.shares(300);
