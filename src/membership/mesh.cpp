@@ -84,6 +84,7 @@ void Mesh::listen() {
 }
 
 void Mesh::start() {
+    groups_.set_incarnation(options_.name, settings_.local.incarnation);
     groups_.set_broadcast([weak = self_](std::string frame) {
         if (auto self = weak.lock()) self->broadcast(frame);
     });
