@@ -119,6 +119,16 @@ public:
     /// `node` left `group`.
     void apply_leave(const std::string& node, const std::string& group);
 
+    /// `node` runs as `incarnation` (the mesh's identity of one process under a name: a
+    /// restarted node has a new one), set when a link to it is established, before its
+    /// memberships are applied, and for the local node at the start. Kept when the node
+    /// leaves, so that a member that comes back is told apart from a restart of it.
+    void set_incarnation(const std::string& node, std::string incarnation);
+
+    /// The incarnation of each of `nodes`, index-aligned; "" for a node whose incarnation is
+    /// not known (no link has told it). Takes the table's mutex once.
+    std::vector<std::string> incarnations(const std::vector<std::string>& nodes) const;
+
     /// `node` is gone: it leaves every group at once. When it returns, every monitor of
     /// those groups has been told (so every balancer's snapshot is without `node`).
     void remove_node(const std::string& node);
@@ -150,6 +160,7 @@ private:
     mutable std::mutex mutex_;
     std::map<std::string, Group, std::less<>> groups_;
     std::map<std::string, boost::json::object> local_;  // local memberships
+    std::map<std::string, std::string, std::less<>> incarnations_;  // node -> incarnation
     Broadcast broadcast_;
     std::uint64_t next_version_ = 1;
 

@@ -6,7 +6,6 @@
 #include <rpclb/detail/option_problem.hpp>
 #include <rpclb/selection_algorithm.hpp>
 #include <rpclb/service.hpp>
-#include <rpclb/detail/zero_waiter.hpp>
 
 #include <boost/json/object.hpp>
 
@@ -26,9 +25,7 @@ namespace rpclb {
 
 namespace detail {
 class ClusterLink;
-class OutlierDetector;
-struct OutlierChange;
-struct EjectionTimer;
+struct BalancerAccess;
 }  // namespace detail
 
 
@@ -62,6 +59,26 @@ struct OutlierDetection {
     }
 };
 
+/// How a member that joins the group, or returns from ejection, gets its share of the
+/// picks: ramped up over `window` rather than all at once (Envoy's slow start is the model;
+/// doc/reference/algorithms.md#slow-start). Its share is its fair share times
+/// max(min_weight_percent / 100, (t / window)^(1 / aggression)), t the time since it
+/// joined or returned. Applies to every algorithm's select_node()/pick() without a key
+/// (a keyed pick keeps its member); not to select_nodes(). The members present when the
+/// balancer starts picking get their full share at once. Off by default (window 0).
+struct SlowStart {
+    /// How long the ramp lasts; 0 turns slow start off. At most max_option_duration.
+    std::chrono::milliseconds window{0};
+    /// The ramp's curve: 1 is linear, above 1 ramps faster at first. Finite, above 0.
+    /// Default 1.0.
+    double aggression = 1.0;
+    /// The share a member has at the ramp's start, in percent of its fair share (0 to
+    /// 100). Default 10.
+    double min_weight_percent = 10.0;
+
+    bool enabled() const noexcept { return window.count() > 0; }
+};
+
 /// Options of a balancer (predecessor-compatibility §1.1; `selection_algorithm` is named
 /// `algorithm` here and is a plugin name).
 struct LoadBalancerOptions {
@@ -78,6 +95,9 @@ struct LoadBalancerOptions {
     std::chrono::milliseconds drain_timeout{15000};
     /// Which failing members this node stops picking, and for how long.
     OutlierDetection outlier_detection;
+    /// How a member that joins or returns from ejection ramps up to its share. Announced
+    /// to the nodes that only route through the balancer, like `outlier_detection`.
+    SlowStart slow_start;
 };
 
 /// One balancer on one node. Obtain it from `Cluster::start_balancer` (hosted: it may join
@@ -87,9 +107,9 @@ struct LoadBalancerOptions {
 /// §3.5, §3.6; doc/explanation/supervision.md); a routing-only one starts and stops its
 /// algorithm's services itself.
 ///
-/// A pick reads one atomically published route (algorithm instance and member snapshot),
-/// takes no lock and allocates nothing on success; it counts one call in flight on its
-/// member until the release. Membership changes, set_algorithm() and set_options() publish
+/// A pick reads one atomically published route (algorithm instance, member snapshot and
+/// the members' slow start times), takes no lock and allocates nothing on success; it
+/// counts one call in flight on its member until the release. Membership changes, set_algorithm() and set_options() publish
 /// a new route without blocking a pick (doc/architecture.md).
 ///
 /// Thread safety: distinct objects safe; shared objects safe, except that prepare(),
@@ -106,12 +126,12 @@ public:
     LoadBalancer& operator=(const LoadBalancer&) = delete;
 
     /// The balancer's name (also its group's).
-    std::string name() const override { return options_.name; }
+    std::string name() const override;
 
     /// The balancer's options as they are now: those it was started with, except that
     /// `algorithm` and `algorithm_opts` are the current ones (see set_algorithm()) and, on a
-    /// routing-only balancer, `outlier_detection` is what the members announce. A copy,
-    /// since these may change at any time. Thread-safe.
+    /// routing-only balancer, `outlier_detection` and `slow_start` are what the members
+    /// announce. A copy, since these may change at any time. Thread-safe.
     LoadBalancerOptions options() const;
 
     /// The current algorithm's plugin name, e.g. "round_robin". Thread-safe.
@@ -159,18 +179,14 @@ public:
     Result<void> set_options(const boost::json::object& options);
 
     /// True when this node is a member of the balancer's group.
-    bool joined() const noexcept { return joined_.load(); }
+    bool joined() const noexcept;
 
     /// True when started on this node with Cluster::start_balancer.
-    bool hosted() const noexcept { return hosted_; }
+    bool hosted() const noexcept;
 
     /// The current members (never null; possibly empty). Holds the route they belong to,
     /// with its algorithm instance, as long as the pointer lives.
-    std::shared_ptr<const MemberSnapshot> members() const {
-        auto route = route_.load();
-        const MemberSnapshot* snapshot = route->members.get();
-        return std::shared_ptr<const MemberSnapshot>(std::move(route), snapshot);
-    }
+    std::shared_ptr<const MemberSnapshot> members() const;
 
     /// Members as a list (predecessor-compatibility §1.2). Error: `service_unavailable` "no
     /// members registered" with details {"load_balancer": name} when the group is empty.
@@ -205,7 +221,11 @@ public:
     /// `internal_server_error` naming the balancer when the algorithm throws or returns an
     /// index out of range; an algorithm's own ErrorMessage as is. On success it allocates
     /// nothing (once the algorithm has built what it caches for the current snapshot) as
-    /// long as no telemetry subscriber is connected. Thread-safe.
+    /// long as no telemetry subscriber is connected. With slow start on
+    /// (LoadBalancerOptions::slow_start), a member still ramping up is kept with the
+    /// probability of its share, else the algorithm picks again (and hears of the pick it
+    /// made through `release`, with nothing known of a call); up to 8 picks, the last one
+    /// stands; not for a pick with `options.key`. Thread-safe.
     Result<Picked> pick(const PickOptions& options = {});
 
     /// pick(), returning a copy of the chosen member's name: that copy allocates when the
@@ -260,20 +280,20 @@ public:
 
     /// The current algorithm instance. The reference stays valid until the next
     /// set_algorithm() / set_options() (or the balancer's end); for tests and tools.
-    SelectionAlgorithm& algorithm() noexcept { return *route_.load()->engine->algorithm; }
+    SelectionAlgorithm& algorithm() noexcept;
 
     /// The current algorithm's `local()` answer, read by prepare() and by each
     /// set_algorithm(): load-balanced calls run on this node without selection
     /// (call_direct).
-    bool local() const noexcept { return local_.load(std::memory_order_acquire); }
+    bool local() const noexcept;
 
     /// Load-balanced calls from this node through this balancer still in flight (tracked
     /// and not yet released), to members and to nodes that are not members alike.
-    std::int64_t in_flight() const noexcept { return in_flight_.load(); }
+    std::int64_t in_flight() const noexcept;
 
     /// Calls other nodes routed here through this balancer that this node is running now
     /// (the serving side of the drain).
-    std::int64_t serving() const noexcept { return serving_.load(); }
+    std::int64_t serving() const noexcept;
 
     // ---- used by Cluster ----------------------------------------------------------------
 
@@ -319,97 +339,19 @@ public:
     /// in_flight() only. Any thread; allocates; a short lock that no call path takes.
     std::vector<std::pair<std::string, std::int64_t>> in_flight_by_member() const;
     /// Counts a call routed here by this balancer while this node runs it.
-    void track_served() noexcept { serving_.fetch_add(1); }
-    void release_served() noexcept {
-        if (serving_.fetch_sub(1) == 1) drained_.wake();
-    }
+    void track_served() noexcept;
+    /// That call has finished.
+    void release_served() noexcept;
 
     /// The announcement this balancer joins with: {"algorithm": ..., "algorithm_opts": ...,
-    /// "outlier_detection": ...}.
+    /// "outlier_detection": ..., "slow_start": ...}.
     boost::json::object announcement() const;
 
 private:
-    // An algorithm instance with the name and options it was built from; immutable.
-    struct Engine {
-        std::shared_ptr<SelectionAlgorithm> algorithm;
-        std::string name;
-        boost::json::object options;
-    };
-    // What a pick reads, published as one value so that members and algorithm are read
-    // with one atomic load; immutable, replaced whole. `members` is the route's own copy of
-    // the group's snapshot, whose `calls` carry each staying member's count from route to
-    // route (make_route); declared after `engine` so that it (and the algorithm state it
-    // holds) goes first.
-    struct Route {
-        std::shared_ptr<const Engine> engine;
-        std::shared_ptr<const MemberSnapshot> members;
-    };
-
-    // A route over `members` with `engine`, taking each staying member's count from
-    // `previous` (null: all start at 0) and recording those of members that left in
-    // departed_. Call under publish_mutex_. Throws std::bad_alloc.
-    std::shared_ptr<const Route> make_route(const MemberSnapshot& members, std::shared_ptr<const Engine> engine,
-                                            const Route* previous);
-
-    void on_change(NodeChange change, const std::vector<std::string>& nodes);
-    // Publishes a route over the last group snapshot less the ejected members. Call under
-    // publish_mutex_.
-    void republish();
-    // Emits the events of an ejection change, republishes, and arms the return timer.
-    void apply_ejections(const detail::OutlierChange& change);
-    // Arms the return timer for the detector's next expiry (if any).
-    void arm_ejection_timer();
-    // The algorithm's `release`, with what it throws logged.
-    void tell_release(SelectionAlgorithm& algorithm, const MemberSnapshot& members, std::size_t index,
-                      const CallOutcome& outcome) noexcept;
-    // A routing-only balancer adopts the algorithm its members announce, if it changed:
-    // follow_announcement() now, post_follow() on a worker thread.
-    void follow_announcement();
-    void post_follow();
-    // set_algorithm()'s work, with change_mutex_ held by the caller.
-    Result<void> replace_algorithm(const std::string& algorithm, const boost::json::object& options);
-    // Builds, initialises and checks an instance of `algorithm` for set_algorithm().
-    Result<std::shared_ptr<const Engine>> build_engine(const std::string& algorithm,
-                                                       const boost::json::object& options, bool& local);
-    ErrorMessage change_error(ErrorCode code, const std::string& algorithm, std::string message) const;
-
-    detail::ClusterLink& node_;
-    // What the algorithm reaches of the node (AlgorithmContext::host); declared before
-    // the algorithm so that it outlives it.
-    std::unique_ptr<AlgorithmHost> host_;
-    // Name, node_match_list and drain_timeout; the algorithm and its options live in route_.
-    LoadBalancerOptions options_;
-    bool hosted_;
-    std::atomic<std::shared_ptr<const Route>> route_;
-    std::mutex publish_mutex_;   // serialises stores of route_; never taken by a pick
-    std::mutex change_mutex_;    // one set_algorithm() or follow_announcement() at a time
-    std::mutex announce_mutex_;  // orders joins and leaves of the group with re-announcements
-    std::atomic<bool> joined_{false};
-    std::atomic<std::int64_t> in_flight_{0};
-    // Counts of members that left, for in_flight_by_member(): alive while a call (its
-    // Picked) still holds the route they were in. Expired entries are dropped at each
-    // membership change and each read.
-    mutable std::mutex departed_mutex_;
-    mutable std::vector<std::pair<std::string, std::weak_ptr<InFlightCount>>> departed_;
-    std::atomic<std::int64_t> serving_{0};
-    // stop() waits until in_flight_ + serving_ is 0; a release that brings either to 0
-    // wakes it.
-    detail::ZeroWaiter drained_;
-    std::vector<std::shared_ptr<Service>> services_;
-    std::uint64_t monitor_id_ = 0;
-    std::uint64_t announcement_monitor_id_ = 0;  // routing-only: Groups::monitor_announcements
-    bool prepared_ = false;
-    bool started_ = false;
-    bool restarted_ = false;  // start() has run once: the next one is a restart
-    std::atomic<bool> local_{false};
-    // Null when OutlierDetection is off on a hosted balancer; a routing-only one always has
-    // one, so that the options its members announce can turn detection on.
-    std::unique_ptr<detail::OutlierDetector> outliers_;
-    // The group's last snapshot, before ejections (under publish_mutex_).
-    std::shared_ptr<const MemberSnapshot> group_;
-    // Wakes the balancer when a failing member's time is up; cancelled by stop().
-    std::mutex ejection_mutex_;
-    std::unique_ptr<detail::EjectionTimer> ejection_timer_;  // under ejection_mutex_
+    // The state and the work behind the functions above (src/routing/balancer_impl.hpp).
+    struct Impl;
+    friend struct detail::BalancerAccess;
+    std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace rpclb

@@ -3,6 +3,7 @@
 
 #include "json_fields.hpp"
 #include "routing/outlier_options.hpp"
+#include "routing/slow_start.hpp"
 
 #include <boost/json/parse_options.hpp>
 #include <boost/json/serialize.hpp>
@@ -232,6 +233,13 @@ struct Outliers {
     json::value write(const OutlierDetection& options) const;
 };
 
+// A balancer's "slow_start" object (SlowStart): its keys and checks are the routing
+// layer's (routing/slow_start.hpp), which also reads the announced ones.
+struct SlowStarts {
+    Problem read(const json::value& v, const std::string& path, SlowStart& out) const;
+    json::value write(const SlowStart& options) const;
+};
+
 // "admin": the admin listener's object (AdminOptions).
 struct Admin {
     Problem read(const json::value& v, const std::string& path, AdminOptions& out) const;
@@ -280,6 +288,7 @@ void balancer_fields(Options& o, Visit&& visit) {
     visit("node_match_list", o.node_match_list, MatchList{});
     visit("drain_timeout_ms", o.drain_timeout, Milliseconds{});
     visit("outlier_detection", o.outlier_detection, Outliers{});
+    visit("slow_start", o.slow_start, SlowStarts{});
 }
 
 template <class Config, class Visit>
@@ -441,6 +450,13 @@ Problem Outliers::read(const json::value& v, const std::string& path, OutlierDet
 }
 
 json::value Outliers::write(const OutlierDetection& options) const { return detail::to_json(options); }
+
+Problem SlowStarts::read(const json::value& v, const std::string& path, SlowStart& out) const {
+    if (auto e = must_be_object(v, path)) return e;
+    return checked(detail::read_slow_start(v, out), path);
+}
+
+json::value SlowStarts::write(const SlowStart& options) const { return detail::to_json(options); }
 
 // ---- files ---------------------------------------------------------------------------------
 

@@ -158,6 +158,22 @@ void Groups::apply_leave(const std::string& node, const std::string& group) {
     deliver();
 }
 
+void Groups::set_incarnation(const std::string& node, std::string incarnation) {
+    std::lock_guard lock(mutex_);
+    incarnations_[node] = std::move(incarnation);
+}
+
+std::vector<std::string> Groups::incarnations(const std::vector<std::string>& nodes) const {
+    std::vector<std::string> out;
+    out.reserve(nodes.size());
+    std::lock_guard lock(mutex_);
+    for (const auto& node : nodes) {
+        const auto it = incarnations_.find(node);
+        out.push_back(it == incarnations_.end() ? std::string() : it->second);
+    }
+    return out;
+}
+
 void Groups::remove_node(const std::string& node) {
     if (node == local_node_) return;
     std::vector<Change> changes;

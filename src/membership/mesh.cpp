@@ -84,6 +84,7 @@ void Mesh::listen() {
 }
 
 void Mesh::start() {
+    groups_.set_incarnation(options_.name, settings_.local.incarnation);
     groups_.set_broadcast([weak = self_](std::string frame) {
         if (auto self = weak.lock()) self->broadcast(frame);
     });
@@ -458,6 +459,9 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     } else if (replaced) {
         replaced->close(LinkError::refused, "duplicate connection");
     }
+    // Before its memberships arrive: a balancer tells a member that comes back from a
+    // restart of it by this.
+    groups_.set_incarnation(peer.node, peer.incarnation);
     FailureDetector::Actions told;  // this node's version, when it has refuted a suspicion
     {
         std::lock_guard lock(detector_mutex_);

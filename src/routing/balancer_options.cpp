@@ -5,6 +5,9 @@
 
 #include "json_fields.hpp"
 #include "routing/outlier_options.hpp"
+#include "routing/slow_start.hpp"
+
+#include <cmath>
 
 #include <algorithm>
 #include <cstdint>
@@ -97,12 +100,54 @@ std::optional<OptionProblem> read_outlier_detection(const json::value& v, Outlie
 
 bool same_outlier_detection(const OutlierDetection& a, const OutlierDetection& b) { return to_json(a) == to_json(b); }
 
+std::optional<OptionProblem> check(const SlowStart& s) {
+    if (auto p = check_duration("window_ms", s.window, true)) return p;
+    if (!std::isfinite(s.aggression) || s.aggression <= 0)
+        return OptionProblem{"aggression", "must be a finite number above 0, got " + std::to_string(s.aggression)};
+    if (!std::isfinite(s.min_weight_percent) || s.min_weight_percent < 0 || s.min_weight_percent > 100)
+        return OptionProblem{"min_weight_percent",
+                             "must be a percentage, 0 to 100, got " + std::to_string(s.min_weight_percent)};
+    return std::nullopt;
+}
+
+json::object to_json(const SlowStart& s) {
+    return json::object{{"window_ms", s.window.count()},
+                        {"aggression", s.aggression},
+                        {"min_weight_percent", s.min_weight_percent}};
+}
+
+std::optional<OptionProblem> read_slow_start(const json::value& v, SlowStart& out) {
+    const auto* object = v.if_object();
+    if (!object) return OptionProblem{"", "must be an object" + got(v)};
+    SlowStart options = out;
+    for (const auto& member : *object) {
+        const auto key = member.key();
+        const auto& value = member.value();
+        if (key == "window_ms") {
+            if (auto reason = read_field(value, options.window)) return OptionProblem{std::string(key), *reason};
+        } else if (key == "aggression" || key == "min_weight_percent") {
+            if (!value.is_number()) return OptionProblem{std::string(key), "must be a number" + got(value)};
+            (key == "aggression" ? options.aggression : options.min_weight_percent) = value.to_number<double>();
+        } else {
+            return OptionProblem{std::string(key), "unknown key (known keys: window_ms, aggression, min_weight_percent)"};
+        }
+    }
+    if (auto p = check(options)) return p;
+    out = options;
+    return std::nullopt;
+}
+
+bool same_slow_start(const SlowStart& a, const SlowStart& b) {
+    return a.window == b.window && a.aggression == b.aggression && a.min_weight_percent == b.min_weight_percent;
+}
+
 std::optional<OptionProblem> check(const LoadBalancerOptions& o) {
     if (o.name.empty()) return OptionProblem{"name", "must not be empty"};
     if (auto p = check_printable("name", o.name)) return p;
     if (o.algorithm.empty()) return OptionProblem{"algorithm", "must not be empty"};
     if (auto p = check_duration("drain_timeout_ms", o.drain_timeout, true)) return p;
     if (auto p = check(o.outlier_detection)) return OptionProblem{"outlier_detection." + p->field, p->reason};
+    if (auto p = check(o.slow_start)) return OptionProblem{"slow_start." + p->field, p->reason};
     return std::nullopt;
 }
 

@@ -36,6 +36,9 @@ struct AnnouncedAlgorithm {
     /// "outlier_detection"; the defaults when absent (a member that does not announce
     /// them) or malformed (a warning is logged).
     OutlierDetection outlier_detection;
+    /// "slow_start"; off when absent or malformed (without a warning: off is what a member
+    /// that announces nothing runs).
+    SlowStart slow_start;
     bool operator==(const AnnouncedAlgorithm& other) const;
 };
 

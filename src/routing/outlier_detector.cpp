@@ -73,6 +73,7 @@ OutlierDetector::Change OutlierDetector::record(const std::string& node, const C
 }
 
 OutlierDetector::Change OutlierDetector::set_members(const std::vector<std::string>& members,
+                                                     const std::vector<std::string>& incarnations,
                                                      Clock::time_point now) {
     Change change;
     std::lock_guard lock(mutex_);
@@ -81,11 +82,26 @@ OutlierDetector::Change OutlierDetector::set_members(const std::vector<std::stri
         const bool present = std::binary_search(members.begin(), members.end(), it->first);
         change.changed = change.changed || (present != m.present && m.failing_until);
         m.present = present;
-        it = present ? std::next(it) : members_.erase(it);
+        // A failing member that left is kept until its time is up: it may come back as
+        // the same incarnation.
+        it = present || m.failing_until ? std::next(it) : members_.erase(it);
     }
-    for (const auto& node : members) {
+    for (std::size_t i = 0; i < members.size(); ++i) {
+        const auto& node = members[i];
+        const std::string none;
+        const std::string& incarnation = i < incarnations.size() ? incarnations[i] : none;
         auto [it, added] = members_.try_emplace(node);
-        if (added) it->second.interval_start = now;
+        Member& m = it->second;
+        if (added) {
+            m.interval_start = now;
+        } else if (!incarnation.empty() && !m.incarnation.empty() && incarnation != m.incarnation) {
+            // A restart: what the old process earned is not held against the new one.
+            if (m.ejected) change.returned.push_back(node);
+            change.changed = change.changed || m.failing_until.has_value();
+            m = Member{};
+            m.interval_start = now;
+        }
+        if (!incarnation.empty()) m.incarnation = incarnation;
     }
     return change;
 }
@@ -95,7 +111,7 @@ OutlierDetector::Change OutlierDetector::expire(Clock::time_point now) {
     std::lock_guard lock(mutex_);
     for (auto& [node, m] : members_)
         if (m.failing_until && *m.failing_until <= now) {
-            if (m.ejected && m.present) change.returned.push_back(node);
+            if (m.ejected) change.returned.push_back(node);
             change.changed = true;
             m.failing_until.reset();
             m.ejected = false;
@@ -109,13 +125,17 @@ OutlierDetector::Change OutlierDetector::reconfigure(OutlierDetection options, C
     Change change;
     std::lock_guard lock(mutex_);
     options_ = options;
-    std::erase_if(members_, [](const auto& entry) { return !entry.second.present; });
     for (auto& [node, m] : members_) {
         if (m.failing_until) change.changed = true;
         if (m.ejected) change.returned.push_back(node);
+        const bool present = m.present;
+        auto incarnation = std::move(m.incarnation);
         m = Member{};
         m.interval_start = now;
+        m.present = present;
+        m.incarnation = std::move(incarnation);
     }
+    std::erase_if(members_, [](const auto& entry) { return !entry.second.present; });
     return change;
 }
 

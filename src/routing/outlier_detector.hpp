@@ -59,20 +59,31 @@ public:
     /// A call to `node` ended with `outcome` at `now`.
     Change record(const std::string& node, const CallOutcome& outcome, Clock::time_point now);
 
-    /// The group's members are now `members` (ascending). One that left is forgotten, even
-    /// while failing: a member that comes back is most often a restarted process, which
-    /// must not be shut out for the rest of an ejection it did not earn. (A frozen member
-    /// whose links dropped comes back unejected too, and is ejected again if it still fails.)
-    Change set_members(const std::vector<std::string>& members, Clock::time_point now);
+    /// The group's members are now `members` (ascending), running as `incarnations`
+    /// (index-aligned, as Groups::incarnations gives them; empty or "" = not known). A
+    /// healthy member that left is forgotten. A failing one is kept until its time is up:
+    /// when it comes back as the same incarnation (a process that froze, was dropped by the
+    /// failure detector and resumed; or a balancer that left and joined again) it is still
+    /// failing, and ejected, until then. One that comes back as another incarnation (a
+    /// restart) starts afresh; its ejection ends (in `returned`). An unknown incarnation is
+    /// taken for the same one.
+    Change set_members(const std::vector<std::string>& members, const std::vector<std::string>& incarnations,
+                       Clock::time_point now);
+    /// set_members() with no incarnation known.
+    Change set_members(const std::vector<std::string>& members, Clock::time_point now) {
+        return set_members(members, {}, now);
+    }
 
-    /// Returns the members whose time is up at `now`.
+    /// Returns the members whose time is up at `now`; an ejected one is in `returned` even
+    /// when it is not in the group now (member.returned closes every member.ejected).
     Change expire(Clock::time_point now);
 
     /// The members to leave out of picks now (empty in panic), ascending.
     std::vector<std::string> ejected() const;
 
     /// From now on judges by `options`, starting afresh: every member's streaks, counts and
-    /// ejections so far are forgotten, and the ejected ones return (in `returned`).
+    /// ejections so far are forgotten, and the ejected ones return (in `returned`, those
+    /// not in the group now too).
     Change reconfigure(OutlierDetection options, Clock::time_point now);
 
     /// The options it judges by now.
@@ -95,6 +106,7 @@ private:
         std::optional<Clock::time_point> failing_until;  // set while failing
         bool ejected = false;                            // failing and not refused by the cap
         bool present = true;                             // in the group now
+        std::string incarnation;                         // "" = not known
     };
 
     // Under mutex_: `node` is failing for `reason`; ejects it when the cap allows.

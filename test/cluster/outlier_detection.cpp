@@ -120,21 +120,54 @@ BOOST_AUTO_TEST_CASE(failure_percentage_over_an_interval) {
     BOOST_TEST(change.ejected[0].reason == "failure_percentage");
 }
 
-BOOST_AUTO_TEST_CASE(a_failing_member_that_leaves_and_comes_back_starts_afresh) {
-    // Most often a restarted process: it must not be shut out for an ejection it did not earn.
+BOOST_AUTO_TEST_CASE(a_failing_member_that_comes_back_as_a_new_incarnation_starts_afresh) {
+    // A restarted process: it must not be shut out for an ejection it did not earn.
     Detector d(rpclb::OutlierDetection{});
     const auto now = Detector::Clock::time_point{} + 1h;
-    d.set_members(abcd, now);
+    d.set_members(abcd, {"1", "1", "1", "1"}, now);
     for (int i = 0; i < 5; ++i) d.record("a", local_timeout, now);
     BOOST_TEST(d.ejected() == Strings{"a"});
-    BOOST_TEST(!d.set_members({"b", "c", "d"}, now).empty());
+    BOOST_TEST(!d.set_members({"b", "c", "d"}, {"1", "1", "1"}, now).empty());
     BOOST_TEST(d.ejected().empty());
-    d.set_members(abcd, now + 10s);
+    const auto back = d.set_members(abcd, {"2", "1", "1", "1"}, now + 10s);
+    BOOST_TEST(back.returned == Strings{"a"});  // its ejection ended
     BOOST_TEST(d.ejected().empty());
+    BOOST_TEST(d.expire(now + 30s).returned.empty());  // and is not returned a second time
     OutlierChange change;
-    for (int i = 0; i < 5; ++i) change = d.record("a", local_timeout, now + 11s);
+    for (int i = 0; i < 5; ++i) change = d.record("a", local_timeout, now + 31s);
     BOOST_TEST_REQUIRE(change.ejected.size() == 1u);
     BOOST_TEST(change.ejected[0].duration.count() == 30'000);  // a first ejection again
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_member_that_comes_back_as_the_same_incarnation_stays_ejected) {
+    // A process that froze, was dropped by the failure detector and resumed: it serves its
+    // ejection out, and returns when its time is up.
+    Detector d(rpclb::OutlierDetection{});
+    const auto now = Detector::Clock::time_point{} + 1h;
+    d.set_members(abcd, {"1", "1", "1", "1"}, now);
+    for (int i = 0; i < 5; ++i) d.record("a", local_timeout, now);
+    d.set_members({"b", "c", "d"}, {"1", "1", "1"}, now + 1s);
+    BOOST_TEST(d.ejected().empty());  // not a member now
+    d.set_members(abcd, {"1", "1", "1", "1"}, now + 2s);
+    BOOST_TEST(d.ejected() == Strings{"a"});
+    // Not known (a snapshot without incarnations) counts as the same one.
+    d.set_members({"b", "c", "d"}, now + 3s);
+    d.set_members(abcd, now + 4s);
+    BOOST_TEST(d.ejected() == Strings{"a"});
+    BOOST_TEST(d.expire(now + 29s).empty());
+    BOOST_TEST(d.expire(now + 30s).returned == Strings{"a"});
+    BOOST_TEST(d.ejected().empty());
+}
+
+BOOST_AUTO_TEST_CASE(an_ejection_that_ends_while_the_member_is_away_is_returned) {
+    Detector d(rpclb::OutlierDetection{});
+    const auto now = Detector::Clock::time_point{} + 1h;
+    d.set_members(abcd, {"1", "1", "1", "1"}, now);
+    for (int i = 0; i < 5; ++i) d.record("a", local_timeout, now);
+    d.set_members({"b", "c", "d"}, {"1", "1", "1"}, now + 1s);
+    BOOST_TEST(d.expire(now + 30s).returned == Strings{"a"});
+    d.set_members(abcd, {"1", "1", "1", "1"}, now + 40s);
+    BOOST_TEST(d.ejected().empty());
 }
 
 BOOST_AUTO_TEST_CASE(reconfigure_judges_by_the_new_options_and_returns_the_ejected) {
@@ -419,6 +452,100 @@ BOOST_AUTO_TEST_CASE(a_malformed_announced_outlier_object_leaves_the_client_on_t
     BOOST_TEST(rpclb::detail::same_outlier_detection((*balancer)->options().outlier_detection,
                                                      rpclb::OutlierDetection{}));
     BOOST_TEST(trio.client->select_node("m").value() == "a@127.0.0.1");
+}
+
+// Names of the members that answered `count` calls through the client ("error" for a failure).
+std::map<std::string, int> answers(Trio& trio, int count) {
+    std::map<std::string, int> out;
+    for (int i = 0; i < count; ++i) {
+        auto r = trio.call();
+        ++out[r ? std::string(r->as_string()) : "error"];
+    }
+    return out;
+}
+
+// The member.returned events the client publishes.
+struct ReturnedEvents {
+    explicit ReturnedEvents(rpclb::Cluster& client)
+        : subscription(client.telemetry().connect([this](const rpclb::Event& e) {
+              if (e.name != rpclb::EventName::member_returned) return;
+              std::lock_guard lock(mutex);
+              nodes.push_back(std::string(e.node));
+          })) {}
+    Strings seen() {
+        std::lock_guard lock(mutex);
+        return nodes;
+    }
+    std::mutex mutex;
+    Strings nodes;
+    rpclb::TelemetryBus::ScopedConnection subscription;
+};
+
+BOOST_AUTO_TEST_CASE(an_ejected_member_that_leaves_and_rejoins_as_the_same_incarnation_stays_ejected) {
+    auto broken = std::make_shared<std::atomic<bool>>(true);
+    rpclb::OutlierDetection outliers;
+    outliers.base_ejection_time = 4s;
+    Trio trio("round_robin", [broken](const std::string& name) -> rpclb::CallResult {
+        if (name == "b@127.0.0.1" && broken->load())
+            return rpclb::ErrorMessage{rpclb::ErrorCode::internal_server_error, "b is broken", {}};
+        return boost::json::value(name);
+    }, outliers);
+    ReturnedEvents returned(*trio.client);
+    auto balancer = trio.client->balancer("w");
+    BOOST_TEST_REQUIRE(balancer.has_value());
+    BOOST_TEST_REQUIRE(failures_until_ejection(trio, **balancer) == 5);
+    const auto ejected_at = std::chrono::steady_clock::now();
+    broken->store(false);
+    // b leaves the group and joins it again: the same process, the same incarnation.
+    auto& b = *trio.nodes[1];
+    BOOST_TEST_REQUIRE(b.stop_balancer("w"));
+    BOOST_TEST_REQUIRE(rpclb::test::wait_for_members(*trio.client, "w", {"a@127.0.0.1", "c@127.0.0.1"}, 10s));
+    auto options = rpclb::test::balancer_options("w", "round_robin");
+    options.outlier_detection = outliers;
+    b.start_balancer(options);
+    BOOST_TEST_REQUIRE(rpclb::test::wait_for_members(*trio.client, "w",
+                                                     {"a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1"}, 10s));
+    const auto calls = answers(trio, 30);
+    const bool in_time = std::chrono::steady_clock::now() - ejected_at < 4s;
+    BOOST_TEST_REQUIRE(in_time, "the machine is too slow for this test's 4 s ejection");
+    BOOST_TEST((*balancer)->ejected() == Strings{"b@127.0.0.1"});
+    BOOST_TEST(!calls.contains("b@127.0.0.1"), "b answered " << (calls.contains("b@127.0.0.1") ? calls.at("b@127.0.0.1") : 0));
+    BOOST_TEST(returned.seen().empty());
+    // Its time up, it returns, with the event.
+    BOOST_TEST(eventually([&] { return returned.seen() == Strings{"b@127.0.0.1"}; }, 10s));
+    BOOST_TEST((*balancer)->ejected().empty());
+    BOOST_TEST(answers(trio, 30)["b@127.0.0.1"] > 0);
+}
+
+BOOST_AUTO_TEST_CASE(an_ejected_member_restarted_as_a_new_incarnation_is_picked_at_once_and_returned) {
+    auto behave = [](const std::string& name) -> rpclb::CallResult { return b_is_broken(name); };
+    Trio trio("round_robin", behave);
+    ReturnedEvents returned(*trio.client);
+    auto balancer = trio.client->balancer("w");
+    BOOST_TEST_REQUIRE(balancer.has_value());
+    BOOST_TEST_REQUIRE(failures_until_ejection(trio, **balancer) == 5);  // for 30 s
+    // b restarts: a new process (a new Cluster) under the same name, healthy now.
+    trio.nodes[1]->stop();
+    BOOST_TEST_REQUIRE(rpclb::test::wait_for_members(*trio.client, "w", {"a@127.0.0.1", "c@127.0.0.1"}, 10s));
+    const auto old_incarnation = trio.nodes[1]->incarnation();
+    trio.nodes[1] = std::make_unique<rpclb::Cluster>(
+        rpclb::test::in_process_node_options("b@127.0.0.1", {address(*trio.nodes.front())}));
+    auto& b = *trio.nodes[1];
+    BOOST_TEST_REQUIRE(b.incarnation() != old_incarnation);
+    b.register_function("t", "work", [](const boost::json::array&) -> rpclb::CallResult {
+        return boost::json::value("b@127.0.0.1");
+    });
+    b.start();
+    b.start_balancer(rpclb::test::balancer_options("w", "round_robin"));
+    BOOST_TEST_REQUIRE(rpclb::test::wait_for_members(*trio.client, "w",
+                                                     {"a@127.0.0.1", "b@127.0.0.1", "c@127.0.0.1"}, 10s));
+    // The old ejection ended: b is picked, and member.returned told.
+    BOOST_TEST(eventually([&] { return (*balancer)->ejected().empty(); }, 5s));
+    BOOST_TEST(eventually([&] { return returned.seen() == Strings{"b@127.0.0.1"}; }, 5s));
+    const auto calls = answers(trio, 30);
+    BOOST_TEST(calls.contains("b@127.0.0.1"));
+    if (calls.contains("b@127.0.0.1")) BOOST_TEST(calls.at("b@127.0.0.1") >= 9);
+    BOOST_TEST(!calls.contains("error"));
 }
 
 BOOST_AUTO_TEST_CASE(peak_ewma_sends_under_a_tenth_of_the_calls_to_a_member_20_ms_slower) {
