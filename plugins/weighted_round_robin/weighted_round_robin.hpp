@@ -1,6 +1,7 @@
 // The WeightedRoundRobin selection algorithm.
 #pragma once
 
+#include <rpclb/reported_load.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
 #include <atomic>
@@ -17,8 +18,16 @@ namespace rpclb::plugins {
 /// ({a: 3, b: 1} gives a a b a, never a a a b; predecessor-compatibility §2.3, §10.5).
 ///
 /// Options: `weights`, node name → integer in [0, 1,000,000], default `{}` (a missing member
-/// weighs 1, weight 0 excludes it); `start`, an integer ≥ 0, the cursor's first value
+/// weighs 1, weight 0 excludes it), or the string `"reported"`: each member weighs what it
+/// reports of its own load (load_weight(), gRPC's weighted round robin, proposal A58),
+/// read at each pick, and a member whose load is unknown weighs the mean of the others;
+/// `load_max_age_ms`, an integer in [1, 3,600,000], default 10,000, how long a report
+/// counts (with `"reported"` only); `start`, an integer ≥ 0, the cursor's first value
 /// (default: random for each instance).
+///
+/// With `"reported"` the k-th pick takes the member whose share of the summed weights
+/// holds frac(k × φ) (a Weyl sequence: shares follow the weights over any run of picks,
+/// evenly interleaved), so a change of load shows in the very next pick.
 ///
 /// Errors: bad options throw std::invalid_argument at `init`; all-zero weights give
 /// `service_unavailable` "no member has a positive weight"; an empty list "no members
@@ -43,8 +52,11 @@ private:
     using Period = std::vector<std::uint32_t>;
 
     Period build(std::span<const std::string> nodes) const;
+    Result<std::size_t> choose_by_reported_load(const MemberSnapshot& members);
 
     std::string balancer_;
+    bool reported_ = false;  // "weights": "reported"
+    std::int64_t load_max_age_ms_ = default_load_max_age_ms;
     std::map<std::string, std::uint64_t, std::less<>> weights_;
     std::atomic<std::uint64_t> cursor_{0};
 };

@@ -250,6 +250,9 @@ void read(Members& m, MemberState& f) {
     m.uint64("v", f.version);
 }
 
+// What drop_non_finite_load() puts in place of an "ld" holding a non-finite number.
+constexpr std::string_view non_finite_load = "\x01non-finite";
+
 void read(Members& m, Response& f) {
     m.uint64("id", f.id);
     auto* ok = m.raw("ok");
@@ -257,7 +260,9 @@ void read(Members& m, Response& f) {
     if (m.failed()) return;
     if (const auto* ld = m.raw("ld")) {
         Load load;
-        if (auto problem = read_load(*ld, load))
+        if (ld->is_string() && ld->get_string() == non_finite_load)  // drop_non_finite_load
+            f.load_problem = "holds a number too large for a double";
+        else if (auto problem = read_load(*ld, load))
             f.load_problem = std::move(*problem);
         else
             f.load = load;
@@ -362,7 +367,7 @@ bool drop_non_finite_load(json::value& doc) {
     if (!obj) return false;
     auto* ld = obj->if_contains("ld");
     if (!ld || json_fields::all_finite(*ld)) return false;
-    *ld = "a number too large for a double";
+    *ld = non_finite_load;
     return json_fields::all_finite(doc);
 }
 
