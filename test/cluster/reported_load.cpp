@@ -209,4 +209,67 @@ BOOST_AUTO_TEST_CASE(a_garbage_report_makes_the_load_unknown_and_the_member_keep
     BOOST_TEST(node.connected_nodes().size() == 1u);  // the link stays
 }
 
+// weighted_round_robin with "weights": "reported", between real nodes: the caller sends
+// less to the member that reports more load, and follows a step change within 100 ms.
+BOOST_AUTO_TEST_CASE(weighted_round_robin_follows_reported_load_between_nodes) {
+    const auto balancer = rpclb::test::balancer_options("wrr_load", "weighted_round_robin",
+                                                        boost::json::object{{"weights", "reported"}});
+    std::vector<std::unique_ptr<rpclb::Cluster>> members;
+    for (const char* name : {"m1@127.0.0.1", "m2@127.0.0.1"}) {
+        auto o = rpclb::test::in_process_node_options(
+            name, members.empty() ? std::vector<std::string>{}
+                                  : std::vector<std::string>{"127.0.0.1:" + std::to_string(members[0]->listen_endpoint()->port())});
+        auto m = std::make_unique<rpclb::Cluster>(o);
+        const std::string who = name;
+        m->register_function("t", "who", [who](const boost::json::array&) -> rpclb::CallResult { return boost::json::value(who); });
+        m->start();
+        m->start_balancer(balancer);
+        members.push_back(std::move(m));
+    }
+    auto co = rpclb::test::in_process_node_options("wrr_caller@127.0.0.1",
+                                                   {"127.0.0.1:" + std::to_string(members[0]->listen_endpoint()->port())});
+    co.client = true;
+    rpclb::Cluster caller(co);
+    caller.start();
+    BOOST_REQUIRE(eventually([&] { auto m = caller.get_members("wrr_load"); return m && m->size() == 2u; }, 5s));
+
+    rpclb::CallOptions through;
+    through.load_balancer = "wrr_load";
+    auto calls = [&](int n) {
+        std::map<std::string, int> counts;
+        for (int i = 0; i < n; ++i) {
+            auto r = caller.call("t", "who", {}, through);
+            BOOST_REQUIRE(r.has_value());
+            ++counts[std::string(r->as_string())];
+        }
+        return counts;
+    };
+    members[0]->report_load(0.9);
+    members[1]->report_load(0.1);
+    BOOST_REQUIRE(eventually([&] {
+        (void)calls(2);
+        auto m1 = recorded("m1@127.0.0.1"), m2 = recorded("m2@127.0.0.1");
+        return m1 && m2 && m1->application == 0.9 && m2->application == 0.1;
+    }, 5s));
+    auto counts = calls(200);  // weights 1/0.9 : 1/0.1 = 1 : 9
+    BOOST_TEST(counts["m1@127.0.0.1"] <= 30, counts["m1@127.0.0.1"]);
+    BOOST_TEST(counts["m2@127.0.0.1"] >= 170, counts["m2@127.0.0.1"]);
+
+    // The step: m1 idle, m2 loaded. The picks follow within 100 ms of traffic.
+    members[0]->report_load(0.1);
+    members[1]->report_load(0.9);
+    const auto step = std::chrono::steady_clock::now();
+    BOOST_TEST(eventually([&] {
+        auto m1 = recorded("m1@127.0.0.1"), m2 = recorded("m2@127.0.0.1");
+        if (m1 && m2 && m1->application == 0.1 && m2->application == 0.9) return true;
+        (void)calls(1);
+        return false;
+    }, 100ms, 0ms));
+    BOOST_TEST((std::chrono::steady_clock::now() - step < 100ms));
+    counts = calls(200);
+    BOOST_TEST(counts["m1@127.0.0.1"] >= 170, counts["m1@127.0.0.1"]);
+    caller.stop();
+    for (auto& m : members) m->stop();
+}
+
 BOOST_AUTO_TEST_SUITE_END()
