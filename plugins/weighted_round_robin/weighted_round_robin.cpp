@@ -11,11 +11,12 @@
 namespace rpclb::plugins {
 
 void WeightedRoundRobin::init(const AlgorithmContext& context, const boost::json::object& options) {
-    reject_unknown_options(options, "weighted_round_robin", {"weights", "start", "load_max_age_ms"});
+    reject_unknown_options(options, "weighted_round_robin", {"weights", "start", "load_max_age_ms", "error_penalty"});
     balancer_ = context.balancer;
     weights_.clear();
     reported_ = false;
     load_max_age_ms_ = default_load_max_age_ms;
+    error_penalty_ = 1.0;
     const auto* weights = options.if_contains("weights");
     if (weights && weights->is_string()) {
         if (weights->get_string() != "reported")
@@ -31,6 +32,15 @@ void WeightedRoundRobin::init(const AlgorithmContext& context, const boost::json
             throw std::invalid_argument("load_max_age_ms: must be an integer in [1, 3600000], got " +
                                         boost::json::serialize(*age));
         load_max_age_ms_ = n;
+    }
+    if (const auto* penalty = options.if_contains("error_penalty")) {
+        if (!reported_)
+            throw std::invalid_argument("error_penalty: applies only with \"weights\": \"reported\"");
+        const double x = penalty->is_number() ? penalty->to_number<double>() : -1.0;
+        if (!(x >= 0.0 && x <= 1000.0))
+            throw std::invalid_argument("error_penalty: must be a number in [0, 1000], got " +
+                                        boost::json::serialize(*penalty));
+        error_penalty_ = x;
     }
     if (weights && !reported_) {
         if (!weights->is_object())
@@ -100,9 +110,32 @@ WeightedRoundRobin::Period WeightedRoundRobin::build(std::span<const std::string
     return order;
 }
 
+const WeightedRoundRobin::ErrorRates* WeightedRoundRobin::error_rates(const MemberSnapshot& members) const noexcept {
+    try {
+        return &members.state<ErrorRates>(snapshot_owner(), [&] { return ErrorRates(members.nodes.size()); });
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+void WeightedRoundRobin::release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) {
+    if (!reported_) return;
+    const auto* rates = error_rates(members);
+    if (!rates || index >= rates->size()) return;
+    // A moving average over about the last 10 calls: each outcome moves it a tenth of
+    // the way to 1 (failed) or 0 (succeeded).
+    constexpr double step = 0.1;
+    const double target = outcome.ok() ? 0.0 : 1.0;
+    auto& rate = (*rates)[index].rate;
+    double now = rate.load(std::memory_order_relaxed);
+    while (!rate.compare_exchange_weak(now, now + step * (target - now), std::memory_order_relaxed)) {
+    }
+}
+
 Result<std::size_t> WeightedRoundRobin::choose_by_reported_load(const MemberSnapshot& members) {
     const auto* loads = reported_loads(members);
-    if (!loads) return state_build_error(balancer_);
+    const auto* rates = error_rates(members);
+    if (!loads || !rates) return state_build_error(balancer_);
     const auto n = members.nodes.size();
     // Two passes over the members' records (no copy, so no allocation): the first sums
     // the known weights for the mean that unknown members get, the second finds the
@@ -110,7 +143,8 @@ Result<std::size_t> WeightedRoundRobin::choose_by_reported_load(const MemberSnap
     // passes moves the point by a little; the pick is still a member.
     const auto now = load_clock_ms();
     const auto weight_of = [&](std::size_t i) -> std::optional<double> {
-        if (auto report = (*loads)[i]->read(now, load_max_age_ms_)) return load_weight(*report);
+        if (auto report = (*loads)[i]->read(now, load_max_age_ms_))
+            return load_weight(*report, (*rates)[i].rate.load(std::memory_order_relaxed), error_penalty_);
         return std::nullopt;
     };
     double known_sum = 0.0;

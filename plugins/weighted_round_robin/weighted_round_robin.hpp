@@ -22,8 +22,10 @@ namespace rpclb::plugins {
 /// reports of its own load (load_weight(), gRPC's weighted round robin, proposal A58),
 /// read at each pick, and a member whose load is unknown weighs the mean of the others;
 /// `load_max_age_ms`, an integer in [1, 3,600,000], default 10,000, how long a report
-/// counts (with `"reported"` only); `start`, an integer ≥ 0, the cursor's first value
-/// (default: random for each instance).
+/// counts, and `error_penalty`, a number in [0, 1000], default 1.0, the weight of this
+/// node's error rate to the member (a moving average over about its last 10 calls) added
+/// to its utilization (both with `"reported"` only); `start`, an integer ≥ 0, the cursor's
+/// first value (default: random for each instance).
 ///
 /// With `"reported"` the k-th pick takes the member whose share of the summed weights
 /// holds frac(k × φ) (a Weyl sequence: shares follow the weights over any run of picks,
@@ -36,7 +38,7 @@ namespace rpclb::plugins {
 /// Thread safety: shared objects safe for concurrent picks once `init` has returned.
 class WeightedRoundRobin final : public SelectionAlgorithm {
 public:
-    static constexpr std::uint64_t capabilities = capability::snapshot_state;
+    static constexpr std::uint64_t capabilities = capability::snapshot_state | capability::feedback;
     /// Largest accepted weight.
     static constexpr std::uint64_t max_weight = 1'000'000;
     /// Periods longer than this are scaled down.
@@ -47,6 +49,9 @@ public:
     Result<std::size_t> choose_from_nodes(const MemberSnapshot& members,
                                           const PickOptions& options) override;
 
+    /// With `"reported"`: counts the call's outcome in the member's error rate.
+    void release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) override;
+
 private:
     // One period of member indices; empty when no member has a positive weight.
     using Period = std::vector<std::uint32_t>;
@@ -54,9 +59,18 @@ private:
     Period build(std::span<const std::string> nodes) const;
     Result<std::size_t> choose_by_reported_load(const MemberSnapshot& members);
 
+    // With "reported": each member's error rate as this node sees it, index-aligned with
+    // the snapshot (its state; a new snapshot starts at 0).
+    struct alignas(64) ErrorRate {
+        mutable std::atomic<double> rate{0.0};
+    };
+    using ErrorRates = std::vector<ErrorRate>;
+    const ErrorRates* error_rates(const MemberSnapshot& members) const noexcept;
+
     std::string balancer_;
     bool reported_ = false;  // "weights": "reported"
     std::int64_t load_max_age_ms_ = default_load_max_age_ms;
+    double error_penalty_ = 1.0;
     std::map<std::string, std::uint64_t, std::less<>> weights_;
     std::atomic<std::uint64_t> cursor_{0};
 };

@@ -321,6 +321,31 @@ BOOST_AUTO_TEST_CASE(pick_reported_unknown_members_weigh_the_mean) {
     BOOST_TEST(std::abs(counts["unk_b"] - 300) <= 3);
 }
 
+BOOST_AUTO_TEST_CASE(pick_reported_weights_penalise_a_member_whose_calls_fail) {
+    const rpclb::MemberSnapshot members{{"err_a", "err_b"}, 43};
+    auto a = report("err_a", 500), b = report("err_b", 500);  // both weigh 2
+    auto algorithm = load(R"({"weights": "reported"})");
+    auto counts = tally(picks(*algorithm, members, 200));
+    BOOST_TEST(std::abs(counts["err_a"] - 100) <= 3);
+
+    // err_a fails fast (its report stays low); 30 failures take its error rate to about
+    // 0.96: weight 1 / (0.5 + 0.96) ≈ 0.69 against 2.
+    const rpclb::CallOutcome failed{rpclb::ErrorCode::internal_server_error, rpclb::ErrorOrigin::remote, {}};
+    for (int i = 0; i < 30; ++i) algorithm->release(members, 0, failed);
+    counts = tally(picks(*algorithm, members, 2690));
+    BOOST_TEST(std::abs(counts["err_a"] - 690) <= 10, counts["err_a"]);
+    // Successes bring it back.
+    for (int i = 0; i < 100; ++i) algorithm->release(members, 0, rpclb::CallOutcome{});
+    counts = tally(picks(*algorithm, members, 200));
+    BOOST_TEST(std::abs(counts["err_a"] - 100) <= 3, counts["err_a"]);
+
+    // error_penalty 0: failures do not count.
+    auto lenient = load(R"({"weights": "reported", "error_penalty": 0})");
+    for (int i = 0; i < 30; ++i) lenient->release(members, 0, failed);
+    counts = tally(picks(*lenient, members, 200));
+    BOOST_TEST(std::abs(counts["err_a"] - 100) <= 3, counts["err_a"]);
+}
+
 BOOST_AUTO_TEST_CASE(init_reported_options_throw_naming_the_option) {
     require_init_rejected(R"({"weights": "measured"})", "\"reported\"");
     rpclb::PluginRegistry registry;
@@ -334,6 +359,17 @@ BOOST_AUTO_TEST_CASE(init_reported_options_throw_naming_the_option) {
             BOOST_ERROR("init accepted " << bad);
         } catch (const std::invalid_argument& e) {
             BOOST_TEST(std::string(e.what()).starts_with("load_max_age_ms"), e.what());
+        }
+    }
+    for (const char* bad : {R"({"weights": "reported", "error_penalty": -1})",
+                            R"({"weights": "reported", "error_penalty": 1001})",
+                            R"({"weights": "reported", "error_penalty": "1"})",
+                            R"({"error_penalty": 1})"}) {
+        try {
+            algorithm->init({this_balancer(), "me@host", nullptr}, boost::json::parse(bad).as_object());
+            BOOST_ERROR("init accepted " << bad);
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(std::string(e.what()).starts_with("error_penalty"), e.what());
         }
     }
 }
