@@ -1,4 +1,5 @@
-// Reading the load members report, from a selection algorithm's pick (header-only).
+// Reading the load members report, from a selection algorithm's pick (header-only). A
+// plugin that uses it declares capability::reported_load and capability::snapshot_state.
 #pragma once
 
 #include <rpclb/member_snapshot.hpp>

@@ -75,7 +75,7 @@ struct LeastCpuSettings {
 class LeastCpu final : public SelectionAlgorithm {
 public:
     static constexpr std::uint64_t capabilities =
-        capability::snapshot_state | capability::host | capability::services;
+        capability::snapshot_state | capability::host | capability::services | capability::reported_load;
     /// The value of a missing or stale reading (the predecessor's default/fallback CPU).
     static constexpr double missing_cpu = 50.0;
 

@@ -38,7 +38,8 @@ namespace rpclb::plugins {
 /// Thread safety: shared objects safe for concurrent picks once `init` has returned.
 class WeightedRoundRobin final : public SelectionAlgorithm {
 public:
-    static constexpr std::uint64_t capabilities = capability::snapshot_state | capability::feedback;
+    static constexpr std::uint64_t capabilities =
+        capability::snapshot_state | capability::feedback | capability::reported_load;
     /// Largest accepted weight.
     static constexpr std::uint64_t max_weight = 1'000'000;
     /// Periods longer than this are scaled down.
