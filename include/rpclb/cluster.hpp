@@ -155,6 +155,20 @@ public:
     /// stop() itself (post that to another thread). Thread safety: any thread.
     void on_name_lost(std::function<void(const std::string&)> handler);
 
+    /// Sets the load this node reports besides its worker pool's (gRPC ORCA's application
+    /// utilization): every answer this node sends from now on, and every answer to a
+    /// peer's probe, carries it, and balancers that weigh reported load
+    /// (doc/reference/algorithms.md) weigh it instead of the busy share of the worker pool.
+    ///
+    /// @param load A finite number in [0, 1e9]; 0 (the default) reports none, so the busy
+    /// share counts again. A scale of 0 to 1 (1: fully loaded) matches the busy share.
+    ///
+    /// Errors: throws std::invalid_argument for NaN, an infinity, a negative number or one
+    /// above 1e9, naming the value; the reported load is then unchanged.
+    ///
+    /// Thread safety: any thread; no lock (one atomic store), so a handler may call it.
+    void report_load(double load);
+
     /// Round trip of the failure detector's last direct probe of connected node `node`
     /// that it answered: a WebSocket ping over the link and its pong (RFC 6455, section
     /// 5.5), so it includes the peer's network thread. Each member is probed once per

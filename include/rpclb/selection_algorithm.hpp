@@ -161,8 +161,10 @@ inline constexpr std::uint64_t in_flight = 1u << 2;       ///< MemberSnapshot::i
 inline constexpr std::uint64_t host = 1u << 3;            ///< AlgorithmContext::host
 inline constexpr std::uint64_t services = 1u << 4;        ///< services()
 inline constexpr std::uint64_t choose_many = 1u << 5;     ///< its own choose_nodes()
+inline constexpr std::uint64_t reported_load = 1u << 6;   ///< NodeLoads (rpclb/reported_load.hpp)
 /// Every capability this library offers.
-inline constexpr std::uint64_t all = feedback | snapshot_state | in_flight | host | services | choose_many;
+inline constexpr std::uint64_t all =
+    feedback | snapshot_state | in_flight | host | services | choose_many | reported_load;
 }  // namespace capability
 
 /// Identity a plugin exports so the loader can refuse a mismatch before creating

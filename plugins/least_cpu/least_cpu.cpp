@@ -65,12 +65,18 @@ double cpu_of(const NodeReading& reading, std::int64_t now, std::int64_t ttl) no
     return reading.value.load(std::memory_order_relaxed);
 }
 
+// A member's reported load on the percent scale of a CPU reading.
+double reported_cpu(const NodeLoad& load, std::int64_t now, std::int64_t ttl) noexcept {
+    const auto report = load.read(now, ttl);
+    return report ? 100.0 * report->utilization() : LeastCpu::missing_cpu;
+}
+
 }  // namespace
 
 LeastCpuSettings LeastCpuSettings::from_json(const boost::json::object& options) {
     reject_unknown_options(options, "least_cpu",
                            {"poll_interval", "poll_startup_jitter", "cpu_cache_ttl", "cpu_threshold",
-                            "cpu_sampler_fixed", "test_now_ms", "seed"});
+                            "cpu_sampler_fixed", "test_now_ms", "seed", "source"});
     LeastCpuSettings s;
     s.poll_interval = std::chrono::milliseconds(
         integer_option(options, "poll_interval", s.poll_interval.count(), 1, max_duration_ms));
@@ -87,6 +93,11 @@ LeastCpuSettings LeastCpuSettings::from_json(const boost::json::object& options)
         if (seed->is_uint64()) s.seed = seed->get_uint64();
         else if (seed->is_int64() && seed->get_int64() >= 0) s.seed = static_cast<std::uint64_t>(seed->get_int64());
         else bad_option("seed", "must be a non-negative integer");
+    }
+    if (const auto* source = options.if_contains("source")) {
+        if (!source->is_string() || (source->get_string() != "poll" && source->get_string() != "reported"))
+            bad_option("source", "must be \"poll\" or \"reported\"");
+        s.reported = source->get_string() == "reported";
     }
     return s;
 }
@@ -111,6 +122,7 @@ void LeastCpu::init(const AlgorithmContext& context, const boost::json::object& 
 }
 
 std::vector<std::shared_ptr<Service>> LeastCpu::services() {
+    if (settings_.reported) return {};
     return {std::make_shared<CpuPoller>(context_, settings_)};
 }
 
@@ -130,17 +142,27 @@ Result<std::size_t> LeastCpu::choose_from_nodes(const MemberSnapshot& members,
     if (size == 0) return empty_members_error(context_.balancer);
     if (size == 1) return std::size_t{0};
 
-    // The snapshot's readings: looked up by the first pick on it, freed with it.
+    // The snapshot's readings (or load records): looked up by the first pick on it, freed
+    // with it.
     const ReadingTable* table = nullptr;
-    try {
-        table = &members.state<ReadingTable>(snapshot_owner(), [&] { return AlgorithmState::instance().readings(members.nodes); });
-    } catch (const std::exception&) {
-        return state_build_error(context_.balancer);
+    const NodeLoadTable* loads = nullptr;
+    if (settings_.reported) {
+        loads = reported_loads(members);
+        if (!loads) return state_build_error(context_.balancer);
+    } else {
+        try {
+            table = &members.state<ReadingTable>(snapshot_owner(),
+                                                 [&] { return AlgorithmState::instance().readings(members.nodes); });
+        } catch (const std::exception&) {
+            return state_build_error(context_.balancer);
+        }
     }
-    const auto& readings = *table;
 
     const std::int64_t now = settings_.now_ms();
     const std::int64_t ttl = settings_.cpu_cache_ttl.count();
+    const auto cpu_at = [&](std::size_t i) {
+        return loads ? reported_cpu(*(*loads)[i], now, ttl) : cpu_of(*(*table)[i], now, ttl);
+    };
     // Values are read once into the buffer so all passes agree; past its end they are
     // read again, and may have changed, which at worst leaves no candidate (then the
     // minimum of the first pass is picked).
@@ -149,7 +171,7 @@ Result<std::size_t> LeastCpu::choose_from_nodes(const MemberSnapshot& members,
     double min = std::numeric_limits<double>::infinity();
     std::size_t min_index = 0;
     for (std::size_t i = 0; i < size; ++i) {
-        const double v = cpu_of(*readings[i], now, ttl);
+        const double v = cpu_at(i);
         if (i < buffered) buffer[i] = v;
         if (v < min) {
             min = v;
@@ -157,7 +179,7 @@ Result<std::size_t> LeastCpu::choose_from_nodes(const MemberSnapshot& members,
         }
     }
     const auto value = [&](std::size_t i) {
-        return i < buffered ? buffer[i] : cpu_of(*readings[i], now, ttl);
+        return i < buffered ? buffer[i] : cpu_at(i);
     };
     const double limit = min + settings_.cpu_threshold;
     std::size_t candidates = 0;

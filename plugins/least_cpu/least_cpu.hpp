@@ -2,6 +2,7 @@
 #pragma once
 
 #include <rpclb/algorithm_state.hpp>
+#include <rpclb/reported_load.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
 #include <boost/json/object.hpp>
@@ -43,6 +44,11 @@ struct LeastCpuSettings {
     /// single-threaded sequence of picks is reproducible. Non-negative integer; absent =
     /// a per-thread generator seeded from std::random_device.
     std::optional<std::uint64_t> seed;
+    /// `source`: where a member's load comes from. "poll" (the default, the predecessor's):
+    /// the CpuPoller's calls to each member's /proc/stat reading; "reported": what each
+    /// member reports of itself in its answers and probe answers (LoadReport), as 100 ×
+    /// its utilization (1.0, a fully busy worker pool, reads as 100), with no poller.
+    bool reported = false;
 
     /// Reads and checks `options`. Throws std::invalid_argument naming the option when
     /// one has the wrong type or range, or is unknown.
@@ -56,8 +62,9 @@ struct LeastCpuSettings {
 
 /// Picks a random member among those whose CPU load is within `cpu_threshold` points of the
 /// lowest (predecessor-compatibility §2.7, §10.9). The readings come from the CpuPoller that
-/// services() returns; a missing reading, or one older than `cpu_cache_ttl`, counts as 50.0,
-/// so until the first poll the picks are uniform. A pick never touches the network and, once
+/// services() returns, or, with `"source": "reported"`, from the members' own load reports
+/// (no poller then); a missing reading, or one older than `cpu_cache_ttl`, counts as 50.0,
+/// so until the first poll (or report) the picks are uniform. A pick never touches the network and, once
 /// its snapshot holds the readings, takes no lock and allocates nothing.
 ///
 /// Errors: `service_unavailable` "no members registered" for an empty list; init throws
@@ -68,7 +75,7 @@ struct LeastCpuSettings {
 class LeastCpu final : public SelectionAlgorithm {
 public:
     static constexpr std::uint64_t capabilities =
-        capability::snapshot_state | capability::host | capability::services;
+        capability::snapshot_state | capability::host | capability::services | capability::reported_load;
     /// The value of a missing or stale reading (the predecessor's default/fallback CPU).
     static constexpr double missing_cpu = 50.0;
 
@@ -81,8 +88,9 @@ public:
     Result<std::size_t> choose_from_nodes(const MemberSnapshot& members,
                                           const PickOptions& options) override;
 
-    /// One CpuPoller named "<balancer>_cpu_poller". Its start() throws std::logic_error
-    /// when the algorithm was initialised without a host (AlgorithmContext::host).
+    /// One CpuPoller named "<balancer>_cpu_poller"; none with `"source": "reported"`. Its
+    /// start() throws std::logic_error when the algorithm was initialised without a host
+    /// (AlgorithmContext::host).
     std::vector<std::shared_ptr<Service>> services() override;
 
 private:

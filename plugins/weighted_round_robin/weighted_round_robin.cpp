@@ -11,13 +11,41 @@
 namespace rpclb::plugins {
 
 void WeightedRoundRobin::init(const AlgorithmContext& context, const boost::json::object& options) {
-    reject_unknown_options(options, "weighted_round_robin", {"weights", "start"});
+    reject_unknown_options(options, "weighted_round_robin", {"weights", "start", "load_max_age_ms", "error_penalty"});
     balancer_ = context.balancer;
     weights_.clear();
-    if (const auto* weights = options.if_contains("weights")) {
+    reported_ = false;
+    load_max_age_ms_ = default_load_max_age_ms;
+    error_penalty_ = 1.0;
+    const auto* weights = options.if_contains("weights");
+    if (weights && weights->is_string()) {
+        if (weights->get_string() != "reported")
+            throw std::invalid_argument("weights: must be a JSON object of node name -> integer weight or the "
+                                        "string \"reported\", got " + boost::json::serialize(*weights));
+        reported_ = true;
+    }
+    if (const auto* age = options.if_contains("load_max_age_ms")) {
+        if (!reported_)
+            throw std::invalid_argument("load_max_age_ms: applies only with \"weights\": \"reported\"");
+        const std::int64_t n = age->is_int64() ? age->get_int64() : -1;
+        if (n < 1 || n > 3'600'000)
+            throw std::invalid_argument("load_max_age_ms: must be an integer in [1, 3600000], got " +
+                                        boost::json::serialize(*age));
+        load_max_age_ms_ = n;
+    }
+    if (const auto* penalty = options.if_contains("error_penalty")) {
+        if (!reported_)
+            throw std::invalid_argument("error_penalty: applies only with \"weights\": \"reported\"");
+        const double x = penalty->is_number() ? penalty->to_number<double>() : -1.0;
+        if (!(x >= 0.0 && x <= 1000.0))
+            throw std::invalid_argument("error_penalty: must be a number in [0, 1000], got " +
+                                        boost::json::serialize(*penalty));
+        error_penalty_ = x;
+    }
+    if (weights && !reported_) {
         if (!weights->is_object())
-            throw std::invalid_argument("weights: must be a JSON object of node name -> integer weight, got " +
-                                        boost::json::serialize(*weights));
+            throw std::invalid_argument("weights: must be a JSON object of node name -> integer weight or the "
+                                        "string \"reported\", got " + boost::json::serialize(*weights));
         bool any_positive = false;
         for (const auto& [node, value] : weights->get_object()) {
             std::uint64_t weight = 0;
@@ -82,8 +110,70 @@ WeightedRoundRobin::Period WeightedRoundRobin::build(std::span<const std::string
     return order;
 }
 
+const WeightedRoundRobin::ErrorRates* WeightedRoundRobin::error_rates(const MemberSnapshot& members) const noexcept {
+    try {
+        return &members.state<ErrorRates>(snapshot_owner(), [&] { return ErrorRates(members.nodes.size()); });
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+void WeightedRoundRobin::release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) {
+    if (!reported_) return;
+    const auto* rates = error_rates(members);
+    if (!rates || index >= rates->size()) return;
+    // A moving average over about the last 10 calls: each outcome moves it a tenth of
+    // the way to 1 (failed) or 0 (succeeded).
+    constexpr double step = 0.1;
+    const double target = outcome.ok() ? 0.0 : 1.0;
+    auto& rate = (*rates)[index].rate;
+    double now = rate.load(std::memory_order_relaxed);
+    while (!rate.compare_exchange_weak(now, now + step * (target - now), std::memory_order_relaxed)) {
+    }
+}
+
+Result<std::size_t> WeightedRoundRobin::choose_by_reported_load(const MemberSnapshot& members) {
+    const auto* loads = reported_loads(members);
+    const auto* rates = error_rates(members);
+    if (!loads || !rates) return state_build_error(balancer_);
+    const auto n = members.nodes.size();
+    // Two passes over the members' records (no copy, so no allocation): the first sums
+    // the known weights for the mean that unknown members get, the second finds the
+    // member whose share holds this pick's point. A report that changes between the
+    // passes moves the point by a little; the pick is still a member.
+    const auto now = load_clock_ms();
+    const auto weight_of = [&](std::size_t i) -> std::optional<double> {
+        if (auto report = (*loads)[i]->read(now, load_max_age_ms_))
+            return load_weight(*report, (*rates)[i].rate.load(std::memory_order_relaxed), error_penalty_);
+        return std::nullopt;
+    };
+    double known_sum = 0.0;
+    std::size_t known = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (auto w = weight_of(i)) {
+            known_sum += *w;
+            ++known;
+        }
+    }
+    const double unknown_weight = known ? known_sum / static_cast<double>(known) : 1.0;
+    const double total = known_sum + unknown_weight * static_cast<double>(n - known);
+    // frac(k × φ): the golden ratio's Weyl sequence spreads consecutive picks over [0, 1)
+    // more evenly than any other step (three-distance theorem).
+    // In 64-bit fixed point, frac(φ) × 2^64 is this constant and the product's wrap-around
+    // is exactly the fraction; its top 53 bits make a double in [0, 1).
+    constexpr std::uint64_t phi_fraction = 0x9E3779B97F4A7C15u;
+    const auto k = cursor_.fetch_add(1, std::memory_order_relaxed);
+    double point = static_cast<double>((k * phi_fraction) >> 11) * 0x1p-53 * total;
+    for (std::size_t i = 0; i < n; ++i) {
+        point -= weight_of(i).value_or(unknown_weight);
+        if (point < 0.0) return i;
+    }
+    return n - 1;  // rounding, or a report that grew between the passes
+}
+
 Result<std::size_t> WeightedRoundRobin::choose_from_nodes(const MemberSnapshot& members, const PickOptions&) {
     if (members.nodes.empty()) return empty_members_error(balancer_);
+    if (reported_) return choose_by_reported_load(members);
     const Period* order = nullptr;
     try {
         order = &members.state<Period>(snapshot_owner(), [&] { return build(members.nodes); });

@@ -1,6 +1,7 @@
 // The WeightedRoundRobin selection algorithm.
 #pragma once
 
+#include <rpclb/reported_load.hpp>
 #include <rpclb/selection_algorithm.hpp>
 
 #include <atomic>
@@ -17,8 +18,18 @@ namespace rpclb::plugins {
 /// ({a: 3, b: 1} gives a a b a, never a a a b; predecessor-compatibility §2.3, §10.5).
 ///
 /// Options: `weights`, node name → integer in [0, 1,000,000], default `{}` (a missing member
-/// weighs 1, weight 0 excludes it); `start`, an integer ≥ 0, the cursor's first value
-/// (default: random for each instance).
+/// weighs 1, weight 0 excludes it), or the string `"reported"`: each member weighs what it
+/// reports of its own load (load_weight(), gRPC's weighted round robin, proposal A58),
+/// read at each pick, and a member whose load is unknown weighs the mean of the others;
+/// `load_max_age_ms`, an integer in [1, 3,600,000], default 10,000, how long a report
+/// counts, and `error_penalty`, a number in [0, 1000], default 1.0, the weight of this
+/// node's error rate to the member (a moving average over about its last 10 calls) added
+/// to its utilization (both with `"reported"` only); `start`, an integer ≥ 0, the cursor's
+/// first value (default: random for each instance).
+///
+/// With `"reported"` the k-th pick takes the member whose share of the summed weights
+/// holds frac(k × φ) (a Weyl sequence: shares follow the weights over any run of picks,
+/// evenly interleaved), so a change of load shows in the very next pick.
 ///
 /// Errors: bad options throw std::invalid_argument at `init`; all-zero weights give
 /// `service_unavailable` "no member has a positive weight"; an empty list "no members
@@ -27,7 +38,8 @@ namespace rpclb::plugins {
 /// Thread safety: shared objects safe for concurrent picks once `init` has returned.
 class WeightedRoundRobin final : public SelectionAlgorithm {
 public:
-    static constexpr std::uint64_t capabilities = capability::snapshot_state;
+    static constexpr std::uint64_t capabilities =
+        capability::snapshot_state | capability::feedback | capability::reported_load;
     /// Largest accepted weight.
     static constexpr std::uint64_t max_weight = 1'000'000;
     /// Periods longer than this are scaled down.
@@ -38,13 +50,28 @@ public:
     Result<std::size_t> choose_from_nodes(const MemberSnapshot& members,
                                           const PickOptions& options) override;
 
+    /// With `"reported"`: counts the call's outcome in the member's error rate.
+    void release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) override;
+
 private:
     // One period of member indices; empty when no member has a positive weight.
     using Period = std::vector<std::uint32_t>;
 
     Period build(std::span<const std::string> nodes) const;
+    Result<std::size_t> choose_by_reported_load(const MemberSnapshot& members);
+
+    // With "reported": each member's error rate as this node sees it, index-aligned with
+    // the snapshot (its state; a new snapshot starts at 0).
+    struct alignas(64) ErrorRate {
+        mutable std::atomic<double> rate{0.0};
+    };
+    using ErrorRates = std::vector<ErrorRate>;
+    const ErrorRates* error_rates(const MemberSnapshot& members) const noexcept;
 
     std::string balancer_;
+    bool reported_ = false;  // "weights": "reported"
+    std::int64_t load_max_age_ms_ = default_load_max_age_ms;
+    double error_penalty_ = 1.0;
     std::map<std::string, std::uint64_t, std::less<>> weights_;
     std::atomic<std::uint64_t> cursor_{0};
 };

@@ -12,6 +12,8 @@
 #include <boost/asio/system_executor.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
 #include <atomic>
 #include <random>
 #include <iomanip>
@@ -60,7 +62,7 @@ std::function<void(const SupervisorEvent&)> supervisor_events(TelemetryBus& bus)
 }
 
 // The options of each part, from the node's.
-detail::MeshOptions mesh_options(const ClusterOptions& o) {
+detail::MeshOptions mesh_options(const ClusterOptions& o, std::shared_ptr<detail::LoadGauge> load) {
     return detail::MeshOptions{.name = o.name,
                                .client = o.client,
                                .listen = o.listen,
@@ -73,11 +75,12 @@ detail::MeshOptions mesh_options(const ClusterOptions& o) {
                                .max_batch_frames = o.max_batch_frames,
                                .max_send_queue_bytes = o.max_send_queue_bytes,
                                .call_channels = o.call_channels,
-                               .tls = o.tls};
+                               .tls = o.tls,
+                               .load = std::move(load)};
 }
 
-detail::RpcOptions rpc_options(const ClusterOptions& o) {
-    return detail::RpcOptions{.node = o.name, .max_message_size = o.max_message_size};
+detail::RpcOptions rpc_options(const ClusterOptions& o, std::shared_ptr<detail::LoadGauge> load) {
+    return detail::RpcOptions{.node = o.name, .max_message_size = o.max_message_size, .load = std::move(load)};
 }
 
 detail::RouterOptions router_options(const ClusterOptions& o) {
@@ -94,12 +97,13 @@ Cluster::Impl::Impl(ClusterOptions opts)
     : options(std::move(opts)),
       incarnation(draw_incarnation()),
       runtime(options.network_threads, options.worker_threads),
+      load(std::make_shared<detail::LoadGauge>(options.worker_threads)),
       node_groups(options.name),
       plugin_registry(options.plugin_path),
       root(SupervisorOptions{.name = options.name, .on_event = supervisor_events(bus)}),
       balancers(*this, options.client, *this),
-      rpc(rpc_options(options), runtime.workers(), balancers),
-      mesh(mesh_options(options), incarnation, runtime.network(), node_groups, rpc),
+      rpc(rpc_options(options, load), runtime.workers(), balancers),
+      mesh(mesh_options(options, load), incarnation, runtime.network(), node_groups, rpc),
       channels(mesh.settings(), options.call_channels),
       router(router_options(options), runtime.network(), mesh, channels, rpc, balancers, bus) {}
 
@@ -291,6 +295,15 @@ std::optional<std::string> Cluster::name_taken() const { return impl_->mesh.name
 void Cluster::on_name_lost(std::function<void(const std::string&)> handler) {
     std::lock_guard lock(impl_->name_lost_mutex);
     impl_->name_lost_handler = std::move(handler);
+}
+
+void Cluster::report_load(double load) {
+    if (!std::isfinite(load) || load < 0.0 || load > detail::wire::max_application_load) {
+        std::ostringstream why;
+        why << "report_load: the load must be a finite number in [0, 1e9], got " << load;
+        throw std::invalid_argument(why.str());
+    }
+    impl_->load->set_application(load);
 }
 
 std::optional<std::chrono::microseconds> Cluster::keepalive_rtt(std::string_view node) const {

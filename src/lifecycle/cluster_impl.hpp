@@ -68,6 +68,7 @@ struct Cluster::Impl final : detail::ClusterLink, detail::BalancerSupervisor {
     std::mutex name_lost_mutex;
     std::function<void(const std::string&)> name_lost_handler;  // Cluster::on_name_lost
     detail::Runtime runtime;
+    std::shared_ptr<detail::LoadGauge> load;  // this node's load (Cluster::report_load, the worker pool)
     TelemetryBus bus;
     Groups node_groups;
     PluginRegistry plugin_registry;

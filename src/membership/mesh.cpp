@@ -61,6 +61,7 @@ Mesh::Mesh(MeshOptions options, const std::string& incarnation, asio::io_context
     settings_.accept_channels = options_.call_channels;
     settings_.max_send_queue_bytes = options_.max_send_queue_bytes;
     settings_.handshake_timeout = options_.handshake_timeout;
+    if (options_.load) settings_.load = options_.load;
     // Throws std::invalid_argument naming the field; a key or CA without a certificate too.
     if (options_.tls.enabled() || !options_.tls.key.empty() || !options_.tls.ca.empty())
         settings_.tls = make_tls_context(options_.tls);

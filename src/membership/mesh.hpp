@@ -47,6 +47,8 @@ struct MeshOptions {
     std::size_t max_send_queue_bytes = 64u * 1024u * 1024u;
     bool call_channels = true;          ///< accept call channels from peers
     TlsOptions tls;                     ///< TLS on every mesh connection, or off
+    /// This node's load, reported to the peers that probe it; null: one of its own.
+    std::shared_ptr<LoadGauge> load;
 };
 
 /// The mesh's counters; Cluster folds them into ClusterStats, whose fields of the same

@@ -36,7 +36,9 @@ void name_call(ErrorMessage& error, std::string_view node, std::string_view modu
 }  // namespace
 
 RpcServer::RpcServer(RpcOptions options, asio::thread_pool& workers, ServedBalancers& balancers)
-    : options_(std::move(options)), workers_(workers), balancers_(balancers), table_(std::make_shared<const Table>()) {}
+    : options_(std::move(options)),
+      load_(options_.load ? options_.load : std::make_shared<LoadGauge>()),
+      workers_(workers), balancers_(balancers), table_(std::make_shared<const Table>()) {}
 
 void RpcServer::register_function(std::string module, std::string function, Handler handler,
                                   HandlerOptions handler_options) {
@@ -128,12 +130,17 @@ void RpcServer::run_local(std::string module, std::string function, boost::json:
         auto result = run(entry.get(), module, function, args, &threw);
         return done(std::move(result), threw);
     }
+    load_->queued();
     asio::post(workers_, [this, entry = std::move(entry), module = std::move(module), function = std::move(function),
                   args = std::move(args), done = std::move(done)] {
-        if (skip_abandoned())
+        load_->started();
+        if (skip_abandoned()) {
+            load_->finished();
             return done(call_failure(Failure::node_stopping, options_.node, module, function), false);
+        }
         bool threw = false;
         auto result = run(entry.get(), module, function, args, &threw);
+        load_->finished();
         done(std::move(result), threw);
     });
 }
@@ -157,7 +164,7 @@ std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_v
                         " a number JSON cannot carry (NaN or infinity)";
         result = std::move(error);
     }
-    auto frame = wire::encode(wire::Response{id, std::move(result)}, std::move(buffer));
+    auto frame = wire::encode(wire::Response{id, std::move(result), load_->sample()}, std::move(buffer));
     if (frame.size() <= options_.max_message_size) return frame;
     return wire::encode(wire::Response{
         id, call_error(ErrorCode::internal_server_error,
@@ -216,7 +223,9 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
         return finish(served);
     }
     c->answer_later();
+    load_->queued();
     asio::post(workers_, [this, c, served = std::move(served)]() mutable {
+        load_->started();
         // A request whose connection closed while it waited is not run: its caller's call
         // failed when the connection dropped, and its answer could go nowhere. Running it
         // would only hold up the requests queued behind it (a killed caller's backlog made
@@ -226,8 +235,11 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
         if (orphaned) expired_requests_.fetch_add(1, std::memory_order_relaxed);
         if (!orphaned && !skip_abandoned()) {
             const auto& r = served.request;
-            c->answer(answer(r.id, run_unless_expired(served), r.module, r.function, c->spare_buffer()));
+            auto result = run_unless_expired(served);
+            load_->finished();  // the answer's load does not count the run it answers
+            c->answer(answer(r.id, std::move(result), r.module, r.function, c->spare_buffer()));
         } else {
+            load_->finished();
             c->forgo_answer();
         }
         finish(served);  // after its answer is queued (a drain waits for it)
@@ -238,16 +250,19 @@ void RpcServer::serve_cast(wire::Cast&& cast) {
     const bool before_stop = begin_serving();
     auto entry = find(cast.module, cast.function);
     const bool here = runs_inline(entry.get());
-    auto run_cast = [this, before_stop, entry = std::move(entry), cast = std::move(cast)] {
+    auto run_cast = [this, here, before_stop, entry = std::move(entry), cast = std::move(cast)] {
+        if (!here) load_->started();
         if (!skip_abandoned()) {
             auto result = run(entry.get(), cast.module, cast.function, cast.args, nullptr);
             if (!result)
                 RPCLB_LOG("rpc", debug) << "cast " << cast.module << "." << cast.function
                                         << " failed: " << result.error().message;
         }
+        if (!here) load_->finished();
         end_serving(before_stop);
     };
     if (here) return run_cast();
+    load_->queued();
     asio::post(workers_, std::move(run_cast));
 }
 

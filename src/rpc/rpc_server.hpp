@@ -4,6 +4,7 @@
 
 #include "membership/mesh.hpp"
 #include "rpc/served_balancers.hpp"
+#include "transport/load_gauge.hpp"
 
 #include <rpclb/handler.hpp>
 #include <rpclb/detail/zero_waiter.hpp>
@@ -31,6 +32,9 @@ struct RpcOptions {
     /// Largest answer frame, in bytes; a bigger answer is replaced by an
     /// `internal_server_error` saying so.
     std::size_t max_message_size = 16u * 1024u * 1024u;
+    /// This node's load: RpcServer counts its worker-pool runs there, and every answer
+    /// carries a sample of it (wire::Response::load). Null: one of its own (pool size 1).
+    std::shared_ptr<LoadGauge> load;
 };
 
 /// Runs the functions registered on this node for requests and casts from peers and for
@@ -84,6 +88,8 @@ public:
     std::uint64_t slow_inline_runs() const noexcept { return slow_inline_runs_.load(); }
     /// ClusterStats::expired_requests.
     std::uint64_t expired_requests() const noexcept { return expired_requests_.load(); }
+    /// The gauge of this node's load (RpcOptions::load).
+    LoadGauge& load() noexcept { return *load_; }
 
 private:
     struct Entry {
@@ -136,6 +142,7 @@ private:
     void end_serving(bool before_stop);
 
     const RpcOptions options_;
+    const std::shared_ptr<LoadGauge> load_;
     boost::asio::thread_pool& workers_;
     ServedBalancers& balancers_;
     std::atomic<std::shared_ptr<const Table>> table_;

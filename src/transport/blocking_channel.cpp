@@ -90,6 +90,7 @@ struct BlockingChannel::Stream {
 BlockingChannel::BlockingChannel(asio::io_context& ioc, const ConnectionSettings& settings, std::string node,
                                  std::string incarnation)
     : settings_(settings), node_(std::move(node)), incarnation_(std::move(incarnation)),
+      load_(NodeLoads::instance().of(node_)),
       stream_(std::make_unique<Stream>(ioc)) {}
 
 BlockingChannel::~BlockingChannel() {
@@ -211,6 +212,7 @@ RequestOutcome BlockingChannel::call(std::uint64_t id, std::string_view frame, C
                                        << node_ << "; ignored";
             continue;
         }
+        note_load(*load_, response->load, response->load_problem, node_);
         // A peer answers request_timeout to a request that waited past its timeout; this
         // side's deadline has passed too by then, and the call fails as its own would.
         if (!response->result && response->result.error().code == ErrorCode::request_timeout &&

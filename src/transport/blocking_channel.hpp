@@ -74,6 +74,7 @@ private:
     const ConnectionSettings& settings_;
     const std::string node_;
     const std::string incarnation_;
+    const std::shared_ptr<NodeLoad> load_;  // the peer's load record (NodeLoads)
     std::unique_ptr<Stream> stream_;
     bool broken_ = true;  // until open() succeeds
     std::mutex abort_mutex_;  // abort() against the socket's open and close

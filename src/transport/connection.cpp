@@ -83,6 +83,15 @@ void Connection::configure() {
             if (kind == ws::frame_type::pong && payload.starts_with(probe_prefix) &&
                 std::from_chars(payload.data() + probe_prefix.size(), end, seq).ptr == end)
                 owner_.on_probe_answered(shared_from_this(), seq);
+            else if (kind == ws::frame_type::pong && peer_load_)
+                on_load_pong(payload);
+            else if (kind == ws::frame_type::ping && established_ && payload.starts_with(probe_prefix))
+                // Beast answers the ping itself; the load goes in a pong of its own, sent
+                // once this read is done (the stream takes no new operation inside it).
+                asio::post(ws_.get_executor(), [self = shared_from_this()] {
+                    self->load_pong_due_ = true;
+                    self->ping_next();
+                });
         });
     });
 }
@@ -200,6 +209,7 @@ std::string Connection::on_frame_text(std::string_view text) {
     if (!established_) {
         handle_step(handshake_.on_frame(*decoded));
     } else if (auto* response = std::get_if<wire::Response>(&*decoded)) {
+        if (peer_load_) note_load(*peer_load_, response->load, response->load_problem, peer().node);
         if (auto done = core_.on_response(std::move(*response), peer().node, Clock::now())) done->run();
         // Else it timed out already: a late answer, dropped.
     } else {
@@ -223,6 +233,9 @@ void Connection::handle_step(Handshake::Step step) {
         core_.set_batching(handshake_.peer_batch() && settings_.max_batch_frames > 1);
         channel_ = handshake_.peer_channel();
         if (channel_) configure_call_channel(ws_);
+        // Looked up once per link: each answer from the peer then stores its load with no
+        // lock. Only an authenticated peer gets a record.
+        peer_load_ = NodeLoads::instance().of(handshake_.peer().node);
         established_ = true;
         if (state() == LinkState::handshaking) state_ = LinkState::open;
         owner_.on_established(shared_from_this());
@@ -435,8 +448,30 @@ void Connection::probe(std::uint64_t seq) {
     });
 }
 
+void Connection::on_load_pong(std::string_view payload) {
+    auto load = wire::decode_load_pong(payload);
+    if (!load) return;  // a pong this node did not ask for, and no load report
+    if (*load)
+        note_load(*peer_load_, **load, {}, peer().node);
+    else
+        note_load(*peer_load_, std::nullopt, load->error(), peer().node);
+}
+
 void Connection::ping_next() {
-    if (pinging_ || probes_.empty() || state() != LinkState::open) return;
+    if (pinging_ || state() != LinkState::open) return;
+    if (load_pong_due_) {
+        load_pong_due_ = false;
+        pinging_ = true;
+        const auto text = wire::encode_load_pong(settings_.load->sample());
+        ws_.visit([&](auto& ws) {
+            ws.async_pong(ws::ping_data(text.data(), text.size()), [self = shared_from_this()](beast::error_code) {
+                self->pinging_ = false;
+                self->ping_next();
+            });
+        });
+        return;
+    }
+    if (probes_.empty()) return;
     pinging_ = true;
     const auto text = std::string(probe_prefix) + std::to_string(probes_.front());
     probes_.erase(probes_.begin());

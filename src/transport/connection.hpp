@@ -197,7 +197,11 @@ private:
     void fail(const LinkClose& reason);
     void arm_deadline(Clock::time_point deadline);
     void on_deadline();
-    void ping_next();  // sends the first of probes_, unless a ping is in flight
+    /// Sends a due load pong, or else the first of probes_, unless a ping or pong is in
+    /// flight (Beast allows one).
+    void ping_next();
+    /// A pong that is not a probe's answer: the peer's load report, if it is one.
+    void on_load_pong(std::string_view payload);
 
     MeshStream ws_;
     ConnectionOwner& owner_;
@@ -218,7 +222,10 @@ private:
     boost::asio::steady_timer handshake_timer_;
     boost::asio::steady_timer deadline_timer_;
     std::vector<std::uint64_t> probes_;  // probe seqs to send as pings, oldest first (strand)
-    bool pinging_ = false;               // a ping is being written (strand)
+    bool pinging_ = false;               // a ping or load pong is being written (strand)
+    bool load_pong_due_ = false;         // a probe's ping came: report this node's load (strand)
+    // The peer's load record (NodeLoads), from the handshake on; written on the strand.
+    std::shared_ptr<NodeLoad> peer_load_;
     StreamLoan loan_;  // accepted call channel: answers owed, and the stream lent for them
     std::atomic<std::uint64_t> next_id_{1};
     std::atomic<LinkState> state_{LinkState::connecting};  // written on the strand only

@@ -69,6 +69,13 @@ public:
         need_comma_ = true;
     }
 
+    /// `text` as the value of `key`, written as it is: it must be valid JSON.
+    void raw(std::string_view key, std::string_view text) {
+        write_key(key);
+        out_ += text;
+        need_comma_ = true;
+    }
+
     template <class Json>  // json::value, json::array or json::object
     void value(std::string_view key, const Json& v) {
         write_key(key);

@@ -1,6 +1,8 @@
 // The settings every link of a node shares (internal).
 #pragma once
 
+#include "transport/load_gauge.hpp"
+
 #include <rpclb/detail/wire.hpp>
 
 #include <boost/asio/ssl/context.hpp>
@@ -57,6 +59,9 @@ struct ConnectionSettings {
     /// This node accepts call channels from its peers (ClusterOptions::call_channels);
     /// its hellos say so (wire::Hello::channels).
     bool accept_channels = true;
+    /// This node's load, which its answers to probes report (LoadGauge); shared with the
+    /// RpcServer, whose answers report it too. The pointer itself never changes.
+    std::shared_ptr<LoadGauge> load = std::make_shared<LoadGauge>();
 };
 
 }  // namespace rpclb::detail

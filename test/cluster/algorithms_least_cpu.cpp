@@ -10,6 +10,7 @@
 
 #include <rpclb/algorithm_state.hpp>
 #include <rpclb/cluster.hpp>
+#include <rpclb/node_load.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include <boost/json/serialize.hpp>
@@ -638,6 +639,51 @@ BOOST_AUTO_TEST_CASE(poller_fetches_remote_readings_over_the_mesh) {
     // The clusters are gone (their registered cpu_reading functions with them) and every
     // algorithm object is destroyed: the plugin stays mapped, so nothing ran unmapped code.
     BOOST_TEST(is_mapped(rpclb::PluginRegistry::file_name("least_cpu")));
+}
+
+// ---- "source": "reported" -------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(pick_reported_source_takes_the_member_reporting_least_load) {
+    const rpclb::MemberSnapshot members{{"lc_rep_a", "lc_rep_b", "lc_rep_c"}, 90};
+    // Records as a connection's answers fill them, at the frozen now; no poller reading.
+    auto a = rpclb::NodeLoads::instance().of("lc_rep_a");
+    auto b = rpclb::NodeLoads::instance().of("lc_rep_b");
+    auto c = rpclb::NodeLoads::instance().of("lc_rep_c");
+    a->store(900, 0, 0.0, now_ms);
+    b->store(100, 0, 0.0, now_ms);
+    c->store(500, 0, 0.0, now_ms);
+    auto algorithm = load({{"source", "reported"}, {"seed", 7}});
+    for (int i = 0; i < 50; ++i) BOOST_TEST(algorithm->choose_from_nodes(members, {}).value() == 1u);
+
+    // A step change: the next pick follows it. An application number wins over the pool.
+    b->store(100, 0, 0.97, now_ms);  // 97
+    for (int i = 0; i < 50; ++i) BOOST_TEST(algorithm->choose_from_nodes(members, {}).value() == 2u);
+    // A queue counts as a fully busy pool per queued call: 40 + 200.
+    c->store(400, 2, 0.0, now_ms);
+    for (int i = 0; i < 50; ++i) BOOST_TEST(algorithm->choose_from_nodes(members, {}).value() == 0u);
+
+    // Unknown (malformed or stale) reports count as 50, as a missing reading does.
+    a->forget();
+    c->store(0, 0, 0.0, now_ms - 20'000);  // older than cpu_cache_ttl (10 s)
+    std::set<std::size_t> picked;
+    for (int i = 0; i < 100; ++i) picked.insert(algorithm->choose_from_nodes(members, {}).value());
+    BOOST_TEST((picked == std::set<std::size_t>{0, 2}));
+}
+
+BOOST_AUTO_TEST_CASE(reported_source_runs_no_poller_and_poll_stays_the_default) {
+    BOOST_TEST(load({{"source", "reported"}})->services().empty());
+    BOOST_TEST(load({{"source", "poll"}})->services().size() == 1u);
+    BOOST_TEST(load()->services().size() == 1u);
+    rpclb::PluginRegistry registry({plugin_dir()});
+    for (const auto& bad : {boost::json::value("cpu"), boost::json::value(1)}) {
+        auto algorithm = registry.create("least_cpu").value();
+        try {
+            algorithm->init({"workers", "me@host", nullptr}, {{"source", bad}});
+            BOOST_ERROR("init accepted source " << boost::json::serialize(bad));
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(std::string(e.what()) == "least_cpu option source must be \"poll\" or \"reported\"");
+        }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

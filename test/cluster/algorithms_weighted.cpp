@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE algorithms_weighted
 #include <boost/test/unit_test.hpp>
 
+#include <rpclb/node_load.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include <boost/json/parse.hpp>
@@ -243,6 +244,134 @@ BOOST_AUTO_TEST_CASE(choose_nodes_returns_distinct_members) {
     BOOST_TEST_REQUIRE(sample.has_value());
     BOOST_TEST_REQUIRE(sample->size() == 2u);
     BOOST_TEST((*sample)[0] != (*sample)[1]);
+}
+
+// ---- "weights": "reported" -----------------------------------------------------------------
+
+// Stores a report for `node` as a connection that received it would (busy in thousandths).
+std::shared_ptr<rpclb::NodeLoad> report(const std::string& node, std::uint32_t busy, std::uint32_t queue = 0,
+                                        double application = 0.0) {
+    auto record = rpclb::NodeLoads::instance().of(node);
+    record->store(busy, queue, application, rpclb::load_clock_ms());
+    return record;
+}
+
+BOOST_AUTO_TEST_CASE(pick_reported_weights_shift_share_away_from_a_loaded_member) {
+    const rpclb::MemberSnapshot members{{"rep_a", "rep_b", "rep_c"}, 40};
+    // Held for the test: a record lives while someone holds it.
+    auto a = report("rep_a", 900), b = report("rep_b", 100), c = report("rep_c", 100);
+    auto algorithm = load(R"({"weights": "reported"})");
+    auto counts = tally(picks(*algorithm, members, 1900));
+    // Weights 1/0.9 : 1/0.1 : 1/0.1 = 1 : 9 : 9 of 19.
+    BOOST_TEST(std::abs(counts["rep_a"] - 100) <= 3, counts["rep_a"]);
+    BOOST_TEST(std::abs(counts["rep_b"] - 900) <= 3);
+    BOOST_TEST(std::abs(counts["rep_c"] - 900) <= 3);
+
+    // A step change shows in the very next picks, on the same snapshot.
+    a->store(100, 0, 0.0, rpclb::load_clock_ms());
+    b->store(900, 0, 0.0, rpclb::load_clock_ms());
+    counts = tally(picks(*algorithm, members, 1900));
+    BOOST_TEST(std::abs(counts["rep_a"] - 900) <= 3);
+    BOOST_TEST(std::abs(counts["rep_b"] - 100) <= 3, counts["rep_b"]);
+
+    // The application's number wins over the busy share; a queue weighs as a busy pool.
+    a->store(100, 0, 4.0, rpclb::load_clock_ms());  // utilization 4
+    b->store(0, 3, 0.0, rpclb::load_clock_ms());    // utilization 0 + 3
+    c->store(1000, 0, 0.0, rpclb::load_clock_ms()); // utilization 1
+    counts = tally(picks(*algorithm, members, 1900));  // 1/4 : 1/3 : 1 = 3 : 4 : 12 of 19
+    BOOST_TEST(std::abs(counts["rep_a"] - 300) <= 3);
+    BOOST_TEST(std::abs(counts["rep_b"] - 400) <= 3);
+    BOOST_TEST(std::abs(counts["rep_c"] - 1200) <= 3);
+}
+
+BOOST_AUTO_TEST_CASE(pick_reported_weights_interleave_evenly) {
+    const rpclb::MemberSnapshot members{{"even_a", "even_b"}, 41};
+    auto a = report("even_a", 500), b = report("even_b", 500);
+    auto algorithm = load(R"({"weights": "reported"})");
+    // Equal weights: never more than two picks of one member in a row.
+    const auto picked = picks(*algorithm, members, 200);
+    int run = 1;
+    for (std::size_t i = 1; i < picked.size(); ++i) {
+        run = picked[i] == picked[i - 1] ? run + 1 : 1;
+        BOOST_TEST(run <= 2);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(pick_reported_unknown_members_weigh_the_mean) {
+    const rpclb::MemberSnapshot members{{"unk_a", "unk_b", "unk_c"}, 42};
+    auto a = report("unk_a", 250), b = report("unk_b", 500);  // weights 4 and 2
+    auto c = rpclb::NodeLoads::instance().of("unk_c");       // no report: weighs 3
+    auto algorithm = load(R"({"weights": "reported"})");
+    auto counts = tally(picks(*algorithm, members, 900));
+    BOOST_TEST(std::abs(counts["unk_a"] - 400) <= 3);
+    BOOST_TEST(std::abs(counts["unk_b"] - 200) <= 3);
+    BOOST_TEST(std::abs(counts["unk_c"] - 300) <= 3);
+
+    // A report older than load_max_age_ms is unknown too; a malformed one (forget()).
+    b->forget();
+    c->store(500, 0, 0.0, rpclb::load_clock_ms() - 60'000);  // a minute old
+    auto aged = load(R"({"weights": "reported", "load_max_age_ms": 1000})");
+    counts = tally(picks(*aged, members, 900));  // only a is known: everyone weighs 4
+    BOOST_TEST(std::abs(counts["unk_a"] - 300) <= 3);
+    BOOST_TEST(std::abs(counts["unk_c"] - 300) <= 3);
+
+    // No member known: plain rotation.
+    a->forget();
+    counts = tally(picks(*aged, members, 900));
+    BOOST_TEST(std::abs(counts["unk_b"] - 300) <= 3);
+}
+
+BOOST_AUTO_TEST_CASE(pick_reported_weights_penalise_a_member_whose_calls_fail) {
+    const rpclb::MemberSnapshot members{{"err_a", "err_b"}, 43};
+    auto a = report("err_a", 500), b = report("err_b", 500);  // both weigh 2
+    auto algorithm = load(R"({"weights": "reported"})");
+    auto counts = tally(picks(*algorithm, members, 200));
+    BOOST_TEST(std::abs(counts["err_a"] - 100) <= 3);
+
+    // err_a fails fast (its report stays low); 30 failures take its error rate to about
+    // 0.96: weight 1 / (0.5 + 0.96) ≈ 0.69 against 2.
+    const rpclb::CallOutcome failed{rpclb::ErrorCode::internal_server_error, rpclb::ErrorOrigin::remote, {}};
+    for (int i = 0; i < 30; ++i) algorithm->release(members, 0, failed);
+    counts = tally(picks(*algorithm, members, 2690));
+    BOOST_TEST(std::abs(counts["err_a"] - 690) <= 10, counts["err_a"]);
+    // Successes bring it back.
+    for (int i = 0; i < 100; ++i) algorithm->release(members, 0, rpclb::CallOutcome{});
+    counts = tally(picks(*algorithm, members, 200));
+    BOOST_TEST(std::abs(counts["err_a"] - 100) <= 3, counts["err_a"]);
+
+    // error_penalty 0: failures do not count.
+    auto lenient = load(R"({"weights": "reported", "error_penalty": 0})");
+    for (int i = 0; i < 30; ++i) lenient->release(members, 0, failed);
+    counts = tally(picks(*lenient, members, 200));
+    BOOST_TEST(std::abs(counts["err_a"] - 100) <= 3, counts["err_a"]);
+}
+
+BOOST_AUTO_TEST_CASE(init_reported_options_throw_naming_the_option) {
+    require_init_rejected(R"({"weights": "measured"})", "\"reported\"");
+    rpclb::PluginRegistry registry;
+    auto algorithm = registry.create("weighted_round_robin").value();
+    for (const char* bad : {R"({"weights": "reported", "load_max_age_ms": 0})",
+                            R"({"weights": "reported", "load_max_age_ms": "10"})",
+                            R"({"weights": "reported", "load_max_age_ms": 3600001})",
+                            R"({"load_max_age_ms": 100})"}) {
+        try {
+            algorithm->init({this_balancer(), "me@host", nullptr}, boost::json::parse(bad).as_object());
+            BOOST_ERROR("init accepted " << bad);
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(std::string(e.what()).starts_with("load_max_age_ms"), e.what());
+        }
+    }
+    for (const char* bad : {R"({"weights": "reported", "error_penalty": -1})",
+                            R"({"weights": "reported", "error_penalty": 1001})",
+                            R"({"weights": "reported", "error_penalty": "1"})",
+                            R"({"error_penalty": 1})"}) {
+        try {
+            algorithm->init({this_balancer(), "me@host", nullptr}, boost::json::parse(bad).as_object());
+            BOOST_ERROR("init accepted " << bad);
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(std::string(e.what()).starts_with("error_penalty"), e.what());
+        }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

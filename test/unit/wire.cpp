@@ -454,5 +454,90 @@ BOOST_AUTO_TEST_CASE(numbers_too_large_for_a_double_are_refused) {
     }
 }
 
+// ---- the load an answer reports ("ld") --------------------------------------------------
+
+proto::Response decode_response(std::string_view text) {
+    auto decoded = proto::decode(text);
+    BOOST_TEST_REQUIRE(decoded.has_value(), (decoded ? "" : decoded.error().message));
+    BOOST_TEST_REQUIRE(std::holds_alternative<proto::Response>(*decoded));
+    return std::get<proto::Response>(std::move(*decoded));
+}
+
+BOOST_AUTO_TEST_CASE(response_load_round_trips_in_a_few_bytes) {
+    const proto::Load load{250, 3, 0.75};
+    const auto text = proto::encode(proto::Response{7, json::value(true), load});
+    BOOST_TEST(text == R"({"t":"res","id":7,"ok":true,"ld":[250,3,0.75]})");
+    const auto res = decode_response(text);
+    BOOST_TEST_REQUIRE(res.load.has_value());
+    BOOST_TEST((*res.load == load));
+    BOOST_TEST(res.load_problem.empty());
+
+    // No application number: two numbers.
+    const auto bare = proto::encode(proto::Response{8, json::value(1), proto::Load{1000, 0, 0.0}});
+    BOOST_TEST(bare == R"({"t":"res","id":8,"ok":1,"ld":[1000,0]})");
+    BOOST_TEST((*decode_response(bare).load == proto::Load{1000, 0, 0.0}));
+}
+
+BOOST_AUTO_TEST_CASE(response_without_load_is_read_as_before) {
+    // What a peer of an earlier version sends, and what a Response without a load writes.
+    const auto text = proto::encode(proto::Response{9, json::value(true)});
+    BOOST_TEST(text == R"({"t":"res","id":9,"ok":true})");
+    const auto res = decode_response(text);
+    BOOST_TEST(!res.load.has_value());
+    BOOST_TEST(res.load_problem.empty());
+}
+
+BOOST_AUTO_TEST_CASE(response_with_malformed_load_keeps_its_result) {
+    // Each is a garbage report: the answer still decodes, with no load and a reason.
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {R"("high")", "must be an array"},
+        {R"([1])", "2 or 3"},
+        {R"([1,2,3,4])", "2 or 3"},
+        {R"([1001,0])", "busy"},
+        {R"([-1,0])", "busy"},
+        {R"([0.5,0])", "busy"},
+        {R"([10,-2])", "queue"},
+        {R"([10,4294967296])", "queue"},
+        {R"([10,0,-1])", "application"},
+        {R"([10,0,1e10])", "application"},
+        {R"([10,0,"x"])", "application"},
+        {R"([10,0,1e999])", "too large for a double"},  // parsed as infinity
+    };
+    for (const auto& [ld, mentions] : cases) {
+        const auto res = decode_response(R"({"t":"res","id":4,"ok":"fine","ld":)" + ld + "}");
+        BOOST_TEST(res.id == 4u);
+        BOOST_TEST_REQUIRE(res.result.has_value(), ld);
+        BOOST_TEST(*res.result == json::value("fine"));
+        BOOST_TEST(!res.load.has_value(), ld);
+        BOOST_TEST(res.load_problem.find(mentions) != std::string::npos, ld << ": " << res.load_problem);
+    }
+    // A non-finite number elsewhere is still a bad frame.
+    BOOST_TEST((decode_error(R"({"t":"res","id":4,"ok":1e999,"ld":[1,1]})").kind ==
+                proto::DecodeErrorKind::bad_json));
+    BOOST_TEST((decode_error(R"({"t":"res","id":4,"ok":1e999,"ld":[1,1e999]})").kind ==
+                proto::DecodeErrorKind::bad_json));
+}
+
+BOOST_AUTO_TEST_CASE(load_pong_round_trips_and_refuses_garbage) {
+    const proto::Load load{125, 40, 2.5};
+    const auto text = proto::encode_load_pong(load);
+    BOOST_TEST(text == "load 125 40 2.5");
+    const auto back = proto::decode_load_pong(text);
+    BOOST_TEST_REQUIRE(back.has_value());
+    BOOST_TEST_REQUIRE(back->has_value());
+    BOOST_TEST((**back == load));
+    BOOST_TEST((**proto::decode_load_pong("load 0 0") == proto::Load{}));
+
+    // Not a load pong at all (a probe's pong, or anything else): no answer.
+    BOOST_TEST(!proto::decode_load_pong("probe 12").has_value());
+    BOOST_TEST(!proto::decode_load_pong("").has_value());
+    for (std::string_view bad : {"load ", "load 1001 0", "load 5", "load 5 x", "load 5 1 nan", "load 5 1 inf",
+                                 "load 5 1 -3", "load 5 1 2e9", "load 5 1 2 3", "load 5  1"}) {
+        const auto r = proto::decode_load_pong(bad);
+        BOOST_TEST_REQUIRE(r.has_value(), bad);
+        BOOST_TEST(!r->has_value(), bad);
+    }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 

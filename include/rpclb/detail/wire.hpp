@@ -121,11 +121,44 @@ struct Cast {
     std::string load_balancer;
 };
 
-/// "res": {"t","id","ok":value} or {"t","id","err":ErrorMessage-json}.
+/// A node's load as its answers carry it (rpclb::LoadReport says what each field means).
+/// On the wire, the optional member "ld" of a "res" frame: `[busy, queue]` or
+/// `[busy, queue, application]`, busy an integer in [0, 1000] (thousandths of the worker
+/// pool busy), queue an integer in [0, 2^32), application a number in (0, 1e9], left out
+/// when 0 (none set).
+struct Load {
+    std::uint32_t busy_permille = 0;
+    std::uint32_t queue = 0;
+    double application = 0.0;
+    friend bool operator==(const Load&, const Load&) = default;
+};
+
+/// Largest Load::application accepted.
+inline constexpr double max_application_load = 1e9;
+
+/// Why `v`, the "ld" member of a frame, is not a Load, or nullopt when it is one (then
+/// stored in `out`).
+std::optional<std::string> read_load(const boost::json::value& v, Load& out);
+
+/// "res": {"t","id","ok":value[,"ld"]} or {"t","id","err":ErrorMessage-json[,"ld"]}.
 struct Response {
     std::uint64_t id = 0;
     CallResult result;
+    /// "ld" (optional): the answering node's load when it answered. A peer of an earlier
+    /// version sends none. A malformed "ld" does not make the frame malformed: `load` stays
+    /// empty and `load_problem` says what was wrong (the receiver takes the node's load as
+    /// unknown).
+    std::optional<Load> load = std::nullopt;
+    std::string load_problem = {};
 };
+
+/// The payload of the unsolicited WebSocket pong (RFC 6455 §5.5.3) a node sends next to
+/// the pong that answers a probe's ping: "load BUSY QUEUE[ APPLICATION]", numbers as in
+/// Load. A node of an earlier version ignores a pong it did not ask for.
+std::string encode_load_pong(const Load& load);
+/// A pong's payload read as encode_load_pong writes it: nullopt when the payload is not a
+/// load pong at all (no "load " prefix); otherwise the Load or why it is malformed.
+std::optional<boost::system::result<Load, std::string>> decode_load_pong(std::string_view payload);
 
 /// "bye": {"t"[,"reply"]} — the sender is stopping: it has left its groups and drained its
 /// balancers. The receiver sends no new request on this connection and answers with a
