@@ -6,6 +6,7 @@
 
 #include <rpclb/selection_algorithm.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace rpclb::plugins {
@@ -16,6 +17,12 @@ namespace rpclb::plugins {
 /// (doc/reference/algorithms.md, "Failures"), so that a member that fails fast never looks
 /// idle. A tie goes to the first drawn, itself a uniformly random one of the two. A single
 /// member is always picked.
+///
+/// With option `reported_load` true, two members that both reported their load within
+/// `load_max_age_ms` (integer ms, default 10,000) are compared by the utilization they
+/// reported (LoadReport::utilization(): the share of their capacity in use, counted over
+/// every caller) plus their failure load, and by calls in flight when those are equal; a
+/// member without a recent report is compared by calls in flight.
 ///
 /// Options: `failure_penalty` (ms, integer 0 … 86,400,000, default 1,000; 0: failures cost
 /// nothing); `seed` (integer ≥ 0: a deterministic generator shared by the instance's
@@ -31,7 +38,7 @@ namespace rpclb::plugins {
 class PowerOfTwo final : public SelectionAlgorithm {
 public:
     static constexpr std::uint64_t capabilities =
-        capability::in_flight | capability::feedback | capability::snapshot_state;
+        capability::in_flight | capability::feedback | capability::snapshot_state | capability::reported_load;
 
     /// Reads the options; throws std::invalid_argument naming a bad one.
     void init(const AlgorithmContext& context, const boost::json::object& options) override;
@@ -47,6 +54,8 @@ private:
     std::string balancer_;
     Draws draws_;
     FailureLoads failures_;
+    bool reported_ = false;
+    std::int64_t load_max_age_ms_ = 0;
 };
 
 }  // namespace rpclb::plugins

@@ -375,3 +375,75 @@ BOOST_AUTO_TEST_CASE(init_reported_options_throw_naming_the_option) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// ---- power_of_two with "reported_load" ------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(power_of_two_reported)
+
+using weighted_round_robin::report;
+
+std::shared_ptr<rpclb::SelectionAlgorithm> load_p2c(std::string_view options_json) {
+    rpclb::PluginRegistry registry;
+    auto algorithm = registry.create("power_of_two");
+    BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
+    (*algorithm)->init({this_balancer(), "me@host", nullptr}, boost::json::parse(options_json).as_object());
+    return *algorithm;
+}
+
+// Calls in flight from here are equal (none), so only the reports tell the members apart:
+// the busier member is picked only when it is drawn against itself, never here with two
+// members; without the option the pick is a coin toss.
+BOOST_AUTO_TEST_CASE(pick_prefers_the_member_that_reports_less_load) {
+    rpclb::MemberSnapshot members{{"p2c_a", "p2c_b"}, 60};
+    members.count_calls();
+    auto a = report("p2c_a", 900), b = report("p2c_b", 200);
+    auto reported = load_p2c(R"({"reported_load": true, "seed": 7})");
+    auto counts = tally(picks(*reported, members, 400));
+    BOOST_TEST(counts["p2c_b"] == 400);
+    // A step change shows at the next pick.
+    a->store(100, 0, 0.0, rpclb::load_clock_ms());
+    counts = tally(picks(*reported, members, 400));
+    BOOST_TEST(counts["p2c_a"] == 400);
+    // The application's number counts over the busy share.
+    a->store(100, 0, 3.0, rpclb::load_clock_ms());
+    counts = tally(picks(*reported, members, 400));
+    BOOST_TEST(counts["p2c_b"] == 400);
+
+    auto blind = load_p2c(R"({"seed": 7})");
+    counts = tally(picks(*blind, members, 400));
+    BOOST_TEST(counts["p2c_a"] > 100);
+    BOOST_TEST(counts["p2c_b"] > 100);
+}
+
+// A member without a recent report is weighed by calls in flight, as without the option.
+BOOST_AUTO_TEST_CASE(pick_without_a_report_falls_back_to_calls_in_flight) {
+    rpclb::MemberSnapshot members{{"p2c_known", "p2c_silent"}, 61};
+    members.count_calls();
+    auto known = report("p2c_known", 900);
+    members.calls[0]->acquire();  // one call in flight to p2c_known
+    auto reported = load_p2c(R"({"reported_load": true, "seed": 3})");
+    auto counts = tally(picks(*reported, members, 200));
+    BOOST_TEST(counts["p2c_silent"] == 200);
+}
+
+BOOST_AUTO_TEST_CASE(init_rejects_bad_reported_load_options_naming_them) {
+    for (const char* bad : {R"({"reported_load": 1})", R"({"reported_load": "yes"})",
+                            R"({"reported_load": true, "load_max_age_ms": 0})",
+                            R"({"load_max_age_ms": 1000})"}) {
+        rpclb::PluginRegistry registry;
+        auto algorithm = registry.create("power_of_two").value();
+        try {
+            algorithm->init({this_balancer(), "me@host", nullptr}, boost::json::parse(bad).as_object());
+            BOOST_ERROR("init accepted " << bad);
+        } catch (const std::invalid_argument& e) {
+            const std::string message = e.what();
+            BOOST_TEST_CONTEXT(message) {
+                BOOST_TEST(message.starts_with("power_of_two: option"));
+                BOOST_TEST((message.find("reported_load") != std::string::npos ||
+                            message.find("load_max_age_ms") != std::string::npos));
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
