@@ -231,8 +231,8 @@ void warm_up(gray::Target& target, const std::set<int>& expected, const std::str
     while (calls < 200 || !std::includes(seen.begin(), seen.end(), expected.begin(), expected.end())) {
         if (Clock::now() > deadline) {
             if (required) bench::die(what + ": not every member answered within the warm-up");
-            std::fprintf(stderr, "gray: %s: %zu of %zu members answered during the warm-up\n", what.c_str(),
-                         seen.size(), expected.size());
+            std::fprintf(stderr, "gray: %s: warm-up of %ld calls over %lld s, %zu of %zu members answered\n", what.c_str(),
+                         calls, static_cast<long long>(limit.count()), seen.size(), expected.size());
             return;
         }
         for (const auto& s : gray::closed_loop(target, 4, 100ms, 2000ms)) {
@@ -279,23 +279,27 @@ std::map<std::string, StackRun> run_setup(const Setup& setup, const Options& o, 
         return std::make_unique<bench::Child>(bench::self_child("--grpc-member", std::nullopt, {json::serialize(spec)}));
     };
 
-    // The open loop, with the cold member (if any) started from another thread at its time.
+    // The open loop, with the cold member (if any) started at its time. The loop paces from
+    // a thread of its own and the member is started from this one: a child started by a
+    // thread that then exits would get its PR_SET_PDEATHSIG at once.
     auto open_with_cold = [&](gray::Target& target, StackRun& r, auto start_cold) {
+        if (!setup.cold) {
+            r.open = gray::open_loop(target, setup.rate, duration, setup.timeout);
+            return;
+        }
         std::unique_ptr<bench::Child> cold;
-        std::thread joiner;
         const auto t0 = Clock::now();
-        if (setup.cold)
-            joiner = std::thread([&] {
-                std::this_thread::sleep_until(t0 + std::chrono::milliseconds(static_cast<long>(setup.cold_join_s * 1000)));
-                r.join_s = std::chrono::duration<double>(Clock::now() - t0).count();
-                try {
-                    cold = start_cold();
-                } catch (const std::exception& e) {
-                    std::fprintf(stderr, "gray: cold member did not start: %s\n", e.what());
-                }
-            });
-        r.open = gray::open_loop(target, setup.rate, duration, setup.timeout);
-        if (joiner.joinable()) joiner.join();
+        std::thread loop([&] { r.open = gray::open_loop(target, setup.rate, duration, setup.timeout); });
+        std::this_thread::sleep_until(t0 + std::chrono::milliseconds(static_cast<long>(setup.cold_join_s * 1000)));
+        r.join_s = std::chrono::duration<double>(Clock::now() - t0).count();
+        try {
+            cold = start_cold();
+            std::fprintf(stderr, "gray: cold member started %.2f s into the open loop, listening %.2f s in\n", r.join_s,
+                         std::chrono::duration<double>(Clock::now() - t0).count());
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "gray: cold member did not start: %s\n", e.what());
+        }
+        loop.join();
         cold.reset();  // stops it cleanly: it leaves its groups before the next stack runs
     };
 
@@ -401,15 +405,18 @@ void record(std::map<std::string, double>& cur, const Setup& setup, const std::s
     }
     if (r.open.empty()) return;
     const std::string k = setup.name + "/" + stack + "/open/";
-    // Utilization: service time served by each member over its capacity x the loop's span.
+    // Utilization: service time served by each member over its capacity x the span.
     if (setup.members[0].capacity > 0 && !setup.cold) {
         std::vector<double> busy(setup.members.size(), 0);
         for (const auto& x : r.open)
             if (x.reply.ok && x.reply.member >= 0 && static_cast<std::size_t>(x.reply.member) < busy.size())
                 busy[static_cast<std::size_t>(x.reply.member)] += static_cast<double>(x.reply.service_us);
+        // The span runs to the last completion: a member with a backlog serves past the loop.
+        double span_s = setup.duration_s;
+        for (const auto& x : r.open) span_s = std::max(span_s, x.at_s + static_cast<double>(x.latency_us) / 1e6);
         double lo = 1e9, hi = -1e9;
         for (std::size_t i = 0; i < busy.size(); ++i) {
-            const double u = busy[i] / (setup.members[i].capacity * setup.duration_s * 1e6);
+            const double u = busy[i] / (setup.members[i].capacity * span_s * 1e6);
             cur[k + "util." + std::to_string(i)] = u;
             lo = std::min(lo, u);
             hi = std::max(hi, u);
