@@ -1,5 +1,6 @@
 #include "behaviour.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -47,7 +48,32 @@ Behaviour Behaviour::from_text(std::string_view text) {
 }
 
 Member::Member(Behaviour behaviour, std::uint64_t seed)
-    : b_(behaviour), start_(Clock::now()), rng_(seed * 0x9E3779B97F4A7C15ull + 1) {}
+    : b_(behaviour), start_(Clock::now()), free_slots_(behaviour.capacity), rng_(seed * 0x9E3779B97F4A7C15ull + 1) {}
+
+bool Member::acquire(Clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    if (free_slots_ > 0 && queue_.empty()) {
+        --free_slots_;
+        return true;
+    }
+    Waiter me;
+    queue_.push_back(&me);
+    granted_.wait_until(lock, deadline, [&] { return me.granted; });
+    if (me.granted) return true;
+    queue_.erase(std::find(queue_.begin(), queue_.end(), &me));
+    return false;
+}
+
+void Member::release() {
+    std::lock_guard lock(mutex_);
+    if (queue_.empty()) {
+        ++free_slots_;
+        return;
+    }
+    queue_.front()->granted = true;
+    queue_.pop_front();
+    granted_.notify_all();
+}
 
 double Member::draw_uniform() {
     std::lock_guard lock(mutex_);
@@ -72,33 +98,23 @@ void Member::wait_while_paused() {
     }
 }
 
-Served Member::serve() {
+Served Member::serve(Clock::time_point deadline) {
     wait_while_paused();
-    if (b_.fail_rate > 0 && draw_uniform() < b_.fail_rate) return {false, 0};
+    if (Clock::now() >= deadline) return {false, true, 0};
+    if (b_.fail_rate > 0 && draw_uniform() < b_.fail_rate) return {false, false, 0};
 
     double ms = b_.exponential ? -std::log(1.0 - draw_uniform()) * b_.service_ms : b_.service_ms;
     if (b_.cold_s > 0 && Clock::now() - start_ < std::chrono::duration<double>(b_.cold_s)) ms *= b_.cold_factor;
     if (b_.stall_rate > 0 && draw_uniform() < b_.stall_rate) ms += b_.stall_ms;
 
-    std::uint64_t ticket = 0;
-    if (b_.capacity > 0) {
-        std::unique_lock lock(mutex_);
-        ticket = next_ticket_++;
-        slot_free_.wait(lock, [&] { return ticket < released_ + static_cast<std::uint64_t>(b_.capacity); });
-    }
+    if (b_.capacity > 0 && !acquire(deadline)) return {false, true, 0};
     const auto began = Clock::now();
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
     const auto service = Clock::now() - began;
-    if (b_.capacity > 0) {
-        {
-            std::lock_guard lock(mutex_);
-            ++released_;
-        }
-        slot_free_.notify_all();
-    }
+    if (b_.capacity > 0) release();
     if (b_.extra_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(b_.extra_ms));
     wait_while_paused();
-    return {true, std::chrono::duration_cast<std::chrono::microseconds>(service).count()};
+    return {true, false, std::chrono::duration_cast<std::chrono::microseconds>(service).count()};
 }
 
 }  // namespace gray

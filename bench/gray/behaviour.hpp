@@ -4,10 +4,12 @@
 // A call to a Member goes through, in order:
 //   1. pause     while the member is paused (every `pause_every_s` seconds it stops for
 //                `pause_ms`, counted from the member's start) the call waits for the end of
-//                the pause;
+//                the pause; a call whose caller's deadline has passed by then is dropped;
 //   2. failure   with probability `fail_rate` it is answered at once with an error;
 //   3. capacity  it waits, first come first served, for one of `capacity` service slots
-//                (0 = no limit);
+//                (0 = no limit); a call still waiting at its caller's deadline leaves the
+//                queue unserved (as a server drops a request its caller gave up on), so a
+//                backlog does not outlive the calls that made it;
 //   4. service   it holds the slot for the service time: `service_ms`, fixed or drawn from
 //                an exponential distribution of that mean, times `cold_factor` during the
 //                member's first `cold_s` seconds, plus `stall_ms` with probability
@@ -21,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -52,7 +55,8 @@ struct Behaviour {
 
 /// How a call ended at the member.
 struct Served {
-    bool ok = true;              ///< false: answered with the injected error
+    bool ok = true;              ///< false: answered with the injected error, or expired
+    bool expired = false;        ///< its deadline passed while it waited for a slot
     std::int64_t service_us = 0; ///< time the call held a service slot
 };
 
@@ -61,8 +65,9 @@ struct Served {
 class Member {
 public:
     Member(Behaviour behaviour, std::uint64_t seed);
-    /// Serves one call, blocking the calling thread for the whole of it.
-    Served serve();
+    /// Serves one call whose caller gives up at `deadline`, blocking the calling thread for
+    /// the whole of it.
+    Served serve(Clock::time_point deadline);
     const Behaviour& behaviour() const noexcept { return b_; }
 
 private:
@@ -71,11 +76,18 @@ private:
 
     Behaviour b_;
     Clock::time_point start_;
+    // A call waiting for a slot; a released slot goes to the first in the queue.
+    struct Waiter {
+        bool granted = false;
+    };
+    bool acquire(Clock::time_point deadline);
+    void release();
+
     std::mutex mutex_;
-    std::condition_variable slot_free_;
-    std::uint64_t next_ticket_ = 0;  // tickets handed out (FIFO order of arrival)
-    std::uint64_t released_ = 0;     // slots given back
-    std::uint64_t rng_;              // splitmix64 state, under mutex_
+    std::condition_variable granted_;
+    int free_slots_;              // under mutex_
+    std::deque<Waiter*> queue_;   // under mutex_, first come first
+    std::uint64_t rng_;           // splitmix64 state, under mutex_
 };
 
 }  // namespace gray

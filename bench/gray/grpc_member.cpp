@@ -22,10 +22,9 @@ bool grpc_built() { return true; }
 
 namespace {
 
-/// Hands each call to the thread pool, which serves it with the member's Behaviour and
-/// finishes it: the same worker-pool shape as an rpclb member. A call whose deadline passed
-/// while it waited for a thread is answered DEADLINE_EXCEEDED unserved (as rpclb drops
-/// expired requests).
+/// Hands each call to the thread pool, which serves it with the member's Behaviour (the
+/// call's deadline from its context) and finishes it: the same worker-pool shape as an
+/// rpclb member.
 class Service final : public ::gray::Gray::CallbackService {
 public:
     Service(Member& member, int index) : member_(member), index_(index), pool_(member_threads) {}
@@ -35,11 +34,12 @@ public:
                                    WorkReply* reply) override {
         auto* reactor = context->DefaultReactor();
         boost::asio::post(pool_, [this, context, reply, reactor] {
-            if (std::chrono::system_clock::now() > context->deadline()) {
-                reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "expired in queue"));
+            const auto left = context->deadline() - std::chrono::system_clock::now();
+            const auto served = member_.serve(Clock::now() + std::chrono::duration_cast<Clock::duration>(left));
+            if (served.expired) {
+                reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "expired in the queue"));
                 return;
             }
-            const auto served = member_.serve();
             if (!served.ok) {
                 reactor->Finish(grpc::Status(grpc::StatusCode::INTERNAL, "injected failure"));
                 return;

@@ -37,8 +37,14 @@ int run_rpclb_member(const std::string& text) {
     for (const auto& s : spec.at("seeds").as_array()) options.seeds.push_back(json::value_to<std::string>(s));
     options.plugin_path = {json::value_to<std::string>(spec.at("plugin_dir"))};
     rpclb::Cluster cluster(std::move(options));
-    cluster.register_function("gray", "work", [member, index](const json::array&) -> rpclb::CallResult {
-        const auto served = member->serve();
+    // args: [the caller's deadline as steady_clock nanoseconds] (one clock for every process).
+    cluster.register_function("gray", "work", [member, index](const json::array& args) -> rpclb::CallResult {
+        const auto deadline = args.size() == 1 && args[0].is_int64()
+                                  ? Clock::time_point(Clock::duration(args[0].as_int64()))
+                                  : Clock::now() + std::chrono::seconds(10);
+        const auto served = member->serve(deadline);
+        if (served.expired)
+            return rpclb::ErrorMessage{rpclb::ErrorCode::request_timeout, "expired in the queue", {{"member", index}}};
         if (!served.ok)
             return rpclb::ErrorMessage{rpclb::ErrorCode::internal_server_error, "injected failure", {{"member", index}}};
         return json::value(json::array{index, served.service_us});
@@ -82,7 +88,9 @@ public:
         o.retry = false;
         o.run_completion_inline = true;
         o.peer = peer.get();
-        cluster_.async_call("gray", "work", {}, std::move(o),
+        const auto deadline = Clock::now() + timeout;
+        json::array args{static_cast<std::int64_t>(deadline.time_since_epoch().count())};
+        cluster_.async_call("gray", "work", std::move(args), std::move(o),
                             [peer, done = std::move(done)](rpclb::CallResult r) {
                                 Reply reply;
                                 reply.member = index_of(*peer);
