@@ -63,6 +63,7 @@ struct Options {
     bool grpc = true;
     std::vector<Alg> algs;
     json::object common_opts;  // --balancer-opts, under each algorithm's own
+    std::optional<bool> ejection;  // --ejection on|off: in place of each scenario's choice
 };
 
 /// What one scenario (or one variant of it) runs.
@@ -268,7 +269,7 @@ std::map<std::string, StackRun> run_setup(const Setup& setup, const Options& o, 
 
     auto rpclb_member = [&](int index, const std::string& name, const Behaviour& b, std::optional<unsigned short> seed) {
         json::object spec{{"index", index}, {"name", name}, {"behaviour", b.to_text()}, {"balancers", balancers},
-                          {"ejection", setup.ejection}, {"plugin_dir", dir}};
+                          {"ejection", o.ejection.value_or(setup.ejection)}, {"plugin_dir", dir}};
         json::array seeds;
         if (seed) seeds.push_back(json::string("127.0.0.1:" + std::to_string(*seed)));
         spec["seeds"] = seeds;
@@ -566,7 +567,8 @@ std::vector<Alg> parse_algorithms(const std::string& text) {
 
 void usage() {
     std::puts(
-        "gray --scenario NAME [--runs N] [--quick] [--algorithms LIST] [--balancer-opts JSON] [--no-grpc]\n"
+        "gray --scenario NAME [--runs N] [--quick] [--algorithms LIST] [--balancer-opts JSON]\n"
+        "     [--ejection on|off|scenario] [--no-grpc]\n"
         "  rpclb's balancing under gray failure beside gRPC C++ round_robin (bench/README.md \"gray\").\n"
         "  --scenario NAME   healthy, slow_member, pauses, stalls, overload, fast_fail, heterogeneous,\n"
         "                    cold_member or all (default all); slow_member and pauses run healthy too\n"
@@ -577,6 +579,8 @@ void usage() {
         "                    :{json} for its algorithm_opts (default:\n"
         "                    default,round_robin,peak_ewma,power_of_two,least_connections)\n"
         "  --balancer-opts J algorithm_opts given to every algorithm (under its own :{json})\n"
+        "  --ejection E      outlier detection: scenario (default: off in fast_fail, at its\n"
+        "                    defaults elsewhere), on (defaults everywhere) or off (everywhere)\n"
         "  --no-grpc         rpclb stacks only (also when built without RPCLB_BUILD_GRAY_BENCH)\n"
         "  (--rpclb-member and --grpc-member are internal: run a member)");
 }
@@ -611,6 +615,10 @@ int main(int argc, char** argv) {
                 auto v = json::parse(next(), ec);
                 if (ec || !v.is_object()) bench::die("--balancer-opts needs a JSON object");
                 o.common_opts = v.as_object();
+            } else if (a == "--ejection") {
+                const auto v = next();
+                if (v != "on" && v != "off" && v != "scenario") bench::die("--ejection takes on, off or scenario, not " + v);
+                o.ejection = v == "scenario" ? std::nullopt : std::optional<bool>(v == "on");
             } else if (a == "--help" || a == "-h") return usage(), 0;
             else bench::die("unknown option " + a + " (see --help)");
         }
@@ -637,8 +645,9 @@ int main(int argc, char** argv) {
 
         rpclb::log::init("warning");
         bench::install_signal_handlers();
-        std::printf("# gray scenario=%s runs=%d quick=%d grpc=%d stacks=", o.scenario.c_str(), o.runs, o.quick ? 1 : 0,
-                    o.grpc ? 1 : 0);
+        std::printf("# gray scenario=%s runs=%d quick=%d grpc=%d ejection=%s balancer_opts=%s stacks=", o.scenario.c_str(),
+                    o.runs, o.quick ? 1 : 0, o.grpc ? 1 : 0, !o.ejection ? "scenario" : *o.ejection ? "on" : "off",
+                    json::serialize(o.common_opts).c_str());
         for (const auto& s : stacks) std::printf("%s%s", s.c_str(), &s == &stacks.back() ? "\n" : ",");
         std::printf("# loadavg start %s nproc=%u\n", loadavg_line().c_str(), std::thread::hardware_concurrency());
         std::fflush(stdout);
