@@ -32,6 +32,8 @@ const auto far = Clock::now() + 1h;
 
 }  // namespace
 
+BOOST_AUTO_TEST_SUITE(gray_behaviour)
+
 BOOST_AUTO_TEST_CASE(text_round_trip) {
     Behaviour b;
     b.service_ms = 7.5;
@@ -174,3 +176,5 @@ BOOST_AUTO_TEST_CASE(closed_loop_keeps_its_calls_in_flight) {
     BOOST_TEST(samples.size() <= 84u);
     for (const auto& s : samples) BOOST_TEST(s.latency_us >= 10000);
 }
+
+BOOST_AUTO_TEST_SUITE_END()
