@@ -1,15 +1,15 @@
 // gray: rpclb's balancing under gray failure (members that are slow, paused, stalling,
 // overloaded, failing fast, unequal or cold), beside gRPC C++'s round_robin, in one run.
 //
-// Each scenario (run.hpp) starts its members as processes on 127.0.0.1 (this binary run again,
-// members.hpp): rpclb members hosting one balancer per algorithm under test, and as many
-// gRPC servers with the same injected Behaviour (behaviour.hpp). A client node routes calls
-// through each balancer in turn, then a gRPC channel with the round_robin policy over the
-// gRPC servers, with the same client loops (load.hpp): a closed loop at fixed concurrency
-// (some scenarios) and an open loop at a fixed rate whose latency counts from each call's
-// intended send time. The figures (report.hpp) are medians over `--runs` runs; `KEY VALUE` lines go to
-// stdout, with `#` lines for the tables; progress goes to stderr. bench/README.md "gray"
-// lists the scenarios and keys.
+// Each scenario (run.hpp) starts its members as processes on 127.0.0.1 (this binary run
+// again, members.hpp): rpclb members hosting one balancer per algorithm under test, and as
+// many gRPC servers with the same injected Behaviour (behaviour.hpp). A client node routes
+// calls through each balancer in turn, then a gRPC channel with the round_robin policy over
+// the gRPC servers, with the same client loops (load.hpp): a closed loop at fixed
+// concurrency (some scenarios) and an open loop at a fixed rate whose latency counts from
+// each call's intended send time. The figures (report.hpp) are medians over `--runs` runs:
+// `KEY VALUE` lines on stdout, with `#` lines for the tables; progress goes to stderr.
+// bench/README.md "gray" lists the scenarios and keys.
 #include "report.hpp"
 #include "run.hpp"
 
