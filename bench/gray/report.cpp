@@ -125,6 +125,21 @@ void print_results(const Values& values, const std::vector<std::string>& stacks,
             if (have(std::string(key) + "." + s)) std::printf("%s.%s %.3f\n", key, s.c_str(), med(std::string(key) + "." + s));
         }
     }
+    // The spread behind each median: the lowest and highest run.
+    for (const auto* key : keys) {
+        std::string line;
+        for (const auto& s : stacks) {
+            const auto it = values.find(std::string(key) + "." + s);
+            if (it == values.end() || it->second.size() < 2 || std::isnan(median(it->second))) continue;
+            double lo = 1e300, hi = -1e300;
+            for (double v : it->second)
+                if (!std::isnan(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+            char part[96];
+            std::snprintf(part, sizeof part, " %s %.3f-%.3f", s.c_str(), lo, hi);
+            line += part;
+        }
+        if (!line.empty()) std::printf("# range over runs %s:%s\n", key, line.c_str());
+    }
     std::printf("# stall_p999_gain, hedge_extra_fraction and overload_extra_fraction measure hedging, which\n"
                 "# CallOptions does not have yet: nan until it is built.\n");
     std::printf("stall_p999_gain nan\nhedge_extra_fraction nan\noverload_extra_fraction nan\n");
