@@ -75,6 +75,12 @@ void Member::release() {
     granted_.notify_all();
 }
 
+double Member::utilization() {
+    if (b_.capacity <= 0) return 0;
+    std::lock_guard lock(mutex_);
+    return static_cast<double>(b_.capacity - free_slots_ + static_cast<int>(queue_.size())) / b_.capacity;
+}
+
 double Member::draw_uniform() {
     std::lock_guard lock(mutex_);
     std::uint64_t z = (rng_ += 0x9E3779B97F4A7C15ull);

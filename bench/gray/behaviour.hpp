@@ -69,6 +69,9 @@ public:
     /// the whole of it.
     Served serve(Clock::time_point deadline);
     const Behaviour& behaviour() const noexcept { return b_; }
+    /// Calls holding or waiting for a slot ÷ `capacity` (1.0 = every slot busy, above 1 a
+    /// queue), as an application that knows its capacity reports it; 0 without a capacity.
+    double utilization();
 
 private:
     void wait_while_paused();

@@ -81,7 +81,7 @@ std::vector<Alg> parse_algorithms(const std::string& text) {
 void usage() {
     std::puts(
         "gray --scenario NAME [--runs N] [--quick] [--algorithms LIST] [--balancer-opts JSON]\n"
-        "     [--ejection on|off|scenario] [--no-grpc]\n"
+        "     [--ejection on|off|scenario] [--slow-start-ms N] [--no-grpc]\n"
         "  rpclb's balancing under gray failure beside gRPC C++ round_robin (bench/README.md \"gray\").\n"
         "  --scenario NAME   healthy, slow_member, pauses, stalls, overload, fast_fail, heterogeneous,\n"
         "                    cold_member or all (default all); slow_member and pauses run healthy too\n"
@@ -94,6 +94,8 @@ void usage() {
         "  --balancer-opts J algorithm_opts given to every algorithm (under its own :{json})\n"
         "  --ejection E      outlier detection: scenario (default: off in fast_fail, at its\n"
         "                    defaults elsewhere), on (defaults everywhere) or off (everywhere)\n"
+        "  --slow-start-ms N every rpclb balancer's slow-start window, 0 = off (default: the\n"
+        "                    cold start's length in cold_member, off elsewhere)\n"
         "  --no-grpc         rpclb stacks only (also when built without RPCLB_BUILD_GRAY_BENCH)\n"
         "  (--rpclb-member and --grpc-member are internal: run a member)");
 }
@@ -132,6 +134,8 @@ int main(int argc, char** argv) {
                 const auto v = next();
                 if (v != "on" && v != "off" && v != "scenario") bench::die("--ejection takes on, off or scenario, not " + v);
                 o.ejection = v == "scenario" ? std::nullopt : std::optional<bool>(v == "on");
+            } else if (a == "--slow-start-ms") {
+                o.slow_start_ms = static_cast<int>(bench::parse_count("--slow-start-ms", next().c_str(), 0));
             } else if (a == "--help" || a == "-h") return usage(), 0;
             else bench::die("unknown option " + a + " (see --help)");
         }

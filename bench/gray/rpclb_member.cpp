@@ -38,11 +38,15 @@ int run_rpclb_member(const std::string& text) {
     options.plugin_path = {json::value_to<std::string>(spec.at("plugin_dir"))};
     rpclb::Cluster cluster(std::move(options));
     // args: [the caller's deadline as steady_clock nanoseconds] (one clock for every process).
-    cluster.register_function("gray", "work", [member, index](const json::array& args) -> rpclb::CallResult {
+    rpclb::Cluster* reporter = &cluster;
+    cluster.register_function("gray", "work", [member, index, reporter](const json::array& args) -> rpclb::CallResult {
         const auto deadline = args.size() == 1 && args[0].is_int64()
                                   ? Clock::time_point(Clock::duration(args[0].as_int64()))
                                   : Clock::now() + std::chrono::seconds(10);
         const auto served = member->serve(deadline);
+        // The member's slots in use go back with the answer (Cluster::report_load), as an
+        // application that knows its own capacity reports it.
+        reporter->report_load(member->utilization());
         if (served.expired)
             return rpclb::ErrorMessage{rpclb::ErrorCode::request_timeout, "expired in the queue", {{"member", index}}};
         if (!served.ok)
@@ -57,6 +61,8 @@ int run_rpclb_member(const std::string& text) {
         lb.name = json::value_to<std::string>(o.at("name"));
         if (const auto* a = o.if_contains("algorithm")) lb.algorithm = json::value_to<std::string>(*a);
         if (const auto* opts = o.if_contains("opts")) lb.algorithm_opts = opts->as_object();
+        if (const auto* w = spec.if_contains("slow_start_ms"); w && w->to_number<std::int64_t>() > 0)
+            lb.slow_start.window = std::chrono::milliseconds(w->to_number<std::int64_t>());
         if (!ejection) {
             lb.outlier_detection.consecutive_remote_failures = 0;
             lb.outlier_detection.consecutive_local_failures = 0;

@@ -139,6 +139,8 @@ std::vector<Setup> setups_for(const std::string& scenario, bool quick) {
         c.cold_factor = 10;
         s.cold = c;
         s.bad = 5;
+        // Slow start over the cold start: the joining member's share ramps up as it warms.
+        s.slow_start_ms = static_cast<int>(c.cold_s * 1000);
         out.push_back(s);
     }
     return out;
@@ -199,7 +201,8 @@ std::map<std::string, StackRun> run_setup(const Setup& setup, const Options& o, 
 
     auto rpclb_member = [&](int index, const std::string& name, const Behaviour& b, std::optional<unsigned short> seed) {
         json::object spec{{"index", index}, {"name", name}, {"behaviour", b.to_text()}, {"balancers", balancers},
-                          {"ejection", o.ejection.value_or(setup.ejection)}, {"plugin_dir", dir}};
+                          {"ejection", o.ejection.value_or(setup.ejection)}, {"plugin_dir", dir},
+                          {"slow_start_ms", o.slow_start_ms.value_or(setup.slow_start_ms)}};
         json::array seeds;
         if (seed) seeds.push_back(json::string("127.0.0.1:" + std::to_string(*seed)));
         spec["seeds"] = seeds;

@@ -38,6 +38,7 @@ struct Options {
     std::vector<Alg> algs;
     boost::json::object common_opts;  // --balancer-opts, under each algorithm's own
     std::optional<bool> ejection;     // --ejection on|off: in place of each scenario's choice
+    std::optional<int> slow_start_ms; // --slow-start-ms: in place of each scenario's window
 };
 
 /// What one scenario (or one variant of it) runs.
@@ -45,6 +46,7 @@ struct Setup {
     std::string name;
     std::vector<Behaviour> members;
     bool ejection = true;  // outlier detection at its defaults; false: all detectors off
+    int slow_start_ms = 0; // every balancer's slow-start window; 0 = off
     int bad = -1;          // the member whose share of calls is reported; -1 none
     double rate = 0;       // open loop, calls/s
     int concurrency = 0;   // closed loop; 0 = no closed loop

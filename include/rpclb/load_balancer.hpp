@@ -84,8 +84,11 @@ struct SlowStart {
 struct LoadBalancerOptions {
     /// Balancer name; also the name of its group. Required, non-empty.
     std::string name;
-    /// Plugin name of the selection algorithm, e.g. "round_robin". Default "random".
-    std::string algorithm = "random";
+    /// Plugin name of the selection algorithm, e.g. "round_robin". Default "peak_ewma",
+    /// the built-in that keeps the caller's tail nearest a healthy cluster's when a member
+    /// is slow, paused or failing fast (doc/reference/algorithms.md, "The default"); the
+    /// predecessor's default was "random".
+    std::string algorithm = "peak_ewma";
     /// Options forwarded to the algorithm's `init` (a JSON object).
     boost::json::object algorithm_opts;
     /// Whether this node registers as a target (predecessor-compatibility §3.3). Default:

@@ -151,7 +151,7 @@ BOOST_AUTO_TEST_CASE(absent_keys_take_the_documented_defaults) {
 
     const auto b = rpclb::load_balancer_options_from_json(parse(R"({"name": "w"})"));
     BOOST_TEST_REQUIRE(b.has_value(), show(b.error()));
-    BOOST_TEST(b->algorithm == "random");
+    BOOST_TEST(b->algorithm == "peak_ewma");  // the default
     BOOST_TEST(b->algorithm_opts.empty());
     BOOST_TEST(b->node_match_list.all);
     BOOST_TEST(b->drain_timeout == 15s);
