@@ -112,7 +112,7 @@ BOOST_AUTO_TEST_CASE(algorithms_reject_unknown_options_naming_them) {
         {"round_robin", "known: start"},
         {"least_connections", "known: failure_penalty, seed, test_now_ms"},
         {"call_direct", "takes no options"},
-        {"power_of_two", "known: failure_penalty, seed, test_now_ms"},
+        {"power_of_two", "known: failure_penalty, reported_load, load_max_age_ms, seed, test_now_ms"},
         {"weighted_round_robin", "known: weights, start"},
         {"hash_ring", "known: weight, load_factor"},
         {"least_cpu", "known: poll_interval"},
