@@ -99,6 +99,11 @@ LeastCpuSettings LeastCpuSettings::from_json(const boost::json::object& options)
             bad_option("source", "must be \"poll\" or \"reported\"");
         s.reported = source->get_string() == "reported";
     }
+    // Options of the poller, which a reported source does not start: most likely a
+    // configuration meant for the other source.
+    if (s.reported)
+        for (const char* key : {"poll_interval", "poll_startup_jitter", "cpu_sampler_fixed"})
+            if (options.contains(key)) bad_option(key, "applies only with \"source\": \"poll\"");
     return s;
 }
 

@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
         ("discovery", po::value<std::string>(), "etcd://HOST:PORT/PREFIX: register this node in etcd and dial every node listed there (doc/how-to/discovery.md)")
         ("cookie", po::value<std::string>(), "shared cluster secret (default: $RPCLB_COOKIE)")
         ("plugins", po::value<std::vector<std::string>>()->composing(), "plugin directory searched first (repeatable)")
-        ("balancer", po::value<std::vector<std::string>>()->composing(), "start balancer NAME=ALGORITHM (repeatable; replaces a file's balancer of that name)")
+        ("balancer", po::value<std::vector<std::string>>()->composing(), "start balancer NAME[=ALGORITHM] (default algorithm peak_ewma; repeatable; replaces a file's balancer of that name)")
         ("workers", po::value<long>()->default_value(4), "handler threads, 1..1024")
         ("idle-timeout", po::value<long>()->default_value(3000), "failure detection: probes every idle/3, a silent peer is dead idle/3..idle after suspected, ms")
         ("log-level", po::value<std::string>()->default_value("info"), "trace|debug|info|warning|error|fatal")

@@ -684,6 +684,18 @@ BOOST_AUTO_TEST_CASE(reported_source_runs_no_poller_and_poll_stays_the_default) 
             BOOST_TEST(std::string(e.what()) == "least_cpu option source must be \"poll\" or \"reported\"");
         }
     }
+    // The poller's options with a source that starts no poller: a configuration meant for
+    // the other source.
+    for (const char* key : {"poll_interval", "poll_startup_jitter", "cpu_sampler_fixed"}) {
+        auto algorithm = registry.create("least_cpu").value();
+        try {
+            algorithm->init({"workers", "me@host", nullptr}, {{"source", "reported"}, {key, 50}});
+            BOOST_ERROR("init accepted " << key << " with source reported");
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(std::string(e.what()) ==
+                       std::string("least_cpu option ") + key + " applies only with \"source\": \"poll\"");
+        }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
