@@ -1,5 +1,7 @@
 #include <rpclb/node_load.hpp>
 
+#include "weak_by_name.hpp"
+
 namespace rpclb {
 
 NodeLoads& NodeLoads::instance() {
@@ -9,23 +11,8 @@ NodeLoads& NodeLoads::instance() {
     return *loads;
 }
 
-// Entries whose record is gone are swept whenever the map has doubled since the last
-// sweep: amortised O(1) per insertion, and never more than twice the records alive.
 std::shared_ptr<NodeLoad> NodeLoads::of_locked(std::string_view node) {
-    auto it = loads_.find(node);
-    if (it != loads_.end())
-        if (auto alive = it->second.lock()) return alive;
-    auto made = std::make_shared<NodeLoad>();
-    if (it != loads_.end()) {
-        it->second = made;
-        return made;
-    }
-    if (loads_.size() >= 2 * swept_size_) {
-        std::erase_if(loads_, [](const auto& entry) { return entry.second.expired(); });
-        swept_size_ = loads_.size();
-    }
-    loads_.emplace(std::string(node), made);
-    return made;
+    return detail::find_or_make(loads_, swept_size_, node, [] { return std::make_shared<NodeLoad>(); });
 }
 
 std::shared_ptr<NodeLoad> NodeLoads::of(std::string_view node) {
@@ -43,9 +30,7 @@ NodeLoadTable NodeLoads::of(const std::vector<std::string>& nodes) {
 
 std::size_t NodeLoads::entries() {
     std::lock_guard lock(mutex_);
-    std::erase_if(loads_, [](const auto& entry) { return entry.second.expired(); });
-    swept_size_ = loads_.size();
-    return loads_.size();
+    return detail::sweep(loads_, swept_size_);
 }
 
 }  // namespace rpclb

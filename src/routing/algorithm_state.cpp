@@ -1,5 +1,7 @@
 #include <rpclb/algorithm_state.hpp>
 
+#include "weak_by_name.hpp"
+
 namespace rpclb {
 
 AlgorithmState& AlgorithmState::instance() {
@@ -21,28 +23,15 @@ std::atomic<std::int64_t>& AlgorithmState::counter(std::string_view scope, std::
     return made;
 }
 
-// Sweeping the entries of freed readings when the map has doubled since the last sweep is
-// amortised O(1) per insertion, and the map never holds more than twice the readings alive.
 std::shared_ptr<NodeReading> AlgorithmState::reading_locked(std::string_view node) {
-    auto it = readings_.find(node);
-    if (it != readings_.end())
-        if (auto alive = it->second.lock()) return alive;
-    // Each reading on its own cache line: pollers write different nodes' readings.
-    struct alignas(64) Slot {
-        NodeReading reading;
-    };
-    auto slot = std::make_shared<Slot>();
-    std::shared_ptr<NodeReading> made(slot, &slot->reading);
-    if (it != readings_.end()) {
-        it->second = made;
-        return made;
-    }
-    if (readings_.size() >= 2 * readings_swept_size_) {
-        std::erase_if(readings_, [](const auto& entry) { return entry.second.expired(); });
-        readings_swept_size_ = readings_.size();
-    }
-    readings_.emplace(std::string(node), made);
-    return made;
+    return detail::find_or_make(readings_, readings_swept_size_, node, [] {
+        // Each reading on its own cache line: pollers write different nodes' readings.
+        struct alignas(64) Slot {
+            NodeReading reading;
+        };
+        auto slot = std::make_shared<Slot>();
+        return std::shared_ptr<NodeReading>(slot, &slot->reading);
+    });
 }
 
 std::shared_ptr<NodeReading> AlgorithmState::reading(std::string_view node) {
@@ -60,9 +49,7 @@ ReadingTable AlgorithmState::readings(const std::vector<std::string>& nodes) {
 
 std::size_t AlgorithmState::reading_entries() {
     std::lock_guard lock(mutex_);
-    std::erase_if(readings_, [](const auto& entry) { return entry.second.expired(); });
-    readings_swept_size_ = readings_.size();
-    return readings_.size();
+    return detail::sweep(readings_, readings_swept_size_);
 }
 
 }  // namespace rpclb
