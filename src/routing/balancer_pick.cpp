@@ -134,10 +134,15 @@ Result<LoadBalancer::Picked> LoadBalancer::pick(const PickOptions& options) {
     }
     if (!impl_->picking.load(std::memory_order_relaxed)) impl_->picking.store(true, std::memory_order_relaxed);
     try {
-        auto picked = engine.algorithm->choose_from_nodes(*snapshot, options);
+        // The algorithm's pick, checked: an index out of range is the algorithm's failure.
+        const auto choose = [&]() -> Result<std::size_t> {
+            auto index = engine.algorithm->choose_from_nodes(*snapshot, options);
+            if (index && *index >= snapshot->nodes.size())
+                return algorithm_failure(name, "algorithm " + engine.name + " picked an index out of range");
+            return index;
+        };
+        auto picked = choose();
         if (!picked) return picked.error();
-        if (*picked >= snapshot->nodes.size())
-            return algorithm_failure(name, "algorithm " + engine.name + " picked an index out of range");
         // Slow start: a member still ramping up is kept with the probability of its share,
         // else the algorithm picks again (told of the pick it made, with nothing known of a
         // call that never ran); the last of kMaxPicks stands. A keyed pick keeps its member.
@@ -147,10 +152,8 @@ Result<LoadBalancer::Picked> LoadBalancer::pick(const PickOptions& options) {
             for (int tries = 1; tries < kMaxPicks && now < route->ramp_until; ++tries) {
                 if (Impl::keep_pick(*route, *picked, now)) break;
                 impl_->tell_release(*engine.algorithm, *snapshot, *picked, CallOutcome{});
-                picked = engine.algorithm->choose_from_nodes(*snapshot, options);
+                picked = choose();
                 if (!picked) return picked.error();
-                if (*picked >= snapshot->nodes.size())
-                    return algorithm_failure(name, "algorithm " + engine.name + " picked an index out of range");
             }
         }
         const auto& node = snapshot->nodes[*picked];
