@@ -48,10 +48,23 @@ Behaviour Behaviour::from_text(std::string_view text) {
 }
 
 Member::Member(Behaviour behaviour, std::uint64_t seed)
-    : b_(behaviour), start_(Clock::now()), free_slots_(behaviour.capacity), rng_(seed * 0x9E3779B97F4A7C15ull + 1) {}
+    : b_(behaviour), start_(Clock::now()), free_slots_(behaviour.capacity), settled_at_(start_),
+      rng_(seed * 0x9E3779B97F4A7C15ull + 1) {}
+
+void Member::settle() {
+    // The level held since the last change, folded into a moving average of time constant
+    // load_tau: exp(-dt / tau) of the old average stays.
+    const auto now = Clock::now();
+    const std::chrono::duration<double> dt = now - settled_at_;
+    settled_at_ = now;
+    const double level = static_cast<double>(b_.capacity - free_slots_ + static_cast<int>(queue_.size())) / b_.capacity;
+    const double keep = std::exp(-dt.count() / std::chrono::duration<double>(load_tau).count());
+    average_level_ = keep * average_level_ + (1.0 - keep) * level;
+}
 
 bool Member::acquire(Clock::time_point deadline) {
     std::unique_lock lock(mutex_);
+    settle();
     if (free_slots_ > 0 && queue_.empty()) {
         --free_slots_;
         return true;
@@ -60,12 +73,14 @@ bool Member::acquire(Clock::time_point deadline) {
     queue_.push_back(&me);
     granted_.wait_until(lock, deadline, [&] { return me.granted; });
     if (me.granted) return true;
+    settle();
     queue_.erase(std::find(queue_.begin(), queue_.end(), &me));
     return false;
 }
 
 void Member::release() {
     std::lock_guard lock(mutex_);
+    settle();
     if (queue_.empty()) {
         ++free_slots_;
         return;
@@ -78,7 +93,8 @@ void Member::release() {
 double Member::utilization() {
     if (b_.capacity <= 0) return 0;
     std::lock_guard lock(mutex_);
-    return static_cast<double>(b_.capacity - free_slots_ + static_cast<int>(queue_.size())) / b_.capacity;
+    settle();
+    return average_level_;
 }
 
 double Member::draw_uniform() {

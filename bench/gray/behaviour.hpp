@@ -70,8 +70,11 @@ public:
     Served serve(Clock::time_point deadline);
     const Behaviour& behaviour() const noexcept { return b_; }
     /// Calls holding or waiting for a slot ÷ `capacity` (1.0 = every slot busy, above 1 a
-    /// queue), as an application that knows its capacity reports it; 0 without a capacity.
+    /// queue), averaged over time with a time constant of load_tau, as an application that
+    /// knows its capacity reports it (a CPU's utilization is such an average too); 0
+    /// without a capacity.
     double utilization();
+    static constexpr std::chrono::milliseconds load_tau{250};
 
 private:
     void wait_while_paused();
@@ -88,7 +91,10 @@ private:
 
     std::mutex mutex_;
     std::condition_variable granted_;
+    void settle();  // under mutex_: folds the level since settled_at_ into average_level_
     int free_slots_;              // under mutex_
+    Clock::time_point settled_at_;  // under mutex_
+    double average_level_ = 0.0;    // under mutex_
     std::deque<Waiter*> queue_;   // under mutex_, first come first
     std::uint64_t rng_;           // splitmix64 state, under mutex_
 };

@@ -15,7 +15,11 @@
 
 #include "load.hpp"
 
+#include <rpclb/call_options.hpp>
+
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,8 +44,11 @@ public:
     ~RpclbClient();
     /// Waits until balancer `balancer` has `count` members; throws after 20 s.
     void wait_members(const std::string& balancer, std::size_t count);
-    /// Calls of gray.work routed through balancer `balancer`.
-    std::unique_ptr<Target> target(const std::string& balancer);
+    /// Calls of gray.work routed through balancer `balancer`, idempotent and hedged when
+    /// `hedging` is set.
+    std::unique_ptr<Target> target(const std::string& balancer, std::optional<rpclb::Hedging> hedging = std::nullopt);
+    /// Extra attempts (hedges) sent through balancer `balancer` so far.
+    std::uint64_t hedges(const std::string& balancer);
 
 private:
     struct Impl;

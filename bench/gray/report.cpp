@@ -50,6 +50,7 @@ void record(std::map<std::string, double>& cur, const Setup& setup, const std::s
         if (setup.bad >= 0) cur[k + "share_bad"] = bad / static_cast<double>(samples.size());
         cur[k + "ok_share"] = 1.0 - static_cast<double>(s.errors) / static_cast<double>(samples.size());
     }
+    if (!std::isnan(r.extra_fraction)) cur[setup.name + "/" + stack + "/extra_fraction"] = r.extra_fraction;
     if (r.open.empty()) return;
     const std::string k = setup.name + "/" + stack + "/open/";
     // Utilization: service time served by each member over its capacity x the span.
@@ -97,6 +98,12 @@ void derive(std::map<std::string, double>& cur, const std::vector<std::string>& 
             get("heterogeneous/" + s + "/open/p99") / get("heterogeneous_ideal/" + s + "/open/p99");
         cur["heterogeneous_util_spread." + s] = get("heterogeneous/" + s + "/open/util_spread");
         cur["cold_member_p99_ratio." + s] = get("cold_member/" + s + "/open/cold_p99") / get("cold_member/" + s + "/open/steady_p99");
+        // Hedging's: the default stack against this one, and this one's extra attempts.
+        cur["stall_p999_gain." + s] = get("stalls/default/open/p999") / get("stalls/" + s + "/open/p999");
+        cur["hedge_extra_fraction." + s] = get("stalls/" + s + "/extra_fraction");
+        cur["overload_extra_fraction." + s] = get("overload/" + s + "/extra_fraction");
+        cur["overload_goodput_ratio." + s] =
+            get("overload/" + s + "/open/ok_share") / get("overload/default/open/ok_share");
     }
 }
 
@@ -113,13 +120,17 @@ void print_results(const Values& values, const std::vector<std::string>& stacks,
     const char* keys[] = {"slow_member_p99_ratio", "slow_member_p999_ratio", "vs_grpc_slow_member_p99",
                           "pause_p999_ratio",      "fast_fail_share",        "fast_fail_ok",
                           "fast_fail_2of3_ok",     "heterogeneous_p99_ratio", "heterogeneous_util_spread",
-                          "cold_member_p99_ratio"};
+                          "cold_member_p99_ratio", "stall_p999_gain",         "hedge_extra_fraction",
+                          "overload_extra_fraction", "overload_goodput_ratio"};
     for (const auto* key : keys) {
         bool any = false;
         for (const auto& s : stacks) any = any || have(std::string(key) + "." + s);
         if (!any) continue;
+        // Hedging's keys without a suffix are the `hedged` stack's.
+        const bool hedging_key = std::string(key) == "stall_p999_gain" || std::string(key).find("extra") != std::string::npos ||
+                                 std::string(key) == "overload_goodput_ratio";
         if (std::string(key) != "fast_fail_2of3_ok" && std::string(key) != "fast_fail_ok")
-            std::printf("%s %.3f\n", key, med(std::string(key) + "." + headline));
+            std::printf("%s %.3f\n", key, med(std::string(key) + "." + (hedging_key ? std::string("hedged") : headline)));
         for (const auto& s : stacks) {
             if (std::string(key) == "vs_grpc_slow_member_p99" && s == grpc_label) continue;
             if (have(std::string(key) + "." + s)) std::printf("%s.%s %.3f\n", key, s.c_str(), med(std::string(key) + "." + s));
@@ -140,9 +151,6 @@ void print_results(const Values& values, const std::vector<std::string>& stacks,
         }
         if (!line.empty()) std::printf("# range over runs %s:%s\n", key, line.c_str());
     }
-    std::printf("# stall_p999_gain, hedge_extra_fraction and overload_extra_fraction measure hedging, which\n"
-                "# CallOptions does not have yet: nan until it is built.\n");
-    std::printf("stall_p999_gain nan\nhedge_extra_fraction nan\noverload_extra_fraction nan\n");
 
     std::printf("# headline keys without a suffix are the %s stack's; medians over runs; latency from the\n"
                 "# intended send time (open loop) or the issue (closed loop), errors included, in us\n",

@@ -84,7 +84,8 @@ struct RpclbClient::Impl {
 namespace {
 class RpclbTarget final : public Target {
 public:
-    RpclbTarget(rpclb::Cluster& cluster, std::string balancer) : cluster_(cluster), balancer_(std::move(balancer)) {}
+    RpclbTarget(rpclb::Cluster& cluster, std::string balancer, std::optional<rpclb::Hedging> hedging)
+        : cluster_(cluster), balancer_(std::move(balancer)), hedging_(hedging) {}
 
     void call(std::chrono::milliseconds timeout, std::function<void(Reply)> done) override {
         auto peer = std::make_shared<std::string>();
@@ -94,6 +95,8 @@ public:
         o.retry = false;
         o.run_completion_inline = true;
         o.peer = peer.get();
+        o.idempotent = hedging_.has_value();
+        o.hedging = hedging_;
         const auto deadline = Clock::now() + timeout;
         json::array args{static_cast<std::int64_t>(deadline.time_since_epoch().count())};
         cluster_.async_call("gray", "work", std::move(args), std::move(o),
@@ -112,6 +115,7 @@ public:
 private:
     rpclb::Cluster& cluster_;
     std::string balancer_;
+    std::optional<rpclb::Hedging> hedging_;
 };
 }  // namespace
 
@@ -133,8 +137,13 @@ void RpclbClient::wait_members(const std::string& balancer, std::size_t count) {
     if (!r) bench::die("rpclb: " + json::serialize(r.error().to_json()));
 }
 
-std::unique_ptr<Target> RpclbClient::target(const std::string& balancer) {
-    return std::make_unique<RpclbTarget>(impl_->cluster, balancer);
+std::unique_ptr<Target> RpclbClient::target(const std::string& balancer, std::optional<rpclb::Hedging> hedging) {
+    return std::make_unique<RpclbTarget>(impl_->cluster, balancer, hedging);
+}
+
+std::uint64_t RpclbClient::hedges(const std::string& balancer) {
+    auto b = impl_->cluster.balancer(balancer);
+    return b ? (*b)->hedge_stats().hedges : 0;
 }
 
 }  // namespace gray

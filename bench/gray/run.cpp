@@ -262,14 +262,18 @@ std::map<std::string, StackRun> run_setup(const Setup& setup, const Options& o, 
                 // figures; the others run.
                 try {
                     client.wait_members(a.balancer(), n);
-                    auto target = client.target(a.balancer());
+                    auto target = client.target(a.balancer(), a.hedging);
                     warm_up(*target, expected, a.balancer(), 3s, false);
                     StackRun r;
+                    const auto hedges_before = client.hedges(a.balancer());
                     if (setup.concurrency > 0) r.closed = gray::closed_loop(*target, setup.concurrency, duration, setup.timeout);
                     open_with_cold(*target, r, [&] {
                         const std::string name = "gm" + std::to_string(n) + "c" + std::to_string(cold_count++) + "@127.0.0.1";
                         return rpclb_member(static_cast<int>(n), name, *setup.cold, first);
                     });
+                    if (a.hedging)
+                        r.extra_fraction = static_cast<double>(client.hedges(a.balancer()) - hedges_before) /
+                                           static_cast<double>(std::max<std::size_t>(1, r.open.size() + r.closed.size()));
                     progress(a.label, r);
                     out[a.label] = std::move(r);
                 } catch (const std::exception& e) {

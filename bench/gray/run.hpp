@@ -5,9 +5,12 @@
 
 #include "members.hpp"
 
+#include <rpclb/call_options.hpp>
+
 #include <boost/json/object.hpp>
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,6 +28,9 @@ struct Alg {
     std::string label;
     std::optional<std::string> algorithm;
     boost::json::object opts;
+    /// The stack's calls are idempotent and hedged so (`hedge_delay_ms` and
+    /// `hedge_attempts` in its :{json}, taken out of the algorithm's options).
+    std::optional<rpclb::Hedging> hedging;
     std::string balancer() const { return "gray_" + label; }
 };
 
@@ -60,6 +66,8 @@ struct Setup {
 struct StackRun {
     std::vector<Sample> open, closed;
     double join_s = -1;  // the cold member's start, seconds into the open loop
+    // Extra attempts (hedges) sent ÷ calls, over both loops; nan without hedging.
+    double extra_fraction = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// The label of the gRPC stack.

@@ -10,6 +10,21 @@
 
 namespace rpclb {
 
+/// Hedging of one call through a balancer ("The Tail at Scale"'s hedged requests, brpc's
+/// backup requests): when no answer came within `delay`, another attempt goes to another
+/// member the balancer picks, up to `max_attempts` in flight; the first answer wins and
+/// the others are released as cancelled (no failure of their members). Every extra
+/// attempt takes a token of the balancer's budget (LoadBalancer::hedge_budget), and
+/// none is sent when the budget is spent. Plain data; checked when the call starts.
+struct Hedging {
+    /// How long an attempt has to answer before the next is sent: 1 ms to the call's
+    /// timeout.
+    std::chrono::milliseconds delay{10};
+    /// Most attempts in flight at once, the first included: 2 to 5, and no more than the
+    /// balancer's members.
+    int max_attempts = 2;
+};
+
 /// Options of one call (predecessor-compatibility §1.4).
 struct CallOptions {
     /// Deadline of the whole call, from when it is made: the waits for a member
@@ -20,6 +35,8 @@ struct CallOptions {
     /// 4294967295 ms (erpc's, without its 0); a timeout outside it fails at once with
     /// `bad_request` ("timeout must be 1 to 4294967295 ms; got N ms", naming node, module
     /// and function), on every path: nothing is picked, sent or run. Casts ignore it.
+    /// Made from a handler, the call ends by that handler's call's deadline if it is
+    /// earlier (rpclb::call_deadline()).
     /// Retries and their waits: doc/explanation/draining-and-retries.md.
     std::chrono::milliseconds timeout{10000};
     /// Route through this balancer; empty = call the given node directly.
@@ -61,6 +78,12 @@ struct CallOptions {
     /// from an inline handler. It must not throw (an exception ends the process through
     /// std::terminate) and must not call stop(). Ignored by blocking calls. Default false.
     bool run_completion_inline = false;
+    /// The function may run more than once for this call without harm: only then may the
+    /// call be hedged. Default false.
+    bool idempotent = false;
+    /// Hedge this call (with `load_balancer` and `idempotent` only; otherwise the call
+    /// fails at once with `bad_request` naming the option). Unset: one attempt at a time.
+    std::optional<Hedging> hedging;
 };
 
 }  // namespace rpclb

@@ -34,6 +34,19 @@ struct HandlerOptions {
     std::chrono::microseconds slow_threshold{1000};
 };
 
+/// The deadline of the call that the handler running on this thread serves: the time its
+/// caller gives up (a request's timeout counted from its arrival here; a call from this
+/// node to itself, from its start). nullopt outside a handler and in a cast's handler.
+/// A call that the handler makes ends by this time too: its own deadline is the earlier of
+/// its timeout and this (doc/how-to/route-calls.md "Deadlines"). Any thread; no lock.
+std::optional<std::chrono::steady_clock::time_point> call_deadline() noexcept;
+
+/// True when the caller of the call that the handler running on this thread serves has
+/// given up on it: its deadline passed, or the connection the request came on closed. A
+/// long handler checks it to stop early; its answer goes nowhere. False outside a handler.
+/// Any thread; no lock.
+bool call_cancelled() noexcept;
+
 }  // namespace rpclb
 
 namespace rpclb::detail {

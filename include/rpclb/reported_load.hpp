@@ -42,9 +42,10 @@ inline std::optional<LoadReport> reported_load(const MemberSnapshot& members, st
     return (*table)[i]->read(now_ms, max_age_ms);
 }
 
-/// The weight of a member by its report, after gRPC's weighted round robin (proposal A58):
-/// rate ÷ (utilization + error_penalty × error_rate), with the rate the same for every
-/// member (the report carries none), so 1 ÷ (utilization + error_penalty × error_rate).
+/// The weight of a member by its report, after gRPC's weighted round robin (proposal A58),
+/// per unit of rate: 1 ÷ (utilization + error_penalty × error_rate). The report carries
+/// no rate; an algorithm that measures one (weighted_round_robin counts its successes per
+/// member) multiplies by it.
 /// The denominator is held at `min_utilization` or more, so an idle member weighs at most
 /// 1 ÷ min_utilization (100 by default) instead of infinity.
 inline double load_weight(const LoadReport& report, double error_rate = 0.0, double error_penalty = 1.0,

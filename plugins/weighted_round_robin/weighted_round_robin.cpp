@@ -110,41 +110,73 @@ WeightedRoundRobin::Period WeightedRoundRobin::build(std::span<const std::string
     return order;
 }
 
-const WeightedRoundRobin::ErrorRates* WeightedRoundRobin::error_rates(const MemberSnapshot& members) const noexcept {
+const WeightedRoundRobin::MemberStats* WeightedRoundRobin::member_stats(const MemberSnapshot& members) const noexcept {
     try {
-        return &members.state<ErrorRates>(snapshot_owner(), [&] { return ErrorRates(members.nodes.size()); });
+        return &members.state<MemberStats>(snapshot_owner(), [&] { return MemberStats(members.nodes.size()); });
     } catch (...) {
         return nullptr;
     }
 }
 
+void WeightedRoundRobin::count_success(const MemberStats& stats, std::size_t index) noexcept {
+    stats.members[index].completed.fetch_add(1, std::memory_order_relaxed);
+    const auto window = stats.window();
+    if (stats.completed.fetch_add(1, std::memory_order_relaxed) % window != window - 1) return;
+    // This success closed a window: each member's share of its successes, averaged with
+    // the share before. Only this caller closes this window; a success counted meanwhile
+    // goes to this window or the next, which moves a share by one call.
+    for (const auto& member : stats.members) {
+        const double fresh = static_cast<double>(member.completed.exchange(0, std::memory_order_relaxed)) /
+                             static_cast<double>(window);
+        const double before = member.share.load(std::memory_order_relaxed);
+        member.share.store(before > 0.0 ? 0.5 * (before + fresh) : fresh, std::memory_order_relaxed);
+    }
+}
+
 void WeightedRoundRobin::release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) {
     if (!reported_) return;
-    const auto* rates = error_rates(members);
-    if (!rates || index >= rates->size()) return;
+    const auto* stats = member_stats(members);
+    if (!stats || index >= stats->members.size()) return;
     // A moving average over about the last 10 calls: each outcome moves it a tenth of
     // the way to 1 (failed) or 0 (succeeded).
     constexpr double step = 0.1;
     const double target = outcome.ok() ? 0.0 : 1.0;
-    auto& rate = (*rates)[index].rate;
+    auto& rate = stats->members[index].error_rate;
     double now = rate.load(std::memory_order_relaxed);
     while (!rate.compare_exchange_weak(now, now + step * (target - now), std::memory_order_relaxed)) {
     }
+    if (outcome.ok()) count_success(*stats, index);
 }
 
 Result<std::size_t> WeightedRoundRobin::choose_by_reported_load(const MemberSnapshot& members) {
     const auto* loads = reported_loads(members);
-    const auto* rates = error_rates(members);
-    if (!loads || !rates) return state_build_error(balancer_);
+    const auto* stats = member_stats(members);
+    if (!loads || !stats) return state_build_error(balancer_);
     const auto n = members.nodes.size();
+    // A member's rate is its share of this node's recent successes; one with no share yet
+    // counts the mean share of those with one (1 when none has: weights 1 ÷ utilization).
+    double share_sum = 0.0;
+    std::size_t shares = 0;
+    for (const auto& member : stats->members) {
+        const double share = member.share.load(std::memory_order_relaxed);
+        if (share > 0.0) {
+            share_sum += share;
+            ++shares;
+        }
+    }
+    const double mean_share = shares ? share_sum / static_cast<double>(shares) : 1.0;
     // Two passes over the members' records (no copy, so no allocation): the first sums
     // the known weights for the mean that unknown members get, the second finds the
     // member whose share holds this pick's point. A report that changes between the
     // passes moves the point by a little; the pick is still a member.
     const auto now = load_clock_ms();
     const auto weight_of = [&](std::size_t i) -> std::optional<double> {
-        if (auto report = (*loads)[i]->read(now, load_max_age_ms_))
-            return load_weight(*report, (*rates)[i].rate.load(std::memory_order_relaxed), error_penalty_);
+        const auto& member = stats->members[i];
+        if (auto report = (*loads)[i]->read(now, load_max_age_ms_)) {
+            const double share = member.share.load(std::memory_order_relaxed);
+            return (share > 0.0 ? share : mean_share) *
+                   load_weight(*report, member.error_rate.load(std::memory_order_relaxed), error_penalty_);
+        }
         return std::nullopt;
     };
     double known_sum = 0.0;

@@ -18,9 +18,13 @@ namespace rpclb::plugins {
 /// ({a: 3, b: 1} gives a a b a, never a a a b; predecessor-compatibility §2.3, §10.5).
 ///
 /// Options: `weights`, node name → integer in [0, 1,000,000], default `{}` (a missing member
-/// weighs 1, weight 0 excludes it), or the string `"reported"`: each member weighs what it
-/// reports of its own load (load_weight(), gRPC's weighted round robin, proposal A58),
-/// read at each pick, and a member whose load is unknown weighs the mean of the others;
+/// weighs 1, weight 0 excludes it), or the string `"reported"`: each member weighs its rate
+/// ÷ the load it reports (gRPC's weighted round robin, proposal A58), read at each pick,
+/// and a member whose load is unknown weighs the mean of the others. The rate is the
+/// member's share of this node's successful calls, counted in windows of 100 × members
+/// successes and averaged with the window before; until a member has one it counts the
+/// mean share (at first every member's: weights 1 ÷ load, load_weight()). At rate ÷
+/// utilization every member converges to weighing its capacity;
 /// `load_max_age_ms`, an integer in [1, 3,600,000], default 10,000, how long a report
 /// counts, and `error_penalty`, a number in [0, 1000], default 1.0, the weight of this
 /// node's error rate to the member (a moving average over about its last 10 calls) added
@@ -60,13 +64,24 @@ private:
     Period build(std::span<const std::string> nodes) const;
     Result<std::size_t> choose_by_reported_load(const MemberSnapshot& members);
 
-    // With "reported": each member's error rate as this node sees it, index-aligned with
-    // the snapshot (its state; a new snapshot starts at 0).
-    struct alignas(64) ErrorRate {
-        mutable std::atomic<double> rate{0.0};
+    // With "reported": what this node sees of each member, index-aligned with the
+    // snapshot (its state; a new snapshot starts unknown).
+    struct alignas(64) MemberStat {
+        mutable std::atomic<double> error_rate{0.0};
+        // Successful calls since the window began.
+        mutable std::atomic<std::uint64_t> completed{0};
+        // The member's share of the successes of the last windows (smoothed); 0: unknown.
+        mutable std::atomic<double> share{0.0};
     };
-    using ErrorRates = std::vector<ErrorRate>;
-    const ErrorRates* error_rates(const MemberSnapshot& members) const noexcept;
+    struct MemberStats {
+        explicit MemberStats(std::size_t n) : members(n) {}
+        std::vector<MemberStat> members;
+        // Successes counted since the snapshot began; a window closes every window() of them.
+        mutable std::atomic<std::uint64_t> completed{0};
+        std::uint64_t window() const noexcept { return 100 * members.size(); }
+    };
+    const MemberStats* member_stats(const MemberSnapshot& members) const noexcept;
+    static void count_success(const MemberStats& stats, std::size_t index) noexcept;
 
     std::string balancer_;
     bool reported_ = false;  // "weights": "reported"

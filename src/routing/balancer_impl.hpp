@@ -9,6 +9,7 @@
 #include <rpclb/detail/zero_waiter.hpp>
 
 #include "routing/cluster_link.hpp"
+#include "routing/hedge_budget.hpp"
 #include "routing/outlier_detector.hpp"
 #include "routing/slow_start.hpp"
 
@@ -116,6 +117,10 @@ struct LoadBalancer::Impl {
     // Slow start's choice for a pick of `index` from `route` at `now`: true to keep it,
     // false to pick again (balancer_pick.cpp). Draws from a per-thread generator.
     static bool keep_pick(const Route& route, std::size_t index, Clock::time_point now) noexcept;
+
+    // Hedging: the budget of extra attempts and the counts of hedge_stats().
+    detail::HedgeBudget hedge_budget;
+    std::atomic<std::uint64_t> hedged_calls{0}, hedges{0}, hedge_wins{0}, budget_refusals{0}, late_replies{0};
 
     LoadBalancer& self;
     detail::ClusterLink& node;

@@ -8,12 +8,14 @@
 #include "transport/call_channels.hpp"
 #include "rpc/rpc_server.hpp"
 
+#include <rpclb/handler.hpp>
 #include <rpclb/detail/log.hpp>
 #include <rpclb/detail/option_problem.hpp>
 #include <rpclb/detail/thread_rng.hpp>
 
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -93,8 +95,17 @@ public:
     // sleep or a `draining` reply, have the same options).
     void start(bool on_caller_thread) {
         if (auto bad = bad_timeout()) return finish(std::move(*bad));
+        if (auto bad = bad_hedging()) return finish(std::move(*bad));
         // The timeout bounds the whole call: waits for a member, re-routes and the request.
-        deadline_ = std::chrono::steady_clock::now() + spec_.options.timeout;
+        // Made from a handler, the call ends by that handler's call's deadline too.
+        if (spec_.kind == Spec::Kind::call) {
+            const auto now = std::chrono::steady_clock::now();
+            deadline_ = now + spec_.options.timeout;
+            if (const auto inherited = call_deadline(); inherited && *inherited < deadline_) {
+                deadline_ = *inherited;
+                if (deadline_ <= now) return finish(inherited_deadline_passed());
+            }
+        }
         attempt(on_caller_thread);
     }
 
@@ -113,6 +124,20 @@ public:
             return is_no_members(picked.error()) ? no_route(std::move(picked.error()))
                                                  : finish(std::move(picked.error()));
         auto target = picked->node();
+        if (hedging_ && !hedge_balancer_) {
+            const auto members = picked->members->nodes.size();
+            if (static_cast<std::size_t>(hedging_->max_attempts) > members) {
+                drop_pick(**b, *picked);
+                return finish(call_error(ErrorCode::bad_request,
+                                         "hedging.max_attempts is " + std::to_string(hedging_->max_attempts) +
+                                             ", more than the " + std::to_string(members) + " members of balancer " +
+                                             spec_.options.load_balancer,
+                                         router_->options().name, spec_.module, spec_.function));
+            }
+            hedge_balancer_ = *b;
+            hedge_balancer_->hedge_call_started();
+            arm_hedge();
+        }
         (*b)->track(*picked);
         dispatch(std::move(target), std::move(*b), std::move(*picked), true, on_caller_thread);
     }
@@ -129,6 +154,72 @@ private:
                           "timeout must be 1 to " + std::to_string(max_option_duration.count()) + " ms; got " +
                               std::to_string(timeout.count()) + " ms",
                           spec_.node.empty() ? router_->options().name : spec_.node, spec_.module, spec_.function);
+    }
+
+    // CallOptions::hedging's problem, or nullopt (then hedging_ is set when it is on):
+    // bad_request naming the option, before anything is picked or sent.
+    std::optional<ErrorMessage> bad_hedging() {
+        const auto& h = spec_.options.hedging;
+        if (!h || call_directly_) return std::nullopt;
+        std::string problem;
+        if (spec_.kind != Spec::Kind::call || spec_.options.load_balancer.empty() || spec_.filter)
+            problem = "hedging: applies only to a call through a balancer (CallOptions::load_balancer)";
+        else if (!spec_.options.idempotent)
+            problem = "hedging: the call is not marked idempotent (CallOptions::idempotent); only an idempotent "
+                      "call may run twice";
+        else if (h->delay.count() < 1 || h->delay > spec_.options.timeout)
+            problem = "hedging.delay must be 1 ms to the call's timeout of " +
+                      std::to_string(spec_.options.timeout.count()) + " ms; got " + std::to_string(h->delay.count()) +
+                      " ms";
+        else if (h->max_attempts < 2 || h->max_attempts > 5)
+            problem = "hedging.max_attempts must be 2 to 5; got " + std::to_string(h->max_attempts);
+        if (problem.empty()) {
+            hedging_ = *h;
+            return std::nullopt;
+        }
+        return call_error(ErrorCode::bad_request, std::move(problem), router_->options().name, spec_.module,
+                          spec_.function);
+    }
+
+    // A pick this call does not use, released as cancelled (no failure of its member).
+    void drop_pick(LoadBalancer& balancer, const LoadBalancer::Picked& picked) const {
+        balancer.track(picked);
+        balancer.release(picked, outcome_of(call_failure(Failure::cancelled, picked.node(), spec_.module, spec_.function)));
+    }
+
+    // Sends the next attempt of a hedged call after hedging.delay, if it has not ended.
+    void arm_hedge() {
+        router_->after(hedging_->delay, [self = shared_from_this()](bool fired) {
+            if (fired) self->hedge();
+        });
+    }
+
+    // An extra attempt, to a member no attempt of this call went to, when no answer came
+    // yet, fewer than max_attempts were sent and the balancer's budget has a token.
+    void hedge() {
+        if (finished_.load() || attempts_.load() >= hedging_->max_attempts) return;
+        if (!hedge_balancer_->take_hedge_token()) return;
+        PickOptions pick;
+        if (spec_.options.key) pick.key = *spec_.options.key;
+        // The algorithm may pick a member an attempt went to already: up to 8 picks.
+        for (int i = 0; i < 8; ++i) {
+            auto picked = hedge_balancer_->pick(pick);
+            if (!picked) return;
+            auto target = picked->node();
+            bool tried = false;
+            {
+                std::lock_guard lock(targets_mutex_);
+                tried = std::find(targets_.begin(), targets_.end(), target) != targets_.end();
+            }
+            if (tried) {
+                drop_pick(*hedge_balancer_, *picked);
+                continue;
+            }
+            hedge_balancer_->track(*picked);
+            dispatch(std::move(target), hedge_balancer_, std::move(*picked), true, false);
+            if (attempts_.load() < hedging_->max_attempts) arm_hedge();
+            return;
+        }
     }
 
     // The random-node helpers (predecessor-compatibility §1.6, §1.7).
@@ -183,11 +274,11 @@ private:
                 return finish(std::move(done));
             }
             if (on_caller_thread) {
-                auto result = router_->rpc().run_handler(spec_.module, spec_.function, spec_.args, &threw_);
+                auto result = router_->rpc().run_handler(spec_.module, spec_.function, spec_.args, &threw_, deadline_);
                 release(result);
                 return finish(std::move(result));
             }
-            router_->rpc().run_local(spec_.module, spec_.function, std::move(spec_.args),
+            router_->rpc().run_local(spec_.module, spec_.function, std::move(spec_.args), deadline_,
                                      [self = shared_from_this(), release = std::move(release)](CallResult result, bool threw) {
                                          self->threw_ = threw;
                                          release(result);
@@ -195,15 +286,30 @@ private:
                                      });
             return;
         }
-        // A load-balanced call may have to be sent again (after `draining`): keep the args.
+        // A load-balanced call may have to be sent again (after `draining`, or as a hedge):
+        // keep the args.
         const bool may_resend = picked && spec_.kind == Spec::Kind::call;
         auto args = may_resend ? spec_.args : std::move(spec_.args);
+        int attempt_index = -1;  // of a hedged call's attempts, in the order they were sent
+        if (hedging_ && picked) {
+            std::lock_guard lock(targets_mutex_);
+            targets_.push_back(target);
+            attempt_index = attempts_.fetch_add(1);
+            in_flight_.fetch_add(1);
+        }
         const auto& lb = picked ? spec_.options.load_balancer : std::string();
         if (spec_.kind == Spec::Kind::cast) {
             auto sent = send_cast(target, std::move(args), lb);
             CallResult done = sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error());
             release(done);
             return finish(std::move(done));
+        }
+        if (attempt_index >= 0) {
+            // A hedged attempt never takes a call channel: that would hold the caller's
+            // thread until this attempt's own answer, whichever attempt answered first.
+            return send_call(std::move(target), std::move(args), lb, false,
+                             [self = shared_from_this(), release = std::move(release), attempt_index](
+                                 RequestOutcome outcome) { self->hedged_attempt_done(std::move(outcome), release, attempt_index); });
         }
         send_call(std::move(target), std::move(args), lb, on_caller_thread,
                            [self = shared_from_this(), release = std::move(release), may_resend](RequestOutcome outcome) {
@@ -250,6 +356,32 @@ private:
         c->request(std::move(request), timeout, std::move(done));
     }
 
+    // The end of attempt `index` of a hedged call. The first success wins; an attempt that
+    // failed while others are in flight leaves the call to them; the last to fail ends
+    // it (or, never run there, picks again as any call does). Attempts that end after the
+    // call are released as cancelled, so their members' failure counts do not hear of
+    // them, and counted as late replies.
+    template <class Release>
+    void hedged_attempt_done(RequestOutcome outcome, const Release& release, int index) {
+        auto& result = outcome.result;
+        if (finished_.load()) {
+            hedge_balancer_->count_late_reply();
+            return release(call_failure(Failure::cancelled, router_->options().name, spec_.module, spec_.function));
+        }
+        const int left = in_flight_.fetch_sub(1) - 1;
+        release(result);
+        if (result) {
+            if (index > 0) hedge_balancer_->count_hedge_win();
+            return finish(std::move(result));
+        }
+        if (left > 0) return;
+        if ((is_draining(result.error()) || outcome.never_sent()) && reselections_ < max_reselections) {
+            ++reselections_;
+            return attempt(false);
+        }
+        finish(std::move(result));
+    }
+
     // A cast to another node: queued, or an error at once. A draining target still runs
     // it (a cast has no reply to refuse with).
     Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
@@ -267,6 +399,15 @@ private:
         if (auto refused_by = router_->mesh().refused_by(target))
             return cookie_refused_error(*refused_by, target, spec_.module, spec_.function);
         return unsent(target, spec_.module, spec_.function);
+    }
+
+    // A call made from a handler whose own call's deadline has passed: request_timeout
+    // (Failure::timeout), nothing sent.
+    ErrorMessage inherited_deadline_passed() const {
+        auto e = call_failure(Failure::timeout, spec_.node.empty() ? router_->options().name : spec_.node,
+                              spec_.module, spec_.function);
+        e.message = "not sent: the deadline of the call whose handler made it had passed";
+        return e;
     }
 
     // What is left of the call's timeout, rounded up to the millisecond (the first attempt
@@ -402,8 +543,17 @@ private:
     std::mutex claim_mutex_;  // claim() against finish(), for calls with a peer or a filter
     bool call_directly_ = false;
     RetryPolicy retry_;
-    std::chrono::steady_clock::time_point deadline_{};  // a call's: start() plus its timeout
-    int reselections_ = 0;
+    // A call's: start() plus its timeout, or its handler's call's deadline if earlier;
+    // time_point::max() for a cast.
+    std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+    std::atomic<int> reselections_{0};
+    // Hedging (CallOptions::hedging, checked): the balancer of the first pick, the members
+    // the attempts went to, attempts sent and not yet ended.
+    std::optional<Hedging> hedging_;
+    std::shared_ptr<LoadBalancer> hedge_balancer_;
+    std::mutex targets_mutex_;
+    std::vector<std::string> targets_;  // under targets_mutex_
+    std::atomic<int> attempts_{0}, in_flight_{0};
     bool threw_ = false;  // a handler run here threw (rpc.exception)
     bool spanned_ = false;
     std::string span_node_, span_balancer_;

@@ -1,8 +1,43 @@
 #include <rpclb/handler.hpp>
 
+#include "rpc/call_scope.hpp"
+#include "transport/connection.hpp"
+
 #include <string>
 
+namespace rpclb {
+
+std::optional<std::chrono::steady_clock::time_point> call_deadline() noexcept {
+    const auto* scope = detail::CallScope::current();
+    if (!scope || scope->deadline() == std::chrono::steady_clock::time_point::max()) return std::nullopt;
+    return scope->deadline();
+}
+
+bool call_cancelled() noexcept {
+    const auto* scope = detail::CallScope::current();
+    return scope && scope->cancelled();
+}
+
+}  // namespace rpclb
+
 namespace rpclb::detail {
+
+namespace {
+thread_local const CallScope* innermost = nullptr;
+}  // namespace
+
+CallScope::CallScope(time_point deadline, const Connection* connection) noexcept
+    : deadline_(deadline), connection_(connection), outer_(innermost) {
+    innermost = this;
+}
+
+CallScope::~CallScope() { innermost = outer_; }
+
+const CallScope* CallScope::current() noexcept { return innermost; }
+
+bool CallScope::cancelled() const noexcept {
+    return std::chrono::steady_clock::now() >= deadline_ || (connection_ && connection_->closed());
+}
 
 std::optional<OptionProblem> check(const HandlerOptions& o) {
     if (o.slow_threshold.count() >= 1) return std::nullopt;

@@ -1,6 +1,7 @@
 #include "rpc/rpc_server.hpp"
 
 #include "json_fields.hpp"
+#include "rpc/call_scope.hpp"
 
 #include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/log.hpp>
@@ -75,7 +76,8 @@ std::shared_ptr<const RpcServer::Entry> RpcServer::find(std::string_view module,
 }
 
 CallResult RpcServer::run(const Entry* entry, std::string_view module, std::string_view function,
-                          const boost::json::array& args, bool* threw) const {
+                          const boost::json::array& args, bool* threw, time_point deadline,
+                          const Connection* connection) const {
     if (!entry)
         return call_error(ErrorCode::not_found,
                           "function " + std::string(module) + "." + std::string(function) + " is not registered",
@@ -83,6 +85,7 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
     const bool timed = entry->options.run_inline;
     const auto began = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     CallResult result = [&]() -> CallResult {
+        const CallScope scope(deadline, connection);
         try {
             return entry->handler(args);
         } catch (const std::exception& e) {
@@ -117,29 +120,29 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
 }
 
 CallResult RpcServer::run_handler(std::string_view module, std::string_view function, const boost::json::array& args,
-                                  bool* threw) const {
+                                  bool* threw, time_point deadline) const {
     const auto entry = find(module, function);
-    return run(entry.get(), module, function, args, threw);
+    return run(entry.get(), module, function, args, threw, deadline);
 }
 
-void RpcServer::run_local(std::string module, std::string function, boost::json::array args,
+void RpcServer::run_local(std::string module, std::string function, boost::json::array args, time_point deadline,
                           std::function<void(CallResult, bool)> done) {
     auto entry = find(module, function);
     if (runs_inline(entry.get())) {
         bool threw = false;
-        auto result = run(entry.get(), module, function, args, &threw);
+        auto result = run(entry.get(), module, function, args, &threw, deadline);
         return done(std::move(result), threw);
     }
     load_->queued();
     asio::post(workers_, [this, entry = std::move(entry), module = std::move(module), function = std::move(function),
-                  args = std::move(args), done = std::move(done)] {
+                  args = std::move(args), deadline, done = std::move(done)] {
         load_->started();
         if (skip_abandoned()) {
             load_->finished();
             return done(call_failure(Failure::node_stopping, options_.node, module, function), false);
         }
         bool threw = false;
-        auto result = run(entry.get(), module, function, args, &threw);
+        auto result = run(entry.get(), module, function, args, &threw, deadline);
         load_->finished();
         done(std::move(result), threw);
     });
@@ -195,10 +198,10 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
     return served;
 }
 
-CallResult RpcServer::run_unless_expired(const Served& served) {
+CallResult RpcServer::run_unless_expired(const Served& served, const Connection* connection) {
     const auto& r = served.request;
     if (std::chrono::steady_clock::now() < served.deadline)
-        return run(served.entry.get(), r.module, r.function, r.args, nullptr);
+        return run(served.entry.get(), r.module, r.function, r.args, nullptr, served.deadline, connection);
     expired_requests_.fetch_add(1, std::memory_order_relaxed);
     return call_error(ErrorCode::request_timeout,
                       "not run: the caller's timeout of " + std::to_string(*r.timeout_ms) +
@@ -218,7 +221,7 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     if (runs_inline(served.entry.get())) {
         // On the connection's strand: the answer is queued (or written) right here.
         const auto& r = served.request;
-        auto result = run(served.entry.get(), r.module, r.function, r.args, nullptr);
+        auto result = run(served.entry.get(), r.module, r.function, r.args, nullptr, served.deadline, c.get());
         c->send(answer(r.id, std::move(result), r.module, r.function, c->spare_buffer()));
         return finish(served);
     }
@@ -235,7 +238,7 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
         if (orphaned) expired_requests_.fetch_add(1, std::memory_order_relaxed);
         if (!orphaned && !skip_abandoned()) {
             const auto& r = served.request;
-            auto result = run_unless_expired(served);
+            auto result = run_unless_expired(served, c.get());
             load_->finished();  // the answer's load does not count the run it answers
             c->answer(answer(r.id, std::move(result), r.module, r.function, c->spare_buffer()));
         } else {

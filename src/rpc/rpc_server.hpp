@@ -53,13 +53,17 @@ public:
 
     void register_function(std::string module, std::string function, Handler handler, HandlerOptions options);
 
-    /// Runs `module.function(args)` on the calling thread; `threw` (if given) tells
-    /// whether the handler threw. Errors name this node, module and function.
+    using time_point = std::chrono::steady_clock::time_point;
+
+    /// Runs `module.function(args)` on the calling thread, the call's deadline
+    /// `deadline` (call_deadline() in the handler); `threw` (if given) tells whether the
+    /// handler threw. Errors name this node, module and function.
     CallResult run_handler(std::string_view module, std::string_view function, const boost::json::array& args,
-                           bool* threw = nullptr) const;
-    /// Runs a call to this node: inline handlers on the calling thread, others on the
-    /// worker pool; `done` gets the result and whether the handler threw.
-    void run_local(std::string module, std::string function, boost::json::array args,
+                           bool* threw = nullptr, time_point deadline = time_point::max()) const;
+    /// Runs a call to this node whose deadline is `deadline`: inline handlers on the
+    /// calling thread, others on the worker pool; `done` gets the result and whether the
+    /// handler threw.
+    void run_local(std::string module, std::string function, boost::json::array args, time_point deadline,
                    std::function<void(CallResult, bool threw)> done);
 
     void serve_request(const std::shared_ptr<Connection>& connection, wire::Request&& request) override;
@@ -119,17 +123,19 @@ private:
     };
     /// `entry`: the request's, when already found (null: found here).
     Served admit(wire::Request&& request, std::shared_ptr<const Entry> entry = nullptr);
-    /// Runs an admitted request's handler, unless its deadline has passed (then a
-    /// `request_timeout` error, counted in expired_requests_).
-    CallResult run_unless_expired(const Served& served);
+    /// Runs an admitted request's handler, which came on `connection`, unless its
+    /// deadline has passed (then a `request_timeout` error, counted in expired_requests_).
+    CallResult run_unless_expired(const Served& served, const Connection* connection);
     /// The answer of an admitted request is out: ends its tracking.
     void finish(Served& served);
     std::shared_ptr<const Entry> find(std::string_view module, std::string_view function) const;
     /// Registered inline (an unknown function's not_found answer is made on the spot too).
     static bool runs_inline(const Entry* entry) noexcept { return !entry || entry->options.run_inline; }
-    /// Runs `entry` (may be null: not registered), timing inline runs.
+    /// Runs `entry` (may be null: not registered), timing inline runs, in a CallScope of
+    /// `deadline` and `connection` (the request's; null for a call from this node).
     CallResult run(const Entry* entry, std::string_view module, std::string_view function,
-                   const boost::json::array& args, bool* threw) const;
+                   const boost::json::array& args, bool* threw, time_point deadline = time_point::max(),
+                   const Connection* connection = nullptr) const;
     /// Encodes the answer to request `id` into `buffer` (Connection::spare_buffer),
     /// replacing one over the size limit.
     std::string answer(std::uint64_t id, CallResult result, std::string_view module, std::string_view function,

@@ -346,6 +346,33 @@ BOOST_AUTO_TEST_CASE(pick_reported_weights_penalise_a_member_whose_calls_fail) {
     BOOST_TEST(std::abs(counts["err_a"] - 100) <= 3, counts["err_a"]);
 }
 
+BOOST_AUTO_TEST_CASE(pick_reported_weights_multiply_by_each_members_share_of_the_successes) {
+    const rpclb::MemberSnapshot members{{"rate_a", "rate_b"}, 44};
+    auto a = report("rate_a", 250), b = report("rate_b", 500);
+    auto algorithm = load(R"({"weights": "reported"})");
+    // No window closed yet: weights 1/0.25 : 1/0.5 = 2 : 1.
+    auto counts = tally(picks(*algorithm, members, 300));
+    BOOST_TEST(std::abs(counts["rate_a"] - 200) <= 3, counts["rate_a"]);
+
+    // One window of 100 × 2 successes, 150 from rate_a: shares 0.75 and 0.25, weights
+    // 0.75/0.25 : 0.25/0.5 = 6 : 1. The same utilization at three times the rate means
+    // three times the capacity.
+    const auto succeed = [&](std::size_t index, int n) {
+        for (int i = 0; i < n; ++i) algorithm->release(members, index, rpclb::CallOutcome{});
+    };
+    succeed(0, 150);
+    succeed(1, 50);
+    counts = tally(picks(*algorithm, members, 700));
+    BOOST_TEST(std::abs(counts["rate_a"] - 600) <= 3, counts["rate_a"]);
+
+    // The next window, half each, averages with the last: 0.625 and 0.375, weights
+    // 2.5 : 0.75 = 10 : 3.
+    succeed(0, 100);
+    succeed(1, 100);
+    counts = tally(picks(*algorithm, members, 1300));
+    BOOST_TEST(std::abs(counts["rate_a"] - 1000) <= 3, counts["rate_a"]);
+}
+
 BOOST_AUTO_TEST_CASE(init_reported_options_throw_naming_the_option) {
     require_init_rejected(R"({"weights": "measured"})", "\"reported\"");
     rpclb::PluginRegistry registry;

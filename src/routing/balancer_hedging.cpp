@@ -1,0 +1,30 @@
+// LoadBalancer: the budget and the counts of hedged calls (the router sends the attempts).
+#include "routing/balancer_impl.hpp"
+
+namespace rpclb {
+
+LoadBalancer::HedgeStats LoadBalancer::hedge_stats() const noexcept {
+    const auto& i = *impl_;
+    return {i.hedged_calls.load(), i.hedges.load(), i.hedge_wins.load(), i.budget_refusals.load(),
+            i.late_replies.load()};
+}
+
+void LoadBalancer::hedge_call_started() noexcept {
+    impl_->hedged_calls.fetch_add(1, std::memory_order_relaxed);
+    impl_->hedge_budget.deposit(std::chrono::steady_clock::now());
+}
+
+bool LoadBalancer::take_hedge_token() noexcept {
+    if (impl_->hedge_budget.take(std::chrono::steady_clock::now())) {
+        impl_->hedges.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+    impl_->budget_refusals.fetch_add(1, std::memory_order_relaxed);
+    return false;
+}
+
+void LoadBalancer::count_hedge_win() noexcept { impl_->hedge_wins.fetch_add(1, std::memory_order_relaxed); }
+
+void LoadBalancer::count_late_reply() noexcept { impl_->late_replies.fetch_add(1, std::memory_order_relaxed); }
+
+}  // namespace rpclb

@@ -1,0 +1,40 @@
+// The call a handler run serves, as call_deadline() and call_cancelled() see it (internal).
+#pragma once
+
+#include <chrono>
+
+namespace rpclb::detail {
+
+class Connection;
+
+/// Opened by RpcServer around every handler run, on the thread running it: while it
+/// lives, call_deadline() and call_cancelled() on that thread answer for its call. Scopes
+/// nest (a handler that calls this node runs the inner handler in a scope of its own) and
+/// close in reverse order.
+///
+/// Thread safety: one thread's; the connection is only asked closed(), which any thread may.
+class CallScope {
+public:
+    using time_point = std::chrono::steady_clock::time_point;
+
+    /// `deadline`: time_point::max() when the call has none (a cast). `connection`: the
+    /// one the request came on, null for a call from this node.
+    CallScope(time_point deadline, const Connection* connection) noexcept;
+    ~CallScope();
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+    /// The innermost scope open on this thread; null outside every handler.
+    static const CallScope* current() noexcept;
+
+    time_point deadline() const noexcept { return deadline_; }
+    /// The deadline passed, or the request's connection closed.
+    bool cancelled() const noexcept;
+
+private:
+    time_point deadline_;
+    const Connection* connection_;
+    const CallScope* outer_;
+};
+
+}  // namespace rpclb::detail

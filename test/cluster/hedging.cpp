@@ -1,0 +1,161 @@
+// Hedged calls (CallOptions::hedging): a call whose first member is slow is answered by
+// another, the losing attempt is released as cancelled and its late answer counted, the
+// balancer's budget bounds the extra attempts, and bad hedging options fail at the call's
+// start naming the option.
+#define BOOST_TEST_MODULE hedging
+#include <rpclb/cluster.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include "support/node.hpp"
+#include "support/wait.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+using namespace std::chrono_literals;
+using rpclb::test::eventually;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_string(c.listen_endpoint()->port()); }
+
+// Members slow@ and fast@ of balancer "h" (round_robin: picks alternate), and a client
+// routing through it. slow@'s t.work waits until release() (at most 5 s); fast@'s
+// answers at once. Each answers its own name.
+struct Pair {
+    Pair() {
+        for (const char* name : {"fast@127.0.0.1", "slow@127.0.0.1"}) {
+            auto seeds = nodes.empty() ? std::vector<std::string>{} : std::vector<std::string>{address(*nodes.front())};
+            nodes.push_back(std::make_unique<rpclb::Cluster>(rpclb::test::in_process_node_options(name, seeds)));
+            auto& node = *nodes.back();
+            const bool slow = std::string(name) == "slow@127.0.0.1";
+            node.register_function("t", "work", [this, slow, name = node.name()](const boost::json::array&) -> rpclb::CallResult {
+                if (slow) {
+                    std::unique_lock lock(mutex);
+                    wake.wait_for(lock, 5s, [&] { return released; });
+                }
+                return boost::json::value(name);
+            });
+            node.start();
+            node.start_balancer(rpclb::test::balancer_options("h", "round_robin"));
+        }
+        auto o = rpclb::test::in_process_node_options("client@127.0.0.1", {address(*nodes.front())});
+        o.client = true;
+        client = std::make_unique<rpclb::Cluster>(o);
+        client->start();
+        if (!rpclb::test::wait_for_members(*client, "h", {"fast@127.0.0.1", "slow@127.0.0.1"}, 10s))
+            throw std::runtime_error("the client did not see both members of h");
+    }
+    ~Pair() {
+        release();
+        client->stop();
+        for (auto& n : nodes) n->stop();
+    }
+    void release() {
+        std::lock_guard lock(mutex);
+        released = true;
+        wake.notify_all();
+    }
+    static rpclb::CallOptions hedged(int attempts = 2) {
+        rpclb::CallOptions o;
+        o.load_balancer = "h";
+        o.timeout = 10s;
+        o.idempotent = true;
+        o.hedging = rpclb::Hedging{.delay = 20ms, .max_attempts = attempts};
+        return o;
+    }
+    rpclb::LoadBalancer::HedgeStats stats() { return client->balancer("h").value()->hedge_stats(); }
+
+    std::vector<std::unique_ptr<rpclb::Cluster>> nodes;
+    std::unique_ptr<rpclb::Cluster> client;
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool released = false;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_call_whose_member_is_slow_is_answered_by_a_hedge) {
+    Pair p;
+    // Round robin alternates, and a hedge's pick takes its turn too: of four calls, at
+    // least one starts on slow@ and is answered by a hedge to fast@.
+    for (int i = 0; i < 4; ++i) {
+        const auto began = Clock::now();
+        auto r = p.client->call("t", "work", {}, Pair::hedged());
+        BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message);
+        BOOST_TEST(r->as_string() == "fast@127.0.0.1");
+        BOOST_TEST((Clock::now() - began < 2s));
+    }
+    const auto s = p.stats();
+    BOOST_TEST(s.hedged_calls == 4u);
+    BOOST_TEST(s.hedges >= 1u);
+    BOOST_TEST(s.hedge_wins == s.hedges);
+    BOOST_TEST(s.budget_refusals == 0u);
+    // slow@ still holds the losing attempts, counted in flight until they end ...
+    const auto slow_in_flight = [&] {
+        for (const auto& [node, n] : p.client->balancer("h").value()->in_flight_by_member())
+            if (node == "slow@127.0.0.1") return static_cast<std::uint64_t>(n);
+        return std::uint64_t{0};
+    };
+    BOOST_TEST(slow_in_flight() == s.hedges);
+    // ... and their answers, once it gives them, are dropped and counted; slow@ is not
+    // counted as failing.
+    p.release();
+    BOOST_REQUIRE(eventually([&] { return p.stats().late_replies == s.hedges; }, 5s));
+    BOOST_TEST(slow_in_flight() == 0u);
+    BOOST_TEST(p.client->balancer("h").value()->ejected().empty());
+}
+
+BOOST_AUTO_TEST_CASE(the_budget_bounds_the_extra_attempts) {
+    Pair p;
+    // 60 calls at once: those that start on slow@ (about half) each want a hedge; the
+    // budget holds 10 tokens and each call adds 0.05, plus one a second.
+    std::atomic<int> done{0}, ok{0};
+    for (int i = 0; i < 60; ++i)
+        p.client->async_call("t", "work", {}, Pair::hedged(), [&](rpclb::CallResult r) {
+            if (r) ++ok;
+            ++done;
+        });
+    BOOST_REQUIRE(eventually([&] { return p.stats().hedges + p.stats().budget_refusals >= 20u; }, 5s));
+    const auto s = p.stats();
+    BOOST_TEST(s.hedges >= 10u);
+    BOOST_TEST(s.hedges <= 16u);
+    BOOST_TEST(s.budget_refusals >= 4u);
+    // The calls refused a hedge wait for slow@; all end once it answers.
+    p.release();
+    BOOST_REQUIRE(eventually([&] { return done.load() == 60; }, 10s));
+    BOOST_TEST(ok.load() == 60);
+}
+
+BOOST_AUTO_TEST_CASE(bad_hedging_options_fail_at_the_start_naming_the_option) {
+    Pair p;
+    const auto refused = [&](rpclb::CallOptions o, const std::string& message) {
+        auto r = p.client->call("t", "work", {}, o);
+        BOOST_REQUIRE(!r);
+        BOOST_TEST(r.error().code == rpclb::ErrorCode::bad_request);
+        BOOST_TEST(r.error().message == message);
+    };
+    auto o = Pair::hedged();
+    o.idempotent = false;
+    refused(o, "hedging: the call is not marked idempotent (CallOptions::idempotent); only an idempotent call may run twice");
+    o = Pair::hedged();
+    o.hedging->delay = 0ms;
+    refused(o, "hedging.delay must be 1 ms to the call's timeout of 10000 ms; got 0 ms");
+    o.hedging->delay = 11s;
+    refused(o, "hedging.delay must be 1 ms to the call's timeout of 10000 ms; got 11000 ms");
+    o = Pair::hedged(6);
+    refused(o, "hedging.max_attempts must be 2 to 5; got 6");
+    o = Pair::hedged(3);
+    refused(o, "hedging.max_attempts is 3, more than the 2 members of balancer h");
+    o = Pair::hedged();
+    o.load_balancer.clear();
+    auto direct = p.client->call("fast@127.0.0.1", "t", "work", {}, o);
+    BOOST_REQUIRE(!direct);
+    BOOST_TEST(direct.error().message == "hedging: applies only to a call through a balancer (CallOptions::load_balancer)");
+    // Nothing was picked or sent for them.
+    BOOST_TEST(p.stats().hedged_calls == 0u);
+}
