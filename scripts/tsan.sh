@@ -5,7 +5,8 @@
 # routing between in-process nodes (retry timers, draining, async completions), group
 # membership delivered from several threads, and the
 # cache of large decoded values (blocks freed on other threads), and the mesh with its
-# failure detector (probes answered on the links' strands, one timer). Needs the
+# failure detector (probes answered on the links' strands, one timer), hedged calls (attempts
+# ending on several threads) and deadlines read in handlers. Needs the
 # packages scripts/setup.sh installs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,7 +21,8 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRPCLB_
 targets=(rpclb)
 for dir in "$root"/plugins/*/; do targets+=("rpclb_$(basename "$dir")"); done
 tests=(algorithms supervisor balancer_supervision telemetry metrics routing groups async_completion callbacks_without_locks
-       write_queue inline_handlers batching call_channels block_cache mesh failure_detector outlier_detection)
+       write_queue inline_handlers batching call_channels block_cache mesh failure_detector outlier_detection
+       hedging deadlines)
 for t in "${tests[@]}"; do
   for src in "$root"/test/{unit,cluster}/"$t"*.cpp; do
     [ -e "$src" ] || continue

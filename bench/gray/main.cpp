@@ -174,9 +174,13 @@ int main(int argc, char** argv) {
         std::vector<std::string> stacks;
         for (const auto& a : o.algs) stacks.push_back(a.label);
         if (o.grpc) stacks.push_back(gray::grpc_label);
+        // The headline stack: the first with the default algorithm and no hedging.
         std::string headline = stacks.front();
         for (const auto& a : o.algs)
-            if (!a.algorithm) headline = a.label;
+            if (!a.algorithm && !a.hedging) {
+                headline = a.label;
+                break;
+            }
 
         rpclb::log::init("warning");
         bench::install_signal_handlers();

@@ -101,6 +101,8 @@ void derive(std::map<std::string, double>& cur, const std::vector<std::string>& 
         // Hedging's: the default stack against this one, and this one's extra attempts.
         cur["stall_p999_gain." + s] = get("stalls/default/open/p999") / get("stalls/" + s + "/open/p999");
         cur["hedge_extra_fraction." + s] = get("stalls/" + s + "/extra_fraction");
+        cur["stall_long_p999_gain." + s] = get("stalls_long/default/open/p999") / get("stalls_long/" + s + "/open/p999");
+        cur["stall_long_extra_fraction." + s] = get("stalls_long/" + s + "/extra_fraction");
         cur["overload_extra_fraction." + s] = get("overload/" + s + "/extra_fraction");
         cur["overload_goodput_ratio." + s] =
             get("overload/" + s + "/open/ok_share") / get("overload/default/open/ok_share");
@@ -121,13 +123,15 @@ void print_results(const Values& values, const std::vector<std::string>& stacks,
                           "pause_p999_ratio",      "fast_fail_share",        "fast_fail_ok",
                           "fast_fail_2of3_ok",     "heterogeneous_p99_ratio", "heterogeneous_util_spread",
                           "cold_member_p99_ratio", "stall_p999_gain",         "hedge_extra_fraction",
+                          "stall_long_p999_gain",  "stall_long_extra_fraction",
                           "overload_extra_fraction", "overload_goodput_ratio"};
     for (const auto* key : keys) {
         bool any = false;
         for (const auto& s : stacks) any = any || have(std::string(key) + "." + s);
         if (!any) continue;
         // Hedging's keys without a suffix are the `hedged` stack's.
-        const bool hedging_key = std::string(key) == "stall_p999_gain" || std::string(key).find("extra") != std::string::npos ||
+        const bool hedging_key = std::string(key).find("p999_gain") != std::string::npos ||
+                                 std::string(key).find("extra") != std::string::npos ||
                                  std::string(key) == "overload_goodput_ratio";
         if (std::string(key) != "fast_fail_2of3_ok" && std::string(key) != "fast_fail_ok")
             std::printf("%s %.3f\n", key, med(std::string(key) + "." + (hedging_key ? std::string("hedged") : headline)));

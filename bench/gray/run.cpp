@@ -81,6 +81,12 @@ std::vector<Setup> setups_for(const std::string& scenario, bool quick) {
             m.stall_ms = 20;
         }
         out.push_back(s);
+        // The same with stalls of 500 ms: a 20 ms stall is within the exponential service
+        // time's own tail (its p99.9 is 5 ms × ln 1000 ≈ 35 ms), so no hedge can gain much
+        // on it; a stall far beyond that tail shows what hedging removes.
+        s.name = "stalls_long";
+        for (auto& m : s.members) m.stall_ms = 500;
+        out.push_back(s);
     }
     if (scenario == "overload") {
         // Five members of one slot each: 5 ms calls would serve 1000/s and 500/s is offered,

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -351,6 +352,11 @@ public:
     };
     /// A consistent-enough copy of the counts (each read on its own). Thread-safe.
     HedgeStats hedge_stats() const noexcept;
+    /// The p95 latency of the recent successful calls this node sent through this
+    /// balancer, counted once a call with hedging went through it (older calls weigh
+    /// less: every 1,000 calls halve the counts); nullopt until 20 calls are counted.
+    /// Rounded up to its bucket's bound, at most 19 % high. Thread-safe; no lock.
+    std::optional<std::chrono::microseconds> recent_p95() const noexcept;
     /// The router's: a call that may be hedged starts (its deposit in the budget: 5 % of
     /// such calls, plus one attempt a second, at most 10 banked; detail::HedgeBudget).
     void hedge_call_started() noexcept;

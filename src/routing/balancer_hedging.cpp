@@ -9,6 +9,10 @@ LoadBalancer::HedgeStats LoadBalancer::hedge_stats() const noexcept {
             i.late_replies.load()};
 }
 
+std::optional<std::chrono::microseconds> LoadBalancer::recent_p95() const noexcept {
+    return impl_->latencies.quantile(0.95);
+}
+
 void LoadBalancer::hedge_call_started() noexcept {
     impl_->hedged_calls.fetch_add(1, std::memory_order_relaxed);
     impl_->hedge_budget.deposit(std::chrono::steady_clock::now());

@@ -10,6 +10,7 @@
 
 #include "routing/cluster_link.hpp"
 #include "routing/hedge_budget.hpp"
+#include "routing/latency_window.hpp"
 #include "routing/outlier_detector.hpp"
 #include "routing/slow_start.hpp"
 
@@ -120,6 +121,8 @@ struct LoadBalancer::Impl {
 
     // Hedging: the budget of extra attempts and the counts of hedge_stats().
     detail::HedgeBudget hedge_budget;
+    // The latencies of successful calls, counted once a hedged call went through (recent_p95).
+    detail::LatencyWindow latencies;
     std::atomic<std::uint64_t> hedged_calls{0}, hedges{0}, hedge_wins{0}, budget_refusals{0}, late_replies{0};
 
     LoadBalancer& self;

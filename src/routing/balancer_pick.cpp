@@ -235,6 +235,9 @@ void LoadBalancer::release(const Picked& picked, CallOutcome outcome) noexcept {
         if (!outcome.latency) outcome.latency = now - picked.at;
         impl_->tell_release(*picked.algorithm, *picked.members, picked.index, outcome);
         if (impl_->outliers) impl_->record_outcome(picked, outcome, now);
+        // Hedging's delay by default: counted only once a hedged call went through.
+        if (outcome.ok() && impl_->hedged_calls.load(std::memory_order_relaxed) != 0)
+            impl_->latencies.add(std::chrono::duration_cast<std::chrono::microseconds>(*outcome.latency));
     }
     if (impl_->in_flight.fetch_sub(1) == 1) impl_->drained.wake();
 }

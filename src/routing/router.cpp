@@ -1,6 +1,7 @@
 // Routing of calls and casts (doc/architecture.md "Calls"): short-circuits, selection,
-// drainer tracking, the no-route retry on timers and re-selection after a `draining`
-// reply. The blocking API is a thin layer over start().
+// drainer tracking, the no-route retry on timers, re-selection after a `draining` reply,
+// hedged attempts and the deadline a call inherits from the handler that makes it. The
+// blocking API (router_timers.cpp) is a thin layer over start().
 #include "routing/router.hpp"
 
 #include "membership/mesh.hpp"
@@ -17,7 +18,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <mutex>
 #include <optional>
 
@@ -136,7 +136,9 @@ public:
             }
             hedge_balancer_ = *b;
             hedge_balancer_->hedge_call_started();
-            arm_hedge();
+            (*b)->track(*picked);
+            dispatch(std::move(target), std::move(*b), std::move(*picked), true, on_caller_thread);
+            return arm_hedge();  // after the first attempt went, so a hedge never goes to its member
         }
         (*b)->track(*picked);
         dispatch(std::move(target), std::move(*b), std::move(*picked), true, on_caller_thread);
@@ -167,8 +169,8 @@ private:
         else if (!spec_.options.idempotent)
             problem = "hedging: the call is not marked idempotent (CallOptions::idempotent); only an idempotent "
                       "call may run twice";
-        else if (h->delay.count() < 1 || h->delay > spec_.options.timeout)
-            problem = "hedging.delay must be 1 ms to the call's timeout of " +
+        else if (h->delay.count() < 0 || h->delay > spec_.options.timeout)
+            problem = "hedging.delay must be 0 (the balancer's recent p95) or 1 ms to the call's timeout of " +
                       std::to_string(spec_.options.timeout.count()) + " ms; got " + std::to_string(h->delay.count()) +
                       " ms";
         else if (h->max_attempts < 2 || h->max_attempts > 5)
@@ -187,11 +189,20 @@ private:
         balancer.release(picked, outcome_of(call_failure(Failure::cancelled, picked.node(), spec_.module, spec_.function)));
     }
 
-    // Sends the next attempt of a hedged call after hedging.delay, if it has not ended.
+    // Sends the next attempt of a hedged call after hedging.delay (0: the balancer's recent
+    // p95, 10 ms while it has none), if it has not ended.
     void arm_hedge() {
-        router_->after(hedging_->delay, [self = shared_from_this()](bool fired) {
-            if (fired) self->hedge();
-        });
+        auto delay = hedging_->delay;
+        if (delay.count() == 0) {
+            const auto p95 = hedge_balancer_->recent_p95();
+            delay = p95 ? std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(*p95))
+                        : std::chrono::milliseconds(10);
+        }
+        router_->after(
+            delay, [self = shared_from_this()](bool fired) {
+                if (fired) self->hedge();
+            },
+            false);
     }
 
     // An extra attempt, to a member no attempt of this call went to, when no answer came
@@ -562,16 +573,6 @@ private:
 
 // ---- Router ----------------------------------------------------------------------------
 
-Router::Router(RouterOptions options, asio::io_context& ioc, Mesh& mesh, CallChannels& channels, RpcServer& rpc,
-               BalancerRegistry& balancers, TelemetryBus& bus)
-    : options_(std::move(options)),
-      mesh_(mesh),
-      channels_(channels),
-      rpc_(rpc),
-      balancers_(balancers),
-      bus_(bus),
-      retry_strand_(ioc.get_executor()) {}
-
 std::shared_ptr<CallOperation> Router::start(CallSpec spec, Done done, bool inline_local) {
     auto op = std::make_shared<CallOperation>(self_.lock(), std::move(spec), std::move(done));
     op->start(inline_local);
@@ -579,60 +580,5 @@ std::shared_ptr<CallOperation> Router::start(CallSpec spec, Done done, bool inli
 }
 
 void Router::cancel(const std::shared_ptr<CallOperation>& operation) { operation->cancel(); }
-
-CallResult Router::run_blocking(CallSpec spec, bool on_network_thread) {
-    if (on_network_thread)
-        return call_failure(Failure::would_deadlock, spec.node.empty() ? options_.name : spec.node, spec.module,
-                            spec.function);
-    // The outcome comes on this thread (a call channel, a local handler) or on another
-    // (the mesh link); a mutex and a condition variable on the stack serve both, with no
-    // shared state to allocate as a promise would. The completion notifies under the lock,
-    // so this frame outlives its last use of them.
-    struct Wait {
-        std::mutex mutex;
-        std::condition_variable done;
-        std::optional<CallResult> result;
-    } wait;
-    start(
-        std::move(spec),
-        [&wait](CallResult r) {
-            std::lock_guard lock(wait.mutex);
-            wait.result = std::move(r);
-            wait.done.notify_one();
-        },
-        true);
-    std::unique_lock lock(wait.mutex);
-    wait.done.wait(lock, [&] { return wait.result.has_value(); });
-    return std::move(*wait.result);
-}
-
-void Router::after(std::chrono::milliseconds delay, std::function<void(bool fired)> then) {
-    asio::dispatch(retry_strand_, [self = self_.lock(), delay, then = std::move(then)]() mutable {
-        if (self->stopping_.load()) return then(false);
-        auto timer = std::make_shared<asio::steady_timer>(self->retry_strand_, delay);
-        self->retry_timers_.insert(timer);
-        timer->async_wait([self, timer, then = std::move(then)](boost::system::error_code ec) {
-            const bool woken = self->woken_.erase(timer.get()) > 0;
-            self->retry_timers_.erase(timer);
-            then((!ec || woken) && !self->stopping_.load());
-        });
-    });
-}
-
-void Router::wake() {
-    asio::dispatch(retry_strand_, [self = self_.lock()] {
-        for (const auto& t : self->retry_timers_) {
-            self->woken_.insert(t.get());
-            t->cancel();
-        }
-    });
-}
-
-void Router::stop() {
-    stopping_ = true;
-    asio::dispatch(retry_strand_, [self = self_.lock()] {
-        for (const auto& t : self->retry_timers_) t->cancel();
-    });
-}
 
 }  // namespace rpclb::detail

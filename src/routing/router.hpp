@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -81,13 +82,14 @@ public:
     CallResult run_blocking(CallSpec spec, bool on_network_thread);
 
     /// Runs `then(true)` after `delay` on the retry strand, or `then(false)` at once when
-    /// the node stops first (see stop()). Never blocks.
-    void after(std::chrono::milliseconds delay, std::function<void(bool fired)> then);
+    /// the node stops first (see stop()); wake() ends the wait early only when `wakeable`
+    /// (a hedge's delay is not). Never blocks.
+    void after(std::chrono::milliseconds delay, std::function<void(bool fired)> then, bool wakeable = true);
     /// The node is stopping: every wait of after() ends with `then(false)`, and no call
     /// waits for a route again.
     void stop();
-    /// Ends every wait of after() now, with `then(true)`, as if its delay had passed: a
-    /// call waiting for a route looks again (Mesh::set_on_cookie_refused).
+    /// Ends every wakeable wait of after() now, with `then(true)`, as if its delay had
+    /// passed: a call waiting for a route looks again (Mesh::set_on_cookie_refused).
     void wake();
     bool stopping() const noexcept { return stopping_.load(); }
     /// The node is closing its connections (after its drain): from here a call or cast to
@@ -114,7 +116,8 @@ private:
     std::weak_ptr<Router> self_;
     // No-route retry timers, all on one strand so that arming and cancelling never race.
     boost::asio::strand<boost::asio::io_context::executor_type> retry_strand_;
-    std::set<std::shared_ptr<boost::asio::steady_timer>> retry_timers_;
+    // The waits of after(), each with whether wake() ends it.
+    std::map<std::shared_ptr<boost::asio::steady_timer>, bool> retry_timers_;
     std::set<const boost::asio::steady_timer*> woken_;  // cancelled by wake(), not by stop()
     std::atomic<bool> stopping_{false};
     std::atomic<bool> sending_stopped_{false};

@@ -60,6 +60,11 @@ struct Pair {
         released = true;
         wake.notify_all();
     }
+    // slow@ stalls again.
+    void hold() {
+        std::lock_guard lock(mutex);
+        released = false;
+    }
     static rpclb::CallOptions hedged(int attempts = 2) {
         rpclb::CallOptions o;
         o.load_balancer = "h";
@@ -131,6 +136,30 @@ BOOST_AUTO_TEST_CASE(the_budget_bounds_the_extra_attempts) {
     BOOST_TEST(ok.load() == 60);
 }
 
+BOOST_AUTO_TEST_CASE(by_default_a_hedge_waits_for_the_balancers_recent_p95) {
+    Pair p;
+    auto o = Pair::hedged();
+    o.hedging->delay = 0ms;
+    BOOST_TEST(!p.client->balancer("h").value()->recent_p95());
+    // Both members fast: 25 calls make the p95 known (10 ms until 20 are).
+    p.release();
+    for (int i = 0; i < 25; ++i) BOOST_REQUIRE(p.client->call("t", "work", {}, o).has_value());
+    const auto p95 = p.client->balancer("h").value()->recent_p95();
+    BOOST_REQUIRE(p95.has_value());
+    BOOST_TEST((*p95 < 200ms));
+    // slow@ stalls again: a call that starts there is hedged after that p95.
+    p.hold();
+    const auto hedges = p.stats().hedges;
+    for (int i = 0; i < 4; ++i) {
+        const auto began = Clock::now();
+        auto r = p.client->call("t", "work", {}, o);
+        BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message);
+        BOOST_TEST(r->as_string() == "fast@127.0.0.1");
+        BOOST_TEST((Clock::now() - began < 2s));
+    }
+    BOOST_TEST(p.stats().hedges > hedges);
+}
+
 BOOST_AUTO_TEST_CASE(bad_hedging_options_fail_at_the_start_naming_the_option) {
     Pair p;
     const auto refused = [&](rpclb::CallOptions o, const std::string& message) {
@@ -143,10 +172,10 @@ BOOST_AUTO_TEST_CASE(bad_hedging_options_fail_at_the_start_naming_the_option) {
     o.idempotent = false;
     refused(o, "hedging: the call is not marked idempotent (CallOptions::idempotent); only an idempotent call may run twice");
     o = Pair::hedged();
-    o.hedging->delay = 0ms;
-    refused(o, "hedging.delay must be 1 ms to the call's timeout of 10000 ms; got 0 ms");
+    o.hedging->delay = -1ms;
+    refused(o, "hedging.delay must be 0 (the balancer's recent p95) or 1 ms to the call's timeout of 10000 ms; got -1 ms");
     o.hedging->delay = 11s;
-    refused(o, "hedging.delay must be 1 ms to the call's timeout of 10000 ms; got 11000 ms");
+    refused(o, "hedging.delay must be 0 (the balancer's recent p95) or 1 ms to the call's timeout of 10000 ms; got 11000 ms");
     o = Pair::hedged(6);
     refused(o, "hedging.max_attempts must be 2 to 5; got 6");
     o = Pair::hedged(3);
