@@ -210,7 +210,8 @@ BOOST_AUTO_TEST_CASE(a_garbage_report_makes_the_load_unknown_and_the_member_keep
 }
 
 // weighted_round_robin with "weights": "reported", between real nodes: the caller sends
-// less to the member that reports more load, and follows a step change within 100 ms.
+// less to the member that reports more load, follows a step change within 100 ms, and
+// its members' rates within a few windows.
 BOOST_AUTO_TEST_CASE(weighted_round_robin_follows_reported_load_between_nodes) {
     const auto balancer = rpclb::test::balancer_options("wrr_load", "weighted_round_robin",
                                                         boost::json::object{{"weights", "reported"}});
@@ -266,6 +267,11 @@ BOOST_AUTO_TEST_CASE(weighted_round_robin_follows_reported_load_between_nodes) {
         return false;
     }, 100ms, 0ms));
     BOOST_TEST((std::chrono::steady_clock::now() - step < 100ms));
+    // The weights change at once by the new loads (m1 from under 15 % to about half, with
+    // the rates it had), and the rates follow within a few windows of 200 successes.
+    counts = calls(200);
+    BOOST_TEST(counts["m1@127.0.0.1"] >= 80, counts["m1@127.0.0.1"]);
+    (void)calls(600);
     counts = calls(200);
     BOOST_TEST(counts["m1@127.0.0.1"] >= 170, counts["m1@127.0.0.1"]);
     caller.stop();
