@@ -6,6 +6,7 @@
 
 #include "membership/mesh.hpp"
 #include "routing/balancer_registry.hpp"
+#include "routing/call_outcome.hpp"
 #include "transport/call_channels.hpp"
 #include "rpc/rpc_server.hpp"
 
@@ -36,22 +37,6 @@ ErrorMessage no_matching_node(const NodeFilter& filter) {
                         boost::json::object{{"node_filter", filter.is_regex() ? "/" + filter.text() + "/"
                                                                               : filter.text()}},
                         make_error_code(Failure::no_matching_node)};
-}
-
-// How a call ended, for the release of its pick: an error rpclb itself recorded a reason
-// for (no connection, timeout, cancelled, ...) arose here or on the way; one without (the
-// handler's own error, or one decoded from the member's reply) arose at the member.
-CallOutcome outcome_of(const CallResult& result) {
-    CallOutcome outcome;
-    if (result) return outcome;
-    const auto& error = result.error();
-    outcome.error = error.code;
-    // A `draining` refusal is the member leaving gracefully, a cancellation the caller's
-    // choice: neither is the member's failure.
-    outcome.origin = error.is(Failure::draining) || error.is(Failure::cancelled) ? ErrorOrigin::none
-                     : error.reason                ? ErrorOrigin::local
-                                                   : ErrorOrigin::remote;
-    return outcome;
 }
 
 }  // namespace
@@ -158,13 +143,16 @@ private:
                           spec_.node.empty() ? router_->options().name : spec_.node, spec_.module, spec_.function);
     }
 
-    // CallOptions::hedging's problem, or nullopt (then hedging_ is set when it is on):
+    // CallOptions::hedging's problem, or nullopt (then hedging_ is set unless the call
+    // runs here):
     // bad_request naming the option, before anything is picked or sent.
     std::optional<ErrorMessage> bad_hedging() {
         const auto& h = spec_.options.hedging;
-        if (!h || call_directly_) return std::nullopt;
+        if (!h) return std::nullopt;
         std::string problem;
-        if (spec_.kind != Spec::Kind::call || spec_.options.load_balancer.empty() || spec_.filter)
+        if (spec_.kind != Spec::Kind::call)
+            problem = "hedging: a cast is never hedged (it has no answer to wait for)";
+        else if (spec_.options.load_balancer.empty() || spec_.filter)
             problem = "hedging: applies only to a call through a balancer (CallOptions::load_balancer)";
         else if (!spec_.options.idempotent)
             problem = "hedging: the call is not marked idempotent (CallOptions::idempotent); only an idempotent "
@@ -176,7 +164,8 @@ private:
         else if (h->max_attempts < 2 || h->max_attempts > 5)
             problem = "hedging.max_attempts must be 2 to 5; got " + std::to_string(h->max_attempts);
         if (problem.empty()) {
-            hedging_ = *h;
+            // Run here (call_directly): checked, but one attempt, on this node.
+            if (!call_directly_) hedging_ = *h;
             return std::nullopt;
         }
         return call_error(ErrorCode::bad_request, std::move(problem), router_->options().name, spec_.module,
@@ -269,11 +258,22 @@ private:
                 balancer->untrack(counted);
         };
         if (!claim(target)) return release(call_failure(Failure::cancelled, target, spec_.module, spec_.function));
+        int attempt_index = -1;  // of a hedged call's attempts, in the order they were sent
+        if (hedging_ && picked) {
+            std::lock_guard lock(targets_mutex_);
+            targets_.push_back(target);
+            attempt_index = attempts_.fetch_add(1);
+            in_flight_.fetch_add(1);
+        }
         if (target == router_->options().name) {
             // Local: the handler runs here, never over the network, and is never refused.
             // Once the node closes (its worker pool is about to be joined), only a blocking
-            // call, which runs the handler on its own thread, can still be served here.
-            if (router_->sending_stopped() && !(on_caller_thread && spec_.kind == Spec::Kind::call)) {
+            // call, which runs the handler on its own thread, can still be served here. A
+            // hedged attempt never runs on the caller's thread: the caller could not hedge
+            // while its own thread runs the handler.
+            const bool on_this_thread = on_caller_thread && attempt_index < 0;
+            if (router_->sending_stopped() && !(on_this_thread && spec_.kind == Spec::Kind::call)) {
+                if (attempt_index >= 0) return hedged_attempt_done(RequestOutcome(stopping_error()), release, attempt_index);
                 CallResult stopped = stopping_error();
                 release(stopped);
                 return finish(std::move(stopped));
@@ -284,13 +284,19 @@ private:
                 release(done);
                 return finish(std::move(done));
             }
-            if (on_caller_thread) {
+            if (on_this_thread) {
                 auto result = router_->rpc().run_handler(spec_.module, spec_.function, spec_.args, &threw_, deadline_);
                 release(result);
                 return finish(std::move(result));
             }
-            router_->rpc().run_local(spec_.module, spec_.function, std::move(spec_.args), deadline_,
-                                     [self = shared_from_this(), release = std::move(release)](CallResult result, bool threw) {
+            // A hedged call's other attempts need the args too.
+            auto args = attempt_index >= 0 ? spec_.args : std::move(spec_.args);
+            router_->rpc().run_local(spec_.module, spec_.function, std::move(args), deadline_,
+                                     [self = shared_from_this(), release = std::move(release), attempt_index](
+                                         CallResult result, bool threw) {
+                                         if (attempt_index >= 0)
+                                             return self->hedged_attempt_done(RequestOutcome(std::move(result)),
+                                                                              release, attempt_index);
                                          self->threw_ = threw;
                                          release(result);
                                          self->finish(std::move(result));
@@ -301,13 +307,6 @@ private:
         // keep the args.
         const bool may_resend = picked && spec_.kind == Spec::Kind::call;
         auto args = may_resend ? spec_.args : std::move(spec_.args);
-        int attempt_index = -1;  // of a hedged call's attempts, in the order they were sent
-        if (hedging_ && picked) {
-            std::lock_guard lock(targets_mutex_);
-            targets_.push_back(target);
-            attempt_index = attempts_.fetch_add(1);
-            in_flight_.fetch_add(1);
-        }
         const auto& lb = picked ? spec_.options.load_balancer : std::string();
         if (spec_.kind == Spec::Kind::cast) {
             auto sent = send_cast(target, std::move(args), lb);
@@ -370,22 +369,26 @@ private:
     // The end of attempt `index` of a hedged call. The first success wins; an attempt that
     // failed while others are in flight leaves the call to them; the last to fail ends
     // it (or, never run there, picks again as any call does). Attempts that end after the
-    // call are released as cancelled, so their members' failure counts do not hear of
-    // them, and counted as late replies.
+    // winner, successes or not, are released as cancelled, so their members' failure
+    // counts do not hear of them, and counted as late replies.
     template <class Release>
     void hedged_attempt_done(RequestOutcome outcome, const Release& release, int index) {
         auto& result = outcome.result;
-        if (finished_.load()) {
+        const auto lost = [&] {
             hedge_balancer_->count_late_reply();
-            return release(call_failure(Failure::cancelled, router_->options().name, spec_.module, spec_.function));
-        }
+            release(call_failure(Failure::cancelled, router_->options().name, spec_.module, spec_.function));
+        };
+        if (finished_.load() || won_.load()) return lost();
         const int left = in_flight_.fetch_sub(1) - 1;
-        release(result);
         if (result) {
+            if (won_.exchange(true)) return lost();  // another success came first
+            release(result);
             if (index > 0) hedge_balancer_->count_hedge_win();
             return finish(std::move(result));
         }
-        if (left > 0) return;
+        release(result);
+        // The last attempt to end, unless a success is being delivered.
+        if (left > 0 || won_.load()) return;
         if ((is_draining(result.error()) || outcome.never_sent()) && reselections_ < max_reselections) {
             ++reselections_;
             return attempt(false);
@@ -565,6 +568,7 @@ private:
     std::mutex targets_mutex_;
     std::vector<std::string> targets_;  // under targets_mutex_
     std::atomic<int> attempts_{0}, in_flight_{0};
+    std::atomic<bool> won_{false};  // an attempt succeeded: the others lose
     bool threw_ = false;  // a handler run here threw (rpc.exception)
     bool spanned_ = false;
     std::string span_node_, span_balancer_;

@@ -5,6 +5,7 @@
 #define BOOST_TEST_MODULE hedging
 #include <rpclb/cluster.hpp>
 
+#include <boost/asio/use_future.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
@@ -39,6 +40,13 @@ struct Pair {
                     wake.wait_for(lock, 5s, [&] { return released; });
                 }
                 return boost::json::value(name);
+            });
+            node.register_function("t", "echo", [this, slow](const boost::json::array& args) -> rpclb::CallResult {
+                if (slow) {
+                    std::unique_lock lock(mutex);
+                    wake.wait_for(lock, 5s, [&] { return released; });
+                }
+                return args;
             });
             node.start();
             node.start_balancer(rpclb::test::balancer_options("h", "round_robin"));
@@ -160,6 +168,28 @@ BOOST_AUTO_TEST_CASE(by_default_a_hedge_waits_for_the_balancers_recent_p95) {
     BOOST_TEST(p.stats().hedges > hedges);
 }
 
+BOOST_AUTO_TEST_CASE(a_member_hedges_its_own_calls_with_their_arguments) {
+    Pair p;
+    // slow@ calls through h: an attempt on itself runs on its worker pool, not on the
+    // calling thread, so that it can be hedged; every attempt gets the arguments.
+    auto& slow = *p.nodes[1];
+    for (int i = 0; i < 4; ++i) {
+        const boost::json::array args{"sku-42", i};
+        const auto began = Clock::now();
+        auto r = i % 2 ? slow.call("t", "echo", args, Pair::hedged())
+                       : slow.async_call("t", "echo", args, Pair::hedged(), boost::asio::use_future).get();
+        BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message);
+        BOOST_TEST(*r == boost::json::value(args));
+        BOOST_TEST((Clock::now() - began < 2s));
+    }
+    const auto s = slow.balancer("h").value()->hedge_stats();
+    BOOST_TEST(s.hedges >= 1u);
+    BOOST_TEST(s.hedges <= 4u);  // at most one extra attempt a call
+    BOOST_TEST(s.hedge_wins == s.hedges);
+    p.release();
+    BOOST_REQUIRE(eventually([&] { return slow.balancer("h").value()->hedge_stats().late_replies == s.hedges; }, 5s));
+}
+
 BOOST_AUTO_TEST_CASE(bad_hedging_options_fail_at_the_start_naming_the_option) {
     Pair p;
     const auto refused = [&](rpclb::CallOptions o, const std::string& message) {
@@ -185,6 +215,15 @@ BOOST_AUTO_TEST_CASE(bad_hedging_options_fail_at_the_start_naming_the_option) {
     auto direct = p.client->call("fast@127.0.0.1", "t", "work", {}, o);
     BOOST_REQUIRE(!direct);
     BOOST_TEST(direct.error().message == "hedging: applies only to a call through a balancer (CallOptions::load_balancer)");
+    // A cast is never hedged; a call run here (call_directly) is checked all the same.
+    auto cast = p.client->cast("", "t", "work", {}, Pair::hedged());
+    BOOST_REQUIRE(!cast);
+    BOOST_TEST(cast.error().message == "hedging: a cast is never hedged (it has no answer to wait for)");
+    o = Pair::hedged(6);
+    o.call_directly = true;
+    auto here = p.nodes[0]->call("t", "work", {}, o);
+    BOOST_REQUIRE(!here);
+    BOOST_TEST(here.error().message == "hedging.max_attempts must be 2 to 5; got 6");
     // Nothing was picked or sent for them.
     BOOST_TEST(p.stats().hedged_calls == 0u);
 }
