@@ -82,8 +82,9 @@ struct CallOptions {
     /// The function may run more than once for this call without harm: only then may the
     /// call be hedged. Default false.
     bool idempotent = false;
-    /// Hedge this call (with `load_balancer` and `idempotent` only; otherwise the call
-    /// fails at once with `bad_request` naming the option). Unset: one attempt at a time.
+    /// Hedge this call (a call, with `load_balancer` and `idempotent` only; otherwise it
+    /// fails at once with `bad_request` naming the option, also when `call_directly` runs
+    /// it here in one attempt). Unset: one attempt at a time.
     std::optional<Hedging> hedging;
 };
 
