@@ -343,6 +343,19 @@ asio::awaitable<void> EtcdDiscovery::watch(std::int64_t start_revision, std::uin
                         << " s); " << list_.nodes().size() << " other nodes listed";
                 outage_ = false;
             }
+            // This node's own key deleted while its lease lives (by hand, a restore, a tool):
+            // put it back under the lease, or nobody who finds the cluster through etcd meets
+            // this node. A lease that is gone makes the put fail, and the next session
+            // grants a new one.
+            bool own_deleted = false;
+            for (const auto& e : w.events)
+                if (e.kv.key == key_) own_deleted = e.deleted;
+            if (own_deleted && !options_.address.empty() && !stopping_) {
+                co_await request("/v3/kv/put", etcd::put_request(key_, options_.address, lease_), request_timeout());
+                if (generation != generation_) co_return;
+                RPCLB_LOG("discovery", warning) << key_ << " was deleted from etcd while its lease " << lease_
+                                                << " lived: put back";
+            }
             std::vector<std::string> problems;
             if (list_.apply(w.events, problems)) publish();
             log_problems(problems);

@@ -113,6 +113,10 @@ public:
         return found;
     }
 
+    void remove(const std::string& key) const {
+        post(address_, "/v3/kv/deleterange", boost::json::serialize(boost::json::object{{"key", b64(key)}}));
+    }
+
     void put(const std::string& key, const std::string& value) const {
         post(address_, "/v3/kv/put", boost::json::serialize(boost::json::object{{"key", b64(key)}, {"value", b64(value)}}));
     }
@@ -234,6 +238,30 @@ BOOST_FIXTURE_TEST_CASE(stopped_node_revokes_its_lease_and_a_client_node_follows
     BOOST_TEST(duration_cast<milliseconds>(steady_clock::now() - stopped_at).count() < 3000);
     BOOST_TEST(b->log_contains("revoked lease"));
     BOOST_TEST(wait_for_connected(*client, {a->name()}, 5s));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_key_deleted_under_a_live_lease_is_put_back_within_a_second, EtcdCluster) {
+    auto a = start("a", {});
+    auto b = start("b", {});
+    BOOST_TEST_REQUIRE(full_mesh({a.get(), b.get()}, 15s));
+    BOOST_TEST_REQUIRE(etcd.listing().size() == 2u);
+    // Both keys deleted while the nodes run and renew their leases (9 s TTL).
+    const auto deleted_at = steady_clock::now();
+    etcd.remove(key_of(*a));
+    etcd.remove(key_of(*b));
+    BOOST_TEST_REQUIRE(eventually([&] { return etcd.listing().size() == 2u; }, 5s, 20ms), "the keys did not come back");
+    const auto back_ms = duration_cast<milliseconds>(steady_clock::now() - deleted_at).count();
+    BOOST_TEST_MESSAGE("both keys back after " << back_ms << " ms");
+    BOOST_TEST(back_ms < 1000);
+    const auto listed = etcd.listing();
+    BOOST_TEST(listed.at(key_of(*a)) == a->address());
+    BOOST_TEST(listed.at(key_of(*b)) == b->address());
+    BOOST_TEST(eventually([&] { return a->log_contains("was deleted from etcd while its lease"); }, 5s));
+    // A client node that finds the cluster only through etcd meets both.
+    rpclb::ClusterOptions o;
+    o.discovery = etcd.url();
+    auto client = start_client({}, o);
+    BOOST_TEST(wait_for_connected(*client, {a->name(), b->name()}, 10s));
 }
 
 BOOST_AUTO_TEST_CASE(node_keeps_serving_while_etcd_is_down_and_registers_once_it_is_up) {
