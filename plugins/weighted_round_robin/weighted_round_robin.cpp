@@ -125,12 +125,20 @@ void WeightedRoundRobin::count_success(const MemberStats& stats, std::size_t ind
     // This success closed a window: each member's share of its successes, averaged with
     // the share before. Only this caller closes this window; a success counted meanwhile
     // goes to this window or the next, which moves a share by one call.
+    double share_sum = 0.0;
+    std::size_t shares = 0;
     for (const auto& member : stats.members) {
         const double fresh = static_cast<double>(member.completed.exchange(0, std::memory_order_relaxed)) /
                              static_cast<double>(window);
         const double before = member.share.load(std::memory_order_relaxed);
-        member.share.store(before > 0.0 ? 0.5 * (before + fresh) : fresh, std::memory_order_relaxed);
+        const double share = before > 0.0 ? 0.5 * (before + fresh) : fresh;
+        member.share.store(share, std::memory_order_relaxed);
+        if (share > 0.0) {
+            share_sum += share;
+            ++shares;
+        }
     }
+    stats.mean_share.store(shares ? share_sum / static_cast<double>(shares) : 1.0, std::memory_order_relaxed);
 }
 
 void WeightedRoundRobin::release(const MemberSnapshot& members, std::size_t index, const CallOutcome& outcome) {
@@ -154,17 +162,9 @@ Result<std::size_t> WeightedRoundRobin::choose_by_reported_load(const MemberSnap
     if (!loads || !stats) return state_build_error(balancer_);
     const auto n = members.nodes.size();
     // A member's rate is its share of this node's recent successes; one with no share yet
-    // counts the mean share of those with one (1 when none has: weights 1 ÷ utilization).
-    double share_sum = 0.0;
-    std::size_t shares = 0;
-    for (const auto& member : stats->members) {
-        const double share = member.share.load(std::memory_order_relaxed);
-        if (share > 0.0) {
-            share_sum += share;
-            ++shares;
-        }
-    }
-    const double mean_share = shares ? share_sum / static_cast<double>(shares) : 1.0;
+    // counts the mean share of those with one (1 when none has: weights 1 ÷ utilization),
+    // kept by the window that set the shares.
+    const double mean_share = stats->mean_share.load(std::memory_order_relaxed);
     // Two passes over the members' records (no copy, so no allocation): the first sums
     // the known weights for the mean that unknown members get, the second finds the
     // member whose share holds this pick's point. A report that changes between the

@@ -78,6 +78,8 @@ private:
         std::vector<MemberStat> members;
         // Successes counted since the snapshot began; a window closes every window() of them.
         mutable std::atomic<std::uint64_t> completed{0};
+        // The mean of the members' known shares, set when a window closes; 1 while none is.
+        mutable std::atomic<double> mean_share{1.0};
         std::uint64_t window() const noexcept { return 100 * members.size(); }
     };
     const MemberStats* member_stats(const MemberSnapshot& members) const noexcept;

@@ -109,7 +109,8 @@ public:
             return is_no_members(picked.error()) ? no_route(std::move(picked.error()))
                                                  : finish(std::move(picked.error()));
         auto target = picked->node();
-        if (hedging_ && !hedge_balancer_) {
+        const bool first_hedged = hedging_ && !hedge_balancer_;
+        if (first_hedged) {
             const auto members = picked->members->nodes.size();
             if (static_cast<std::size_t>(hedging_->max_attempts) > members) {
                 drop_pick(**b, *picked);
@@ -121,12 +122,10 @@ public:
             }
             hedge_balancer_ = *b;
             hedge_balancer_->hedge_call_started();
-            (*b)->track(*picked);
-            dispatch(std::move(target), std::move(*b), std::move(*picked), true, on_caller_thread);
-            return arm_hedge();  // after the first attempt went, so a hedge never goes to its member
         }
         (*b)->track(*picked);
         dispatch(std::move(target), std::move(*b), std::move(*picked), true, on_caller_thread);
+        if (first_hedged) arm_hedge();  // after the first attempt went, so a hedge never goes to its member
     }
 
 private:
