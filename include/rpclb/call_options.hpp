@@ -80,7 +80,8 @@ struct CallOptions {
     /// std::terminate) and must not call stop(). Ignored by blocking calls. Default false.
     bool run_completion_inline = false;
     /// The function may run more than once for this call without harm: only then may the
-    /// call be hedged. Default false.
+    /// call be hedged, or, through a balancer, sent again after its link was lost once the
+    /// request had left (within the balancer's budget, as hedges). Default false.
     bool idempotent = false;
     /// Hedge this call (a call, with `load_balancer` and `idempotent` only; otherwise it
     /// fails at once with `bad_request` naming the option, also when `call_directly` runs

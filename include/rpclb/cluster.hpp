@@ -84,7 +84,9 @@ struct ClusterStats {
     /// behind (gRPC and brpc drop such requests too). Each is answered with
     /// `request_timeout`, which the caller drops as late. Also counted, and not run nor
     /// answered: requests whose connection closed while they waited for a worker (the
-    /// caller's call failed at once when it dropped, e.g. a killed caller's backlog).
+    /// caller's call failed at once when it dropped, e.g. a killed caller's backlog), and
+    /// requests their caller cancelled before a worker started them (answered
+    /// `request_timeout` "not run: the caller cancelled it").
     /// Inline handlers run as soon as their request is read, so theirs never count.
     std::uint64_t expired_requests = 0;
 };

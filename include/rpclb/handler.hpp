@@ -42,9 +42,10 @@ struct HandlerOptions {
 std::optional<std::chrono::steady_clock::time_point> call_deadline() noexcept;
 
 /// True when the caller of the call that the handler running on this thread serves has
-/// given up on it: its deadline passed, or the connection the request came on closed. A
-/// long handler checks it to stop early; its answer goes nowhere. False outside a handler.
-/// Any thread; no lock.
+/// given up on it: its deadline passed, the connection the request came on closed, or the
+/// caller cancelled it (an explicit cancel, or a hedged call that another attempt answered).
+/// A long handler checks it to stop early; its answer goes nowhere. False outside a
+/// handler. Any thread; no lock.
 bool call_cancelled() noexcept;
 
 }  // namespace rpclb

@@ -342,13 +342,15 @@ public:
     /// held their count. Calls to nodes that were not members when tracked are in
     /// in_flight() only. Any thread; allocates; a short lock that no call path takes.
     std::vector<std::pair<std::string, std::int64_t>> in_flight_by_member() const;
-    /// Hedging's counts for the calls this node sent through this balancer (Hedging).
+    /// Hedging's and retries' counts for the calls this node sent through this balancer
+    /// (Hedging, CallOptions::idempotent).
     struct HedgeStats {
         std::uint64_t hedged_calls = 0;     ///< calls started with hedging
         std::uint64_t hedges = 0;           ///< extra attempts sent
         std::uint64_t hedge_wins = 0;       ///< calls whose answer came from an extra attempt
-        std::uint64_t budget_refusals = 0;  ///< extra attempts not sent: the budget was spent
+        std::uint64_t budget_refusals = 0;  ///< extra attempts or retries not sent: the budget was spent
         std::uint64_t late_replies = 0;     ///< answers to attempts that lost, dropped
+        std::uint64_t retries = 0;          ///< idempotent calls sent again after their link was lost
     };
     /// A consistent-enough copy of the counts (each read on its own). Thread-safe.
     HedgeStats hedge_stats() const noexcept;
@@ -357,12 +359,13 @@ public:
     /// less: every 1,000 calls halve the counts); nullopt until 20 calls are counted.
     /// Rounded up to its bucket's bound, at most 19 % high. Thread-safe; no lock.
     std::optional<std::chrono::microseconds> recent_p95() const noexcept;
-    /// The router's: a call that may be hedged starts (its deposit in the budget: 5 % of
-    /// such calls, plus one attempt a second, at most 10 banked; detail::HedgeBudget).
-    void hedge_call_started() noexcept;
-    /// The router's: takes the budget's token for an extra attempt; false (and counted in
-    /// `budget_refusals`) when it is spent.
-    bool take_hedge_token() noexcept;
+    /// The router's: an idempotent call starts (`hedged`: with hedging); its deposit in the
+    /// budget that hedges and retries share: 5 % of such calls, plus one attempt a second,
+    /// at most 10 banked (detail::HedgeBudget).
+    void budget_call_started(bool hedged) noexcept;
+    /// The router's: takes the budget's token for an extra attempt (`retry`: for a retry);
+    /// false (and counted in `budget_refusals`) when it is spent.
+    bool take_budget_token(bool retry) noexcept;
     /// The router's: an extra attempt answered first / an attempt's answer came after the
     /// call's.
     void count_hedge_win() noexcept;

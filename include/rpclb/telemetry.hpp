@@ -33,6 +33,7 @@ namespace rpclb {
 /// | `plugin.rejected` | count = 1 | algorithm, path, reason |
 /// | `member.ejected` | count = 1, duration (of the ejection) | load_balancer, node, reason |
 /// | `member.returned` | count = 1 | load_balancer, node |
+/// | `rpc.attempt` | count = 1 | type, node (empty: refused), module, function, load_balancer, kind, outcome |
 ///
 /// The predecessor's LeastCpu poller calls the balancer `load_balancer_name`; here it is the
 /// `load_balancer` field like everywhere else.
@@ -55,11 +56,12 @@ enum class EventName : std::uint8_t {
     plugin_rejected,
     member_ejected,
     member_returned,
+    rpc_attempt,
 };
 
 /// How many EventName values there are (one past the last).
 inline constexpr std::size_t event_name_count =
-    static_cast<std::size_t>(EventName::member_returned) + 1;
+    static_cast<std::size_t>(EventName::rpc_attempt) + 1;
 
 /// The dotted name of `name`: "rpc.start", "node_selected.empty",
 /// "least_cpu.poll.remote_error", "membership.join", "drain.end", "plugin.rejected"...
@@ -101,8 +103,8 @@ struct Event {
     std::string_view status{};
     std::string_view algorithm{};      ///< node_selected*: algorithm name; plugin.*: same
     std::string_view group{};          ///< membership.*
-    std::string_view outcome{};        ///< drain.end: "drained" | "timeout"
-    std::string_view kind{};           ///< rpc.exception / poll.*: "error" | "exit" | ...
+    std::string_view outcome{};        ///< drain.end: "drained" | "timeout"; rpc.attempt: "sent" | "refused"
+    std::string_view kind{};           ///< rpc.exception / poll.*: "error" | "exit" | ...; rpc.attempt: "hedge" | "retry"
     /// rpc.exception: exception text; supervisor.restart: why the child stopped;
     /// plugin.rejected: the loader's message; remote_error: what failed.
     std::string_view reason{};

@@ -88,7 +88,7 @@ admin::NodeView admin::State::view() const {
         if (!lb) continue;  // stopped meanwhile
         const auto& b = **lb;
         v.balancers.push_back({name, b.options().algorithm, b.members()->nodes.size(), b.joined(), b.in_flight(),
-                               b.serving(), admin::in_flight_per_member(b)});
+                               b.serving(), admin::in_flight_per_member(b), b.hedge_stats()});
     }
     if (metrics) v.series = metrics->snapshot();
     return v;
@@ -218,6 +218,10 @@ json::value admin::State::run_local(const admin::Request& r) {
             for (const auto& [node, n] : admin::in_flight_per_member(b)) by_member[node] = n;
             o["in_flight_by_member"] = std::move(by_member);
             o["serving"] = b.serving();
+            const auto h = b.hedge_stats();
+            o["hedging"] = json::object{{"hedged_calls", h.hedged_calls}, {"hedges", h.hedges},
+                                        {"hedge_wins", h.hedge_wins},     {"budget_refusals", h.budget_refusals},
+                                        {"late_replies", h.late_replies}, {"retries", h.retries}};
             json::object by_status;
             std::uint64_t total = 0;
             json::value p50 = nullptr, p99 = nullptr;

@@ -179,7 +179,7 @@ std::string prometheus_families(const NodeView& v) {
          "Connections closed for a message over 8 KiB before their cookie handshake was done.",
          v.health.oversize_before_handshake},
         {"rpclb_slow_inline_runs_total", "Inline handler runs over their slow threshold.", v.health.slow_inline_runs},
-        {"rpclb_expired_requests_total", "Requests not run: they waited for a worker past their caller's timeout, or their connection closed meanwhile.",
+        {"rpclb_expired_requests_total", "Requests not run: they waited for a worker past their caller's timeout, their connection closed meanwhile, or their caller cancelled them.",
          v.health.expired_requests},
     };
     for (const auto& [name, help, value] : health) {
@@ -206,6 +206,22 @@ std::string prometheus_families(const NodeView& v) {
             x.sample("rpclb_balancer_member_in_flight", {{"load_balancer", b.name}, {"node", node}}, n);
     x.family("rpclb_balancer_serving", "gauge", "Calls routed here through the balancer that this node runs now.");
     for (const auto& b : v.balancers) x.sample("rpclb_balancer_serving", {{"load_balancer", b.name}}, b.serving);
+    using Hedging = LoadBalancer::HedgeStats;
+    const std::tuple<const char*, const char*, std::uint64_t Hedging::*> hedging[] = {
+        {"rpclb_balancer_hedged_calls_total", "Calls this node sent through the balancer with hedging.",
+         &Hedging::hedged_calls},
+        {"rpclb_balancer_hedges_total", "Extra attempts of hedged calls this node sent.", &Hedging::hedges},
+        {"rpclb_balancer_hedge_wins_total", "Hedged calls an extra attempt answered first.", &Hedging::hedge_wins},
+        {"rpclb_balancer_retries_total", "Idempotent calls sent again after their link was lost.", &Hedging::retries},
+        {"rpclb_balancer_budget_refusals_total", "Extra attempts and retries not sent: the budget was spent.",
+         &Hedging::budget_refusals},
+        {"rpclb_balancer_late_replies_total", "Answers to attempts that lost to another, dropped.",
+         &Hedging::late_replies},
+    };
+    for (const auto& [name, help, field] : hedging) {
+        x.family(name, "counter", help);
+        for (const auto& b : v.balancers) x.sample(name, {{"load_balancer", b.name}}, b.hedging.*field);
+    }
 
     const auto calls = balancer_calls(v.series);
     x.family("rpclb_balancer_calls_total", "counter",

@@ -27,6 +27,7 @@ struct BalancerView {
     /// Of `in_flight`, per target node: every member (0 included), then any node that
     /// left with calls still running; sorted by node within each part.
     std::vector<std::pair<std::string, std::int64_t>> in_flight_by_member;
+    LoadBalancer::HedgeStats hedging{};  ///< hedges and retries of the calls this node sent
 };
 
 /// BalancerView::in_flight_by_member of `balancer`, read now.

@@ -426,6 +426,8 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
                 sink_.serve_request(c, std::move(f));
             } else if constexpr (std::is_same_v<T, wire::Cast>) {
                 sink_.serve_cast(std::move(f));
+            } else if constexpr (std::is_same_v<T, wire::Cancel>) {
+                sink_.cancel_request(*c, f.id);
             } else if constexpr (std::is_same_v<T, wire::Nodes>) {
                 on_nodes(f);
             } else if constexpr (std::is_same_v<T, wire::GroupSync>) {

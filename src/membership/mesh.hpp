@@ -75,6 +75,12 @@ public:
     /// Runs on the connection's strand; the answer goes back through `connection`.
     virtual void serve_request(const std::shared_ptr<Connection>& connection, wire::Request&& request) = 0;
     virtual void serve_cast(wire::Cast&& cast) = 0;
+    /// The caller gave up request `id` it sent on `connection` (wire::Cancel). On the
+    /// connection's strand.
+    virtual void cancel_request(const Connection& connection, std::uint64_t id) {
+        (void)connection;
+        (void)id;
+    }
 };
 
 /// The full mesh of authenticated connections (doc/architecture.md "Nodes and the mesh"):

@@ -1,4 +1,5 @@
-// LoadBalancer: the budget and the counts of hedged calls (the router sends the attempts).
+// LoadBalancer: the budget of hedges and retries and their counts (the router sends the
+// attempts).
 #include "routing/balancer_impl.hpp"
 
 namespace rpclb {
@@ -6,21 +7,21 @@ namespace rpclb {
 LoadBalancer::HedgeStats LoadBalancer::hedge_stats() const noexcept {
     const auto& i = *impl_;
     return {i.hedged_calls.load(), i.hedges.load(), i.hedge_wins.load(), i.budget_refusals.load(),
-            i.late_replies.load()};
+            i.late_replies.load(), i.retries.load()};
 }
 
 std::optional<std::chrono::microseconds> LoadBalancer::recent_p95() const noexcept {
     return impl_->latencies.quantile(0.95);
 }
 
-void LoadBalancer::hedge_call_started() noexcept {
-    impl_->hedged_calls.fetch_add(1, std::memory_order_relaxed);
+void LoadBalancer::budget_call_started(bool hedged) noexcept {
+    if (hedged) impl_->hedged_calls.fetch_add(1, std::memory_order_relaxed);
     impl_->hedge_budget.deposit(std::chrono::steady_clock::now());
 }
 
-bool LoadBalancer::take_hedge_token() noexcept {
+bool LoadBalancer::take_budget_token(bool retry) noexcept {
     if (impl_->hedge_budget.take(std::chrono::steady_clock::now())) {
-        impl_->hedges.fetch_add(1, std::memory_order_relaxed);
+        (retry ? impl_->retries : impl_->hedges).fetch_add(1, std::memory_order_relaxed);
         return true;
     }
     impl_->budget_refusals.fetch_add(1, std::memory_order_relaxed);

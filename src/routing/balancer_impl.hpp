@@ -123,7 +123,8 @@ struct LoadBalancer::Impl {
     detail::HedgeBudget hedge_budget;
     // The latencies of successful calls, counted once a hedged call went through (recent_p95).
     detail::LatencyWindow latencies;
-    std::atomic<std::uint64_t> hedged_calls{0}, hedges{0}, hedge_wins{0}, budget_refusals{0}, late_replies{0};
+    std::atomic<std::uint64_t> hedged_calls{0}, hedges{0}, hedge_wins{0}, budget_refusals{0}, late_replies{0},
+        retries{0};
 
     LoadBalancer& self;
     detail::ClusterLink& node;

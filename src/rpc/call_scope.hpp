@@ -1,6 +1,7 @@
 // The call a handler run serves, as call_deadline() and call_cancelled() see it (internal).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 
 namespace rpclb::detail {
@@ -18,8 +19,9 @@ public:
     using time_point = std::chrono::steady_clock::time_point;
 
     /// `deadline`: time_point::max() when the call has none (a cast). `connection`: the
-    /// one the request came on, null for a call from this node.
-    CallScope(time_point deadline, const Connection* connection) noexcept;
+    /// one the request came on, null for a call from this node. `cancel`: set when the
+    /// caller says it gave up (wire::Cancel); null when it cannot.
+    CallScope(time_point deadline, const Connection* connection, const std::atomic<bool>* cancel = nullptr) noexcept;
     ~CallScope();
     CallScope(const CallScope&) = delete;
     CallScope& operator=(const CallScope&) = delete;
@@ -28,12 +30,13 @@ public:
     static const CallScope* current() noexcept;
 
     time_point deadline() const noexcept { return deadline_; }
-    /// The deadline passed, or the request's connection closed.
+    /// The deadline passed, the request's connection closed, or its caller cancelled it.
     bool cancelled() const noexcept;
 
 private:
     time_point deadline_;
     const Connection* connection_;
+    const std::atomic<bool>* cancel_;
     const CallScope* outer_;
 };
 

@@ -26,8 +26,8 @@ namespace {
 thread_local const CallScope* innermost = nullptr;
 }  // namespace
 
-CallScope::CallScope(time_point deadline, const Connection* connection) noexcept
-    : deadline_(deadline), connection_(connection), outer_(innermost) {
+CallScope::CallScope(time_point deadline, const Connection* connection, const std::atomic<bool>* cancel) noexcept
+    : deadline_(deadline), connection_(connection), cancel_(cancel), outer_(innermost) {
     innermost = this;
 }
 
@@ -36,7 +36,8 @@ CallScope::~CallScope() { innermost = outer_; }
 const CallScope* CallScope::current() noexcept { return innermost; }
 
 bool CallScope::cancelled() const noexcept {
-    return std::chrono::steady_clock::now() >= deadline_ || (connection_ && connection_->closed());
+    return (cancel_ && cancel_->load(std::memory_order_relaxed)) || std::chrono::steady_clock::now() >= deadline_ ||
+           (connection_ && connection_->closed());
 }
 
 std::optional<OptionProblem> check(const HandlerOptions& o) {

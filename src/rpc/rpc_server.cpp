@@ -77,7 +77,7 @@ std::shared_ptr<const RpcServer::Entry> RpcServer::find(std::string_view module,
 
 CallResult RpcServer::run(const Entry* entry, std::string_view module, std::string_view function,
                           const boost::json::array& args, bool* threw, time_point deadline,
-                          const Connection* connection) const {
+                          const Connection* connection, const std::atomic<bool>* cancel) const {
     if (!entry)
         return call_error(ErrorCode::not_found,
                           "function " + std::string(module) + "." + std::string(function) + " is not registered",
@@ -85,7 +85,7 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
     const bool timed = entry->options.run_inline;
     const auto began = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     CallResult result = [&]() -> CallResult {
-        const CallScope scope(deadline, connection);
+        const CallScope scope(deadline, connection, cancel);
         try {
             return entry->handler(args);
         } catch (const std::exception& e) {
@@ -200,8 +200,14 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
 
 CallResult RpcServer::run_unless_expired(const Served& served, const Connection* connection) {
     const auto& r = served.request;
+    if (served.cancelled && served.cancelled->load()) {
+        expired_requests_.fetch_add(1, std::memory_order_relaxed);
+        return call_error(ErrorCode::request_timeout, "not run: the caller cancelled it", options_.node, r.module,
+                          r.function);
+    }
     if (std::chrono::steady_clock::now() < served.deadline)
-        return run(served.entry.get(), r.module, r.function, r.args, nullptr, served.deadline, connection);
+        return run(served.entry.get(), r.module, r.function, r.args, nullptr, served.deadline, connection,
+                   served.cancelled.get());
     expired_requests_.fetch_add(1, std::memory_order_relaxed);
     return call_error(ErrorCode::request_timeout,
                       "not run: the caller's timeout of " + std::to_string(*r.timeout_ms) +
@@ -227,6 +233,11 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     }
     c->answer_later();
     load_->queued();
+    if (c->peer_accepts_cancel()) {
+        served.cancelled = std::make_shared<std::atomic<bool>>(false);
+        std::lock_guard lock(cancel_mutex_);
+        cancellable_[CancelKey{c.get(), served.request.id}] = served.cancelled;
+    }
     asio::post(workers_, [this, c, served = std::move(served)]() mutable {
         load_->started();
         // A request whose connection closed while it waited is not run: its caller's call
@@ -245,8 +256,17 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
             load_->finished();
             c->forgo_answer();
         }
+        if (served.cancelled) {
+            std::lock_guard lock(cancel_mutex_);
+            cancellable_.erase(CancelKey{c.get(), served.request.id});
+        }
         finish(served);  // after its answer is queued (a drain waits for it)
     });
+}
+
+void RpcServer::cancel_request(const Connection& connection, std::uint64_t id) {
+    std::lock_guard lock(cancel_mutex_);
+    if (auto it = cancellable_.find(CancelKey{&connection, id}); it != cancellable_.end()) it->second->store(true);
 }
 
 void RpcServer::serve_cast(wire::Cast&& cast) {

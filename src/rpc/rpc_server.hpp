@@ -68,6 +68,10 @@ public:
 
     void serve_request(const std::shared_ptr<Connection>& connection, wire::Request&& request) override;
     void serve_cast(wire::Cast&& cast) override;
+    /// A request queued for a worker or running there is marked cancelled: not started
+    /// (answered `request_timeout` "not run: the caller cancelled it"), or its handler sees
+    /// call_cancelled(). Inline handlers have finished before a cancel can be read.
+    void cancel_request(const Connection& connection, std::uint64_t id) override;
 
     /// Waits until no received request or cast is running or queued, up to `deadline`.
     /// Returns false on timeout.
@@ -120,6 +124,19 @@ private:
         /// When the caller gives up on it (wire::Request::timeout_ms from its arrival;
         /// max(): never); a handler not started by then is not run.
         std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+        /// Set by cancel_request(); null when the caller cannot cancel (its Hello said no).
+        std::shared_ptr<std::atomic<bool>> cancelled{};
+    };
+    /// A request a caller may cancel while a worker has it: its connection and id.
+    struct CancelKey {
+        const Connection* connection;
+        std::uint64_t id;
+        bool operator==(const CancelKey&) const = default;
+    };
+    struct CancelKeyHash {
+        std::size_t operator()(const CancelKey& k) const noexcept {
+            return std::hash<const void*>{}(k.connection) ^ std::hash<std::uint64_t>{}(k.id);
+        }
     };
     /// `entry`: the request's, when already found (null: found here).
     Served admit(wire::Request&& request, std::shared_ptr<const Entry> entry = nullptr);
@@ -135,7 +152,7 @@ private:
     /// `deadline` and `connection` (the request's; null for a call from this node).
     CallResult run(const Entry* entry, std::string_view module, std::string_view function,
                    const boost::json::array& args, bool* threw, time_point deadline = time_point::max(),
-                   const Connection* connection = nullptr) const;
+                   const Connection* connection = nullptr, const std::atomic<bool>* cancel = nullptr) const;
     /// Encodes the answer to request `id` into `buffer` (Connection::spare_buffer),
     /// replacing one over the size limit.
     std::string answer(std::uint64_t id, CallResult result, std::string_view module, std::string_view function,
@@ -160,6 +177,8 @@ private:
     std::atomic<std::uint64_t> expired_requests_{0};
     std::atomic<bool> abandoned_{false};  // abandon_queued was called
     ZeroWaiter idle_;  // wait_idle and wait_served_before_stop: their counter at 0
+    std::mutex cancel_mutex_;
+    std::unordered_map<CancelKey, std::shared_ptr<std::atomic<bool>>, CancelKeyHash> cancellable_;  // under cancel_mutex_
 };
 
 }  // namespace rpclb::detail

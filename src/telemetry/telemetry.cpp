@@ -31,6 +31,7 @@ constexpr std::array<std::string_view, event_name_count> event_names{
     "plugin.rejected",
     "member.ejected",
     "member.returned",
+    "rpc.attempt",
 };
 
 void log_listener_failure(const Event& event, std::string_view what) noexcept {

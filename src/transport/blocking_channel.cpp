@@ -213,11 +213,6 @@ RequestOutcome BlockingChannel::call(std::uint64_t id, std::string_view frame, C
             continue;
         }
         note_load(*load_, response->load, response->load_problem, node_);
-        // A peer answers request_timeout to a request that waited past its timeout; this
-        // side's deadline has passed too by then, and the call fails as its own would.
-        if (!response->result && response->result.error().code == ErrorCode::request_timeout &&
-            Clock::now() >= deadline)
-            return call_failure(Failure::timeout, node_, module, function);
         broken_ = false;
         return std::move(response->result);
     }

@@ -210,7 +210,7 @@ std::string Connection::on_frame_text(std::string_view text) {
         handle_step(handshake_.on_frame(*decoded));
     } else if (auto* response = std::get_if<wire::Response>(&*decoded)) {
         if (peer_load_) note_load(*peer_load_, response->load, response->load_problem, peer().node);
-        if (auto done = core_.on_response(std::move(*response), peer().node, Clock::now())) done->run();
+        if (auto done = core_.on_response(std::move(*response))) done->run();
         // Else it timed out already: a late answer, dropped.
     } else {
         owner_.on_frame(shared_from_this(), std::move(*decoded));
@@ -315,20 +315,21 @@ Result<void> Connection::cast(wire::Cast cast) {
     return {};
 }
 
-void Connection::request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done) {
+std::uint64_t Connection::request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done) {
     // Encoding happens on the caller's thread, off the connection's strand.
     if (auto error = not_json("request", request.args, peer().node, request.module, request.function))
-        return done(std::move(*error));
+        return done(std::move(*error)), 0;
     // Closed already (the node may be stopping, its strand about to run no more), or the
     // peer said bye: fail now, unsent, rather than queue what may never be looked at.
-    if (closed() || going_away()) return done(unsent(peer().node, request.module, request.function));
+    if (closed() || going_away()) return done(unsent(peer().node, request.module, request.function)), 0;
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
     // The peer starts no handler for it after this long (RpcServer::run_unless_expired),
     // reading it as this side does (deadline_after: a huge timeout is none).
     request.timeout_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0));
     auto frame = wire::encode(request, spares_.take());
-    if (auto error = admit("request", frame.size(), request.module, request.function)) return done(std::move(*error));
+    if (auto error = admit("request", frame.size(), request.module, request.function))
+        return done(std::move(*error)), 0;
     // The deadline counts from here, before the hop to the strand.
     const auto deadline = deadline_after(Clock::now(), timeout);
     Call call{std::move(done), deadline, std::move(request.module), std::move(request.function)};
@@ -336,6 +337,12 @@ void Connection::request(wire::Request request, std::chrono::milliseconds timeou
                    [self = shared_from_this(), id, frame = std::move(frame), call = std::move(call)]() mutable {
                        self->start_request(id, std::move(frame), std::move(call));
                    });
+    return id;
+}
+
+void Connection::cancel_request(std::uint64_t id) {
+    if (!peer_accepts_cancel() || closed()) return;
+    send(wire::encode(wire::Cancel{id}));
 }
 
 void Connection::start_request(std::uint64_t id, std::string frame, Call call) {

@@ -73,8 +73,13 @@ public:
     /// the connection had closed or the peer had said bye fails with Failure::no_connection
     /// and LinkError::not_connected (RequestOutcome::never_sent()); one that was queued and
     /// then lost its connection fails with the close's LinkError. Either way
-    /// `details.reason` is that LinkError's text. Any thread.
-    void request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
+    /// `details.reason` is that LinkError's text. Any thread. Returns the request's id
+    /// (for cancel_request), 0 when it failed at once.
+    std::uint64_t request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
+    /// Tells the peer this node gave up request `id` ("cancel"), when the peer reads
+    /// cancels and the link is open; `done` of the request still runs with its answer (the
+    /// peer answers one it did not start at once). Any thread.
+    void cancel_request(std::uint64_t id);
 
     /// On the strand, while the frame of a request this connection delivered
     /// (ConnectionOwner::on_frame) is handled: its answer will come from another thread,
@@ -108,6 +113,8 @@ public:
     bool channel() const noexcept { return channel_.load(); }
     /// The peer accepts call channels (wire::Hello::channels); meaningful once established.
     bool peer_accepts_channels() const noexcept { return handshake_.peer_channels(); }
+    /// The peer reads "cancel" frames (wire::Hello::cancel); meaningful once established.
+    bool peer_accepts_cancel() const noexcept { return handshake_.peer_cancel(); }
 
     Role role() const noexcept { return handshake_.role(); }
     /// The peer; meaningful once established.

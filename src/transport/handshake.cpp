@@ -100,6 +100,7 @@ wire::Hello Handshake::hello() const {
     wire::Hello hello{wire::protocol_version, local_, local_nonce_, batch_};
     hello.channels = accept_channels_;
     hello.channel = channel_;
+    hello.cancel = true;
     return hello;
 }
 
@@ -151,6 +152,7 @@ Handshake::Step Handshake::on_hello(const wire::Hello& hello) {
     peer_nonce_ = hello.nonce;
     peer_batch_ = hello.batch;
     peer_channels_ = hello.channels;
+    peer_cancel_ = hello.cancel;
     // Only a dialer opens a call channel; an acceptor's "channel" means nothing.
     peer_channel_ = role_ == Role::acceptor && hello.channel;
 

@@ -24,16 +24,9 @@ std::optional<LinkCore::Call> LinkCore::take(std::uint64_t id) {
     return call;
 }
 
-std::optional<LinkCore::Completion> LinkCore::on_response(wire::Response&& response, std::string_view peer,
-                                                          Clock::time_point now) {
+std::optional<LinkCore::Completion> LinkCore::on_response(wire::Response&& response) {
     auto call = take(response.id);
     if (!call) return std::nullopt;
-    // The peer does not start a request that waited past the caller's timeout, and
-    // answers request_timeout then (RpcServer::run_unless_expired); that answer can beat
-    // this side's own timer to the call, whose deadline has passed by then. Either way the
-    // call timed out: it fails as this side's timer fails it.
-    if (!response.result && response.result.error().code == ErrorCode::request_timeout && now >= call->deadline)
-        return Completion{std::move(call->done), call_failure(Failure::timeout, peer, call->module, call->function)};
     return Completion{std::move(call->done), std::move(response.result)};
 }
 

@@ -33,9 +33,9 @@ using ResponseHandler = std::function<void(RequestOutcome)>;
 /// the frames of the next write. Time is passed in, so tests drive it on a virtual clock.
 ///
 /// Errors, as the completions carry them: a call whose deadline passes fails with
-/// `request_timeout` (Failure::timeout), also when the peer's own `request_timeout`
-/// answer arrives after the deadline; a call pending when the link closes fails with
-/// Failure::no_connection and the close's LinkError (RequestOutcome::link).
+/// `request_timeout` (Failure::timeout); a call pending when the link closes fails with
+/// Failure::no_connection and the close's LinkError (RequestOutcome::link). An answer is
+/// handed on as it came (the rules of a call are CallMachine's).
 ///
 /// Thread safety: reserve() and release() from any thread; everything else from one
 /// thread at a time (the driver's strand).
@@ -70,8 +70,8 @@ public:
     /// deadline is earlier than the timer's; nullopt when the armed timer covers it.
     std::optional<Clock::time_point> start_call(std::uint64_t id, Call call);
     /// The answer to a call came: its completion, nullopt when the call is not pending (it
-    /// timed out already: a late answer). `peer` names the node in errors.
-    std::optional<Completion> on_response(wire::Response&& response, std::string_view peer, Clock::time_point now);
+    /// timed out already: a late answer).
+    std::optional<Completion> on_response(wire::Response&& response);
     /// The answer to call `id` could not be decoded: its completion
     /// (`internal_server_error`, "malformed response: " and `why`), if it is pending.
     std::optional<Completion> on_malformed_response(std::uint64_t id, std::string_view why, std::string_view peer);

@@ -42,6 +42,7 @@ template <> constexpr std::string_view frame_name<Response> = "res";
 template <> constexpr std::string_view frame_name<Bye> = "bye";
 template <> constexpr std::string_view frame_name<Probe> = "probe";
 template <> constexpr std::string_view frame_name<MemberState> = "member";
+template <> constexpr std::string_view frame_name<Cancel> = "cancel";
 
 constexpr std::array<std::string_view, 4> probe_kinds{"ping", "ping_req", "ack", "nack"};
 constexpr std::array<std::string_view, 3> member_healths{"alive", "suspect", "dead"};
@@ -182,6 +183,7 @@ void read(Members& m, Hello& f) {
     m.optional_boolean("batch", f.batch);
     m.optional_boolean("channels", f.channels);
     m.optional_boolean("channel", f.channel);
+    m.optional_boolean("cancel", f.cancel);
 }
 
 void read(Members& m, Auth& f) { m.string("proof", f.proof); }
@@ -237,6 +239,8 @@ void read(Members& m, Cast& f) {
 }
 
 void read(Members& m, Bye& f) { m.optional_boolean("reply", f.reply); }
+
+void read(Members& m, Cancel& f) { m.uint64("id", f.id); }
 
 void read(Members& m, Probe& f) {
     f.kind = static_cast<ProbeKind>(m.word("k", probe_kinds));
@@ -424,6 +428,7 @@ void write(Writer& w, const Hello& f) {
     if (f.batch) w.boolean("batch", true);
     if (f.channels) w.boolean("channels", true);
     if (f.channel) w.boolean("channel", true);
+    if (f.cancel) w.boolean("cancel", true);
 }
 
 void write(Writer& w, const Auth& f) { w.string("proof", f.proof); }
@@ -492,6 +497,8 @@ void write(Writer& w, const Response& f) {
 void write(Writer& w, const Bye& f) {
     if (f.reply) w.boolean("reply", true);
 }
+
+void write(Writer& w, const Cancel& f) { w.uint64("id", f.id); }
 
 void write(Writer& w, const Probe& f) {
     w.string("k", probe_kinds[static_cast<std::size_t>(f.kind)]);

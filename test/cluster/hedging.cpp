@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 using namespace std::chrono_literals;
 using rpclb::test::eventually;
@@ -38,6 +39,16 @@ struct Pair {
                 if (slow) {
                     std::unique_lock lock(mutex);
                     wake.wait_for(lock, 5s, [&] { return released; });
+                }
+                return boost::json::value(name);
+            });
+            // slow@ runs until its caller gives up (at most 5 s) and records how it ended.
+            node.register_function("t", "patient", [this, slow, name = node.name()](const boost::json::array&) -> rpclb::CallResult {
+                if (slow) {
+                    const auto began = Clock::now();
+                    while (!rpclb::call_cancelled() && Clock::now() - began < 5s)
+                        std::this_thread::sleep_for(1ms);  // a handler polling call_cancelled(), as documented
+                    if (rpclb::call_cancelled()) cancelled_at.store(Clock::now().time_since_epoch().count());
                 }
                 return boost::json::value(name);
             });
@@ -88,6 +99,7 @@ struct Pair {
     std::mutex mutex;
     std::condition_variable wake;
     bool released = false;
+    std::atomic<Clock::rep> cancelled_at{0};  // when slow@'s t.patient saw call_cancelled()
 };
 
 }  // namespace
@@ -121,6 +133,25 @@ BOOST_AUTO_TEST_CASE(a_call_whose_member_is_slow_is_answered_by_a_hedge) {
     BOOST_REQUIRE(eventually([&] { return p.stats().late_replies == s.hedges; }, 5s));
     BOOST_TEST(slow_in_flight() == 0u);
     BOOST_TEST(p.client->balancer("h").value()->ejected().empty());
+}
+
+BOOST_AUTO_TEST_CASE(the_member_whose_attempt_lost_is_told_and_its_handler_stops) {
+    Pair p;
+    // Round robin alternates: of two calls one starts on slow@, and its hedge to fast@ wins.
+    for (int i = 0; i < 2 && p.cancelled_at.load() == 0; ++i) {
+        auto r = p.client->call("t", "patient", {}, Pair::hedged());
+        BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message);
+        BOOST_TEST(r->as_string() == "fast@127.0.0.1");
+        const auto answered = Clock::now();
+        if (p.stats().hedge_wins == 0) continue;  // this one went to fast@ first
+        // The call's own deadline is 10 s away: only the cancel can stop slow@ this soon.
+        BOOST_REQUIRE_MESSAGE(eventually([&] { return p.cancelled_at.load() != 0; }, 2s),
+                              "slow@'s handler never saw call_cancelled()");
+        const auto saw = Clock::time_point(Clock::duration(p.cancelled_at.load()));
+        BOOST_TEST((saw - answered < 1s));
+    }
+    BOOST_TEST(p.stats().hedge_wins == 1u);
+    BOOST_REQUIRE(eventually([&] { return p.stats().late_replies == 1u; }, 5s));
 }
 
 BOOST_AUTO_TEST_CASE(the_budget_bounds_the_extra_attempts) {

@@ -5,8 +5,11 @@
 
 #include "support/node.hpp"
 
+#include <boost/asio/use_future.hpp>
+
 #include <atomic>
 #include <csignal>
+#include <future>
 #include <map>
 #include <memory>
 
@@ -163,6 +166,42 @@ BOOST_FIXTURE_TEST_CASE(killed_node_leaves_group_within_one_second, ThreeNodes) 
     for (int i = 0; i < 20; ++i) ++per_node[routed_node(*client, "w")];
     BOOST_TEST(per_node.size() == 2u);
     BOOST_TEST(per_node.count(c->name()) == 0u);
+}
+
+// An idempotent call whose member is SIGKILLed while it runs there goes once more, to a
+// member the algorithm picks then (a retry, within the balancer's budget); a call not
+// marked idempotent fails with noconnection, since it may have run.
+BOOST_FIXTURE_TEST_CASE(an_idempotent_call_whose_member_dies_under_it_is_sent_again, ThreeNodes) {
+    auto balancer = client->balancer("w").value();
+    const auto run_and_kill_its_member = [&](bool idempotent) {
+        CallOptions o;
+        o.load_balancer = "w";
+        o.timeout = 10s;
+        o.idempotent = idempotent;
+        auto answer = client->async_call("demo", "sleep", {1500}, o, boost::asio::use_future);
+        std::string busy;
+        BOOST_TEST_REQUIRE(eventually(
+                               [&] {
+                                   for (const auto& [member, calls] : balancer->in_flight_by_member())
+                                       if (calls > 0) busy = member;
+                                   return !busy.empty();
+                               },
+                               5s),
+                           "the call never went out");
+        for (auto* n : {a.get(), b.get(), c.get()})
+            if (n->name() == busy) BOOST_TEST(WIFSIGNALED(n->process().kill()));
+        BOOST_TEST_REQUIRE((answer.wait_for(10s) == std::future_status::ready), "the call never ended");
+        return std::pair{answer.get(), busy};
+    };
+    const auto [retried, first] = run_and_kill_its_member(true);
+    BOOST_TEST_REQUIRE(retried.has_value(), retried.error().message);
+    BOOST_TEST(retried->as_string() != first);  // answered by the member it went to next
+    BOOST_TEST(balancer->hedge_stats().retries == 1u);
+
+    const auto [failed, second] = run_and_kill_its_member(false);
+    BOOST_TEST_REQUIRE(failed.has_error());
+    BOOST_TEST(failed.error().is(rpclb::Failure::no_connection), failed.error().message);
+    BOOST_TEST(balancer->hedge_stats().retries == 1u);
 }
 
 namespace {

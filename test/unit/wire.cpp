@@ -20,7 +20,7 @@ namespace {
 
 // Field-by-field equality of frames (the frame structs have no operator==).
 bool same(const proto::Hello& a, const proto::Hello& b) {
-    return a.version == b.version && a.peer == b.peer && a.nonce == b.nonce;
+    return a.version == b.version && a.peer == b.peer && a.nonce == b.nonce && a.cancel == b.cancel;
 }
 bool same(const proto::Auth& a, const proto::Auth& b) { return a.proof == b.proof; }
 bool same(const proto::Ready& a, const proto::Ready& b) { return a.proof == b.proof; }
@@ -42,6 +42,7 @@ bool same(const proto::Response& a, const proto::Response& b) {
     return a.id == b.id && a.result == b.result;
 }
 bool same(const proto::Bye& a, const proto::Bye& b) { return a.reply == b.reply; }
+bool same(const proto::Cancel& a, const proto::Cancel& b) { return a.id == b.id; }
 bool same(const proto::Probe& a, const proto::Probe& b) {
     return a.kind == b.kind && a.seq == b.seq && a.node == b.node;
 }
@@ -88,6 +89,10 @@ std::vector<proto::Frame> one_of_each() {
                                                "b@h", "math", "sub"))});
     frames.emplace_back(proto::Bye{});
     frames.emplace_back(proto::Bye{true});
+    frames.emplace_back(proto::Cancel{42});
+    proto::Hello cancels{1, peer("c@h", "127.0.0.1:4001"), "00ff"};
+    cancels.cancel = true;
+    frames.emplace_back(cancels);
     frames.emplace_back(proto::Probe{proto::ProbeKind::ping, 1, ""});
     frames.emplace_back(proto::Probe{proto::ProbeKind::ping_req, 2, "c@h"});
     frames.emplace_back(proto::Probe{proto::ProbeKind::ack, std::numeric_limits<std::uint64_t>::max(), ""});
@@ -149,6 +154,7 @@ BOOST_AUTO_TEST_CASE(encode_writes_compact_json_with_documented_members) {
                R"({"t":"gsync","groups":[{"group":"g","meta":{"k":1}},{"group":"h","meta":{}}]})");
     BOOST_TEST(proto::encode(proto::Bye{}) == R"({"t":"bye"})");
     BOOST_TEST(proto::encode(proto::Bye{true}) == R"({"t":"bye","reply":true})");
+    BOOST_TEST(proto::encode(proto::Cancel{7}) == R"({"t":"cancel","id":7})");
     BOOST_TEST(proto::encode(proto::Response{3, rpclb::CallResult(json::value(true))}) ==
                R"({"t":"res","id":3,"ok":true})");
 }

@@ -101,6 +101,9 @@ public:
     /// The peer accepts call channels (its Hello said "channels"); valid once its Hello
     /// has arrived.
     bool peer_channels() const noexcept { return peer_channels_; }
+    /// The peer reads "cancel" frames (its Hello said "cancel"); valid once its Hello has
+    /// arrived.
+    bool peer_cancel() const noexcept { return peer_cancel_; }
     /// Acceptor: the dialer opened this connection as a call channel (its Hello said
     /// "channel"); valid once its Hello has arrived. Always false for a dialer.
     bool peer_channel() const noexcept { return peer_channel_; }
@@ -142,6 +145,7 @@ private:
     bool accept_channels_;
     bool peer_batch_ = false;
     bool peer_channels_ = false;
+    bool peer_cancel_ = false;
     bool peer_channel_ = false;
     wire::PeerInfo peer_;
     State state_ = State::initial;

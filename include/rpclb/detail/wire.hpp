@@ -37,7 +37,7 @@ struct PeerInfo {
     friend bool operator==(const PeerInfo&, const PeerInfo&) = default;
 };
 
-/// "hello": {"t","v","node","inc","listen","client","nonce"[,"batch"][,"channels"][,"channel"]}. Sent first by the
+/// "hello": {"t","v","node","inc","listen","client","nonce"[,"batch"][,"channels"][,"channel"][,"cancel"]}. Sent first by the
 /// dialer and answered by the acceptor; neither carries a proof (a "proof" member, as
 /// older versions sent, is ignored like any unknown member).
 struct Hello {
@@ -57,6 +57,9 @@ struct Hello {
     /// call channel, not the pair's mesh link: it carries requests and their responses
     /// only, and lives while the pair's mesh link does.
     bool channel = false;
+    /// "cancel" (optional, default false): the sender reads "cancel" frames. A node sends
+    /// them only to a peer whose Hello said so.
+    bool cancel = false;
 };
 
 /// Separates the frames of a batched message. Encoded frames are compact JSON, which
@@ -206,8 +209,16 @@ struct MemberState {
     std::uint64_t version = 0;
 };
 
+/// "cancel": {"t","id"} — the caller gave up request `id` before its deadline (it was
+/// cancelled, or another attempt of the call answered first). The receiver does not start
+/// it if it has not, answering `request_timeout` ("not run: the caller cancelled it"), and
+/// a running handler sees call_cancelled(); an unknown id is ignored.
+struct Cancel {
+    std::uint64_t id = 0;
+};
+
 using Frame = std::variant<Hello, Auth, Ready, Nodes, GroupSync, GroupJoin, GroupLeave,
-                           Request, Cast, Response, Bye, Probe, MemberState>;
+                           Request, Cast, Response, Bye, Probe, MemberState, Cancel>;
 
 /// Why a frame was refused.
 enum class DecodeErrorKind {

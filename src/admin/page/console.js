@@ -362,7 +362,7 @@
       el("table", {},
         el("caption", {}, `${name} on each node that hosts it. Calls, latency and in-flight count cover the calls that node routed; p50 and p99 since the node started.`),
         el("thead", {}, el("tr", {}, ...["Node", "Algorithm", "Options", "Joined", "In flight", "Serving", "Calls",
-          "Errors", "Calls/s", "p50 (ms)", "p99 (ms)", "Actions"].map((h) => el("th", { scope: "col" }, h)))),
+          "Errors", "Hedges (won) / retries", "Calls/s", "p50 (ms)", "p99 (ms)", "Actions"].map((h) => el("th", { scope: "col" }, h)))),
         tbody),
       chartBox);
     $("#balancers").append(section);
@@ -413,7 +413,7 @@
       if (!b) {
         return el("tr", { "data-node": node },
           el("th", { scope: "row", class: "mono" }, node),
-          el("td", { colspan: 11 }, "drained: stopped until undrain"));
+          el("td", { colspan: 12 }, "drained: stopped until undrain"));
       }
       const key = `${node}/${name}`;
       latest.set(key, b);
@@ -435,6 +435,7 @@
       }
       const errors = Object.entries(b.calls_by_status || {}).filter(([s]) => s !== "ok").reduce((n, [, c]) => n + c, 0);
       const changeKey = `algorithm/${node}/${name}`;
+      const h = b.hedging || {};
       return el("tr", { "data-node": node },
         el("th", { scope: "row", class: "mono" }, node),
         el("td", { class: "mono" }, b.algorithm),
@@ -444,6 +445,11 @@
         el("td", { class: "num" }, b.serving),
         el("td", { class: "num" }, b.calls),
         el("td", { class: "num" }, errors),
+        el("td", {
+          class: "num", "data-hedging": "",
+          title: `${h.budget_refusals || 0} refused by the budget, ${h.late_replies || 0} late replies dropped, ` +
+            `${h.hedged_calls || 0} calls hedged`,
+        }, `${h.hedges || 0} (${h.hedge_wins || 0}) / ${h.retries || 0}`),
         el("td", { class: "num" }, fmt(perSecond)),
         el("td", { class: "num" }, fmt(b.p50_ms, 2)),
         el("td", { class: "num" }, fmt(b.p99_ms, 2)),
