@@ -62,7 +62,7 @@ void Member::settle() {
     average_level_ = keep * average_level_ + (1.0 - keep) * level;
 }
 
-bool Member::acquire(Clock::time_point deadline) {
+bool Member::acquire(Clock::time_point deadline, const std::function<bool()>& cancelled) {
     std::unique_lock lock(mutex_);
     settle();
     if (free_slots_ > 0 && queue_.empty()) {
@@ -71,7 +71,14 @@ bool Member::acquire(Clock::time_point deadline) {
     }
     Waiter me;
     queue_.push_back(&me);
-    granted_.wait_until(lock, deadline, [&] { return me.granted; });
+    if (!cancelled) {
+        granted_.wait_until(lock, deadline, [&] { return me.granted; });
+    } else {
+        // Looks at the caller's cancellation every 2 ms (it has no way to wake this wait).
+        while (!me.granted && Clock::now() < deadline && !cancelled())
+            granted_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(2)),
+                                [&] { return me.granted; });
+    }
     if (me.granted) return true;
     settle();
     queue_.erase(std::find(queue_.begin(), queue_.end(), &me));
@@ -120,7 +127,7 @@ void Member::wait_while_paused() {
     }
 }
 
-Served Member::serve(Clock::time_point deadline) {
+Served Member::serve(Clock::time_point deadline, const std::function<bool()>& cancelled) {
     wait_while_paused();
     if (Clock::now() >= deadline) return {false, true, 0};
     if (b_.fail_rate > 0 && draw_uniform() < b_.fail_rate) return {false, false, 0};
@@ -129,7 +136,7 @@ Served Member::serve(Clock::time_point deadline) {
     if (b_.cold_s > 0 && Clock::now() - start_ < std::chrono::duration<double>(b_.cold_s)) ms *= b_.cold_factor;
     if (b_.stall_rate > 0 && draw_uniform() < b_.stall_rate) ms += b_.stall_ms;
 
-    if (b_.capacity > 0 && !acquire(deadline)) return {false, true, 0};
+    if (b_.capacity > 0 && !acquire(deadline, cancelled)) return {false, true, 0};
     const auto began = Clock::now();
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
     const auto service = Clock::now() - began;

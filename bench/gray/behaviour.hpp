@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -66,8 +67,10 @@ class Member {
 public:
     Member(Behaviour behaviour, std::uint64_t seed);
     /// Serves one call whose caller gives up at `deadline`, blocking the calling thread for
-    /// the whole of it.
-    Served serve(Clock::time_point deadline);
+    /// the whole of it. `cancelled` (if set) says the caller gave up early: a call waiting
+    /// for a slot then stops waiting (expired), as an application that honours
+    /// cancellation does.
+    Served serve(Clock::time_point deadline, const std::function<bool()>& cancelled = {});
     const Behaviour& behaviour() const noexcept { return b_; }
     /// Calls holding or waiting for a slot ÷ `capacity` (1.0 = every slot busy, above 1 a
     /// queue), averaged over time with a time constant of load_tau, as an application that
@@ -86,7 +89,7 @@ private:
     struct Waiter {
         bool granted = false;
     };
-    bool acquire(Clock::time_point deadline);
+    bool acquire(Clock::time_point deadline, const std::function<bool()>& cancelled);
     void release();
 
     std::mutex mutex_;

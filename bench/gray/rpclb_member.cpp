@@ -43,7 +43,7 @@ int run_rpclb_member(const std::string& text) {
         const auto deadline = args.size() == 1 && args[0].is_int64()
                                   ? Clock::time_point(Clock::duration(args[0].as_int64()))
                                   : Clock::now() + std::chrono::seconds(10);
-        const auto served = member->serve(deadline);
+        const auto served = member->serve(deadline, [] { return rpclb::call_cancelled(); });
         // The member's slots in use go back with the answer (Cluster::report_load), as an
         // application that knows its own capacity reports it.
         reporter->report_load(member->utilization());
