@@ -146,13 +146,15 @@ public:
     /// live incarnation (another process started earlier under the same name), they refuse
     /// this one. It keeps trying for twice `idle_timeout` (a holder that crashed unseen is
     /// declared dead by then, and the restart gets in), then gives the name up: it logs an
-    /// error naming the conflict, closes its links, dials no one, and its calls and
-    /// readiness waits fail at once with Failure::name_taken. This returns that error's
-    /// text once it has; nullopt otherwise. Thread safety: any thread.
+    /// error naming the conflict, closes its links, dials no one, its calls and
+    /// wait_for_members() fail at once with Failure::name_taken, and every StopSignal wait
+    /// of the process ends, so run_until_signalled() stops the node and returns. This
+    /// returns that error's text once it has; nullopt otherwise. Thread safety: any thread.
     std::optional<std::string> name_taken() const;
     /// Runs `handler` (on a network thread, once) when this node gives up its name (see
-    /// name_taken()), with the same text; `rpclb-node` exits 1 on it. It must not call
-    /// stop() itself (post that to another thread). Thread safety: any thread.
+    /// name_taken()), with the same text, before StopSignal waits end; none is needed for
+    /// the node to stop (run_until_signalled). It must not call stop() itself (post that to
+    /// another thread). Thread safety: any thread.
     void on_name_lost(std::function<void(const std::string&)> handler);
 
     /// Sets the load this node reports besides its worker pool's (gRPC ORCA's application

@@ -1,5 +1,6 @@
 // Cluster life cycle, the public call API and balancer bookkeeping.
 #include "lifecycle/cluster_impl.hpp"
+#include "lifecycle/stop_signals.hpp"
 
 #include <rpclb/detail/log.hpp>
 #include <rpclb/detail/options_check.hpp>
@@ -157,7 +158,9 @@ void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
     self->mesh.set_on_linked([self_weak = std::weak_ptr<Impl>(self)](const std::string&) {
         if (auto impl = self_weak.lock()) impl->notify_link_waits();
     });
-    // So does giving up the name; the application hears of it too (Cluster::on_name_lost).
+    // So does giving up the name; the application hears of it too (Cluster::on_name_lost),
+    // and so does the process's StopSignal, without a handler: a node cut off from its
+    // cluster must not run on as if it served.
     self->mesh.set_on_name_lost([self_weak = std::weak_ptr<Impl>(self)](const std::string& why) {
         auto impl = self_weak.lock();
         if (!impl) return;
@@ -172,6 +175,7 @@ void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
             handler = impl->name_lost_handler;
         }
         if (handler) handler(why);
+        detail::stop_every_signal();
     });
     // A node's call channels end with its mesh link.
     self->mesh.set_on_peer_lost([channels = std::weak_ptr<detail::CallChannels>(
