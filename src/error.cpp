@@ -34,6 +34,7 @@ public:
             case Failure::not_json: return "a number JSON cannot carry (NaN or infinity)";
             case Failure::name_taken: return "name taken";
             case Failure::bad_reply: return "the answer does not convert to the type asked for";
+            case Failure::tls_refused: return "TLS refused";
         }
         return "unknown rpclb failure " + std::to_string(value);
     }

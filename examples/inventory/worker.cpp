@@ -58,9 +58,6 @@ int main(int argc, char** argv) {
         cluster.register_function("inventory", "reserve",
                                   rpclb::typed([&stock](std::string sku, int qty) { return stock.reserve(sku, qty); },
                                                {"sku", "qty"}));
-        // Another live worker holds this name: it is given up (after twice the idle
-        // timeout), and the worker stops and exits 1.
-        cluster.on_name_lost([&stop_signal](const std::string&) { stop_signal.request_stop(); });
         cluster.start();
         rpclb::LoadBalancerOptions inventory;
         inventory.name = "inventory";
@@ -70,6 +67,8 @@ int main(int argc, char** argv) {
         const auto at = *cluster.listen_endpoint();
         std::cout << "listening on " << at.address().to_string() << ':' << at.port() << std::endl;
         rpclb::run_until_signalled(cluster, stop_signal);  // returns the signal's number
+        // It also returns when another live worker holds this name: the node gives it up
+        // (after twice the idle timeout) and stops; exit 1 saying so.
         if (auto why = cluster.name_taken()) {
             std::cerr << "inventory-worker: " << *why << "\n";
             return 1;

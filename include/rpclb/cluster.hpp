@@ -148,13 +148,15 @@ public:
     /// live incarnation (another process started earlier under the same name), they refuse
     /// this one. It keeps trying for twice `idle_timeout` (a holder that crashed unseen is
     /// declared dead by then, and the restart gets in), then gives the name up: it logs an
-    /// error naming the conflict, closes its links, dials no one, and its calls fail at once
-    /// with Failure::name_taken. This returns that error's text once it has; nullopt
-    /// otherwise. Thread safety: any thread.
+    /// error naming the conflict, closes its links, dials no one, its calls and
+    /// wait_for_members() fail at once with Failure::name_taken, and every StopSignal wait
+    /// of the process ends, so run_until_signalled() stops the node and returns. This
+    /// returns that error's text once it has; nullopt otherwise. Thread safety: any thread.
     std::optional<std::string> name_taken() const;
     /// Runs `handler` (on a network thread, once) when this node gives up its name (see
-    /// name_taken()), with the same text; `rpclb-node` exits 1 on it. It must not call
-    /// stop() itself (post that to another thread). Thread safety: any thread.
+    /// name_taken()), with the same text, before StopSignal waits end; none is needed for
+    /// the node to stop (run_until_signalled). It must not call stop() itself (post that to
+    /// another thread). Thread safety: any thread.
     void on_name_lost(std::function<void(const std::string&)> handler);
 
     /// Sets the load this node reports besides its worker pool's (gRPC ORCA's application
@@ -367,7 +369,12 @@ public:
     /// Errors: `request_timeout` (Failure::timeout) "balancer \"B\" has N of the M members
     /// waited for after T ms", details {"node", "load_balancer", "members": N, "wanted": M};
     /// `service_unavailable` "node stopping" when this node stops (or has stopped) while
-    /// waiting; `internal_server_error` (Failure::would_deadlock) at once from a network
+    /// waiting; `service_unavailable` at once, before or during the wait, when no node will
+    /// let this one in (no peer connected, and every seed and node it knows refused it):
+    /// Failure::cookie_refused "cookie refused by N (the cookies differ)" with details
+    /// {"refused_by"}, or Failure::tls_refused "TLS handshake with HOST:PORT failed:
+    /// REASON" with details {"tls_peer"}; Failure::name_taken when this node gave up its
+    /// name (name_taken()); `internal_server_error` (Failure::would_deadlock) at once from a network
     /// thread (an inline handler or completion), whose loop may be the one that applies the
     /// membership change: use async_wait_for_members() there. Thread safety: any thread.
     Result<void> wait_for_members(std::string_view balancer, std::size_t count, std::chrono::milliseconds timeout);
@@ -387,6 +394,18 @@ public:
             token, std::move(balancer), count, timeout);
     }
 
+    /// Waits until this node has an established connection to node `node`, or `timeout`
+    /// passes: a readiness check before the first direct call, in place of polling
+    /// connected_nodes(). Returns at once when it is connected already, and for this
+    /// node's own name.
+    ///
+    /// Errors, with details {"node", "peer": `node`}: `request_timeout` (Failure::timeout)
+    /// "NODE is not connected after T ms"; at once, the `service_unavailable` errors of
+    /// wait_for_members() for a node no node lets in (Failure::cookie_refused,
+    /// Failure::tls_refused), a name given up (Failure::name_taken) and a stopping node;
+    /// `internal_server_error` (Failure::would_deadlock) from a network thread. Thread
+    /// safety: any thread.
+    Result<void> wait_for_node(std::string_view node, std::chrono::milliseconds timeout);
 
     /// Executor of the worker pool (handlers, default completion executor).
     boost::asio::any_io_executor worker_executor() const;

@@ -70,6 +70,12 @@ enum class Failure : int {
     /// (<rpclb/typed.hpp>): `internal_server_error`, the message says what was expected and
     /// what came; the handler did run.
     bad_reply = 14,
+    /// Every node this node could reach failed the TLS handshake of its last dial there (a
+    /// certificate refused by either side, or TLS on one side only), and none is connected:
+    /// Cluster::wait_for_members fails at once with it. Code `service_unavailable`; the
+    /// message names the address and the handshake's reason. Dials go on: one that gets
+    /// through ends it.
+    tls_refused = 15,
 };
 
 /// The category of Failure values; name() is "rpclb.failure".

@@ -16,6 +16,10 @@ class Cluster;
 /// returned by the next wait(). Built on Boost.Asio's `signal_set`, so every thread may
 /// receive the signal and no signal mask needs setting up.
 ///
+/// A node of the process that gives up its name (Cluster::name_taken: another live
+/// process holds it) ends the wait too, as request_stop() does, with no handler of the
+/// application's: such a node is cut off from its cluster, and serves no one.
+///
 /// Make it before Cluster::start() (a signal in between would otherwise end the process
 /// at once). Only one should live at a time in a process (Asio allows several, each then
 /// sees every signal). Destroying it restores the default actions.
@@ -31,8 +35,9 @@ public:
     StopSignal(const StopSignal&) = delete;
     StopSignal& operator=(const StopSignal&) = delete;
 
-    /// Blocks until SIGINT or SIGTERM arrives (or request_stop() is called); the signal
-    /// number (0 for request_stop()).
+    /// Blocks until SIGINT or SIGTERM arrives, request_stop() is called, or a node of this
+    /// process gives up its name; the signal number (0 for the other two: tell them apart
+    /// with Cluster::name_taken()).
     int wait();
 
     /// wait() for at most `timeout`; nullopt when nothing arrived by then. For a second
@@ -47,15 +52,21 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-/// Waits until the process is asked to stop through `signal`, then stops `cluster`
+/// Waits until the process is asked to stop through `signal`, or until a node of the
+/// process gives up its name (at once when `cluster` has already), then stops `cluster`
 /// gracefully: every hosted balancer leaves its group and drains (up to its
 /// drain_timeout), then Cluster::stop() (up to stop_timeout for the calls it serves).
-/// Returns the signal that ended the wait (0 for StopSignal::request_stop()).
+/// Returns the signal that ended the wait; 0 for StopSignal::request_stop() and for a
+/// name given up, which Cluster::name_taken() then explains.
 ///
 ///     rpclb::StopSignal stop_signal;  // before start(): from here SIGTERM is caught
 ///     cluster.start();
 ///     cluster.start_balancer(...);
 ///     rpclb::run_until_signalled(cluster, stop_signal);
+///     if (auto why = cluster.name_taken()) {  // another live process holds the name
+///         std::cerr << *why << "\n";
+///         return 1;
+///     }
 ///     return 0;
 ///
 /// Must not be called from a handler or network thread (as Cluster::stop()).

@@ -5,6 +5,7 @@
 #include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
+#include <rpclb/stop_signal.hpp>
 
 #include "tool_plugin_dirs.hpp"
 
@@ -17,7 +18,6 @@
 #include <iostream>
 #include <optional>
 #include <thread>
-#include <signal.h>
 #include <unistd.h>
 
 namespace po = boost::program_options;
@@ -199,14 +199,12 @@ int main(int argc, char** argv) {
     rpclb::log::init(config->log_level);
     rpclb::tools::add_tool_plugin_dirs(config->cluster.plugin_path);
 
-    // Set by the admin `stop` command, which then raises SIGTERM: for the log line only.
+    // Set by the admin `stop` command, which then ends the wait as SIGTERM does: for the log
+    // line only.
     std::atomic<bool> admin_stop{false};
-    // Block the stop signals in every thread; the main thread waits for them.
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    // From here SIGTERM and SIGINT no longer end the process: the main thread waits for
+    // them, and for the node giving up its name, which ends the wait too.
+    rpclb::StopSignal stop_signal;
 
     std::unique_ptr<rpclb::Cluster> cluster;
     std::unique_ptr<rpclb::AdminServer> admin;  // declared after the cluster: destroyed first
@@ -219,22 +217,15 @@ int main(int argc, char** argv) {
     if (!config->admin.listen.empty()) {
         try {
             // The admin `stop` command stops the node the way SIGTERM does.
-            admin = std::make_unique<rpclb::AdminServer>(*cluster, config->admin, [&admin_stop] {
+            admin = std::make_unique<rpclb::AdminServer>(*cluster, config->admin, [&admin_stop, &stop_signal] {
                 admin_stop = true;
-                ::kill(::getpid(), SIGTERM);
+                stop_signal.request_stop();
             });
         } catch (const std::invalid_argument& e) {
             std::cerr << "rpclb-node: " << e.what() << "\n";
             return 2;
         }
     }
-    // Another live process holds this node's name: the node gives it up and this process
-    // exits 1 (Cluster::on_name_lost), woken as by SIGTERM.
-    std::atomic<bool> name_lost{false};
-    cluster->on_name_lost([&name_lost](const std::string&) {
-        name_lost = true;
-        ::kill(::getpid(), SIGTERM);
-    });
     try {
         register_demo_functions(*cluster);
         cluster->start();
@@ -277,10 +268,11 @@ int main(int argc, char** argv) {
     const auto endpoint = cluster->listen_endpoint();
     std::cout << "listening on " << rpclb::detail::to_host_port(*endpoint) << std::endl;
 
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
-    if (name_lost) {
-        std::cerr << "rpclb-node: " << cluster->name_taken().value_or("name taken") << std::endl;
+    const int signal = stop_signal.wait();
+    // Another live process holds this node's name: the node gave it up, which ended the
+    // wait, and this process exits 1 saying why.
+    if (auto why = cluster->name_taken()) {
+        std::cerr << "rpclb-node: " << *why << std::endl;
         if (admin) admin->stop();
         cluster->stop();
         return 1;
@@ -299,8 +291,7 @@ int main(int argc, char** argv) {
     });
     const auto deadline = std::chrono::steady_clock::now() + config->cluster.stop_timeout + std::chrono::seconds(5);
     while (!stopped) {
-        const timespec tick{0, 50'000'000};
-        if (sigtimedwait(&stop_signals, nullptr, &tick) > 0) {
+        if (stop_signal.wait_for(std::chrono::milliseconds(50))) {
             std::cerr << "rpclb-node: second signal, exiting without waiting for handlers" << std::endl;
             std::_Exit(1);
         }

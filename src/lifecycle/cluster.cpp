@@ -1,5 +1,6 @@
 // Cluster life cycle, the public call API and balancer bookkeeping.
 #include "lifecycle/cluster_impl.hpp"
+#include "lifecycle/stop_signals.hpp"
 
 #include <rpclb/detail/log.hpp>
 #include <rpclb/detail/options_check.hpp>
@@ -145,17 +146,36 @@ void Cluster::Impl::wire_up(const std::shared_ptr<Impl>& self) {
                                           std::shared_ptr<detail::Router>(self, &self->router))] {
         if (auto r = router.lock()) r->wake();
     });
-    // So does giving up the name; the application hears of it too (Cluster::on_name_lost).
+    // Readiness waits end once no node lets this one in: no member could end them.
+    self->mesh.set_on_locked_out([self_weak = std::weak_ptr<Impl>(self)](const detail::LockedOut& why) {
+        auto impl = self_weak.lock();
+        if (!impl) return;
+        impl->waits.fail_all([&](const std::string& balancer) {
+            return detail::locked_out_failure(why, impl->options.name, balancer);
+        });
+        impl->notify_link_waits();
+    });
+    self->mesh.set_on_linked([self_weak = std::weak_ptr<Impl>(self)](const std::string&) {
+        if (auto impl = self_weak.lock()) impl->notify_link_waits();
+    });
+    // So does giving up the name; the application hears of it too (Cluster::on_name_lost),
+    // and so does the process's StopSignal, without a handler: a node cut off from its
+    // cluster must not run on as if it served.
     self->mesh.set_on_name_lost([self_weak = std::weak_ptr<Impl>(self)](const std::string& why) {
         auto impl = self_weak.lock();
         if (!impl) return;
         impl->router.wake();
+        impl->waits.fail_all([&](const std::string& balancer) {
+            return detail::name_taken_failure(why, impl->options.name, balancer);
+        });
+        impl->notify_link_waits();
         std::function<void(const std::string&)> handler;
         {
             std::lock_guard lock(impl->name_lost_mutex);
             handler = impl->name_lost_handler;
         }
         if (handler) handler(why);
+        detail::stop_every_signal();
     });
     // A node's call channels end with its mesh link.
     self->mesh.set_on_peer_lost([channels = std::weak_ptr<detail::CallChannels>(
@@ -211,6 +231,7 @@ void Cluster::Impl::start() {
 void Cluster::Impl::stop() {
     if (!running || stopping.exchange(true)) return;
     waits.stop();  // pending wait_for_members end before the loop holding their timers goes
+    notify_link_waits();  // and wait_for_node, which sees `stopping`
     rpc.mark_stop();
     mesh.begin_stop();  // no new connections from here on
     if (discovery) discovery->begin_stop();  // this node's key goes: no node dials it any more

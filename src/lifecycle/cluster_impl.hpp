@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -84,6 +85,11 @@ struct Cluster::Impl final : detail::ClusterLink, detail::BalancerSupervisor {
     detail::CallChannels channels;
     detail::Router router;
     detail::MemberWaits waits;  // Cluster::wait_for_members
+    // Cluster::wait_for_node waits on it; notified (under the mutex) when a link comes up,
+    // the node is locked out, gives up its name, or stops.
+    std::mutex link_wait_mutex;
+    std::condition_variable link_changed;
+    void notify_link_waits();
     std::atomic<bool> running{false};
     std::atomic<bool> stopping{false};
 };

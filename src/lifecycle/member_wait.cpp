@@ -25,6 +25,27 @@ ErrorMessage wait_failure(Failure failure, std::string_view node, std::string_vi
     return e;
 }
 
+ErrorMessage locked_out_failure(const LockedOut& why, std::string_view node, std::string_view balancer) {
+    ErrorMessage e;
+    if (why.tls_reason.empty()) {
+        e = cookie_refused_error(why.by, node, "", "");
+    } else {
+        e = call_failure(Failure::tls_refused, node, "", "");
+        e.message = "TLS handshake with " + why.by + " failed: " + why.tls_reason;
+        e.details["tls_peer"] = why.by;
+    }
+    e.details.erase("module");
+    e.details.erase("function");
+    e.details["load_balancer"] = balancer;
+    return e;
+}
+
+ErrorMessage name_taken_failure(const std::string& why, std::string_view node, std::string_view balancer) {
+    auto e = wait_failure(Failure::name_taken, node, balancer);
+    e.message = "this node gave up its name: " + why;
+    return e;
+}
+
 MemberWait::MemberWait(Groups& groups, asio::io_context& network, std::string node, std::string balancer,
                        std::size_t count)
     : groups_(groups), node_(std::move(node)), balancer_(std::move(balancer)), count_(count), timer_(network) {}
@@ -128,6 +149,16 @@ void MemberWaits::stop() {
         if (auto wait = w.lock()) wait->finish(wait_failure(Failure::node_stopping, wait->node_, wait->balancer_));
 }
 
+void MemberWaits::fail_all(const std::function<ErrorMessage(const std::string& balancer)>& error) {
+    std::vector<std::weak_ptr<MemberWait>> waits;
+    {
+        std::lock_guard lock(mutex_);
+        waits = waits_;
+    }
+    for (auto& w : waits)
+        if (auto wait = w.lock()) wait->finish(error(wait->balancer_));
+}
+
 }  // namespace detail
 
 void Cluster::initiate_wait_for_members(std::string balancer, std::size_t count, std::chrono::milliseconds timeout,
@@ -149,6 +180,12 @@ void Cluster::initiate_wait_for_members(std::string balancer, std::size_t count,
     wait->isolated = [&impl] { return impl.mesh.connected_nodes().empty(); };
     auto executor = asio::get_associated_executor(handler, fallback);
     wait->start(timeout, std::move(handler), std::move(executor));
+    // Added before these checks, so a refusal or a name loss after them reaches the wait
+    // through fail_all().
+    if (auto why = impl.mesh.name_lost())
+        wait->finish(detail::name_taken_failure(*why, name(), wait->balancer()));
+    else if (auto out = impl.mesh.locked_out())
+        wait->finish(detail::locked_out_failure(*out, name(), wait->balancer()));
 }
 
 Result<void> Cluster::wait_for_members(std::string_view balancer, std::size_t count,

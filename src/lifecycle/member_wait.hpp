@@ -1,6 +1,8 @@
 // Waits for a balancer's group to reach a number of members (Cluster::wait_for_members).
 #pragma once
 
+#include "membership/mesh.hpp"
+
 #include <rpclb/error.hpp>
 #include <rpclb/groups.hpp>
 
@@ -39,6 +41,16 @@ void post_completion(Handler handler, boost::asio::any_completion_executor fallb
 
 /// The ErrorMessage of `failure` for a wait on `balancer`: details {"node", "load_balancer"}.
 ErrorMessage wait_failure(Failure failure, std::string_view node, std::string_view balancer);
+
+/// The error of a wait on `balancer` that no member can end: this node is locked out
+/// (`why`). A cookie refusal is cookie_refused_error()'s, a TLS one Failure::tls_refused
+/// "TLS handshake with ADDRESS failed: REASON" with details {"tls_peer"}; both add
+/// {"load_balancer"} to {"node"}.
+ErrorMessage locked_out_failure(const LockedOut& why, std::string_view node, std::string_view balancer);
+
+/// The error of a wait on `balancer` once this node gave up its name (`why`, as logged):
+/// Failure::name_taken.
+ErrorMessage name_taken_failure(const std::string& why, std::string_view node, std::string_view balancer);
 
 /// One pending wait: a monitor of the group, a deadline timer on the network loop and the
 /// handler's cancellation slot race to finish() it, and the first wins. Its completion is
@@ -93,6 +105,9 @@ public:
     bool add(const std::shared_ptr<MemberWait>& wait);
     /// Finishes every pending wait with "node stopping"; later add() calls fail.
     void stop();
+    /// Finishes every pending wait with `error(balancer)`, for a reason no member can end
+    /// (Cluster::wait_for_members). Later waits are not affected.
+    void fail_all(const std::function<ErrorMessage(const std::string& balancer)>& error);
 
 private:
     std::mutex mutex_;

@@ -1,3 +1,5 @@
+#include "lifecycle/stop_signals.hpp"
+
 #include <rpclb/cluster.hpp>
 #include <rpclb/stop_signal.hpp>
 
@@ -7,6 +9,8 @@
 
 #include <atomic>
 #include <csignal>
+#include <mutex>
+#include <set>
 
 namespace rpclb {
 
@@ -18,9 +22,29 @@ struct StopSignal::Impl {
     std::atomic<bool> requested{false};  // request_stop() was called: its cancel is not a timeout's
 };
 
-StopSignal::StopSignal() : impl_(std::make_unique<Impl>()) {}
+namespace {
 
-StopSignal::~StopSignal() = default;
+// Every StopSignal alive, for detail::stop_every_signal(). One removed under the mutex is
+// never reached again, so it may go once that returns.
+std::mutex live_mutex;
+std::set<StopSignal*> live;
+
+}  // namespace
+
+void detail::stop_every_signal() noexcept {
+    std::lock_guard lock(live_mutex);
+    for (auto* signal : live) signal->request_stop();
+}
+
+StopSignal::StopSignal() : impl_(std::make_unique<Impl>()) {
+    std::lock_guard lock(live_mutex);
+    live.insert(this);
+}
+
+StopSignal::~StopSignal() {
+    std::lock_guard lock(live_mutex);
+    live.erase(this);
+}
 
 std::optional<int> StopSignal::wait_for(std::chrono::milliseconds timeout) {
     std::optional<int> got;
@@ -51,7 +75,8 @@ void StopSignal::request_stop() {
 }
 
 int run_until_signalled(Cluster& cluster, StopSignal& signal) {
-    const int got = signal.wait();
+    // A name given up before `signal` was made reached no wait of it.
+    const int got = cluster.name_taken() ? 0 : signal.wait();
     for (const auto& b : cluster.balancer_names()) cluster.stop_balancer(b);
     cluster.stop();
     return got;

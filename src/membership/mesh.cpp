@@ -1,7 +1,7 @@
-// Membership: the listener, dialling, gossip of known_ nodes, one connection per pair,
-// refusals. Dialling seeds, discovered and gossiped nodes is in mesh_dial.cpp; how links
-// end (a lost peer, this node's bye and close) in mesh_loss.cpp; the failure detector's
-// driver in mesh_probes.cpp.
+// Membership: the listener, dialling, gossip of known_ nodes, one connection per pair.
+// Dialling seeds, discovered and gossiped nodes is in mesh_dial.cpp; how links end (a lost
+// peer, this node's bye and close) in mesh_loss.cpp; the failure detector's driver in
+// mesh_probes.cpp; failed handshakes and refusals in mesh_refusals.cpp.
 #include "membership/mesh.hpp"
 #include "transport/call_channels.hpp"
 #include "transport/tls.hpp"
@@ -238,7 +238,10 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     {
         std::lock_guard lock(mutex_);
         forget_connecting(c);
-        if (!c->target().empty()) dialing_.erase(c->target());
+        if (!c->target().empty()) {
+            dialing_.erase(c->target());
+            tls_refused_.erase(c->target());
+        }
         // An incarnation this node declared dead loses its name to any other incarnation:
         // a frozen process that resumes does not take it back from its restart.
         const auto declared_dead = [&](const wire::PeerInfo& p) {
@@ -365,6 +368,7 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
     view_changed_ = true;
     RPCLB_LOG("mesh", info) << "connected to " << peer.node << (peer.client ? " (client)" : "")
                             << " incarnation " << peer.incarnation;
+    if (on_linked_) on_linked_(peer.node);
     // A node heard of already learnt the cluster from whoever heard of it first, and the
     // others were told about it then; a new one (or one lost and linked again) is sent
     // this node's list, and the others are told about it so that they connect to it too.
@@ -476,72 +480,6 @@ void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::Decode
     RPCLB_LOG("mesh", warning) << "refused a frame from "
                                << (c->established() ? c->peer().node : std::string("an unauthenticated peer"))
                                << " (" << wire::to_string(error.kind) << "): " << error.message;
-}
-
-void Mesh::on_handshake_failed(const std::shared_ptr<Connection>& c, const std::string& reason) {
-    ++auth_failures_;
-    RPCLB_LOG("mesh", warning) << "handshake with "
-                               << (c->target().empty() ? std::string("an incoming peer") : c->target())
-                               << " failed: " << reason;
-}
-
-void Mesh::on_cookie_refused(const std::shared_ptr<Connection>& c) {
-    ++auth_failures_;
-    ++cookie_refusals_;
-    const auto& node = c->peer().node;
-    {
-        std::lock_guard lock(mutex_);
-        refused_.emplace(c->target(), node);
-        // Forget it, or the redial loop would come back to it under its gossiped address.
-        for (auto it = known_.begin(); it != known_.end();)
-            it = it->first == node || it->second.info.listen == c->target() ? known_.erase(it) : std::next(it);
-    }
-    RPCLB_LOG("mesh", error) << "wrong cookie: " << node << " at " << c->target()
-                             << " refused this node's cookie; not dialling it again (give every node the same cookie)";
-    // Calls waiting for a route have nothing left to wait for once nothing is reachable.
-    if (on_cookie_refused_ && shut_out()) on_cookie_refused_();
-}
-
-void Mesh::on_tls_failed(const std::shared_ptr<Connection>& c, const std::string& reason) {
-    ++tls_failures_;
-    if (stopping_) return;
-    // An incoming peer is known by its IP address only: each redial comes from a new port.
-    auto who = c->target();
-    if (who.empty()) {
-        who = c->remote();
-        if (auto parts = split_host_port(who)) who = parts->host;
-    }
-    bool first = false;
-    {
-        std::lock_guard lock(mutex_);
-        if (tls_warned_.size() >= 1024) tls_warned_.clear();
-        first = tls_warned_.insert(who + "\n" + reason).second;
-    }
-    if (first)
-        RPCLB_LOG("mesh", warning) << "TLS handshake with " << c->describe_peer() << " failed: " << reason
-                                   << " (repeats are logged at debug level)";
-    else
-        RPCLB_LOG("mesh", debug) << "TLS handshake with " << c->describe_peer() << " failed: " << reason;
-}
-
-std::optional<std::string> Mesh::refused_by(std::string_view node) const {
-    std::lock_guard lock(mutex_);
-    for (const auto& [address, name] : refused_)
-        if (address == node || name == node) return name;
-    return std::nullopt;
-}
-
-std::optional<std::string> Mesh::shut_out() const {
-    std::lock_guard lock(mutex_);
-    if (refused_.empty() || !peers_.empty()) return std::nullopt;
-    for (const auto& seed : options_.seeds)
-        if (!refused_.contains(seed) && !self_targets_.contains(seed) && !bad_seeds_.contains(seed))
-            return std::nullopt;
-    for (const auto& [name, k] : known_)
-        if (dials(name)) return std::nullopt;
-    for (const auto& [name, address] : discovered_)
-        if (name != options_.name && !refused_.contains(address)) return std::nullopt;
-    return refused_.begin()->second;
 }
 
 void Mesh::broadcast(const std::string& frame) {

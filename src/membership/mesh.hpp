@@ -68,6 +68,15 @@ struct MeshStats {
     std::uint64_t name_conflicts = 0;  ///< links a peer refused: an older incarnation holds this node's name
 };
 
+/// Why this node is locked out of its cluster (Mesh::locked_out): the nodes it could reach
+/// all refused it, by cookie or in the TLS handshake.
+struct LockedOut {
+    /// A cookie refusal: the refusing node's name. A TLS failure: the address dialled.
+    std::string by;
+    /// Empty for a cookie refusal; else why the TLS handshake with `by` failed.
+    std::string tls_reason;
+};
+
 /// Where the mesh hands the calls and casts that peers send.
 class RequestSink {
 public:
@@ -167,6 +176,14 @@ public:
     /// shut out (see shut_out()), so that calls waiting for a route fail at once
     /// (Router::wake). Set before start().
     void set_on_cookie_refused(std::function<void()> f) { on_cookie_refused_ = std::move(f); }
+    /// Runs (on a network thread) after each refusal (a refused cookie, a dial's failed TLS
+    /// handshake) that leaves this node locked out (see locked_out()), with why, so that
+    /// readiness waits fail at once. Set before start().
+    void set_on_locked_out(std::function<void(const LockedOut&)> f) { on_locked_out_ = std::move(f); }
+    /// Runs (on a network thread, no lock held) when a link to a node is established and
+    /// kept, with its name, so that waits for a node end (Cluster::wait_for_node). Set
+    /// before start().
+    void set_on_linked(std::function<void(const std::string&)> f) { on_linked_ = std::move(f); }
     /// Runs (on a network thread, once) when this node gives up its name (name_lost()),
     /// with the message it logged. Set before start().
     void set_on_name_lost(std::function<void(const std::string&)> f) { on_name_lost_ = std::move(f); }
@@ -188,6 +205,11 @@ public:
     /// and every seed, known node and discovered node refused the cookie), the name of a
     /// node that refused it; otherwise nullopt.
     std::optional<std::string> shut_out() const;
+    /// When no peer is connected and every seed, known node this node dials and discovered
+    /// node refused it, its cookie for good (shut_out()) or the TLS handshake of its last
+    /// dial there: one such refusal, cookie refusals first; otherwise nullopt. Unlike a
+    /// cookie refusal, a TLS failure is dialled again, and a dial that gets through ends it.
+    std::optional<LockedOut> locked_out() const;
     /// Once this node has given up its name, why: some peer kept refusing it
     /// (name_taken_close_reason) for name_refusal_window(), because an older live
     /// incarnation of the name holds it there. It then dials no one, refuses every link and
@@ -268,6 +290,8 @@ private:
     /// Gives up this node's name (name_lost()): logs `why`, stops dialling, closes every
     /// link, tells on_name_lost_.
     void give_up_name(const std::string& why);
+    /// Tells on_locked_out_ when this node is locked out (locked_out()); no lock held.
+    void tell_if_locked_out();
     /// `node` sent its group sync, so it took this incarnation: it no longer refuses the name.
     void accepted_by(const std::string& node);
 
@@ -300,6 +324,11 @@ private:
     // dialled again (the refusal is explicit, see cookie_refused_close_reason).
     std::map<std::string, std::string, std::less<>> refused_;
     std::function<void()> on_cookie_refused_;
+    std::function<void(const LockedOut&)> on_locked_out_;
+    std::function<void(const std::string&)> on_linked_;
+    // Dialled addresses whose last dial failed its TLS handshake, with why; one that gets
+    // through is erased (on_established). Cleared when it reaches 1024 entries.
+    std::map<std::string, std::string, std::less<>> tls_refused_;
     std::function<void(const std::string&)> on_name_lost_;
     // Peers refusing this node's name (name_taken_close_reason), with when each first did;
     // one that sends its group sync (it accepted this incarnation) is erased. Bounded by

@@ -37,15 +37,45 @@ severity parse_level(std::string_view level) {
     return it->second;
 }
 
-std::mutex init_mutex;
-bool sink_installed = false;
 std::atomic<severity> threshold{severity::warning};
+
+// Where records go is settled once rpclb's console sink is installed (log::init(), or the
+// first record), or the application keeps its own sinks (log::use_application_sinks()):
+// until then Boost.Log would hand records to its default sink, which prints on stdout.
+std::mutex init_mutex;
+boost::shared_ptr<bl::sinks::sink> console;  // rpclb's sink on stderr; under init_mutex
+std::atomic<bool> settled{false};
+
+// Installs the console sink unless it is there (init_mutex held).
+void install_console() {
+    if (console) return;
+    bl::add_common_attributes();
+    using backend_t = bl::sinks::text_ostream_backend;
+    auto backend = boost::make_shared<backend_t>();
+    backend->add_stream(boost::shared_ptr<std::ostream>(&std::clog, boost::null_deleter()));
+    backend->auto_flush(true);
+    auto sink = boost::make_shared<bl::sinks::synchronous_sink<backend_t>>(backend);
+    sink->set_formatter(bl::expressions::stream
+                        << bl::expressions::format_date_time<boost::posix_time::ptime>("TimeStamp",
+                                                                                       "%Y-%m-%d %H:%M:%S.%f")
+                        << " " << severity_attr << " [" << channel_attr << "] " << bl::expressions::smessage);
+    bl::core::get()->add_sink(sink);
+    console = sink;
+}
 
 }  // namespace
 
 namespace detail {
 
 Logger& logger(const char* channel) {
+    // Called for each record that passes the threshold, before Boost.Log routes it.
+    if (!settled.load(std::memory_order_acquire)) {
+        std::lock_guard lock(init_mutex);
+        if (!settled.load(std::memory_order_relaxed)) {
+            install_console();
+            settled.store(true, std::memory_order_release);
+        }
+    }
     // One logger per channel name; channels are a handful of literals.
     static std::mutex mutex;
     static std::map<std::string, std::unique_ptr<Logger>, std::less<>> loggers;
@@ -72,23 +102,21 @@ void set_level(std::string_view level) {
 void init(std::string_view level) {
     const auto min = parse_level(level);
     std::lock_guard lock(init_mutex);
-    if (!sink_installed) {
-        bl::add_common_attributes();
-        using backend_t = bl::sinks::text_ostream_backend;
-        auto backend = boost::make_shared<backend_t>();
-        backend->add_stream(boost::shared_ptr<std::ostream>(&std::clog, boost::null_deleter()));
-        backend->auto_flush(true);
-        auto sink = boost::make_shared<bl::sinks::synchronous_sink<backend_t>>(backend);
-        sink->set_formatter(bl::expressions::stream
-                            << bl::expressions::format_date_time<boost::posix_time::ptime>(
-                                   "TimeStamp", "%Y-%m-%d %H:%M:%S.%f")
-                            << " " << severity_attr << " [" << channel_attr << "] "
-                            << bl::expressions::smessage);
-        bl::core::get()->add_sink(sink);
-        sink_installed = true;
-    }
+    install_console();
+    settled.store(true, std::memory_order_release);
     threshold.store(min, std::memory_order_relaxed);
     bl::core::get()->set_filter(severity_attr >= min);
+}
+
+void use_application_sinks(std::string_view level) {
+    const auto min = parse_level(level);
+    std::lock_guard lock(init_mutex);
+    if (console) {
+        bl::core::get()->remove_sink(console);
+        console.reset();
+    }
+    settled.store(true, std::memory_order_release);
+    threshold.store(min, std::memory_order_relaxed);
 }
 
 }  // namespace log

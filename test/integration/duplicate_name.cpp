@@ -1,6 +1,7 @@
 // One name, one live node: a second process started under a live node's name is refused
 // by its peers, keeps trying for twice the idle timeout, then gives up and exits 1 naming
-// the conflict; a restart whose predecessor froze unseen gets the name.
+// the conflict (its StopSignal wait ended without a handler); a restart whose predecessor
+// froze unseen gets the name.
 #define BOOST_TEST_MODULE duplicate_name
 #include "support/node.hpp"
 
@@ -31,6 +32,8 @@ BOOST_AUTO_TEST_CASE(a_second_live_process_under_a_name_exits_1_naming_the_confl
     BOOST_TEST(WEXITSTATUS(*status) == 1);
     BOOST_TEST(x2->log_contains("a@127.0.0.1 refused this node's name for 1.2 s: an older live incarnation of "
                                 "x@127.0.0.1 holds it there"));
+    // Its last word, on stderr: why it exits.
+    BOOST_TEST(x2->log_contains("rpclb-node: a@127.0.0.1 refused this node's name for 1.2 s"), x2->log());
     // The refusing peer said so once, at warning level, however often it was dialled.
     BOOST_TEST(a->log_count("refused x@127.0.0.1 incarnation") == 1u);
     // The holder goes on serving its name.

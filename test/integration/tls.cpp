@@ -257,6 +257,31 @@ BOOST_FIXTURE_TEST_CASE(plaintext_and_tls_nodes_refuse_each_other, TlsCluster) {
     BOOST_TEST_REQUIRE(r.has_value(), r.error().message);
 }
 
+// The readiness waits of a node whose every seed fails the TLS handshake end at once,
+// naming the seed and the reason, instead of waiting out their timeout.
+BOOST_FIXTURE_TEST_CASE(readiness_waits_fail_at_once_when_every_seed_fails_tls, TlsCluster) {
+    rpclb::ClusterOptions options;
+    options.tls = pki().options("other", "ca2");  // a's certificate is from a CA it does not trust
+    options.reconnect_interval = 100ms;
+    const auto t0 = steady_clock::now();
+    auto stranger = start_client({a->address()}, options);
+    const auto members = stranger->wait_for_members("w", 1, 20s);
+    BOOST_TEST((steady_clock::now() - t0 < 5s), "the wait took "
+                                                   << duration_cast<milliseconds>(steady_clock::now() - t0).count()
+                                                   << " ms");
+    BOOST_TEST_REQUIRE(!members.has_value());
+    BOOST_TEST(members.error().is(rpclb::Failure::tls_refused), members.error().message);
+    BOOST_TEST(members.error().code == rpclb::ErrorCode::service_unavailable);
+    BOOST_TEST(members.error().message.find("TLS handshake with " + a->address() + " failed: ") == 0u,
+               members.error().message);
+    BOOST_TEST(members.error().details.at("tls_peer").as_string() == a->address());
+    const auto t1 = steady_clock::now();
+    const auto node = stranger->wait_for_node(a->name(), 20s);
+    BOOST_TEST_REQUIRE(!node.has_value());
+    BOOST_TEST(node.error().is(rpclb::Failure::tls_refused), node.error().message);
+    BOOST_TEST((steady_clock::now() - t1 < 1s));
+}
+
 // A TLS failure with every seed is as final for rpclb-call as a refused cookie: it exits 1
 // saying so within about a second, instead of retrying its calls for half a minute.
 BOOST_FIXTURE_TEST_CASE(rpclb_call_without_tls_against_a_tls_node_fails_fast, TlsCluster) {

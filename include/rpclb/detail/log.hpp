@@ -12,11 +12,14 @@ namespace rpclb::detail {
 using Logger = boost::log::sources::severity_channel_logger_mt<boost::log::trivial::severity_level,
                                                                std::string>;
 
-/// The logger of one component channel ("mesh", "rpc", ...). Thread-safe.
+/// The logger of one component channel ("mesh", "rpc", ...). The first record that gets
+/// this far installs rpclb's console sink on stderr unless rpclb::log::init() or
+/// use_application_sinks() settled where records go (see <rpclb/log.hpp>). Thread-safe.
 Logger& logger(const char* channel);
 
-/// The least severity rpclb emits: `warning` until rpclb::log::init() or set_level() sets
-/// another, so an application that never sets logging up sees no debug or info records.
+/// The least severity rpclb emits: `warning` until rpclb::log::init(), set_level() or
+/// use_application_sinks() sets another, so an application that never sets logging up sees
+/// no debug or info records.
 boost::log::trivial::severity_level log_threshold() noexcept;
 
 }  // namespace rpclb::detail
