@@ -21,8 +21,8 @@ struct Hedging {
     /// timeout, or 0 (the default): the p95 of the latencies of the balancer's recent
     /// successful calls from this node (LoadBalancer::recent_p95), 10 ms until 20 are known.
     std::chrono::milliseconds delay{0};
-    /// Most attempts in flight at once, the first included: 2 to 5, and no more than the
-    /// balancer's members.
+    /// Most attempts in flight at once, the first included: 2 to 5. A balancer with fewer
+    /// members gets one attempt per member (a single member: no hedge).
     int max_attempts = 2;
 };
 

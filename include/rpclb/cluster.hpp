@@ -253,8 +253,9 @@ public:
     /// Cancellation: a handler with a cancellation slot (`bind_cancellation_slot`, or a
     /// coroutine's) may cancel the call with any cancellation type; it then completes at
     /// once with `request_timeout` "cancelled" (reason Failure::cancelled). A request
-    /// already sent still runs on the target; its answer is dropped. Emit the signal from
-    /// the handler's executor (Asio's rule for cancellation slots).
+    /// already sent on the mesh link is cancelled there too: not started if it still waits
+    /// for a worker, else its handler sees call_cancelled(); its answer is dropped. Emit
+    /// the signal from the handler's executor (Asio's rule for cancellation slots).
     template <class CompletionToken>
     auto async_call(std::string node, std::string module, std::string function,
                     boost::json::array args, CallOptions options, CompletionToken&& token) {

@@ -102,19 +102,14 @@ CallMachine::Actions CallMachine::on_picked(int slot, Picked picked, Clock::time
         if (!completed_ && attempts_ < hedging_->max_attempts) arm_hedge(out);
         return out;
     }
-    // The first attempt of a hedged call: its balancer must have a member for each attempt,
-    // and the next attempt goes after the delay (the balancer's recent p95 by default).
+    // The first attempt of a hedged call: at most one attempt per member of the balancer
+    // now (one member: no hedge), and the next attempt goes after the delay (the
+    // balancer's recent p95 by default).
     const bool first_hedged = hedging_ && s.repickable && attempts_ == 0;
     if (first_hedged) {
-        if (static_cast<std::size_t>(hedging_->max_attempts) > picked.members) {
-            release(out, slot, cancelled_error());
-            complete(out, call_error(ErrorCode::bad_request,
-                                     "hedging.max_attempts is " + std::to_string(hedging_->max_attempts) +
-                                         ", more than the " + std::to_string(picked.members) +
-                                         " members of balancer " + config_.load_balancer,
-                                     config_.self, config_.module, config_.function));
-            return out;
-        }
+        hedging_->max_attempts =
+            static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(hedging_->max_attempts),
+                                                   std::max<std::size_t>(picked.members, 1)));
         hedge_delay_ = hedging_->delay;
         if (hedge_delay_ == Clock::duration::zero())
             hedge_delay_ = picked.recent_p95
@@ -123,7 +118,7 @@ CallMachine::Actions CallMachine::on_picked(int slot, Picked picked, Clock::time
                                : std::chrono::milliseconds(10);
     }
     send(out, slot, now);
-    if (first_hedged && !completed_) arm_hedge(out);
+    if (first_hedged && !completed_ && attempts_ < hedging_->max_attempts) arm_hedge(out);
     return out;
 }
 

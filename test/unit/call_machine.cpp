@@ -294,12 +294,19 @@ BOOST_AUTO_TEST_CASE(a_hedged_call_ends_with_its_last_failure_and_not_before) {
     BOOST_TEST(at<CallMachine::Complete>(out, 1).result.error().message == "second");
 }
 
-BOOST_AUTO_TEST_CASE(a_balancer_with_fewer_members_than_attempts_refuses_the_hedged_call) {
+BOOST_AUTO_TEST_CASE(a_balancer_with_fewer_members_than_attempts_gets_one_attempt_each) {
     CallMachine m(hedged(20ms, 3));
-    const auto out = start_and_pick(m, "b@h", 2);
-    BOOST_TEST(at<CallMachine::Release>(out, 0).slot == 0);
-    BOOST_TEST(at<CallMachine::Complete>(out, 1).result.error().message ==
-               "hedging.max_attempts is 3, more than the 2 members of balancer lb");
+    auto out = start_and_pick(m, "b@h", 2);  // two members: at most two attempts
+    BOOST_TEST(at<CallMachine::Send>(out, 0).hedged);
+    const auto slot = at<CallMachine::Pick>(m.on_timer(CallMachine::Timer::hedge, true, t0 + 20ms), 0).slot;
+    out = m.on_picked(slot, member("c@h", 2), t0 + 20ms);
+    BOOST_TEST(out.size() == 1u);  // sent, and no third attempt is planned
+    BOOST_TEST(at<CallMachine::Send>(out, 0).attempt == 1);
+
+    CallMachine alone(hedged(20ms, 2));  // one member left: the call goes, unhedged
+    out = start_and_pick(alone, "b@h", 1);
+    BOOST_TEST(out.size() == 1u);
+    BOOST_TEST(at<CallMachine::Complete>(alone.on_answer(0, ok(1), t0 + 30ms), 1).result.has_value());
 }
 
 BOOST_AUTO_TEST_CASE(a_cancelled_call_completes_once_and_still_releases_what_it_picked) {
