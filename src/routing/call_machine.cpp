@@ -91,8 +91,12 @@ CallMachine::Actions CallMachine::on_picked(int slot, Picked picked, Clock::time
     }
     if (s.hedge) {
         // The algorithm may pick a member an attempt went to already: pick again, a few times.
-        if (attempts_ >= hedging_->max_attempts ||
-            std::find(tried_.begin(), tried_.end(), s.member) != tried_.end()) {
+        const auto tried = [&] {
+            for (const auto& other : slots_)
+                if (other.attempt >= 0 && other.member == s.member) return true;
+            return false;
+        };
+        if (attempts_ >= hedging_->max_attempts || tried()) {
             release(out, slot, cancelled_error());
             if (attempts_ < hedging_->max_attempts && ++hedge_picks_ < max_hedge_picks) pick(out, true, false);
             return out;
@@ -241,7 +245,6 @@ void CallMachine::send(Actions& out, int slot, Clock::time_point now) {
     auto& s = slots_[slot];
     s.state = SlotState::sent;
     s.attempt = attempts_++;
-    tried_.push_back(s.member);
     const bool hedged = hedging_ && s.repickable;
     if (hedged) ++in_flight_;
     if (config_.call && now >= deadline_) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -38,7 +39,7 @@ public:
     enum class Timer { route, hedge };
 
     /// Pick a member for pick number `slot`: the first attempt's (or its re-pick's), or,
-    /// with `hedge`, an extra attempt's, which goes to no member tried(). `budgeted`: the
+    /// with `hedge`, an extra attempt's, which goes to no member an attempt went to. `budgeted`: the
     /// pick needs a token of the balancer's budget first (the first pick of an extra
     /// attempt, or a retry's); without one it fails.
     struct Pick {
@@ -85,15 +86,16 @@ public:
     using Action = std::variant<Pick, Send, Wait, Release, Complete, Cancel>;
     using Actions = boost::container::small_vector<Action, 3>;
 
-    /// What the call asks for, from its CallSpec and the node's defaults.
+    /// What the call asks for, from its CallSpec and the node's defaults. The strings are
+    /// views of the driver's, which outlive the machine.
     struct Config {
         bool call = true;                    ///< false: a cast (no deadline, no answer)
-        std::string self;                    ///< this node, in errors about the call itself
-        std::string node;                    ///< a direct call's target; else empty
-        std::string module, function;
+        std::string_view self;               ///< this node, in errors about the call itself
+        std::string_view node;               ///< a direct call's target; else empty
+        std::string_view module, function;
         std::chrono::milliseconds timeout{10000};
         std::optional<Clock::time_point> inherited;  ///< the deadline of the handler's call
-        std::string load_balancer;           ///< a balanced call's balancer, in errors
+        std::string_view load_balancer;      ///< a balanced call's balancer
         bool balanced = false;               ///< through a balancer, not a random-node helper
         bool idempotent = false;
         bool call_directly = false;          ///< runs here, in one attempt
@@ -136,8 +138,8 @@ public:
     bool completed() const noexcept { return completed_; }
     /// The call's deadline (time_point::max() for a cast, or before start).
     Clock::time_point deadline() const noexcept { return deadline_; }
-    /// The members attempts went to, in order.
-    const std::vector<std::string>& tried() const noexcept { return tried_; }
+    /// The member of pick `slot`, once picked.
+    const std::string& member(int slot) const { return slots_.at(slot).member; }
     /// This call's error once the node stops (Failure::node_stopping, naming this node).
     ErrorMessage stopping_error() const;
 
@@ -164,8 +166,7 @@ private:
     Clock::time_point deadline_ = Clock::time_point::max();
     std::optional<Hedging> hedging_;  // checked, and not run here
     Clock::duration hedge_delay_{};
-    std::vector<Slot> slots_;
-    std::vector<std::string> tried_;
+    boost::container::small_vector<Slot, 2> slots_;
     int attempts_ = 0, in_flight_ = 0, reselections_ = 0, hedge_picks_ = 0;
     bool completed_ = false;
     RetryPolicy retry_;

@@ -122,7 +122,7 @@ private:
                     }
                 } else if (const auto* send = std::get_if<CallMachine::Send>(&job.action)) {
                     // Written before the completion that reads it (the lock orders them).
-                    job.member = machine_.tried()[send->attempt];
+                    job.member = machine_.member(send->slot);
                     job.named_lb = slots_[send->slot].picked;
                     if (send->attempt == 0 && job.named_lb && spec_.options.idempotent)
                         job.budget = slots_[send->slot].balancer;
@@ -476,14 +476,14 @@ private:
     std::atomic<bool> completed_{false};
     std::mutex mutex_;  // the machine, the slots, hedge_balancer_ once set
     CallMachine machine_;
-    std::vector<Slot> slots_;                    // by the machine's pick number
+    boost::container::small_vector<Slot, 2> slots_;  // by the machine's pick number
     // Where each pick's request went on a mesh link, for a Cancel.
     struct SentOn {
         std::weak_ptr<Connection> link;
         std::uint64_t id = 0;
         bool cancel = false;  // cancelled before it was recorded
     };
-    std::vector<SentOn> links_;  // by pick number, beside slots_
+    boost::container::small_vector<SentOn, 2> links_;  // by pick number, beside slots_
     std::shared_ptr<LoadBalancer> hedge_balancer_;  // a hedged call's, from its first pick
     std::atomic<bool> threw_{false};                // a handler run here threw (rpc.exception)
     bool spanned_ = false;

@@ -233,7 +233,7 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     }
     c->answer_later();
     load_->queued();
-    if (c->peer_accepts_cancel()) {
+    if (!c->channel() && c->peer_accepts_cancel()) {  // a cancel comes only on a mesh link
         served.cancelled = std::make_shared<std::atomic<bool>>(false);
         std::lock_guard lock(cancel_mutex_);
         cancellable_[CancelKey{c.get(), served.request.id}] = served.cancelled;

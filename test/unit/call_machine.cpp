@@ -165,7 +165,7 @@ BOOST_AUTO_TEST_CASE(a_call_that_ran_there_or_was_not_picked_is_never_sent_again
 
     auto c = balanced();
     c.balanced = false;
-    c.load_balancer.clear();
+    c.load_balancer = {};
     c.node = "b@h";
     CallMachine direct(c);
     direct.start(t0);
