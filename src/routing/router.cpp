@@ -69,11 +69,15 @@ public:
 
 private:
     // What a pick counted on its balancer (none for a direct or local call): released with
-    // the call's outcome when an algorithm picked it, else untracked.
+    // the call's outcome when an algorithm picked it, else untracked. Once its request went
+    // on a mesh link: the link and the request's id, for a Cancel.
     struct Slot {
         std::shared_ptr<LoadBalancer> balancer;
         LoadBalancer::Picked counted{};
         bool picked = false;
+        std::weak_ptr<Connection> link{};
+        std::uint64_t request_id = 0;
+        bool cancel = false;  // cancelled before the request's id was recorded
     };
     // An action, with what doing it needs from the state under the lock.
     struct Job {
@@ -116,10 +120,7 @@ private:
             for (auto& action : actions) {
                 Job job{.action = std::move(action)};
                 if (const auto* pick = std::get_if<CallMachine::Pick>(&job.action)) {
-                    if (slots_.size() <= static_cast<std::size_t>(pick->slot)) {
-                        slots_.resize(pick->slot + 1);
-                        links_.resize(pick->slot + 1);
-                    }
+                    if (slots_.size() <= static_cast<std::size_t>(pick->slot)) slots_.resize(pick->slot + 1);
                 } else if (const auto* send = std::get_if<CallMachine::Send>(&job.action)) {
                     // Written before the completion that reads it (the lock orders them).
                     job.member = machine_.member(send->slot);
@@ -268,7 +269,7 @@ private:
             return pick_failed(slot, cookie_refused_error(*refused_by, router_->options().name, spec_.module, spec_.function),
                                false);
         if (auto lost = router_->mesh().name_lost()) return pick_failed(slot, name_taken_error(*lost), false);
-        if (router_->stopping()) return pick_failed(slot, machine_stopping_error(), false);
+        if (router_->stopping()) return pick_failed(slot, machine_.stopping_error(), false);
         pick_failed(slot, std::move(why), true);
     }
 
@@ -294,7 +295,7 @@ private:
             // Local: the handler runs here, never over the network, and is never refused.
             // Once the node closes (its worker pool is about to be joined), only a blocking
             // call, which runs the handler on its own thread, can still be served here.
-            if (router_->sending_stopped() && !(on_this_thread && call)) return answer(machine_stopping_error());
+            if (router_->sending_stopped() && !(on_this_thread && call)) return answer(machine_.stopping_error());
             if (!call) {
                 router_->rpc().serve_cast(wire::Cast{spec_.module, spec_.function, std::move(args), {}});
                 return answer(CallResult(boost::json::value()));
@@ -325,10 +326,10 @@ private:
     void sent_on(int slot, const std::shared_ptr<Connection>& link, std::uint64_t id) {
         {
             std::lock_guard lock(mutex_);
-            auto& sent = links_[slot];
+            auto& sent = slots_[slot];
             if (!sent.cancel) {
                 sent.link = link;
-                sent.id = id;
+                sent.request_id = id;
                 return;
             }
         }
@@ -340,10 +341,10 @@ private:
         std::uint64_t id = 0;
         {
             std::lock_guard lock(mutex_);
-            auto& sent = links_[slot];
+            auto& sent = slots_[slot];
             sent.cancel = true;
             link = sent.link.lock();
-            id = sent.id;
+            id = sent.request_id;
         }
         if (link && id != 0) link->cancel_request(id);
     }
@@ -354,7 +355,7 @@ private:
     void send_call(int slot, const std::string& target, boost::json::array args, const std::string& lb,
                    bool on_caller_thread, Clock::time_point deadline, std::function<void(RequestOutcome)> done) {
         // A stopped node closed its connections itself: say so, not "noconnection".
-        if (router_->sending_stopped()) return done(machine_stopping_error());
+        if (router_->sending_stopped()) return done(machine_.stopping_error());
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
         wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};
@@ -370,14 +371,14 @@ private:
         // Once the node closes its connections (its channels stop with them, so the channel
         // above gave way), a request could be queued on a connection whose strand no thread
         // runs any more, and never complete.
-        if (router_->sending_stopped()) return done(machine_stopping_error());
+        if (router_->sending_stopped()) return done(machine_.stopping_error());
         if (const auto id = c->request(std::move(request), timeout, std::move(done))) sent_on(slot, c, id);
     }
 
     // A cast to another node: queued, or an error at once. A draining target still runs
     // it (a cast has no reply to refuse with).
     Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
-        if (router_->sending_stopped()) return machine_stopping_error();
+        if (router_->sending_stopped()) return machine_.stopping_error();
         auto c = router_->mesh().connection_to(target);
         if (!c) return std::move(unreachable(target).result).error();
         return c->cast(wire::Cast{spec_.module, spec_.function, std::move(args), lb});
@@ -391,10 +392,6 @@ private:
         if (auto refused_by = router_->mesh().refused_by(target))
             return cookie_refused_error(*refused_by, target, spec_.module, spec_.function);
         return unsent(target, spec_.module, spec_.function);
-    }
-
-    ErrorMessage machine_stopping_error() const {
-        return call_failure(Failure::node_stopping, router_->options().name, spec_.module, spec_.function);
     }
 
     // This node gave up its name (Mesh::name_lost): Failure::name_taken, saying `why`.
@@ -477,13 +474,6 @@ private:
     std::mutex mutex_;  // the machine, the slots, hedge_balancer_ once set
     CallMachine machine_;
     boost::container::small_vector<Slot, 2> slots_;  // by the machine's pick number
-    // Where each pick's request went on a mesh link, for a Cancel.
-    struct SentOn {
-        std::weak_ptr<Connection> link;
-        std::uint64_t id = 0;
-        bool cancel = false;  // cancelled before it was recorded
-    };
-    boost::container::small_vector<SentOn, 2> links_;  // by pick number, beside slots_
     std::shared_ptr<LoadBalancer> hedge_balancer_;  // a hedged call's, from its first pick
     std::atomic<bool> threw_{false};                // a handler run here threw (rpc.exception)
     bool spanned_ = false;
