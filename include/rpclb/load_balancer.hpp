@@ -1,6 +1,7 @@
 // A named load balancer: an algorithm, a group of member nodes, routing and draining.
 #pragma once
 
+#include <rpclb/call_options.hpp>
 #include <rpclb/error.hpp>
 #include <rpclb/node_filter.hpp>
 #include <rpclb/detail/option_problem.hpp>
@@ -80,6 +81,23 @@ struct SlowStart {
     bool enabled() const noexcept { return window.count() > 0; }
 };
 
+/// The hedging of the idempotent calls (CallOptions::idempotent) through a balancer and the
+/// budget of their extra attempts, hedges and retries alike (Envoy's retry budget, gRPC's
+/// retry throttling). Announced to the nodes that only route through the balancer, like
+/// `outlier_detection`; each node keeps its own budget. Checked when the balancer starts.
+struct HedgingPolicy {
+    /// How idempotent calls through the balancer that set no CallOptions::hedging are
+    /// hedged: `delay` 0 (the recent p95) up to max_option_duration, `max_attempts` 2 to 5.
+    /// Unset (the default): only a call that asks is hedged.
+    std::optional<Hedging> calls;
+    /// Extra attempts a node sends through the balancer: at most this percent of its
+    /// idempotent calls through it, 0 to 100. Default 5.
+    double budget_percent = 5.0;
+    /// ...or this many a second when that is more (a floor for a balancer with few calls),
+    /// 0 to 1000. Default 1. At most 10 unspent attempts are banked.
+    double budget_min_per_second = 1.0;
+};
+
 /// Options of a balancer (predecessor-compatibility §1.1; `selection_algorithm` is named
 /// `algorithm` here and is a plugin name).
 struct LoadBalancerOptions {
@@ -102,6 +120,8 @@ struct LoadBalancerOptions {
     /// How a member that joins or returns from ejection ramps up to its share. Announced
     /// to the nodes that only route through the balancer, like `outlier_detection`.
     SlowStart slow_start;
+    /// Hedging of idempotent calls and the budget of hedges and retries.
+    HedgingPolicy hedging;
 };
 
 /// One balancer on one node. Obtain it from `Cluster::start_balancer` (hosted: it may join
@@ -360,9 +380,11 @@ public:
     /// Rounded up to its bucket's bound, at most 19 % high. Thread-safe; no lock.
     std::optional<std::chrono::microseconds> recent_p95() const noexcept;
     /// The router's: an idempotent call starts (`hedged`: with hedging); its deposit in the
-    /// budget that hedges and retries share: 5 % of such calls, plus one attempt a second,
-    /// at most 10 banked (detail::HedgeBudget).
+    /// budget that hedges and retries share (HedgingPolicy, detail::HedgeBudget).
     void budget_call_started(bool hedged) noexcept;
+    /// The hedging an idempotent call through this balancer gets when it sets none
+    /// (HedgingPolicy::calls, as announced to a routing-only balancer). Thread-safe; no lock.
+    std::optional<Hedging> call_hedging() const noexcept;
     /// The router's: takes the budget's token for an extra attempt (`retry`: for a retry);
     /// false (and counted in `budget_refusals`) when it is spent.
     bool take_budget_token(bool retry) noexcept;

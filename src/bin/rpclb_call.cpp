@@ -227,6 +227,9 @@ int main(int argc, char** argv) {
     std::string tls_cert, tls_key, tls_ca, tls_min_version;
     std::vector<std::string> seeds, plugin_dirs;
     long count = 1, concurrency = 1, timeout_ms = 10000, wait_ms = 5000, retry_count = 5, retry_sleep_ms = 5000;
+    long hedge_delay_ms = 0;
+    int hedge_attempts = 2;
+    bool idempotent = false;
     po::options_description desc(
         "rpclb-call [options] MODULE FUNCTION [JSON-ARGS]\n"
         "Joins a cluster as a client node and makes calls; prints one JSON object");
@@ -245,6 +248,11 @@ int main(int argc, char** argv) {
         ("retry-count", po::value(&retry_count)->default_value(5),
          "when a balancer has no members: retries after the first attempt (-1 = unlimited, 0 = none)")
         ("retry-sleep", po::value(&retry_sleep_ms)->default_value(5000), "wait between those retries, milliseconds")
+        ("idempotent", po::bool_switch(&idempotent),
+         "the function may run twice for one call: with --balancer, a call may be hedged (--hedge-delay or the balancer's hedging) and is sent again after its link was lost")
+        ("hedge-delay", po::value(&hedge_delay_ms),
+         "hedge each call: another attempt after this many milliseconds without an answer, 0 = the balancer's recent p95 (needs --idempotent and --balancer)")
+        ("hedge-attempts", po::value(&hedge_attempts)->default_value(2), "most attempts of a hedged call in flight, 2..5")
         ("name", po::value(&name), "client node name (default client-<16 random hex digits>@<host name>)")
         ("plugins", po::value(&plugin_dirs)->composing(), "plugin directory searched first")
         ("log-level", po::value(&log_level)->default_value("warning"), "trace|debug|info|warning|error|fatal")
@@ -295,6 +303,11 @@ int main(int argc, char** argv) {
             throw std::invalid_argument("--retry-sleep must be in 0..4294967295 milliseconds");
         if (wait_ms < 0 || wait_ms > 4'294'967'295L)
             throw std::invalid_argument("--wait must be in 0..4294967295 milliseconds");
+        if ((vm.count("hedge-delay") || !vm["hedge-attempts"].defaulted()) && !(idempotent && !balancer.empty()))
+            throw std::invalid_argument("--hedge-delay and --hedge-attempts need --idempotent and --balancer");
+        if (hedge_delay_ms < 0 || hedge_delay_ms > timeout_ms)
+            throw std::invalid_argument("--hedge-delay must be in 0..--timeout (" + std::to_string(timeout_ms) + ") milliseconds");
+        if (hedge_attempts < 2 || hedge_attempts > 5) throw std::invalid_argument("--hedge-attempts must be in 2..5");
         if (vm.count("args-file")) {
             if (vm.count("args")) throw std::invalid_argument("give JSON-ARGS or --args-file, not both");
             args_text = read_args_file(args_file);
@@ -371,6 +384,9 @@ int main(int argc, char** argv) {
         spec.retry_count = retry_count;
         spec.retry_sleep = milliseconds(retry_sleep_ms);
         if (vm.count("key")) spec.options.key = key;
+        spec.options.idempotent = idempotent;
+        if (vm.count("hedge-delay"))
+            spec.options.hedging = rpclb::Hedging{.delay = milliseconds(hedge_delay_ms), .max_attempts = hedge_attempts};
         CallLoop loop(cluster, std::move(spec), count);
         // The calls alone: connecting and meeting the cluster came before.
         const auto wall = loop.run(concurrency);
@@ -386,6 +402,13 @@ int main(int argc, char** argv) {
         for (const auto& [n, c] : loop.per_node()) p[n] = c;
         out["errors"] = std::move(e);
         out["per_node"] = std::move(p);
+        if (idempotent && !balancer.empty())
+            if (auto b = cluster.balancer(balancer)) {
+                const auto s = (*b)->hedge_stats();
+                out["hedging"] = boost::json::object{{"hedged_calls", s.hedged_calls}, {"hedges", s.hedges},
+                                                     {"hedge_wins", s.hedge_wins}, {"retries", s.retries},
+                                                     {"budget_refusals", s.budget_refusals}};
+            }
         out["latency_us"] = boost::json::object{{"p50", percentile(latencies, 0.50)},
                                                 {"p99", percentile(latencies, 0.99)},
                                                 {"max", latencies.empty() ? 0 : latencies.back()}};

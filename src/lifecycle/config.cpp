@@ -2,6 +2,7 @@
 #include <rpclb/detail/options_check.hpp>
 
 #include "json_fields.hpp"
+#include "routing/hedging_options.hpp"
 #include "routing/outlier_options.hpp"
 #include "routing/slow_start.hpp"
 
@@ -226,19 +227,16 @@ struct Tls {
     json::value write(const TlsOptions& options) const;
 };
 
-// A balancer's "outlier_detection" object (OutlierDetection): its keys and checks are the
-// routing layer's (routing/outlier_options.hpp), which also reads the announced ones.
-struct Outliers {
-    Problem read(const json::value& v, const std::string& path, OutlierDetection& out) const;
-    json::value write(const OutlierDetection& options) const;
+// A balancer's "outlier_detection", "slow_start" or "hedging" object: its keys and checks
+// are the routing layer's (`Read`, and detail::to_json), which also reads the announced ones.
+template <class Options, std::optional<detail::OptionProblem> (*Read)(const json::value&, Options&)>
+struct Announced {
+    Problem read(const json::value& v, const std::string& path, Options& out) const;
+    json::value write(const Options& options) const { return detail::to_json(options); }
 };
-
-// A balancer's "slow_start" object (SlowStart): its keys and checks are the routing
-// layer's (routing/slow_start.hpp), which also reads the announced ones.
-struct SlowStarts {
-    Problem read(const json::value& v, const std::string& path, SlowStart& out) const;
-    json::value write(const SlowStart& options) const;
-};
+using Outliers = Announced<OutlierDetection, &detail::read_outlier_detection>;
+using SlowStarts = Announced<SlowStart, &detail::read_slow_start>;
+using Hedgings = Announced<HedgingPolicy, &detail::read_hedging>;
 
 // "admin": the admin listener's object (AdminOptions).
 struct Admin {
@@ -289,6 +287,7 @@ void balancer_fields(Options& o, Visit&& visit) {
     visit("drain_timeout_ms", o.drain_timeout, Milliseconds{});
     visit("outlier_detection", o.outlier_detection, Outliers{});
     visit("slow_start", o.slow_start, SlowStarts{});
+    visit("hedging", o.hedging, Hedgings{});
 }
 
 template <class Config, class Visit>
@@ -444,19 +443,11 @@ Problem Tls::read(const json::value& v, const std::string& path, TlsOptions& out
 
 json::value Tls::write(const TlsOptions& options) const { return write_object(options, tls_table); }
 
-Problem Outliers::read(const json::value& v, const std::string& path, OutlierDetection& out) const {
+template <class Options, std::optional<detail::OptionProblem> (*Read)(const json::value&, Options&)>
+Problem Announced<Options, Read>::read(const json::value& v, const std::string& path, Options& out) const {
     if (auto e = must_be_object(v, path)) return e;
-    return checked(detail::read_outlier_detection(v, out), path);
+    return checked(Read(v, out), path);
 }
-
-json::value Outliers::write(const OutlierDetection& options) const { return detail::to_json(options); }
-
-Problem SlowStarts::read(const json::value& v, const std::string& path, SlowStart& out) const {
-    if (auto e = must_be_object(v, path)) return e;
-    return checked(detail::read_slow_start(v, out), path);
-}
-
-json::value SlowStarts::write(const SlowStart& options) const { return detail::to_json(options); }
 
 // ---- files ---------------------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ bool LoadBalancer::take_budget_token(bool retry) noexcept {
     return false;
 }
 
+std::optional<Hedging> LoadBalancer::call_hedging() const noexcept { return impl_->route.load()->call_hedging; }
+
 void LoadBalancer::count_hedge_win() noexcept { impl_->hedge_wins.fetch_add(1, std::memory_order_relaxed); }
 
 void LoadBalancer::count_late_reply() noexcept { impl_->late_replies.fetch_add(1, std::memory_order_relaxed); }

@@ -59,6 +59,7 @@ struct LoadBalancer::Impl {
         SlowStart slow_start;
         std::vector<std::chrono::steady_clock::time_point> since;
         std::chrono::steady_clock::time_point ramp_until{};
+        std::optional<Hedging> call_hedging;  // HedgingPolicy::calls
     };
     using Clock = std::chrono::steady_clock;
     // What slow start reads the time from: a plain function, so that a test can swap it
@@ -165,6 +166,8 @@ struct LoadBalancer::Impl {
     // The slow start new routes get (options' at first; a routing-only balancer's follows
     // its members' announcement). Under publish_mutex.
     SlowStart slow_start;
+    // The hedging policy new routes and the budget get, the same way. Under publish_mutex.
+    HedgingPolicy hedging;
     // Slow start's clock (the join and return times, and the age of a ramp at a pick).
     std::atomic<ClockFunction> clock{&coarse_now};
     // A pick has run: from then on, members that join ramp up (those present when the

@@ -1,9 +1,10 @@
-// The valid range of LoadBalancerOptions (load_balancer.hpp) and OutlierDetection as JSON
-// (outlier_options.hpp), apart from the registry so that the config loader's fuzz target
+// The valid range of LoadBalancerOptions (load_balancer.hpp), and OutlierDetection, SlowStart
+// and HedgingPolicy as JSON, apart from the registry so that the config loader's fuzz target
 // links them alone.
 #include <rpclb/load_balancer.hpp>
 
 #include "json_fields.hpp"
+#include "routing/hedging_options.hpp"
 #include "routing/outlier_options.hpp"
 #include "routing/slow_start.hpp"
 
@@ -141,6 +142,59 @@ bool same_slow_start(const SlowStart& a, const SlowStart& b) {
     return a.window == b.window && a.aggression == b.aggression && a.min_weight_percent == b.min_weight_percent;
 }
 
+std::optional<OptionProblem> check(const HedgingPolicy& h) {
+    if (h.calls) {
+        if (auto p = check_duration("delay_ms", h.calls->delay, true)) return p;
+        if (h.calls->max_attempts < 2 || h.calls->max_attempts > 5)
+            return OptionProblem{"max_attempts", "must be 2 to 5, got " + std::to_string(h.calls->max_attempts)};
+    }
+    if (!std::isfinite(h.budget_percent) || h.budget_percent < 0 || h.budget_percent > 100)
+        return OptionProblem{"budget_percent", "must be a percentage, 0 to 100, got " + std::to_string(h.budget_percent)};
+    if (!std::isfinite(h.budget_min_per_second) || h.budget_min_per_second < 0 || h.budget_min_per_second > 1000)
+        return OptionProblem{"budget_min_per_second",
+                             "must be a number from 0 to 1000, got " + std::to_string(h.budget_min_per_second)};
+    return std::nullopt;
+}
+
+json::object to_json(const HedgingPolicy& h) {
+    json::object out{{"budget_percent", h.budget_percent}, {"budget_min_per_second", h.budget_min_per_second}};
+    if (h.calls) {
+        out["delay_ms"] = h.calls->delay.count();
+        out["max_attempts"] = h.calls->max_attempts;
+    }
+    return out;
+}
+
+std::optional<OptionProblem> read_hedging(const json::value& v, HedgingPolicy& out) {
+    const auto* object = v.if_object();
+    if (!object) return OptionProblem{"", "must be an object" + got(v)};
+    HedgingPolicy policy = out;
+    for (const auto& member : *object) {
+        const auto key = member.key();
+        const auto& value = member.value();
+        if (key == "delay_ms" || key == "max_attempts") {
+            if (!policy.calls) policy.calls = Hedging{};
+            std::uint32_t n = 0;
+            if (auto reason = read_field(value, n)) return OptionProblem{std::string(key), *reason};
+            if (key == "delay_ms")
+                policy.calls->delay = std::chrono::milliseconds(n);
+            else
+                policy.calls->max_attempts = static_cast<int>(std::min<std::uint32_t>(n, 1000));
+        } else if (key == "budget_percent" || key == "budget_min_per_second") {
+            if (!value.is_number()) return OptionProblem{std::string(key), "must be a number" + got(value)};
+            (key == "budget_percent" ? policy.budget_percent : policy.budget_min_per_second) = value.to_number<double>();
+        } else {
+            return OptionProblem{std::string(key),
+                                 "unknown key (known keys: delay_ms, max_attempts, budget_percent, budget_min_per_second)"};
+        }
+    }
+    if (auto p = check(policy)) return p;
+    out = policy;
+    return std::nullopt;
+}
+
+bool same_hedging(const HedgingPolicy& a, const HedgingPolicy& b) { return to_json(a) == to_json(b); }
+
 std::optional<OptionProblem> check(const LoadBalancerOptions& o) {
     if (o.name.empty()) return OptionProblem{"name", "must not be empty"};
     if (auto p = check_printable("name", o.name)) return p;
@@ -148,6 +202,7 @@ std::optional<OptionProblem> check(const LoadBalancerOptions& o) {
     if (auto p = check_duration("drain_timeout_ms", o.drain_timeout, true)) return p;
     if (auto p = check(o.outlier_detection)) return OptionProblem{"outlier_detection." + p->field, p->reason};
     if (auto p = check(o.slow_start)) return OptionProblem{"slow_start." + p->field, p->reason};
+    if (auto p = check(o.hedging)) return OptionProblem{"hedging." + p->field, p->reason};
     return std::nullopt;
 }
 

@@ -71,7 +71,8 @@ std::shared_ptr<const LoadBalancer::Impl::Route> LoadBalancer::Impl::make_route(
         for (auto& entry : left) departed.push_back(std::move(entry));
     }
     if (!ramping) since.clear();
-    return std::make_shared<const Route>(Route{std::move(engine), std::move(members), ramp, std::move(since), ramp_until});
+    return std::make_shared<const Route>(Route{std::move(engine), std::move(members), ramp, std::move(since), ramp_until,
+                                                hedging.calls});
 }
 
 LoadBalancer::Impl::Clock::time_point LoadBalancer::Impl::coarse_now() noexcept {

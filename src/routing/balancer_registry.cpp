@@ -1,5 +1,6 @@
 #include "routing/balancer_registry.hpp"
 #include "routing/outlier_options.hpp"
+#include "routing/hedging_options.hpp"
 #include "routing/slow_start.hpp"
 
 #include <rpclb/detail/log.hpp>
@@ -39,7 +40,7 @@ boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> load_alg
 bool AnnouncedAlgorithm::operator==(const AnnouncedAlgorithm& other) const {
     return algorithm == other.algorithm && options == other.options &&
            same_outlier_detection(outlier_detection, other.outlier_detection) &&
-           same_slow_start(slow_start, other.slow_start);
+           same_slow_start(slow_start, other.slow_start) && same_hedging(hedging, other.hedging);
 }
 
 namespace {
@@ -47,7 +48,7 @@ namespace {
 // What one member announces; `problem` is set when its "outlier_detection" is malformed,
 // and the defaults stand in for it.
 AnnouncedAlgorithm read_announcement(const boost::json::object& meta, std::optional<OptionProblem>& problem) {
-    AnnouncedAlgorithm announced{LoadBalancerOptions{}.algorithm, {}, {}, {}};
+    AnnouncedAlgorithm announced{LoadBalancerOptions{}.algorithm, {}, {}, {}, {}};
     if (const auto* a = meta.if_contains("algorithm"); a && a->is_string())
         announced.algorithm = std::string(a->get_string());
     if (const auto* o = meta.if_contains("algorithm_opts"); o && o->is_object())
@@ -57,6 +58,10 @@ AnnouncedAlgorithm read_announcement(const boost::json::object& meta, std::optio
     if (const auto* s = meta.if_contains("slow_start")) {
         SlowStart read;
         if (!read_slow_start(*s, read)) announced.slow_start = read;
+    }
+    if (const auto* h = meta.if_contains("hedging")) {
+        HedgingPolicy read;
+        if (!read_hedging(*h, read)) announced.hedging = read;
     }
     return announced;
 }
@@ -184,6 +189,7 @@ Result<std::shared_ptr<LoadBalancer>> BalancerRegistry::build_routing(std::strin
         options.algorithm_opts = std::move(announced->options);
         options.outlier_detection = announced->outlier_detection;
         options.slow_start = announced->slow_start;
+        options.hedging = announced->hedging;
     }
     auto algorithm = create_algorithm(options.algorithm);
     if (!algorithm)

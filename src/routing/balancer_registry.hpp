@@ -39,6 +39,9 @@ struct AnnouncedAlgorithm {
     /// "slow_start"; off when absent or malformed (without a warning: off is what a member
     /// that announces nothing runs).
     SlowStart slow_start;
+    /// "hedging"; HedgingPolicy's defaults when absent or malformed (without a warning, as
+    /// slow start).
+    HedgingPolicy hedging;
     bool operator==(const AnnouncedAlgorithm& other) const;
 };
 

@@ -7,6 +7,7 @@
 
 #include "routing/balancer_impl.hpp"
 #include "routing/balancer_registry.hpp"
+#include "routing/hedging_options.hpp"
 #include "routing/outlier_detector.hpp"
 #include "routing/outlier_options.hpp"
 #include "routing/slow_start.hpp"
@@ -50,6 +51,14 @@ void LoadBalancer::Impl::follow_announcement() {
         std::lock_guard lock(publish_mutex);
         slow_start = announced->slow_start;
         republish();
+    }
+    {
+        std::lock_guard lock(publish_mutex);
+        if (!detail::same_hedging(hedging, announced->hedging)) {
+            hedging = announced->hedging;
+            hedge_budget.configure(hedging.budget_percent, hedging.budget_min_per_second);
+            republish();
+        }
     }
     {
         const auto engine = route.load()->engine;

@@ -109,6 +109,9 @@ CallMachine::Actions CallMachine::on_picked(int slot, Picked picked, Clock::time
     // The first attempt of a hedged call: at most one attempt per member of the balancer
     // now (one member: no hedge), and the next attempt goes after the delay (the
     // balancer's recent p95 by default).
+    if (!hedging_ && !config_.hedging && picked.hedging && config_.call && config_.idempotent && s.repickable &&
+        attempts_ == 0)
+        hedging_ = picked.hedging;
     const bool first_hedged = hedging_ && s.repickable && attempts_ == 0;
     if (first_hedged) {
         hedging_->max_attempts =

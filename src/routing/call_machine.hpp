@@ -109,6 +109,8 @@ public:
         bool repickable = false;
         std::size_t members = 1;
         std::optional<Clock::duration> recent_p95{};
+        /// The balancer's hedging of an idempotent call that sets none (HedgingPolicy::calls).
+        std::optional<Hedging> hedging{};
     };
 
     /// A call whose target answered `draining` (or never got the request) goes to another

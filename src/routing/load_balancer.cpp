@@ -3,6 +3,7 @@
 
 #include "routing/balancer_host.hpp"
 #include "routing/balancer_impl.hpp"
+#include "routing/hedging_options.hpp"
 #include "routing/outlier_detector.hpp"
 #include "routing/outlier_options.hpp"
 #include "routing/slow_start.hpp"
@@ -23,6 +24,8 @@ LoadBalancer::Impl::Impl(LoadBalancer& owner, detail::ClusterLink& link, LoadBal
       options(std::move(opts)),
       hosted(is_hosted) {
     slow_start = options.slow_start;
+    hedging = options.hedging;
+    hedge_budget.configure(hedging.budget_percent, hedging.budget_min_per_second);
     // A routing-only balancer keeps a detector even with detection off: the options its
     // members announce may turn it on (follow_announcement).
     if (options.outlier_detection.enabled() || !hosted)
@@ -77,6 +80,10 @@ LoadBalancerOptions LoadBalancer::options() const {
     options.algorithm = engine->name;
     options.algorithm_opts = engine->options;
     options.slow_start = route->slow_start;
+    {
+        std::lock_guard lock(impl_->publish_mutex);
+        options.hedging = impl_->hedging;
+    }
     if (impl_->outliers) options.outlier_detection = impl_->outliers->options();
     return options;
 }
@@ -89,10 +96,16 @@ boost::json::object LoadBalancer::announcement() const {
     const auto route = impl_->route.load();
     const auto& engine = route->engine;
     const auto outliers = impl_->outliers ? impl_->outliers->options() : impl_->options.outlier_detection;
+    HedgingPolicy hedging;
+    {
+        std::lock_guard lock(impl_->publish_mutex);
+        hedging = impl_->hedging;
+    }
     return boost::json::object{{"algorithm", engine->name},
                                {"algorithm_opts", engine->options},
                                {"outlier_detection", detail::to_json(outliers)},
-                               {"slow_start", detail::to_json(route->slow_start)}};
+                               {"slow_start", detail::to_json(route->slow_start)},
+                               {"hedging", detail::to_json(hedging)}};
 }
 
 const std::vector<std::shared_ptr<Service>>& LoadBalancer::prepare() {

@@ -215,7 +215,8 @@ private:
         if (!p) return no_route(slot, std::move(p.error()));
         (*b)->track(*p);
         CallMachine::Picked info{.member = p->node(), .repickable = true, .members = p->members->nodes.size()};
-        if (spec_.options.hedging) {
+        if (spec_.options.idempotent && !spec_.options.hedging) info.hedging = (*b)->call_hedging();
+        if (spec_.options.hedging || info.hedging) {
             info.recent_p95 = (*b)->recent_p95();
             std::lock_guard lock(mutex_);
             if (!hedge_balancer_) hedge_balancer_ = *b;

@@ -1,11 +1,14 @@
 // Hedged calls (CallOptions::hedging): a call whose first member is slow is answered by
 // another, the losing attempt is released as cancelled and its late answer counted, the
 // balancer's budget bounds the extra attempts, and bad hedging options fail at the call's
-// start naming the option.
+// start naming the option; a balancer's HedgingPolicy hedges idempotent calls that set
+// none, and a bad policy fails the balancer's start.
 #define BOOST_TEST_MODULE hedging
 #include <rpclb/cluster.hpp>
+#include <rpclb/config.hpp>
 
 #include <boost/asio/use_future.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
@@ -14,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -29,7 +33,7 @@ std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_str
 // routing through it. slow@'s t.work waits until release() (at most 5 s); fast@'s
 // answers at once. Each answers its own name.
 struct Pair {
-    Pair() {
+    explicit Pair(rpclb::HedgingPolicy policy = {}) {
         for (const char* name : {"fast@127.0.0.1", "slow@127.0.0.1"}) {
             auto seeds = nodes.empty() ? std::vector<std::string>{} : std::vector<std::string>{address(*nodes.front())};
             nodes.push_back(std::make_unique<rpclb::Cluster>(rpclb::test::in_process_node_options(name, seeds)));
@@ -60,7 +64,9 @@ struct Pair {
                 return args;
             });
             node.start();
-            node.start_balancer(rpclb::test::balancer_options("h", "round_robin"));
+            auto options = rpclb::test::balancer_options("h", "round_robin");
+            options.hedging = policy;
+            node.start_balancer(options);
         }
         auto o = rpclb::test::in_process_node_options("client@127.0.0.1", {address(*nodes.front())});
         o.client = true;
@@ -267,4 +273,69 @@ BOOST_AUTO_TEST_CASE(bad_hedging_options_fail_at_the_start_naming_the_option) {
     BOOST_TEST(here.error().message == "hedging.max_attempts must be 2 to 5; got 6");
     // Nothing was picked or sent for them.
     BOOST_TEST(p.stats().hedged_calls == 0u);
+}
+
+// A balancer's HedgingPolicy hedges the idempotent calls that set no hedging of their own,
+// on a node that only routes through it (the members announce it); a call not marked
+// idempotent is never hedged.
+BOOST_AUTO_TEST_CASE(the_balancers_policy_hedges_idempotent_calls_that_set_none) {
+    Pair p(rpclb::HedgingPolicy{.calls = rpclb::Hedging{.delay = 20ms, .max_attempts = 2}});
+    BOOST_TEST(p.client->balancer("h").value()->call_hedging().has_value());
+    rpclb::CallOptions o;
+    o.load_balancer = "h";
+    o.idempotent = true;
+    for (int i = 0; i < 4; ++i) {
+        auto r = p.client->call("t", "work", {}, o);
+        BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message);
+        BOOST_TEST(r->as_string() == "fast@127.0.0.1");
+    }
+    BOOST_TEST(p.stats().hedged_calls == 4u);
+    BOOST_TEST(p.stats().hedges >= 1u);
+    // Not idempotent: one attempt, so of two calls (round robin) one waits for slow@.
+    o.idempotent = false;
+    o.timeout = 300ms;
+    int timed_out = 0;
+    for (int i = 0; i < 2; ++i)
+        if (auto r = p.client->call("t", "work", {}, o); !r) timed_out += r.error().code == rpclb::ErrorCode::request_timeout;
+    BOOST_TEST(timed_out == 1);
+    BOOST_TEST(p.stats().hedged_calls == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_policy_fails_the_balancers_start_naming_the_option) {
+    rpclb::Cluster node(rpclb::test::in_process_node_options("a@127.0.0.1"));
+    node.start();
+    struct Case {
+        rpclb::HedgingPolicy policy;
+        const char* message;
+    };
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (const auto& c : {Case{{.calls = rpclb::Hedging{.delay = -1ms}}, "hedging.delay_ms"},
+                          Case{{.calls = rpclb::Hedging{.max_attempts = 1}}, "hedging.max_attempts"},
+                          Case{{.calls = rpclb::Hedging{.max_attempts = 6}}, "hedging.max_attempts"},
+                          Case{{.budget_percent = 101}, "hedging.budget_percent"},
+                          Case{{.budget_percent = nan}, "hedging.budget_percent"},
+                          Case{{.budget_min_per_second = -1}, "hedging.budget_min_per_second"},
+                          Case{{.budget_min_per_second = 1e6}, "hedging.budget_min_per_second"}}) {
+        auto options = rpclb::test::balancer_options("w", "random");
+        options.hedging = c.policy;
+        try {
+            node.start_balancer(options);
+            BOOST_ERROR("started with a bad " << c.message);
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(std::string(e.what()).find(c.message) != std::string::npos, e.what());
+        }
+    }
+    // As JSON, the same names.
+    const auto parsed = rpclb::load_balancer_options_from_json(
+        boost::json::parse(R"({"name": "w", "hedging": {"max_attempts": 9}})"));
+    BOOST_REQUIRE(!parsed.has_value());
+    BOOST_TEST(parsed.error().message.find("hedging.max_attempts") != std::string::npos, parsed.error().message);
+    const auto good = rpclb::load_balancer_options_from_json(
+        boost::json::parse(R"({"name": "w", "hedging": {"delay_ms": 25, "budget_percent": 2}})"));
+    BOOST_REQUIRE(good.has_value());
+    BOOST_TEST(good->hedging.calls.has_value());
+    BOOST_TEST(good->hedging.calls->delay.count() == 25);
+    BOOST_TEST(good->hedging.calls->max_attempts == 2);
+    BOOST_TEST(good->hedging.budget_percent == 2.0);
+    node.stop();
 }

@@ -314,6 +314,30 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_name_or_wait_and_prints_whole_c
     check_node_serves();
 }
 
+// rpclb-call hedges idempotent calls through a balancer (--idempotent --hedge-delay) and
+// prints the balancer's hedging counts; hedging a call that is not idempotent or not
+// balanced is a command-line error.
+BOOST_FIXTURE_TEST_CASE(rpclb_call_hedges_idempotent_calls_and_refuses_other_hedging, RawNode) {
+    auto run = run_call(*this, *a, {"--hedge-delay", "5", "demo", "echo"}, "call-hedge-node.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("--hedge-delay and --hedge-attempts need --idempotent and --balancer") != std::string::npos,
+               run.err);
+    auto b = start_node({.name = "b", .seeds = {a->address()}, .balancers = {"w=round_robin"}});
+    run = run_call(*this, *b, {"--balancer", "w", "--hedge-attempts", "3", "demo", "echo"}, "call-hedge-plain.log");
+    BOOST_TEST(run.status == 2);
+    run = run_call(*this, *b, {"--balancer", "w", "--idempotent", "--hedge-delay", "1", "--hedge-attempts", "6", "demo", "echo"},
+                   "call-hedge-six.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("--hedge-attempts must be in 2..5") != std::string::npos, run.err);
+    run = run_call(*this, *b, {"--balancer", "w", "--idempotent", "--hedge-delay", "1", "--count", "20", "demo", "sleep", "[3]"},
+                   "call-hedged.log");
+    BOOST_TEST(run.status == 0, run.err);
+    BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
+    const auto& hedging = run.summary.as_object().at("hedging").as_object();
+    BOOST_TEST(hedging.at("hedged_calls").to_number<int>() == 20);
+    check_node_serves();
+}
+
 // rpclb-call refuses a bad `--seed` or `--algorithm` as a command-line error (exit 2) at
 // once, without waiting --wait, and --help does not list --module, --function and --args.
 BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_seed_or_algorithm_and_hides_its_positional_flags, RawNode) {

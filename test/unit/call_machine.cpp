@@ -309,6 +309,29 @@ BOOST_AUTO_TEST_CASE(a_balancer_with_fewer_members_than_attempts_gets_one_attemp
     BOOST_TEST(at<CallMachine::Complete>(alone.on_answer(0, ok(1), t0 + 30ms), 1).result.has_value());
 }
 
+BOOST_AUTO_TEST_CASE(the_balancers_hedging_applies_to_an_idempotent_call_that_sets_none) {
+    auto picked = member("b@h");
+    picked.hedging = rpclb::Hedging{30ms, 2};
+    auto idempotent = balanced();
+    idempotent.idempotent = true;
+    CallMachine m(idempotent);
+    m.start(t0);
+    auto out = m.on_picked(0, picked, t0);
+    BOOST_TEST(at<CallMachine::Send>(out, 0).hedged);
+    BOOST_TEST((at<CallMachine::Wait>(out, 1).delay == 30ms));
+    // Not idempotent: the balancer's hedging does not apply.
+    CallMachine plain(balanced());
+    plain.start(t0);
+    out = plain.on_picked(0, picked, t0);
+    BOOST_TEST(out.size() == 1u);
+    BOOST_TEST(!at<CallMachine::Send>(out, 0).hedged);
+    // The call's own hedging wins over the balancer's.
+    CallMachine own(hedged(20ms, 2));
+    own.start(t0);
+    out = own.on_picked(0, picked, t0);
+    BOOST_TEST((at<CallMachine::Wait>(out, 1).delay == 20ms));
+}
+
 BOOST_AUTO_TEST_CASE(a_cancelled_call_completes_once_and_still_releases_what_it_picked) {
     CallMachine m(balanced());
     start_and_pick(m, "b@h");
