@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
         ("log-level", po::value<std::string>()->default_value("info"), "trace|debug|info|warning|error|fatal")
         ("admin", po::value<std::string>(), "serve the admin console on HOST:PORT (/metrics, /healthz, /readyz, WebSocket /admin)")
         ("admin-token", po::value<std::string>(), "admin token (default: $RPCLB_ADMIN_TOKEN); required unless --admin is a loopback address")
-        ("tls-cert", po::value<std::string>(), "PEM certificate of this node: TLS on every mesh connection (doc/how-to/secure-a-cluster.md)")
+        ("tls-cert", po::value<std::string>(), "PEM certificate of this node: TLS on every mesh connection; SIGHUP reloads the --tls-* files (doc/how-to/secure-a-cluster.md)")
         ("tls-key", po::value<std::string>(), "PEM private key of --tls-cert")
         ("tls-ca", po::value<std::string>(), "PEM CA certificate(s): verify every peer's certificate (mutual TLS)")
         ("tls-min-version", po::value<std::string>(), "oldest TLS version accepted: 1.3 (default) or 1.2");
