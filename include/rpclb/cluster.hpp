@@ -180,6 +180,29 @@ public:
     /// is not connected or has not answered a probe yet. Thread safety: any thread.
     std::optional<std::chrono::microseconds> keepalive_rtt(std::string_view node) const;
 
+    /// Reads the TLS certificate, key and CA files of options().tls again (the same
+    /// paths; their content may have changed) and, when they load whole, makes them this
+    /// node's credentials: every connection made from then on, dialled or accepted,
+    /// presents the new certificate and verifies its peer against the new CA. Established
+    /// links keep running on the credentials they were made with. This is how a node
+    /// takes a renewed certificate or a new CA without a restart; `rpclb-node` does it on
+    /// SIGHUP and on the admin command `reload_tls` (doc/how-to/secure-a-cluster.md,
+    /// "Rotate certificates and CAs").
+    ///
+    /// The files are checked as the constructor checks them (detail::check_tls). When one
+    /// fails, nothing changes: the node keeps the credentials it had and goes on serving.
+    /// Every outcome is logged (channel `mesh`: info on success, warning on failure).
+    ///
+    /// @return nothing on success. Errors: `bad_request` when a file fails to load (the
+    /// message names the field and the file, as `tls.key "/etc/n.key" does not match the
+    /// certificate in tls.cert ...`; details hold `node` and `field`), or when TLS is off
+    /// on this node (no `tls.cert`: TLS cannot be turned on or off while a node runs).
+    ///
+    /// Thread safety: any thread, concurrently with calls and with other reloads (each
+    /// one builds a complete context and swaps it in under a short lock; the last swap
+    /// wins). It reads files, so avoid calling it from a network thread.
+    Result<void> reload_tls();
+
     /// The replicated groups.
     Groups& groups() noexcept;
 

@@ -32,11 +32,12 @@ std::optional<TlsVersion> parse_tls_version(std::string_view text) noexcept;
 /// IP address must be an IP subjectAltName, a host name a DNS one). Without `ca` the
 /// traffic is encrypted but nobody's certificate is checked.
 ///
-/// The files are read once, when the Cluster is constructed (Cluster's constructor
-/// throws std::invalid_argument naming the field, `tls.cert` ...): a missing or
-/// unreadable file, a file that is not PEM, a key that does not match the certificate,
-/// `key` or `ca` without `cert`, `cert` without `key`. detail::check_tls gives the same
-/// verdict without building a node.
+/// The files are read when the Cluster is constructed (Cluster's constructor throws
+/// std::invalid_argument naming the field, `tls.cert` ...): a missing or unreadable file,
+/// a file that is not PEM, a key that does not match the certificate, `key` or `ca`
+/// without `cert`, `cert` without `key`. detail::check_tls gives the same verdict without
+/// building a node. Cluster::reload_tls() reads the same paths again while the node runs,
+/// for the connections made from then on (certificate and CA rotation).
 ///
 /// Thread safety: a plain value.
 struct TlsOptions {

@@ -396,6 +396,12 @@ json::value admin::State::run_local(const admin::Request& r) {
         }
         return json::object{{"node", cluster.name()}, {"log_level", level}};
     }
+    if (cmd == "reload_tls") {
+        if (!cluster.options().tls.enabled())
+            fail(admin::code::unsupported, "TLS is off on " + cluster.name() + " (no tls.cert): nothing to reload");
+        if (auto reloaded = cluster.reload_tls(); !reloaded) fail(admin::code::failed, reloaded.error().message);
+        return json::object{{"node", cluster.name()}, {"reloaded", true}};
+    }
     if (cmd == "auth") return json::object{{"authenticated", true}};
     fail(admin::code::unknown_command, "command \"" + cmd + "\" is not served here");
 }

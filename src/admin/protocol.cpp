@@ -51,6 +51,7 @@ const std::vector<Command>& commands() {
                                     {"algorithm_opts", Kind::object, false}}},
         {"balancer_set_options", {{"name", Kind::string, true}, {"algorithm_opts", Kind::object, true}}},
         {"log_level", {{"level", Kind::string, true}}},
+        {"reload_tls", {}},
         {"subscribe", {{"filter", Kind::object, false}}},
         {"unsubscribe", {{"subscription", Kind::count, true}}},
     };

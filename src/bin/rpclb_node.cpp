@@ -9,6 +9,8 @@
 
 #include "tool_plugin_dirs.hpp"
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -23,6 +25,40 @@
 namespace po = boost::program_options;
 
 namespace {
+
+// SIGHUP reloads the node's TLS files (Cluster::reload_tls, which logs the outcome) and
+// never ends the process: it is caught from construction on, and one that comes before
+// serve() is kept until then. Its own io_context and thread; the destructor stops both.
+class ReloadOnHangup {
+public:
+    ReloadOnHangup() : signals_(io_, SIGHUP) {}
+    ~ReloadOnHangup() {
+        io_.stop();
+        if (thread_.joinable()) thread_.join();
+    }
+    ReloadOnHangup(const ReloadOnHangup&) = delete;
+    ReloadOnHangup& operator=(const ReloadOnHangup&) = delete;
+
+    // `cluster` must outlive this object.
+    void serve(rpclb::Cluster& cluster) {
+        wait(cluster);
+        thread_ = std::thread([this] { io_.run(); });
+    }
+
+private:
+    void wait(rpclb::Cluster& cluster) {
+        signals_.async_wait([this, &cluster](const boost::system::error_code& ec, int) {
+            if (ec) return;
+            std::cerr << "rpclb-node: SIGHUP: reloading the TLS files" << std::endl;
+            (void)cluster.reload_tls();  // logged either way; a failure keeps the old credentials
+            wait(cluster);
+        });
+    }
+
+    boost::asio::io_context io_;
+    boost::asio::signal_set signals_;
+    std::thread thread_;
+};
 
 // demo.echo and demo.node never block: they run inline, on the thread that read the
 // request. demo.sleep and demo.fail run on the worker pool.
@@ -173,7 +209,7 @@ int main(int argc, char** argv) {
         ("log-level", po::value<std::string>()->default_value("info"), "trace|debug|info|warning|error|fatal")
         ("admin", po::value<std::string>(), "serve the admin console on HOST:PORT (/metrics, /healthz, /readyz, WebSocket /admin)")
         ("admin-token", po::value<std::string>(), "admin token (default: $RPCLB_ADMIN_TOKEN); required unless --admin is a loopback address")
-        ("tls-cert", po::value<std::string>(), "PEM certificate of this node: TLS on every mesh connection (doc/how-to/secure-a-cluster.md)")
+        ("tls-cert", po::value<std::string>(), "PEM certificate of this node: TLS on every mesh connection; SIGHUP reloads the --tls-* files (doc/how-to/secure-a-cluster.md)")
         ("tls-key", po::value<std::string>(), "PEM private key of --tls-cert")
         ("tls-ca", po::value<std::string>(), "PEM CA certificate(s): verify every peer's certificate (mutual TLS)")
         ("tls-min-version", po::value<std::string>(), "oldest TLS version accepted: 1.3 (default) or 1.2");
@@ -208,6 +244,8 @@ int main(int argc, char** argv) {
 
     std::unique_ptr<rpclb::Cluster> cluster;
     std::unique_ptr<rpclb::AdminServer> admin;  // declared after the cluster: destroyed first
+    // From here SIGHUP no longer ends the process either; destroyed before the cluster.
+    ReloadOnHangup reload_on_hangup;
     try {
         cluster = std::make_unique<rpclb::Cluster>(config->cluster);
     } catch (const std::exception& e) {
@@ -233,6 +271,7 @@ int main(int argc, char** argv) {
         std::cerr << "rpclb-node: " << e.what() << "\n";
         return 1;
     }
+    reload_on_hangup.serve(*cluster);
     // A node without a balancer it was asked for would serve a cluster that expects it
     // there: every failure is reported, then the node leaves and exits 1.
     bool balancers_started = true;

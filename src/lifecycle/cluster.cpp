@@ -331,6 +331,28 @@ std::optional<std::chrono::microseconds> Cluster::keepalive_rtt(std::string_view
     return impl_->mesh.keepalive_rtt(node);
 }
 
+Result<void> Cluster::reload_tls() {
+    const auto& tls = impl_->options.tls;
+    const boost::json::object details{{"node", name()}};
+    if (!impl_->mesh.tls()) {
+        RPCLB_LOG("mesh", warning) << "TLS reload asked, but TLS is off on this node (no tls.cert): nothing to reload";
+        return ErrorMessage{ErrorCode::bad_request,
+                            "TLS is off on " + name() + " (no tls.cert): there are no credentials to reload", details};
+    }
+    if (auto problem = impl_->mesh.reload_tls()) {
+        RPCLB_LOG("mesh", warning) << "TLS reload failed: " << problem->message()
+                                   << "; new connections keep using the credentials loaded before";
+        auto with_field = details;
+        with_field["field"] = problem->field;
+        return ErrorMessage{ErrorCode::bad_request,
+                            problem->message() + "; " + name() + " keeps the TLS credentials it had", with_field};
+    }
+    RPCLB_LOG("mesh", info) << "TLS credentials reloaded (tls.cert " << tls.cert << ", tls.key " << tls.key
+                            << ", tls.ca " << (tls.ca.empty() ? std::string("none") : "\"" + tls.ca.string() + "\"")
+                            << "); new connections use them";
+    return {};
+}
+
 boost::asio::any_io_executor Cluster::worker_executor() const { return impl_->runtime.workers().get_executor(); }
 boost::asio::any_io_executor Cluster::network_executor() const { return impl_->runtime.network().get_executor(); }
 

@@ -65,7 +65,7 @@ Mesh::Mesh(MeshOptions options, const std::string& incarnation, asio::io_context
     if (options_.load) settings_.load = options_.load;
     // Throws std::invalid_argument naming the field; a key or CA without a certificate too.
     if (options_.tls.enabled() || !options_.tls.key.empty() || !options_.tls.ca.empty())
-        settings_.tls = make_tls_context(options_.tls);
+        settings_.tls = std::make_shared<TlsCredentials>(options_.tls);
 }
 
 void Mesh::listen() {

@@ -194,6 +194,13 @@ public:
     void set_on_peer_lost(std::function<void(const std::string&, LinkError why, bool said_bye)> f) {
         on_peer_lost_ = std::move(f);
     }
+    /// True when this node's connections run TLS (MeshOptions::tls).
+    bool tls() const noexcept { return settings_.tls != nullptr; }
+    /// Loads the TLS files again for the connections made from now on
+    /// (TlsCredentials::reload); on success, a TLS failure already logged for a peer is
+    /// logged again the next time it happens. The problem when a file fails to load (the
+    /// credentials stay as they were). Only when tls(). Any thread.
+    std::optional<OptionProblem> reload_tls();
     /// The settings every connection of this node uses (CallChannels copies them).
     const ConnectionSettings& settings() const noexcept { return settings_; }
     /// Call channels that peers opened to this node and that are open now.

@@ -1,5 +1,6 @@
 // Membership: what the mesh hears when a handshake fails (a bad cookie, a refused cookie,
-// a TLS failure), and whether those refusals leave this node locked out of its cluster.
+// a TLS failure), whether those refusals leave this node locked out of its cluster, and
+// the reload of its TLS credentials.
 // The rest of Mesh is in mesh.cpp, mesh_dial.cpp, mesh_loss.cpp and mesh_probes.cpp.
 #include "membership/mesh.hpp"
 
@@ -59,6 +60,16 @@ void Mesh::on_tls_failed(const std::shared_ptr<Connection>& c, const std::string
     else
         RPCLB_LOG("mesh", debug) << "TLS handshake with " << c->describe_peer() << " failed: " << reason;
     if (!c->target().empty()) tell_if_locked_out();
+}
+
+std::optional<OptionProblem> Mesh::reload_tls() {
+    auto problem = settings_.tls->reload();
+    if (!problem) {
+        // Whatever fails from now on fails with other credentials: worth a warning again.
+        std::lock_guard lock(mutex_);
+        tls_warned_.clear();
+    }
+    return problem;
 }
 
 std::optional<std::string> Mesh::refused_by(std::string_view node) const {

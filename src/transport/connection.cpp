@@ -48,7 +48,8 @@ LinkCore make_core(const ConnectionSettings& settings) {
 }  // namespace
 
 Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSettings& settings)
-    : ws_(std::move(socket), settings.tls.get()),
+    : tls_context_(settings.tls ? settings.tls->current() : nullptr),
+      ws_(std::move(socket), tls_context_.get()),
       owner_(owner),
       settings_(settings),
       handshake_(Role::acceptor, settings.local, settings.cookie, settings.max_batch_frames > 1, false,
@@ -63,7 +64,8 @@ Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSe
 
 Connection::Connection(Executor executor, std::string target, ConnectionOwner& owner,
                        const ConnectionSettings& settings)
-    : ws_(executor, settings.tls.get()),
+    : tls_context_(settings.tls ? settings.tls->current() : nullptr),
+      ws_(executor, tls_context_.get()),
       owner_(owner),
       settings_(settings),
       target_(std::move(target)),

@@ -210,6 +210,9 @@ private:
     /// A pong that is not a probe's answer: the peer's load report, if it is one.
     void on_load_pong(std::string_view payload);
 
+    // The TLS credentials this connection was made with (null: plain TCP): its stream
+    // refers to them, so they live as long as it does, whatever reloads come meanwhile.
+    std::shared_ptr<boost::asio::ssl::context> tls_context_;
     MeshStream ws_;
     ConnectionOwner& owner_;
     const ConnectionSettings& settings_;

@@ -2,10 +2,9 @@
 #pragma once
 
 #include "transport/load_gauge.hpp"
+#include "transport/tls.hpp"
 
 #include <rpclb/detail/wire.hpp>
-
-#include <boost/asio/ssl/context.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -54,8 +53,9 @@ struct ConnectionSettings {
     /// Shared by the node's connections; the pointer itself never changes.
     std::shared_ptr<WireCounters> counters = std::make_shared<WireCounters>();
     std::chrono::milliseconds handshake_timeout{5000};
-    /// TLS for every connection (make_tls_context); null: plain TCP.
-    std::shared_ptr<boost::asio::ssl::context> tls;
+    /// TLS for every connection: each takes the current context when it is made; null:
+    /// plain TCP. The pointer itself never changes (a reload swaps the context inside).
+    std::shared_ptr<TlsCredentials> tls;
     /// This node accepts call channels from its peers (ClusterOptions::call_channels);
     /// its hellos say so (wire::Hello::channels).
     bool accept_channels = true;

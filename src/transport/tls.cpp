@@ -128,6 +128,26 @@ std::shared_ptr<ssl::context> make_tls_context(const TlsOptions& options) {
     }
 }
 
+TlsCredentials::TlsCredentials(TlsOptions options)
+    : options_(std::move(options)), context_(make_tls_context(options_)) {}
+
+std::shared_ptr<ssl::context> TlsCredentials::current() const {
+    std::lock_guard lock(mutex_);
+    return context_;
+}
+
+std::optional<OptionProblem> TlsCredentials::reload() {
+    std::shared_ptr<ssl::context> fresh;
+    try {
+        fresh = build_context(options_);
+    } catch (const Refusal& r) {
+        return r.problem;
+    }
+    std::lock_guard lock(mutex_);
+    context_.swap(fresh);
+    return std::nullopt;  // the old context goes with `fresh`, or with its last connection
+}
+
 std::optional<OptionProblem> check_tls(const TlsOptions& options) {
     if (!options.enabled() && options.key.empty() && options.ca.empty()) return std::nullopt;
     try {

@@ -9,6 +9,8 @@
 #include <boost/system/error_code.hpp>
 
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -19,6 +21,30 @@ namespace rpclb::detail {
 /// version. Throws std::invalid_argument whose what() is an OptionProblem's message
 /// ("tls.cert ...") for the problems TlsOptions lists. `options.enabled()` must hold.
 std::shared_ptr<boost::asio::ssl::context> make_tls_context(const TlsOptions& options);
+
+/// A node's TLS credentials: the context each new connection takes (current()), and its
+/// replacement by one built again from the same files (reload()). A connection keeps the
+/// context it took for as long as it lives (its streams refer to it), so a reload never
+/// touches an established link; the old context goes with the last connection made on it.
+///
+/// Thread safety: any thread (a short lock around the pointer; files are read outside it).
+class TlsCredentials {
+public:
+    /// Loads `options`' files; throws std::invalid_argument as make_tls_context.
+    explicit TlsCredentials(TlsOptions options);
+
+    /// The context for a connection being made now.
+    std::shared_ptr<boost::asio::ssl::context> current() const;
+
+    /// Builds a context from the files again and, when they load whole, makes it current;
+    /// otherwise the current one stays and the problem (naming its field) is returned.
+    std::optional<OptionProblem> reload();
+
+private:
+    const TlsOptions options_;
+    mutable std::mutex mutex_;
+    std::shared_ptr<boost::asio::ssl::context> context_;
+};
 
 /// Prepares `ssl` (a dialling connection's, before its handshake) for `host`, the HOST of
 /// the HOST:PORT dialled (split_host_port: an IPv6 address without its brackets): SNI for

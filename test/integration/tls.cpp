@@ -9,6 +9,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
+#include "support/pki.hpp"
 #include "support/serving.hpp"
 
 #include <atomic>
@@ -25,67 +26,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A small public-key infrastructure in a temporary directory: two CAs and certificates
-/// (EC P-256 keys, quick to make) for the cases below. Made once for the whole module.
-class Pki {
-public:
-    Pki() {
-        auto pattern = (fs::temp_directory_path() / "rpclb-tls-XXXXXX").string();
-        if (!::mkdtemp(pattern.data())) throw std::system_error(errno, std::generic_category(), "mkdtemp");
-        dir_ = pattern;
-        make_ca("ca");
-        make_ca("ca2");
-        const std::string local = "subjectAltName=IP:127.0.0.1,DNS:localhost";
-        make_cert("node", "ca", local, "30");
-        make_cert("client", "ca", local, "30");
-        make_cert("other", "ca2", local, "30");        // right host, wrong CA
-        make_cert("expired", "ca", local, "-1");       // notAfter a day before notBefore
-        make_cert("wronghost", "ca", "subjectAltName=IP:10.255.0.1,DNS:elsewhere.example", "30");
-    }
-    ~Pki() {
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
-
-    fs::path cert(const std::string& name) const { return dir_ / (name + ".pem"); }
-    fs::path key(const std::string& name) const { return dir_ / (name + ".key"); }
-    const fs::path& dir() const { return dir_; }
-
-    /// rpclb-node / rpclb-call flags for certificate `name` trusting CA `ca`.
-    std::vector<std::string> flags(const std::string& name, const std::string& ca = "ca") const {
-        return {"--tls-cert", cert(name).string(), "--tls-key", key(name).string(), "--tls-ca", cert(ca).string()};
-    }
-    /// ClusterOptions::tls for certificate `name` trusting CA `ca`.
-    rpclb::TlsOptions options(const std::string& name, const std::string& ca = "ca") const {
-        return {cert(name), key(name), cert(ca), rpclb::TlsVersion::v1_3};
-    }
-
-private:
-    void run(const std::string& command) const {
-        const auto full = "cd '" + dir_.string() + "' && " + command + " >>openssl.log 2>&1";
-        if (std::system(full.c_str()) != 0)
-            throw std::runtime_error("openssl failed: " + command + "\n" + detail::read_file(dir_ / "openssl.log"));
-    }
-    static std::string new_key(const std::string& name) {
-        return "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + name + ".key";
-    }
-    void make_ca(const std::string& name) const {
-        run("openssl req -x509 " + new_key(name) + " -out " + name + ".pem -days 30 -subj /CN=rpclb-test-" + name);
-    }
-    void make_cert(const std::string& name, const std::string& ca, const std::string& san,
-                   const std::string& days) const {
-        run("openssl req " + new_key(name) + " -out " + name + ".csr -subj /CN=rpclb-test-" + name);
-        std::ofstream(dir_ / (name + ".ext")) << san << "\n";
-        run("openssl x509 -req -in " + name + ".csr -CA " + ca + ".pem -CAkey " + ca + ".key -CAcreateserial -out " +
-            name + ".pem -days " + days + " -extfile " + name + ".ext");
-    }
-
-    fs::path dir_;
-};
-
+/// Two CAs and certificates for the cases below, made once for the whole module.
 const Pki& pki() {
-    static const Pki instance;
-    return instance;
+    static const Pki p;
+    static const bool made = [] {
+        const std::string local = "subjectAltName=IP:127.0.0.1,DNS:localhost";
+        p.make_ca("ca");
+        p.make_ca("ca2");
+        p.make_cert("node", "ca", local, "30");
+        p.make_cert("client", "ca", local, "30");
+        p.make_cert("other", "ca2", local, "30");     // right host, wrong CA
+        p.make_cert("expired", "ca", local, "-1");    // notAfter a day before notBefore
+        p.make_cert("wronghost", "ca", "subjectAltName=IP:10.255.0.1,DNS:elsewhere.example", "30");
+        return true;
+    }();
+    (void)made;
+    return p;
 }
 
 /// A node with TLS certificate `cert` trusting `ca`, hosting balancer w.
