@@ -30,14 +30,15 @@ inline char* plugin_string(std::string_view text) noexcept {
 
 inline void plugin_free_string(char* text) noexcept { std::free(text); }
 
-/// The message of the exception being handled; "" for one not derived from std::exception.
+/// The message of the exception being handled; null for one not derived from
+/// std::exception (or when memory ran out).
 inline char* plugin_exception_text() noexcept {
     try {
         throw;
     } catch (const std::exception& e) {
         return plugin_string(e.what());
     } catch (...) {
-        return plugin_string("");
+        return nullptr;
     }
 }
 
