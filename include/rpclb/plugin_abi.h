@@ -33,8 +33,9 @@ typedef struct rpclb_plugin_text {
     size_t size;
 } rpclb_plugin_text;
 
-/* A balancer's members at one moment (rpclb::MemberSnapshot). Valid until close_members
- * of the view that open_members made from it. */
+/* A balancer's members at one moment (rpclb::MemberSnapshot), passed to open_members.
+ * `nodes` is valid only during that call; `in_flight` and the counts it points to until
+ * close_members of the view it returned. */
 typedef struct rpclb_plugin_members {
     const rpclb_plugin_text* nodes; /* distinct node names, ascending */
     size_t size;
