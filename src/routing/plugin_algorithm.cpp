@@ -18,6 +18,11 @@ rpclb_plugin_pick c_pick(const PickOptions& options) noexcept {
     return pick;
 }
 
+// A Failure value this library knows (error.hpp), not 0.
+bool known_failure(std::int32_t value) noexcept {
+    return value > 0 && value <= static_cast<std::int32_t>(Failure::tls_refused);
+}
+
 // What a hook that failed without a message (an exception not derived from
 // std::exception in the plugin) throws here: the balancer reports it as such.
 struct ForeignException {};
@@ -87,7 +92,7 @@ Result<std::size_t> PluginAlgorithm::choose_from_nodes(const MemberSnapshot& mem
     if (r != RPCLB_PLUGIN_REFUSED) fail(error.message);
     ErrorMessage e{static_cast<ErrorCode>(error.code), error.message ? error.message : "",
                    boost::json::object{{"load_balancer", balancer_}}};
-    if (error.failure != 0) e.reason = make_error_code(static_cast<Failure>(error.failure));
+    if (known_failure(error.failure)) e.reason = make_error_code(static_cast<Failure>(error.failure));
     table_->free_string(error.message);
     return e;
 }
@@ -115,7 +120,7 @@ Result<std::vector<std::size_t>> PluginAlgorithm::choose_nodes(const MemberSnaps
     if (r != RPCLB_PLUGIN_REFUSED) fail(error.message);
     ErrorMessage e{static_cast<ErrorCode>(error.code), error.message ? error.message : "",
                    boost::json::object{{"load_balancer", balancer_}}};
-    if (error.failure != 0) e.reason = make_error_code(static_cast<Failure>(error.failure));
+    if (known_failure(error.failure)) e.reason = make_error_code(static_cast<Failure>(error.failure));
     table_->free_string(error.message);
     return e;
 }

@@ -52,7 +52,10 @@ inline PickOptions plugin_pick(const rpclb_plugin_pick* pick) noexcept {
 
 inline int plugin_refuse(const ErrorMessage& e, rpclb_plugin_error* error) noexcept {
     error->code = static_cast<std::int32_t>(e.code);
-    error->failure = e.reason.category() == failure_category() ? e.reason.value() : 0;
+    // The value alone: asking an error_code for its category would compile Boost.System's
+    // category singletons (GNU unique symbols) into the plugin, and it could never unload.
+    // A plugin's errors carry only rpclb's Failure reasons (ErrorMessage::reason).
+    error->failure = e.reason.failed() ? e.reason.value() : 0;
     error->message = plugin_string(e.message);
     return RPCLB_PLUGIN_REFUSED;
 }
