@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -79,7 +80,9 @@ bool contains(const std::string& haystack, const std::string& needle) {
     return haystack.find(needle) != std::string::npos;
 }
 
-const rpclb::MemberSnapshot abc{{"a@h", "b@h", "c@h"}, 1};
+// Members a, b, c: a fresh snapshot each time, since a snapshot keeps the plugins that
+// picked from it loaded (their views of it) until it is destroyed.
+rpclb::MemberSnapshot abc() { return {{"a@h", "b@h", "c@h"}, 1}; }
 
 }  // namespace
 
@@ -91,8 +94,8 @@ BOOST_AUTO_TEST_CASE(create_good_plugin_from_environment_path) {
     BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
     BOOST_TEST_REQUIRE(*algorithm != nullptr);
     (*algorithm)->init({"workers", "me@h", nullptr}, {{"start", 0}});
-    BOOST_TEST((*algorithm)->choose_from_nodes(abc, {}).value() == 0u);
-    BOOST_TEST((*algorithm)->choose_from_nodes(abc, {}).value() == 1u);
+    BOOST_TEST((*algorithm)->choose_from_nodes(abc(), {}).value() == 0u);
+    BOOST_TEST((*algorithm)->choose_from_nodes(abc(), {}).value() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(find_returns_file_in_first_directory_that_has_it) {
@@ -330,12 +333,17 @@ BOOST_AUTO_TEST_CASE(library_stays_loaded_while_object_lives_and_unloads_after) 
             // The registry is gone; the object's code (its vtable) must still be there.
             BOOST_TEST(is_mapped(file));
             algorithm->init({"workers", "me@h", nullptr}, {});
-            BOOST_TEST(algorithm->choose_from_nodes(abc, {}).value() < 3u);
-            BOOST_TEST(algorithm->choose_nodes(abc, 2, {}).value().size() == 2u);
+            auto members = std::make_unique<rpclb::MemberSnapshot>(abc());
+            BOOST_TEST(algorithm->choose_from_nodes(*members, {}).value() < 3u);
+            BOOST_TEST(algorithm->choose_nodes(*members, 2, {}).value().size() == 2u);
             std::weak_ptr<rpclb::SelectionAlgorithm> watcher = algorithm;
             algorithm.reset();
             BOOST_TEST(watcher.expired());
-            BOOST_TEST(!is_mapped(file), file << " is still mapped after its last object died");
+            // The plugin's view of a snapshot it picked from keeps it loaded, until the
+            // snapshot goes.
+            BOOST_TEST(is_mapped(file));
+            members.reset();
+            BOOST_TEST(!is_mapped(file), file << " is still mapped after its last object and snapshot died");
         }
     }
 }
