@@ -38,6 +38,10 @@ public:
     bool local() const override;
     std::vector<std::shared_ptr<Service>> services() override;
 
+    /// The plugin's algorithm object, as its `create` returned it (a `T*` of RPCLB_PLUGIN's
+    /// `T`): for tests compiled with the plugin's sources, which may look inside it.
+    void* instance() const noexcept { return instance_; }
+
 private:
     // The plugin's view of one snapshot, closed when the snapshot drops its state; `counts`
     // is the array of in-flight counts the view was opened with.
