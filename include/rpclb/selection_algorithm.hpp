@@ -59,9 +59,9 @@ struct AlgorithmContext {
     /// What the algorithm may use of the node: its group's members, calls to them, an
     /// executor for timers, serving a function, telemetry (rpclb/algorithm_host.hpp).
     /// Valid until the balancer is destroyed, which is after the algorithm's services have
-    /// stopped. Null when the algorithm runs outside a node (unit tests); an algorithm
-    /// that needs it throws std::invalid_argument from `init` or std::logic_error from a
-    /// service's start().
+    /// stopped. Null when the algorithm runs outside a node (unit tests), and for a
+    /// plugin that does not declare capability::host; an algorithm that needs it throws
+    /// std::invalid_argument from `init` or std::logic_error from a service's start().
     AlgorithmHost* host = nullptr;
 };
 
@@ -124,7 +124,8 @@ public:
     virtual bool local() const { return false; }
 
     /// Services the algorithm wants started before its balancer joins and stopped after
-    /// it has drained (the predecessor's `child_specs`). Called once, after `init`.
+    /// it has drained (the predecessor's `child_specs`). Called once, after `init`; of a
+    /// plugin only when it declares capability::services.
     virtual std::vector<std::shared_ptr<Service>> services() { return {}; }
 
     /// What this instance passes to MemberSnapshot::state: a number no other instance has.
