@@ -69,11 +69,12 @@ typedef struct rpclb_plugin_outcome {
     int64_t latency_ns;
 } rpclb_plugin_outcome;
 
-/* The error a pick answers (rpclb::ErrorMessage without details). */
+/* The error a pick answers (rpclb::ErrorMessage). rpclb passes it zeroed. */
 typedef struct rpclb_plugin_error {
     int32_t code;    /* rpclb::ErrorCode */
     int32_t failure; /* rpclb::Failure, 0 when none */
     char* message;   /* the plugin's, freed with free_string; may be null */
+    char* details;   /* a JSON object's text, the plugin's, freed with free_string; may be null */
 } rpclb_plugin_error;
 
 /* What a plugin exports. Fields are only ever added at the end; `size` tells how many the

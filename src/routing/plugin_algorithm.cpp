@@ -1,5 +1,6 @@
 #include "plugin_algorithm.hpp"
 
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -62,6 +63,20 @@ const PluginAlgorithm::View& PluginAlgorithm::view_of(const MemberSnapshot& memb
     });
 }
 
+ErrorMessage PluginAlgorithm::refused(rpclb_plugin_error& error) const {
+    ErrorMessage e{static_cast<ErrorCode>(error.code), error.message ? error.message : "", {}};
+    if (known_failure(error.failure)) e.reason = make_error_code(static_cast<Failure>(error.failure));
+    if (error.details) {
+        boost::system::error_code ec;
+        auto details = boost::json::parse(error.details, ec);
+        if (!ec && details.is_object()) e.details = std::move(details.get_object());
+    }
+    if (e.details.empty()) e.details = boost::json::object{{"load_balancer", balancer_}};
+    if (error.message) table_->free_string(error.message);
+    if (error.details) table_->free_string(error.details);
+    return e;
+}
+
 void PluginAlgorithm::init(const AlgorithmContext& context, const boost::json::object& options) {
     balancer_ = context.balancer;
     const std::string json = boost::json::serialize(options);
@@ -85,16 +100,12 @@ Result<std::size_t> PluginAlgorithm::choose_from_nodes(const MemberSnapshot& mem
     }
     const rpclb_plugin_pick pick = c_pick(options);
     std::size_t index = 0;
-    rpclb_plugin_error error{0, 0, nullptr};
+    rpclb_plugin_error error{0, 0, nullptr, nullptr};
     const int r = table_->choose(instance_, view->view, &pick, &index, &error);
     if (r == RPCLB_PLUGIN_OK) [[likely]]
         return index;
     if (r != RPCLB_PLUGIN_REFUSED) fail(error.message);
-    ErrorMessage e{static_cast<ErrorCode>(error.code), error.message ? error.message : "",
-                   boost::json::object{{"load_balancer", balancer_}}};
-    if (known_failure(error.failure)) e.reason = make_error_code(static_cast<Failure>(error.failure));
-    table_->free_string(error.message);
-    return e;
+    return refused(error);
 }
 
 Result<std::vector<std::size_t>> PluginAlgorithm::choose_nodes(const MemberSnapshot& members, std::size_t count,
@@ -110,7 +121,7 @@ Result<std::vector<std::size_t>> PluginAlgorithm::choose_nodes(const MemberSnaps
     const std::size_t capacity = std::min(count, members.nodes.size()) + 1;
     std::vector<std::size_t> indices(capacity);
     std::size_t answered = 0;
-    rpclb_plugin_error error{0, 0, nullptr};
+    rpclb_plugin_error error{0, 0, nullptr, nullptr};
     const int r = table_->choose_many(instance_, view->view, count, &pick, indices.data(), capacity, &answered,
                                       &error);
     if (r == RPCLB_PLUGIN_OK) {
@@ -118,11 +129,7 @@ Result<std::vector<std::size_t>> PluginAlgorithm::choose_nodes(const MemberSnaps
         return indices;
     }
     if (r != RPCLB_PLUGIN_REFUSED) fail(error.message);
-    ErrorMessage e{static_cast<ErrorCode>(error.code), error.message ? error.message : "",
-                   boost::json::object{{"load_balancer", balancer_}}};
-    if (known_failure(error.failure)) e.reason = make_error_code(static_cast<Failure>(error.failure));
-    table_->free_string(error.message);
-    return e;
+    return refused(error);
 }
 
 void PluginAlgorithm::on_node_change(NodeChange change, std::span<const std::string> nodes) {

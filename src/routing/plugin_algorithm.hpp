@@ -65,6 +65,8 @@ private:
 
     const View& view_of(const MemberSnapshot& members) const;
     [[noreturn]] void fail(char* text) const;
+    // The ErrorMessage of a refused pick; gives the plugin's strings back.
+    ErrorMessage refused(rpclb_plugin_error& error) const;
 
     std::shared_ptr<void> library_;
     const rpclb_plugin_table* table_;

@@ -6,6 +6,7 @@
 #include <rpclb/plugin_abi.h>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +58,13 @@ inline int plugin_refuse(const ErrorMessage& e, rpclb_plugin_error* error) noexc
     // A plugin's errors carry only rpclb's Failure reasons (ErrorMessage::reason).
     error->failure = e.reason.failed() ? e.reason.value() : 0;
     error->message = plugin_string(e.message);
+    if (!e.details.empty()) {
+        try {
+            error->details = plugin_string(boost::json::serialize(e.details));
+        } catch (...) {
+            error->details = nullptr;  // memory ran out: the error goes without its details
+        }
+    }
     return RPCLB_PLUGIN_REFUSED;
 }
 
