@@ -32,7 +32,7 @@ rpclb::Result<std::vector<std::size_t>> FirstMember::choose_nodes(const rpclb::M
 
 }  // namespace acme
 
-// Exports the handshake (rpclb_plugin_info) and the factory (rpclb_create_algorithm).
+// Exports the C table of the plugin (the function rpclb_plugin), generated from the class.
 // The first argument is the algorithm name: it must match the file name
 // librpclb_first_member.so, or the loader refuses the plugin.
 RPCLB_PLUGIN(first_member, acme::FirstMember)

@@ -21,7 +21,7 @@ struct PluginError {
     std::string message;
 };
 
-/// A plugin a registry has loaded, as its `rpclb_plugin_info` described it.
+/// A plugin a registry has loaded, as its table (rpclb/plugin_abi.h) described it.
 struct LoadedPlugin {
     std::string name;             ///< algorithm name ("round_robin")
     std::filesystem::path file;   ///< the file it was loaded from
@@ -35,9 +35,11 @@ struct LoadedPlugin {
 /// Loads `librpclb_<name>.so` plugins. Search path, first match wins: the constructor's
 /// directories (ClusterOptions::plugin_path); `RPCLB_PLUGIN_PATH` (colon-separated);
 /// `rpclb/plugins` beside the loaded librpclb.so; the configured install directory. A
-/// missing directory is skipped; the "not found" error lists every one. A plugin whose ABI
-/// version, name or compiler identity differs from this library's is refused before
-/// anything is created. Each algorithm object keeps its library loaded while it lives.
+/// missing directory is skipped; the "not found" error lists every one. Only C data crosses
+/// to a plugin (rpclb/plugin_abi.h), so one built with another compiler loads; a plugin of
+/// another contract version or name, with a short table or a null function, or one that
+/// passes C++ objects (capability::host, services) built against another standard
+/// library, is refused before anything is created. Each algorithm object keeps its library loaded while it lives.
 ///
 /// Thread safety: distinct objects safe; shared objects safe (no lock is held while plugin
 /// code runs).
@@ -60,8 +62,8 @@ public:
 
     /// Creates a fresh algorithm named `name` (e.g. "round_robin").
     /// Errors: unknown name (no file on the search path), a file that fails to open, a
-    /// missing `rpclb_plugin_info` or `rpclb_create_algorithm`, an ABI/compiler/name
-    /// mismatch, or a factory that threw or returned null.
+    /// missing `rpclb_plugin` function, a refused table (contract version, size, null
+    /// function, name, capability, standard library), or a `create` that failed.
     boost::system::result<std::shared_ptr<SelectionAlgorithm>, PluginError> create(
         std::string_view name);
 

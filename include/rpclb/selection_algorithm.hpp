@@ -7,7 +7,6 @@
 #include <rpclb/version.hpp>
 
 #include <boost/config.hpp>
-#include <boost/dll/alias.hpp>
 #include <boost/json/object.hpp>
 
 #include <atomic>
@@ -60,16 +59,17 @@ struct AlgorithmContext {
     /// What the algorithm may use of the node: its group's members, calls to them, an
     /// executor for timers, serving a function, telemetry (rpclb/algorithm_host.hpp).
     /// Valid until the balancer is destroyed, which is after the algorithm's services have
-    /// stopped. Null when the algorithm runs outside a node (unit tests); an algorithm
-    /// that needs it throws std::invalid_argument from `init` or std::logic_error from a
-    /// service's start().
+    /// stopped. Null when the algorithm runs outside a node (unit tests), and for a
+    /// plugin that does not declare capability::host; an algorithm that needs it throws
+    /// std::invalid_argument from `init` or std::logic_error from a service's start().
     AlgorithmHost* host = nullptr;
 };
 
 /// A load-balancing algorithm. One instance serves one balancer on one node.
 ///
-/// Implementations live in plugins (`librpclb_<name>.so`) and export a factory with
-/// RPCLB_PLUGIN (plugins/round_robin is a small model to copy).
+/// Implementations live in plugins (`librpclb_<name>.so`) and are exported with
+/// RPCLB_PLUGIN (plugins/round_robin is a small model to copy), which puts a C boundary
+/// between the class and rpclb.
 ///
 /// Threading: `init` runs once, before any other hook. `choose_from_nodes`,
 /// `choose_nodes` and `release` may run concurrently from many threads and with
@@ -124,7 +124,8 @@ public:
     virtual bool local() const { return false; }
 
     /// Services the algorithm wants started before its balancer joins and stopped after
-    /// it has drained (the predecessor's `child_specs`). Called once, after `init`.
+    /// it has drained (the predecessor's `child_specs`). Called once, after `init`; of a
+    /// plugin only when it declares capability::services.
     virtual std::vector<std::shared_ptr<Service>> services() { return {}; }
 
     /// What this instance passes to MemberSnapshot::state: a number no other instance has.
@@ -167,17 +168,6 @@ inline constexpr std::uint64_t all =
     feedback | snapshot_state | in_flight | host | services | choose_many | reported_load;
 }  // namespace capability
 
-/// Identity a plugin exports so the loader can refuse a mismatch before creating
-/// anything. Plain C data so it can be read whatever the C++ ABI of the plugin; fields are
-/// only ever added at the end.
-struct PluginInfo {
-    std::uint32_t abi_version;   ///< RPCLB_PLUGIN_ABI_VERSION (contract version) it was built with
-    const char* name;            ///< algorithm name, e.g. "round_robin"
-    const char* rpclb_version;   ///< RPCLB_VERSION_STRING the plugin was built against
-    const char* compiler;        ///< compiler and standard-library identity
-    std::uint64_t capabilities;  ///< the rpclb::capability bits it uses
-};
-
 /// The capabilities `T` declares (`T::capabilities`), else 0.
 template <class T>
 constexpr std::uint64_t capabilities_of() noexcept {
@@ -187,35 +177,25 @@ constexpr std::uint64_t capabilities_of() noexcept {
         return 0;
 }
 
-/// The compiler/standard-library identity string that plugins and the loader compare.
+/// The compiler/standard-library identity a plugin reports; the loader compares the
+/// standard library only for capability::host and capability::services, which pass C++
+/// objects.
 #define RPCLB_COMPILER_ID BOOST_COMPILER " / " BOOST_STDLIB
-
-/// The factory signature a plugin exports under the alias `rpclb_create_algorithm`.
-using AlgorithmFactory = std::unique_ptr<SelectionAlgorithm>();
-
-namespace detail {
-using PluginInfoFunction = const PluginInfo*();
-}  // namespace detail
 
 }  // namespace rpclb
 
+#include <rpclb/detail/plugin_glue.hpp>
+
 /// Exports a plugin: `RPCLB_PLUGIN(round_robin, rpclb::plugins::RoundRobin)` in exactly
-/// one source of the plugin's shared object. Defines the handshake function
-/// `rpclb_plugin_info` and the factory `rpclb_create_algorithm`.
-///
-/// The functions are deliberately not `inline`: g++ makes a static local of an inline
-/// function a GNU "unique" symbol, and a library holding one is never unloaded by dlclose.
+/// one source of the plugin's shared object. Generates the C side of the boundary
+/// (rpclb/plugin_abi.h): a table of C functions that create `TYPE` and call its hooks,
+/// with the contract version, the rpclb version, the compiler and `TYPE::capabilities`,
+/// and the C function `rpclb_plugin` that returns it. Only C data crosses: an error or an
+/// exception of a hook comes back as its code and message.
 #define RPCLB_PLUGIN(NAME, TYPE)                                                          \
     namespace rpclb_plugin_##NAME {                                                       \
-    const ::rpclb::PluginInfo* info() {                                                   \
-        static const ::rpclb::PluginInfo i{RPCLB_PLUGIN_ABI_VERSION, #NAME,               \
-                                           RPCLB_VERSION_STRING, RPCLB_COMPILER_ID,       \
-                                           ::rpclb::capabilities_of<TYPE>()};             \
-        return &i;                                                                        \
+    constexpr rpclb_plugin_table table = ::rpclb::detail::PluginGlue<TYPE>::table(#NAME); \
     }                                                                                     \
-    std::unique_ptr<::rpclb::SelectionAlgorithm> create() {                               \
-        return std::make_unique<TYPE>();                                                  \
-    }                                                                                     \
-    }                                                                                     \
-    BOOST_DLL_ALIAS(rpclb_plugin_##NAME::info, rpclb_plugin_info)                         \
-    BOOST_DLL_ALIAS(rpclb_plugin_##NAME::create, rpclb_create_algorithm)
+    extern "C" BOOST_SYMBOL_EXPORT const rpclb_plugin_table* rpclb_plugin(void) {         \
+        return &rpclb_plugin_##NAME::table;                                               \
+    }

@@ -8,17 +8,16 @@
 #define RPCLB_VERSION_PATCH 0
 #define RPCLB_VERSION_STRING "0.1.0"
 
-/// Version of the plugin contract: the layout and meaning of everything a plugin compiles
-/// in from rpclb's public plugin headers (selection_algorithm.hpp and what it includes:
-/// SelectionAlgorithm's virtual functions, MemberSnapshot, InFlightCount, CallOutcome,
-/// AlgorithmHost, TelemetryBus, Service, ErrorMessage, PluginInfo, the factory). It
-/// changes only when one of those changes incompatibly; what a plugin uses within it is
-/// told by capability flags (rpclb::capability). The loader accepts a plugin whose version
-/// is from RPCLB_PLUGIN_ABI_MIN_VERSION to this one.
-#define RPCLB_PLUGIN_ABI_VERSION 6u
-
+/// Version of the plugin contract: the C boundary of rpclb/plugin_abi.h (the table a
+/// plugin exports, its functions and structs) and the meaning of what a plugin compiles in
+/// from rpclb's public plugin headers and uses through a capability (MemberSnapshot,
+/// InFlightCount, CallOutcome, AlgorithmHost, Service, ErrorMessage). It changes only when
+/// one of those changes incompatibly; what a plugin uses within it is told by capability
+/// flags (rpclb::capability). The loader accepts a plugin whose version is from
+/// RPCLB_PLUGIN_ABI_MIN_VERSION to this one.
+#define RPCLB_PLUGIN_ABI_VERSION 7u
 /// The oldest contract version this library still loads.
-#define RPCLB_PLUGIN_ABI_MIN_VERSION 6u
+#define RPCLB_PLUGIN_ABI_MIN_VERSION 7u
 
 namespace rpclb {
 

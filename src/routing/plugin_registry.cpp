@@ -2,6 +2,8 @@
 
 #include <rpclb/detail/plugin_path.hpp>
 
+#include "plugin_algorithm.hpp"
+
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
@@ -38,8 +40,46 @@ std::vector<std::filesystem::path> detail::plugin_environment_path() {
 
 namespace {
 
-constexpr const char* info_symbol = "rpclb_plugin_info";
-constexpr const char* factory_symbol = "rpclb_create_algorithm";
+constexpr const char* entry_symbol = RPCLB_PLUGIN_ENTRY_SYMBOL;
+// What plugins of contract versions up to 6 exported instead (a Boost.DLL alias of a
+// function returning a pointer to LegacyInfo): read only to name their version.
+constexpr const char* legacy_info_symbol = "rpclb_plugin_info";
+struct LegacyInfo {
+    std::uint32_t abi_version;
+    const char* name;
+    const char* rpclb_version;
+    const char* compiler;
+};
+
+// The table's functions, by name, for the message that names a null one.
+struct TableFunction {
+    const char* name;
+    bool (*missing)(const rpclb_plugin_table&);
+};
+#define RPCLB_TABLE_FUNCTION(F) TableFunction{#F, [](const rpclb_plugin_table& t) { return t.F == nullptr; }}
+constexpr TableFunction table_functions[] = {
+    RPCLB_TABLE_FUNCTION(free_string), RPCLB_TABLE_FUNCTION(create),        RPCLB_TABLE_FUNCTION(destroy),
+    RPCLB_TABLE_FUNCTION(init),        RPCLB_TABLE_FUNCTION(open_members),  RPCLB_TABLE_FUNCTION(close_members),
+    RPCLB_TABLE_FUNCTION(choose),      RPCLB_TABLE_FUNCTION(choose_many),   RPCLB_TABLE_FUNCTION(release),
+    RPCLB_TABLE_FUNCTION(node_change), RPCLB_TABLE_FUNCTION(local),         RPCLB_TABLE_FUNCTION(services),
+};
+#undef RPCLB_TABLE_FUNCTION
+
+// "GNU libstdc++" of "GNU C++ version 12.2.0 / GNU libstdc++ version 20230528": the
+// standard library's family, which decides the layout of the C++ objects that
+// capability::host and capability::services pass.
+std::string_view standard_library(std::string_view compiler) {
+    const auto slash = compiler.find(" / ");
+    if (slash == std::string_view::npos) return {};
+    compiler.remove_prefix(slash + 3);
+    return compiler.substr(0, compiler.find(" version"));
+}
+
+std::string contract_versions() {
+    return RPCLB_PLUGIN_ABI_MIN_VERSION == RPCLB_PLUGIN_ABI_VERSION
+               ? std::to_string(RPCLB_PLUGIN_ABI_VERSION)
+               : std::to_string(RPCLB_PLUGIN_ABI_MIN_VERSION) + " to " + std::to_string(RPCLB_PLUGIN_ABI_VERSION);
+}
 
 
 // `<directory of librpclb.so>/rpclb/plugins`, read from the loaded library at run time:
@@ -173,61 +213,64 @@ PluginRegistry::load(const std::filesystem::path& file, std::string_view expecte
         }
     }
 
-    if (!lib->has(info_symbol))
-        return file_error(file, std::string("missing ") + info_symbol + " (not an rpclb plugin?)");
-    const PluginInfo* info = lib->get_alias<detail::PluginInfoFunction>(info_symbol)();
-    if (!info) return file_error(file, std::string(info_symbol) + " returned null");
+    if (!lib->has(entry_symbol)) {
+        if (lib->has(legacy_info_symbol)) {
+            const auto* legacy = lib->get_alias<const LegacyInfo*()>(legacy_info_symbol)();
+            if (legacy)
+                return file_error(file, "plugin contract version " + std::to_string(legacy->abi_version) +
+                                            ", this rpclb loads contract version " + contract_versions() +
+                                            " (plugin built against rpclb " + or_unknown(legacy->rpclb_version) +
+                                            " with " + or_unknown(legacy->compiler) + ")");
+        }
+        return file_error(file, std::string("missing ") + entry_symbol + " (not an rpclb plugin?)");
+    }
+    const rpclb_plugin_table* table = lib->get<rpclb_plugin_entry>(entry_symbol)();
+    if (!table) return file_error(file, std::string(entry_symbol) + " returned null");
 
-    // PluginInfo only grows at its end, so its first four fields are where we look in a
-    // plugin of any contract version; `capabilities` exists from version 6.
-    if (info->abi_version < RPCLB_PLUGIN_ABI_MIN_VERSION || info->abi_version > RPCLB_PLUGIN_ABI_VERSION)
-        return file_error(file, "plugin contract version " + std::to_string(info->abi_version) +
-                                    ", this rpclb loads " + std::to_string(RPCLB_PLUGIN_ABI_MIN_VERSION) + " to " +
-                                    std::to_string(RPCLB_PLUGIN_ABI_VERSION) +
-                                    " (plugin built against rpclb " +
-                                    or_unknown(info->rpclb_version) + " with " +
-                                    or_unknown(info->compiler) + ")");
-    if (!info->compiler || std::string_view(info->compiler) != RPCLB_COMPILER_ID)
-        return file_error(file, "plugin built with " + or_unknown(info->compiler) +
-                                    ", this rpclb was built with " RPCLB_COMPILER_ID
-                                    " (plugin built against rpclb " +
-                                    or_unknown(info->rpclb_version) + ")");
-    if (!expected_name.empty() && (!info->name || std::string_view(info->name) != expected_name))
-        return file_error(file, "exports algorithm \"" + or_unknown(info->name) +
+    // The table only grows at its end: its first six fields are where we look in a
+    // plugin of any contract version from 7.
+    if (table->abi_version < RPCLB_PLUGIN_ABI_MIN_VERSION || table->abi_version > RPCLB_PLUGIN_ABI_VERSION)
+        return file_error(file, "plugin contract version " + std::to_string(table->abi_version) +
+                                    ", this rpclb loads contract version " + contract_versions() +
+                                    " (plugin built against rpclb " + or_unknown(table->rpclb_version) + " with " +
+                                    or_unknown(table->compiler) + ")");
+    if (table->size < sizeof(rpclb_plugin_table))
+        return file_error(file, "plugin table of " + std::to_string(table->size) + " bytes, contract version " +
+                                    std::to_string(table->abi_version) + " needs " +
+                                    std::to_string(sizeof(rpclb_plugin_table)));
+    for (const auto& f : table_functions)
+        if (f.missing(*table)) return file_error(file, std::string("plugin table function ") + f.name + " is null");
+    if (!expected_name.empty() && (!table->name || std::string_view(table->name) != expected_name))
+        return file_error(file, "exports algorithm \"" + or_unknown(table->name) +
                                     "\", expected \"" + std::string(expected_name) + "\"");
 
-    if (const std::uint64_t unknown = info->capabilities & ~capability::all; unknown != 0)
+    if (const std::uint64_t unknown = table->capabilities & ~capability::all; unknown != 0)
         return file_error(file, "plugin uses capabilities this rpclb does not offer (bits 0x" +
                                     [unknown] {
                                         char hex[17];
                                         std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(unknown));
                                         return std::string(hex);
                                     }() +
-                                    "; plugin built against rpclb " + or_unknown(info->rpclb_version) + ")");
-    if (!lib->has(factory_symbol)) return file_error(file, std::string("missing factory ") + factory_symbol);
-    auto& factory = lib->get_alias<AlgorithmFactory>(factory_symbol);
+                                    "; plugin built against rpclb " + or_unknown(table->rpclb_version) + ")");
+    if ((table->capabilities & (capability::host | capability::services)) != 0 &&
+        (!table->compiler || standard_library(table->compiler) != standard_library(RPCLB_COMPILER_ID)))
+        return file_error(file, "plugin uses capability host or services, which pass C++ objects, and was built with " +
+                                    or_unknown(table->compiler) + ", this rpclb with " RPCLB_COMPILER_ID
+                                    " (another standard library)");
 
-    std::unique_ptr<SelectionAlgorithm> algorithm;
-    try {
-        algorithm = factory();
-    } catch (const std::exception& e) {
-        return file_error(file, std::string("factory ") + factory_symbol + " threw: " + e.what());
-    } catch (...) {
-        return file_error(file, std::string("factory ") + factory_symbol +
-                                    " threw an exception not derived from std::exception");
+    char* error = nullptr;
+    void* instance = table->create(&error);
+    if (!instance) {
+        std::string what = error ? std::string(": ") + error : std::string(" (no message)");
+        if (error) table->free_string(error);
+        return file_error(file, "plugin create failed" + what);
     }
-    if (!algorithm) return file_error(file, std::string("factory ") + factory_symbol + " returned null");
-    if (out) *out = LoadedPlugin{or_unknown(info->name), file, or_unknown(info->rpclb_version), info->abi_version,
-                                 or_unknown(info->compiler), 0, info->capabilities};
-
-    // The deleter runs the destructor (code in the plugin) first, then drops its library
-    // reference at once rather than with the control block, which weak_ptrs may keep.
-    // The deleter's own code is in this library, so it may run on after the unload.
+    if (out) *out = LoadedPlugin{or_unknown(table->name), file, or_unknown(table->rpclb_version), table->abi_version,
+                                 or_unknown(table->compiler), 0, table->capabilities};
+    // The instance and each view of a snapshot it opens keep the library loaded; the
+    // library unloads when the last of them is gone.
     return std::shared_ptr<SelectionAlgorithm>(
-        algorithm.release(), [lib = std::move(lib)](SelectionAlgorithm* p) mutable {
-            delete p;
-            lib.reset();
-        });
+        std::make_shared<detail::PluginAlgorithm>(std::shared_ptr<void>(std::move(lib)), table, instance));
 }
 
 void throw_exception_from_error(const PluginError& e, const boost::source_location&) {

@@ -9,6 +9,8 @@
 #include <rpclb/groups.hpp>
 #include <rpclb/plugin_registry.hpp>
 
+#include "routing/plugin_algorithm.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -84,9 +86,11 @@ rpclb::MemberSnapshot members(std::size_t count, std::uint64_t version) {
 
 std::string key(int i) { return "key-" + std::to_string(i); }
 
-// The algorithm's count of rings built (an inline accessor, so no symbol of the plugin).
+// The algorithm's count of rings built (an inline accessor, so no symbol of the plugin),
+// from the plugin's own object behind the C boundary.
 std::uint64_t rings_built(rpclb::SelectionAlgorithm& algorithm) {
-    return static_cast<rpclb::plugins::HashRing&>(algorithm).rings_built();
+    auto& loaded = dynamic_cast<rpclb::detail::PluginAlgorithm&>(algorithm);
+    return static_cast<const rpclb::plugins::HashRing*>(loaded.instance())->rings_built();
 }
 
 // The owners of key(0) … key(count − 1) over `snapshot`, from a ring built directly.

@@ -3,15 +3,19 @@
 
 #include "support/env.hpp"
 
+#include <rpclb/plugin_abi.h>
 #include <rpclb/plugin_registry.hpp>
+#include <rpclb/selection_algorithm.hpp>
 
 #include <dlfcn.h>
 #include <link.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -76,7 +80,9 @@ bool contains(const std::string& haystack, const std::string& needle) {
     return haystack.find(needle) != std::string::npos;
 }
 
-const rpclb::MemberSnapshot abc{{"a@h", "b@h", "c@h"}, 1};
+// Members a, b, c: a fresh snapshot each time, since a snapshot keeps the plugins that
+// picked from it loaded (their views of it) until it is destroyed.
+rpclb::MemberSnapshot abc() { return {{"a@h", "b@h", "c@h"}, 1}; }
 
 }  // namespace
 
@@ -88,8 +94,8 @@ BOOST_AUTO_TEST_CASE(create_good_plugin_from_environment_path) {
     BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
     BOOST_TEST_REQUIRE(*algorithm != nullptr);
     (*algorithm)->init({"workers", "me@h", nullptr}, {{"start", 0}});
-    BOOST_TEST((*algorithm)->choose_from_nodes(abc, {}).value() == 0u);
-    BOOST_TEST((*algorithm)->choose_from_nodes(abc, {}).value() == 1u);
+    BOOST_TEST((*algorithm)->choose_from_nodes(abc(), {}).value() == 0u);
+    BOOST_TEST((*algorithm)->choose_from_nodes(abc(), {}).value() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(find_returns_file_in_first_directory_that_has_it) {
@@ -145,14 +151,24 @@ BOOST_AUTO_TEST_CASE(create_name_with_path_separator_is_refused) {
     BOOST_TEST(contains(algorithm.error().message, "invalid plugin name"));
 }
 
-BOOST_AUTO_TEST_CASE(create_missing_factory_error_names_file_and_symbol) {
+BOOST_AUTO_TEST_CASE(create_null_table_function_error_names_file_and_function) {
     rpclb::PluginRegistry registry({test_plugin_dir()});
     auto algorithm = registry.create("no_factory");
     BOOST_TEST_REQUIRE(!algorithm.has_value());
     const auto& message = algorithm.error().message;
     BOOST_TEST_MESSAGE(message);
-    BOOST_TEST(message == "plugin " + test_plugin("no_factory").string() +
-                              ": missing factory rpclb_create_algorithm");
+    BOOST_TEST(message == "plugin " + test_plugin("no_factory").string() + ": plugin table function create is null");
+}
+
+BOOST_AUTO_TEST_CASE(create_short_table_error_names_both_sizes) {
+    auto algorithm = rpclb::PluginRegistry::create_from_file(test_plugin("short_table"));
+    BOOST_TEST_REQUIRE(!algorithm.has_value());
+    const auto& message = algorithm.error().message;
+    BOOST_TEST_MESSAGE(message);
+    BOOST_TEST(message == "plugin " + test_plugin("short_table").string() + ": plugin table of " +
+                              std::to_string(offsetof(rpclb_plugin_table, services)) + " bytes, contract version " +
+                              std::to_string(rpclb::plugin_abi_version) + " needs " +
+                              std::to_string(sizeof(rpclb_plugin_table)));
 }
 
 BOOST_AUTO_TEST_CASE(create_abi_mismatch_error_names_file_and_both_versions) {
@@ -161,23 +177,20 @@ BOOST_AUTO_TEST_CASE(create_abi_mismatch_error_names_file_and_both_versions) {
     const auto& message = algorithm.error().message;
     BOOST_TEST_MESSAGE(message);
     BOOST_TEST(contains(message, "plugin " + test_plugin("bad_abi").string() + ": "));
-    BOOST_TEST(contains(message, "plugin contract version 99, this rpclb loads " +
-                                     std::to_string(RPCLB_PLUGIN_ABI_MIN_VERSION) + " to " +
-                                     std::to_string(rpclb::plugin_abi_version) + " "));
-    BOOST_TEST(contains(message, "built against rpclb 9.9.9"));
-    // The factory of bad_abi throws a logic_error if it is ever called.
-    BOOST_TEST(!contains(message, "factory"));
+    BOOST_TEST(message == "plugin " + test_plugin("bad_abi").string() +
+                              ": plugin contract version 99, this rpclb loads contract version " +
+                              std::to_string(rpclb::plugin_abi_version) +
+                              " (plugin built against rpclb 9.9.9 with Some C compiler 9)");
 }
 
 BOOST_AUTO_TEST_CASE(create_plugin_of_previous_layout_refused_naming_both_versions) {
-    // The ABI version covers the layouts plugins compile in (version.hpp): a plugin built
-    // against the previous one reports the previous version and never gets created.
+    // A plugin of contract 6 exports its handshake and no C table: refused, naming both
+    // versions, and never created.
     auto algorithm = rpclb::PluginRegistry::create_from_file(test_plugin("old_layout"));
     BOOST_TEST_REQUIRE(!algorithm.has_value());
     const auto& message = algorithm.error().message;
     BOOST_TEST_MESSAGE(message);
-    BOOST_TEST(contains(message, "plugin contract version " + std::to_string(rpclb::plugin_abi_version - 1) +
-                                     ", this rpclb loads " + std::to_string(RPCLB_PLUGIN_ABI_MIN_VERSION) + " to " +
+    BOOST_TEST(contains(message, "plugin contract version 6, this rpclb loads contract version " +
                                      std::to_string(rpclb::plugin_abi_version) + " (plugin built against rpclb 0.1.0 "));
     // The factory of old_layout throws a logic_error if it is ever called.
     BOOST_TEST(!contains(message, "factory"));
@@ -191,26 +204,78 @@ BOOST_AUTO_TEST_CASE(create_plugin_using_a_capability_not_offered_is_refused) {
     BOOST_TEST(!contains(message, "factory"));
 }
 
-BOOST_AUTO_TEST_CASE(create_compiler_mismatch_error_names_file_and_both_compilers) {
-    auto algorithm = rpclb::PluginRegistry::create_from_file(test_plugin("wrong_compiler"));
+BOOST_AUTO_TEST_CASE(plugin_of_another_compiler_loads_and_picks) {
+    rpclb::PluginRegistry registry({test_plugin_dir()});
+    auto algorithm = registry.create("wrong_compiler");
+    BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
+    (*algorithm)->init(rpclb::AlgorithmContext{"b", "n@h", nullptr}, {});
+    const rpclb::MemberSnapshot members({"a@h", "b@h", "c@h"}, 1);
+    const auto picked = (*algorithm)->choose_from_nodes(members, {});
+    BOOST_TEST_REQUIRE(picked.has_value());
+    BOOST_TEST(*picked == 2u);
+    const auto loaded = registry.loaded();
+    BOOST_TEST_REQUIRE(loaded.size() == 1u);
+    BOOST_TEST(loaded[0].compiler == "Borland C++ 5.5 / Rogue Wave");
+}
+
+BOOST_AUTO_TEST_CASE(plugin_passing_cpp_objects_built_against_another_standard_library_is_refused) {
+    auto algorithm = rpclb::PluginRegistry::create_from_file(test_plugin("foreign_host"));
     BOOST_TEST_REQUIRE(!algorithm.has_value());
     const auto& message = algorithm.error().message;
     BOOST_TEST_MESSAGE(message);
-    BOOST_TEST(message == "plugin " + test_plugin("wrong_compiler").string() +
-                              ": plugin built with Borland C++ 5.5 / Rogue Wave, this rpclb was "
-                              "built with " RPCLB_COMPILER_ID " (plugin built against rpclb " +
-                              RPCLB_VERSION_STRING + ")");
+    BOOST_TEST(message == "plugin " + test_plugin("foreign_host").string() +
+                              ": plugin uses capability host or services, which pass C++ objects, and was built "
+                              "with Clang version 14.0.6 / libc++ version 14000, this rpclb with " RPCLB_COMPILER_ID
+                              " (another standard library)");
+}
+
+// A plugin of the C boundary alone (no rpclb C++ header), reporting the previous rpclb
+// release of this contract: it loads, picks through the host's in-flight counts, refuses
+// an empty list with its code, reason and message, and fails init with its own text.
+BOOST_AUTO_TEST_CASE(c_plugin_of_a_previous_release_loads_and_serves) {
+    rpclb::PluginRegistry registry({test_plugin_dir()});
+    auto algorithm = registry.create("c_abi");
+    BOOST_TEST_REQUIRE(algorithm.has_value(), (algorithm ? "" : algorithm.error().message));
+    BOOST_TEST(registry.loaded().at(0).rpclb_version == "0.0.9");
+    auto& a = **algorithm;
+    a.init(rpclb::AlgorithmContext{"b", "n@h", nullptr}, {});
+    rpclb::MemberSnapshot members({"a@h", "b@h", "c@h"}, 1);
+    members.count_calls();
+    BOOST_TEST(*a.choose_from_nodes(members, {}) == 2u);
+    members.calls[2]->acquire();
+    members.calls[0]->acquire();
+    BOOST_TEST(*a.choose_from_nodes(members, {}) == 1u);
+    members.calls[1]->acquire();
+    members.calls[1]->acquire();
+    BOOST_TEST(*a.choose_from_nodes(members, {}) == 2u);
+    const auto many = a.choose_nodes(members, 2, {});
+    BOOST_TEST_REQUIRE(many.has_value());
+    BOOST_TEST(*many == (std::vector<std::size_t>{2, 1}), boost::test_tools::per_element());
+
+    const rpclb::MemberSnapshot none;
+    const auto refused = a.choose_from_nodes(none, {});
+    BOOST_TEST_REQUIRE(!refused.has_value());
+    BOOST_TEST(static_cast<int>(refused.error().code) == 503);
+    BOOST_TEST(refused.error().is(rpclb::Failure::no_members));
+    BOOST_TEST(refused.error().message == "c_abi: no members");
+
+    auto failing = registry.create("c_abi");
+    BOOST_TEST_REQUIRE(failing.has_value());
+    BOOST_CHECK_EXCEPTION((*failing)->init(rpclb::AlgorithmContext{"b", "n@h", nullptr}, {{"fail_init", true}}),
+                          std::invalid_argument, [](const std::invalid_argument& e) {
+                              return std::string(e.what()) == "c_abi: init refused by option fail_init";
+                          });
 }
 
 BOOST_AUTO_TEST_CASE(create_from_file_without_handshake_names_file_and_symbol) {
-    // librpclb itself is a loadable library that exports no rpclb_plugin_info.
+    // librpclb itself is a loadable library that exports no rpclb_plugin.
     Dl_info self{};
     BOOST_TEST_REQUIRE(::dladdr(reinterpret_cast<void*>(&rpclb::empty_members_error), &self) != 0);
     const fs::path file = self.dli_fname;
     auto algorithm = rpclb::PluginRegistry::create_from_file(file);
     BOOST_TEST_REQUIRE(!algorithm.has_value());
     BOOST_TEST(algorithm.error().message ==
-               "plugin " + file.string() + ": missing rpclb_plugin_info (not an rpclb plugin?)");
+               "plugin " + file.string() + ": missing rpclb_plugin (not an rpclb plugin?)");
 }
 
 BOOST_AUTO_TEST_CASE(create_throwing_factory_returns_exception_text) {
@@ -251,7 +316,7 @@ BOOST_AUTO_TEST_CASE(value_of_error_throws_runtime_error_with_message) {
     rpclb::PluginRegistry registry({test_plugin_dir()});
     BOOST_CHECK_EXCEPTION(registry.create("no_factory").value(), std::runtime_error,
                           [](const std::runtime_error& e) {
-                              return contains(e.what(), "missing factory rpclb_create_algorithm");
+                              return contains(e.what(), "plugin table function create is null");
                           });
 }
 
@@ -268,12 +333,17 @@ BOOST_AUTO_TEST_CASE(library_stays_loaded_while_object_lives_and_unloads_after) 
             // The registry is gone; the object's code (its vtable) must still be there.
             BOOST_TEST(is_mapped(file));
             algorithm->init({"workers", "me@h", nullptr}, {});
-            BOOST_TEST(algorithm->choose_from_nodes(abc, {}).value() < 3u);
-            BOOST_TEST(algorithm->choose_nodes(abc, 2, {}).value().size() == 2u);
+            auto members = std::make_unique<rpclb::MemberSnapshot>(abc());
+            BOOST_TEST(algorithm->choose_from_nodes(*members, {}).value() < 3u);
+            BOOST_TEST(algorithm->choose_nodes(*members, 2, {}).value().size() == 2u);
             std::weak_ptr<rpclb::SelectionAlgorithm> watcher = algorithm;
             algorithm.reset();
             BOOST_TEST(watcher.expired());
-            BOOST_TEST(!is_mapped(file), file << " is still mapped after its last object died");
+            // The plugin's view of a snapshot it picked from keeps it loaded, until the
+            // snapshot goes.
+            BOOST_TEST(is_mapped(file));
+            members.reset();
+            BOOST_TEST(!is_mapped(file), file << " is still mapped after its last object and snapshot died");
         }
     }
 }

@@ -1,31 +1,16 @@
-// A plugin built "against a future rpclb": its handshake reports ABI version 99, so the
-// loader must refuse it before calling its factory. Written by hand because
-// RPCLB_PLUGIN always exports the right version.
-#include <rpclb/selection_algorithm.hpp>
-
-#include <stdexcept>
+// A plugin built "against a future rpclb": its table reports contract version 99, so the
+// loader must refuse it, naming both versions, before calling anything of it. Written by
+// hand because RPCLB_PLUGIN always exports the version of the headers it is compiled with.
+#include <rpclb/plugin_abi.h>
+#include <rpclb/version.hpp>
 
 namespace {
 
-class Never final : public rpclb::SelectionAlgorithm {
-public:
-    rpclb::Result<std::size_t> choose_from_nodes(const rpclb::MemberSnapshot&,
-                                                 const rpclb::PickOptions&) override {
-        return std::size_t{0};
-    }
-};
-
-const rpclb::PluginInfo* info() {
-    static const rpclb::PluginInfo i{99, "bad_abi", "9.9.9", RPCLB_COMPILER_ID};
-    return &i;
-}
-
-// Reaching the factory would mean the loader skipped the check.
-std::unique_ptr<rpclb::SelectionAlgorithm> create() {
-    throw std::logic_error("bad_abi factory called despite the ABI mismatch");
-}
+// Every function is null: the version check must come first.
+const rpclb_plugin_table table{99, sizeof(rpclb_plugin_table), "bad_abi", "9.9.9", "Some C compiler 9",
+                               0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                               nullptr, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 
-BOOST_DLL_ALIAS(info, rpclb_plugin_info)
-BOOST_DLL_ALIAS(create, rpclb_create_algorithm)
+extern "C" __attribute__((visibility("default"))) const rpclb_plugin_table* rpclb_plugin(void) { return &table; }

@@ -39,6 +39,8 @@ std::string option(const boost::json::object& options, std::string_view name, st
 
 class MisbehavingHooks final : public rpclb::SelectionAlgorithm {
 public:
+    static constexpr std::uint64_t capabilities = rpclb::capability::services | rpclb::capability::choose_many;
+
     void init(const rpclb::AlgorithmContext& context, const boost::json::object& options) override {
         context_ = context;
         throw_in_ = option(options, "throw_in", "", hooks);

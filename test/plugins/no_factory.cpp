@@ -1,15 +1,22 @@
-// A plugin with a correct handshake and no factory: the loader must say which symbol
-// is missing.
+// A plugin of this contract whose table has a null `create`: the loader must refuse it,
+// naming the function, before calling anything of it.
 #include <rpclb/selection_algorithm.hpp>
 
 namespace {
 
-const rpclb::PluginInfo* info() {
-    static const rpclb::PluginInfo i{RPCLB_PLUGIN_ABI_VERSION, "no_factory", RPCLB_VERSION_STRING,
-                                     RPCLB_COMPILER_ID};
-    return &i;
-}
+class Never final : public rpclb::SelectionAlgorithm {
+public:
+    rpclb::Result<std::size_t> choose_from_nodes(const rpclb::MemberSnapshot&, const rpclb::PickOptions&) override {
+        return std::size_t{0};
+    }
+};
+
+constexpr rpclb_plugin_table table = [] {
+    auto t = rpclb::detail::PluginGlue<Never>::table("no_factory");
+    t.create = nullptr;
+    return t;
+}();
 
 }  // namespace
 
-BOOST_DLL_ALIAS(info, rpclb_plugin_info)
+extern "C" BOOST_SYMBOL_EXPORT const rpclb_plugin_table* rpclb_plugin(void) { return &table; }

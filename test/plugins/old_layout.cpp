@@ -1,24 +1,33 @@
-// A plugin built against the previous plugin contract: its handshake reports the contract
-// version it was built with, one less than this rpclb's oldest, and the loader must refuse
-// it, naming the versions, before calling its factory. The handshake is written by hand
-// because RPCLB_PLUGIN always exports the version of the headers it is compiled with.
-#include <rpclb/selection_algorithm.hpp>
+// A plugin built against the previous plugin contract (version 6), which passed C++
+// objects: it exports the handshake `rpclb_plugin_info` of that contract and no C table.
+// The loader must refuse it, naming both versions, before calling its factory. The
+// handshake is written by hand, in the layout of contract 6.
+#include <rpclb/version.hpp>
 
+#include <boost/dll/alias.hpp>
+
+#include <cstdint>
 #include <stdexcept>
 
 namespace {
 
-static_assert(RPCLB_PLUGIN_ABI_VERSION > 1, "the previous ABI version is this one less one");
+struct PluginInfo6 {
+    std::uint32_t abi_version;
+    const char* name;
+    const char* rpclb_version;
+    const char* compiler;
+    std::uint64_t capabilities;
+};
 
-const rpclb::PluginInfo* info() {
-    static const rpclb::PluginInfo i{RPCLB_PLUGIN_ABI_MIN_VERSION - 1, "old_layout", "0.1.0", RPCLB_COMPILER_ID, 0};
+static_assert(RPCLB_PLUGIN_ABI_MIN_VERSION == 7, "the previous contract is version 6");
+
+const PluginInfo6* info() {
+    static const PluginInfo6 i{6, "old_layout", "0.1.0", "GNU C++ version 12.2.0 / GNU libstdc++ version 20230528", 0};
     return &i;
 }
 
 // Reaching the factory would mean the loader skipped the check.
-std::unique_ptr<rpclb::SelectionAlgorithm> create() {
-    throw std::logic_error("old_layout factory called despite the ABI mismatch");
-}
+void* create() { throw std::logic_error("old_layout factory called despite the contract mismatch"); }
 
 }  // namespace
 

@@ -72,6 +72,8 @@ private:
 
 class SupervisedProbe final : public rpclb::SelectionAlgorithm {
 public:
+    static constexpr std::uint64_t capabilities = rpclb::capability::host | rpclb::capability::services;
+
     void init(const rpclb::AlgorithmContext& context, const boost::json::object& options) override {
         context_ = context;
         if (const auto* refuse = options.if_contains("refuse_start")) refuse_start_ = refuse->as_bool();

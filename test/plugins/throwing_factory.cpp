@@ -1,22 +1,19 @@
-// A plugin whose factory throws: the loader must turn the exception into an error that
-// carries its text, and nothing may escape to the caller.
+// A plugin whose algorithm's constructor throws: the loader must turn the exception into
+// an error that carries its text, and nothing may escape to the caller.
 #include <rpclb/selection_algorithm.hpp>
 
 #include <stdexcept>
 
 namespace {
 
-const rpclb::PluginInfo* info() {
-    static const rpclb::PluginInfo i{RPCLB_PLUGIN_ABI_VERSION, "throwing_factory",
-                                     RPCLB_VERSION_STRING, RPCLB_COMPILER_ID};
-    return &i;
-}
-
-std::unique_ptr<rpclb::SelectionAlgorithm> create() {
-    throw std::runtime_error("throwing_factory refuses to build an algorithm");
-}
+class Throwing final : public rpclb::SelectionAlgorithm {
+public:
+    Throwing() { throw std::runtime_error("throwing_factory refuses to build an algorithm"); }
+    rpclb::Result<std::size_t> choose_from_nodes(const rpclb::MemberSnapshot&, const rpclb::PickOptions&) override {
+        return std::size_t{0};
+    }
+};
 
 }  // namespace
 
-BOOST_DLL_ALIAS(info, rpclb_plugin_info)
-BOOST_DLL_ALIAS(create, rpclb_create_algorithm)
+RPCLB_PLUGIN(throwing_factory, Throwing)

@@ -1,22 +1,25 @@
-// A plugin whose handshake claims another compiler: its C++ ABI can't be trusted, so the
-// loader must refuse it before calling its factory.
+// A plugin whose table names another compiler and standard library. Only C data crosses
+// the boundary, so the loader must load it and its picks must serve; that it picks the
+// last member shows its own code runs.
 #include <rpclb/selection_algorithm.hpp>
-
-#include <stdexcept>
 
 namespace {
 
-const rpclb::PluginInfo* info() {
-    static const rpclb::PluginInfo i{RPCLB_PLUGIN_ABI_VERSION, "wrong_compiler",
-                                     RPCLB_VERSION_STRING, "Borland C++ 5.5 / Rogue Wave"};
-    return &i;
-}
+class LastMember final : public rpclb::SelectionAlgorithm {
+public:
+    rpclb::Result<std::size_t> choose_from_nodes(const rpclb::MemberSnapshot& members,
+                                                 const rpclb::PickOptions&) override {
+        if (members.nodes.empty()) return rpclb::empty_members_error("wrong_compiler");
+        return members.nodes.size() - 1;
+    }
+};
 
-std::unique_ptr<rpclb::SelectionAlgorithm> create() {
-    throw std::logic_error("wrong_compiler factory called despite the compiler mismatch");
-}
+constexpr rpclb_plugin_table table = [] {
+    auto t = rpclb::detail::PluginGlue<LastMember>::table("wrong_compiler");
+    t.compiler = "Borland C++ 5.5 / Rogue Wave";
+    return t;
+}();
 
 }  // namespace
 
-BOOST_DLL_ALIAS(info, rpclb_plugin_info)
-BOOST_DLL_ALIAS(create, rpclb_create_algorithm)
+extern "C" BOOST_SYMBOL_EXPORT const rpclb_plugin_table* rpclb_plugin(void) { return &table; }

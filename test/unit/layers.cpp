@@ -59,6 +59,8 @@ const std::map<std::string, Part>& public_headers() {
         {"handler.hpp", rpc},
         {"node_filter.hpp", routing},
         {"selection_algorithm.hpp", routing},
+        {"plugin_abi.h", routing},
+        {"detail/plugin_glue.hpp", routing},
         {"algorithm_state.hpp", routing},
         {"reported_load.hpp", routing},
         {"plugin_log.hpp", routing},
