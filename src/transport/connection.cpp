@@ -303,7 +303,8 @@ void Connection::write_next() {
     // Frames that queued up behind the last write go out together, as one message, to a
     // peer that reads batches (never past the size limit; see LinkCore::begin_write).
     const auto count = core_.begin_write();
-    count_written(count);
+    // A frame in pieces counts once, with its last piece; each piece is a message.
+    count_written(core_.piece() && core_.piece_trailer() != wire::piece_last ? 0 : count);
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };
     ws_.visit([&](auto& ws) {
         if (core_.piece()) {

@@ -105,9 +105,12 @@ public:
             in_write_ = 0;
             return 0;
         }
-        offset_ = 0;
-        if (lane_ == &data_) data_ahead_ -= std::min(data_ahead_, in_write_);
-        else data_ahead_ = 0;  // control frames still queued no longer wait for older data
+        if (lane_ == &data_) {
+            offset_ = 0;
+            data_ahead_ -= std::min(data_ahead_, in_write_);
+        } else {
+            data_ahead_ = 0;  // control frames still queued no longer wait for older data
+        }
         std::size_t bytes = 0;
         auto& lane = *lane_;
         while (in_write_ > 0) {
