@@ -377,13 +377,13 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
         std::lock_guard lock(mutex_);
         fresh = remember(heard_, peer.node, peer.incarnation);
     }
-    if (fresh) c->send(wire::encode(known_nodes()));
-    c->send(groups_.local_sync_frame());
+    if (fresh) c->send_control(wire::encode(known_nodes()));
+    c->send_control(groups_.local_sync_frame());
     if (fresh && !peer.client) {
         const auto frame = wire::encode(wire::Nodes{{peer}});
         std::lock_guard lock(mutex_);
         for (const auto& [name, other] : peers_)
-            if (other != c) other->send(frame);
+            if (other != c) other->send_control(frame);
     }
 }
 
@@ -484,7 +484,7 @@ void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::Decode
 
 void Mesh::broadcast(const std::string& frame) {
     std::lock_guard lock(mutex_);
-    for (const auto& [name, c] : peers_) c->send(frame);
+    for (const auto& [name, c] : peers_) c->send_control(frame);
 }
 
 std::shared_ptr<Connection> Mesh::connection_to(std::string_view node) const {

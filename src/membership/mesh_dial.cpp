@@ -118,7 +118,7 @@ void Mesh::reconnect_tick() {
                                static_cast<std::ptrdiff_t>((regossip_start_ + lists_sent_++) % peers_.size()))
                          ->second;
         }
-        if (to) to->send(wire::encode(known_nodes()));
+        if (to) to->send_control(wire::encode(known_nodes()));
     }
 }
 

@@ -47,10 +47,10 @@ void Mesh::act(FailureDetector::Actions actions) {
         if (probe.kind == wire::ProbeKind::ping)
             c->probe(probe.seq);
         else
-            c->send(wire::encode(wire::Frame(std::move(probe))));
+            c->send_control(wire::encode(wire::Frame(std::move(probe))));
     }
     for (auto& state : actions.gossip) broadcast(wire::encode(wire::Frame(std::move(state))));
-    for (auto& [c, state] : notices) c->send(wire::encode(wire::Frame(std::move(state))));
+    for (auto& [c, state] : notices) c->send_control(wire::encode(wire::Frame(std::move(state))));
     for (auto& [c, dead] : ended) {
         const LinkClose why{LinkError::timed_out, {},
                             dead ? "no answer to probes for the suspicion timeout"

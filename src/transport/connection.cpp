@@ -13,7 +13,11 @@
 #include <boost/beast/websocket/stream_base.hpp>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 namespace rpclb::detail {
 namespace asio = boost::asio;
@@ -22,6 +26,8 @@ namespace ws = beast::websocket;
 using tcp = asio::ip::tcp;
 
 namespace {
+// The unsent bytes the kernel holds for a link that sends in pieces (TCP_NOTSENT_LOWAT).
+constexpr std::size_t unsent_limit = 16 * 1024;
 // A probe's ping payload: this prefix and the probe's seq; the pong echoes it.
 constexpr std::string_view probe_prefix = "probe ";
 // This node ended the connection (it is stopping, it gave the connection up, or its
@@ -54,6 +60,7 @@ Connection::Connection(Socket socket, ConnectionOwner& owner, const ConnectionSe
       settings_(settings),
       handshake_(Role::acceptor, settings.local, settings.cookie, settings.max_batch_frames > 1, false,
                  settings.accept_channels),
+      in_(established_message_max(settings)),
       core_(make_core(settings)),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()) {
@@ -71,6 +78,7 @@ Connection::Connection(Executor executor, std::string target, ConnectionOwner& o
       target_(std::move(target)),
       handshake_(Role::dialer, settings.local, settings.cookie, settings.max_batch_frames > 1, false,
                  settings.accept_channels),
+      in_(established_message_max(settings)),
       core_(make_core(settings)),
       handshake_timer_(ws_.get_executor()),
       deadline_timer_(ws_.get_executor()) {}
@@ -140,7 +148,7 @@ void Connection::on_websocket_open() {
 void Connection::do_read() {
     auto self = shared_from_this();
     ws_.visit([&](auto& ws) {
-        ws.async_read(buffer_, [self](beast::error_code ec, std::size_t bytes) {
+        ws.async_read(self->in_, [self](beast::error_code ec, std::size_t bytes) {
             if (ec) {
                 if (ec == ws::error::message_too_big && !self->established_) {
                     self->owner_.on_oversize_before_handshake(self);
@@ -159,14 +167,21 @@ void Connection::on_read(std::size_t) {
     // A read that completed before fail() closed the socket still runs: what it brought is
     // dropped, or a late Ready would establish a connection already reported closed.
     if (closed()) return;
-    const auto data = buffer_.cdata();
-    std::string_view text(static_cast<const char*>(data.data()), data.size());
+    // Pieces of a large frame (wire::piece_bytes) come only once established.
+    if (auto problem = in_.on_message(established_); !problem.empty())
+        return fail({LinkError::protocol_error, {}, "protocol error: " + problem});
     std::string failure;
-    if (established_) {
+    if (in_.kind() == PieceBuffer::Kind::joined) {
+        handling_read_ = true;
+        failure = on_frame_text(in_.joined());
+        handling_read_ = false;
+        write_next();
+    } else if (in_.kind() == PieceBuffer::Kind::message && established_) {
         // Once established a message may hold several frames (a batch, wire::Hello::batch):
         // every frame it brought is handled before the next read, and the frames they
         // queue go out together after the last (one write instead of one per frame, when
         // inline handlers answer or inline completions start the next calls).
+        auto text = in_.message();
         handling_read_ = true;
         while (failure.empty() && !closed()) {
             const auto end = text.find(wire::batch_separator);
@@ -176,15 +191,12 @@ void Connection::on_read(std::size_t) {
         }
         handling_read_ = false;
         write_next();
-    } else {
-        failure = on_frame_text(text);
+    } else if (in_.kind() == PieceBuffer::Kind::message) {
+        failure = on_frame_text(in_.message());
     }
-    // The frames viewed buffer_: empty it only now, and before the next read is started
-    // (which may fill it at once). A buffer grown by a large message is freed once a
-    // message a quarter of its size or less follows, so an idle link holds a few KiB.
-    const auto read = buffer_.size();
-    buffer_.consume(read);
-    if (buffer_.capacity() > 8 * 1024 && read <= buffer_.capacity() / 4) buffer_.shrink_to_fit();
+    // The frames viewed in_: drop them only now, and before the next read is started
+    // (which may fill it at once).
+    in_.done();
     if (!failure.empty()) return fail({LinkError::handshake_failed, {}, failure});
     if (closed() || loan_.owed()) return;  // answer_delivered reads again
     do_read();
@@ -235,6 +247,7 @@ void Connection::handle_step(Handshake::Step step) {
         core_.set_batching(handshake_.peer_batch() && settings_.max_batch_frames > 1);
         channel_ = handshake_.peer_channel();
         if (channel_) configure_call_channel(ws_);
+        if (!channel_ && handshake_.peer_pieces()) send_in_pieces();
         // Looked up once per link: each answer from the peer then stores its load with no
         // lock. Only an authenticated peer gets a record.
         peer_load_ = NodeLoads::instance().of(handshake_.peer().node);
@@ -244,19 +257,35 @@ void Connection::handle_step(Handshake::Step step) {
     }
 }
 
+void Connection::send_in_pieces() {
+    core_.set_pieces(wire::piece_bytes);
+    // The kernel takes a new write only while less than this waits in it unsent, so what
+    // the queue puts first (a control frame) waits behind at most this, not behind a send
+    // buffer of megabytes (doc/explanation/control-first.md). Bytes in flight don't count.
+    using unsent_lowat = asio::detail::socket_option::integer<IPPROTO_TCP, TCP_NOTSENT_LOWAT>;
+    beast::error_code ignored;
+    ws_.socket().set_option(unsent_lowat(static_cast<int>(unsent_limit)), ignored);
+}
+
 void Connection::send(std::string frame) {
     core_.reserve(frame.size(), false);  // answers are never refused
     enqueue(std::move(frame));
 }
 
-void Connection::enqueue(std::string frame) {
-    asio::dispatch(ws_.get_executor(),
-                   [self = shared_from_this(), f = std::move(frame)]() mutable { self->queue_frame(std::move(f)); });
+void Connection::send_control(std::string frame) {
+    core_.reserve(frame.size(), false);
+    enqueue(std::move(frame), true);
 }
 
-void Connection::queue_frame(std::string frame) {
+void Connection::enqueue(std::string frame, bool control) {
+    asio::dispatch(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame), control]() mutable {
+        self->queue_frame(std::move(f), control);
+    });
+}
+
+void Connection::queue_frame(std::string frame, bool control) {
     if (closed()) return core_.release(frame.size());
-    if (core_.push(std::move(frame))) write_next();
+    if (control ? core_.push_control(std::move(frame)) : core_.push(std::move(frame))) write_next();
 }
 
 std::optional<ErrorMessage> Connection::admit(std::string_view what, std::size_t size, std::string_view module,
@@ -276,9 +305,17 @@ void Connection::write_next() {
     // Frames that queued up behind the last write go out together, as one message, to a
     // peer that reads batches (never past the size limit; see LinkCore::begin_write).
     const auto count = core_.begin_write();
-    count_written(count);
+    // A frame in pieces counts once, with its last piece; each piece is a message.
+    count_written(core_.piece() && core_.piece_trailer() != wire::piece_last ? 0 : count);
     auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); };
     ws_.visit([&](auto& ws) {
+        if (core_.piece()) {
+            piece_trailer_ = core_.piece_trailer();
+            const auto text = core_.piece_text();
+            const std::array<asio::const_buffer, 2> piece{asio::buffer(text.data(), text.size()),
+                                                          asio::buffer(&piece_trailer_, 1)};
+            return ws.async_write(piece, std::move(done));
+        }
         if (count == 1) return ws.async_write(asio::buffer(core_.at(0)), std::move(done));
         ws.async_write(batch_buffers(count), std::move(done));
     });

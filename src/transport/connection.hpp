@@ -7,6 +7,7 @@
 #include "transport/link_error.hpp"
 #include "transport/link_settings.hpp"
 #include "transport/mesh_stream.hpp"
+#include "transport/piece_buffer.hpp"
 #include "transport/stream_loan.hpp"
 
 #include <rpclb/detail/handshake.hpp>
@@ -14,7 +15,6 @@
 #include <rpclb/error.hpp>
 
 #include <boost/asio/steady_timer.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -28,8 +28,10 @@
 
 namespace rpclb::detail {
 
-/// A WebSocket to one peer, the I/O driver of its LinkCore: the handshakes, one read loop,
-/// one write path (LinkCore's queue, coalesced into batches) and the deadline timer. It
+/// A WebSocket to one peer, the I/O driver of its LinkCore: the handshakes, one read loop
+/// (which joins a large frame sent in pieces, PieceBuffer), one write path (LinkCore's
+/// queue: control frames first, batches, large data frames in pieces to a peer that reads
+/// them; doc/explanation/control-first.md) and the deadline timer. It
 /// sends no keep-alive of its own: the mesh's failure detector probes the peer over it.
 /// Its state changes and its I/O run on its strand; the public members
 /// are safe from any thread. On an accepted call channel a worker may write one answer
@@ -55,6 +57,10 @@ public:
 
     /// Queues a frame's text. Dropped after close.
     void send(std::string frame);
+    /// Queues the text of a control frame (a probe, an ack, a membership frame): it goes
+    /// out before the data frames queued (requests, answers, casts, bye), and between two
+    /// pieces of a large one (WriteQueue). Dropped after close. Any thread.
+    void send_control(std::string frame);
 
     /// An empty buffer to encode the next frame for this connection into: the memory of
     /// a large frame already written, when one is kept (FramePool: mesh links only,
@@ -171,6 +177,9 @@ private:
     }
 
     void configure();
+    /// Once established with a peer that reads pieces, on a mesh link: large data frames
+    /// go in pieces, and the kernel holds little unsent.
+    void send_in_pieces();
     /// A TLS failure (see ConnectionOwner::on_tls_failed): reports it, then fails.
     void tls_fail(const std::string& reason);
     void on_websocket_open();
@@ -181,12 +190,12 @@ private:
     std::string on_frame_text(std::string_view text);
     void handle_step(Handshake::Step step);
     void write_next();
-    /// Queues a frame whose bytes are reserved (see reserve) on the strand; releases them
-    /// when the connection has closed.
-    void enqueue(std::string frame);
+    /// Queues a frame whose bytes are reserved (see reserve) on the strand, on the control
+    /// lane when `control`; releases them when the connection has closed.
+    void enqueue(std::string frame, bool control = false);
     /// On the strand: queues a reserved frame and writes it when it can (released instead
     /// when the connection has closed).
-    void queue_frame(std::string frame);
+    void queue_frame(std::string frame, bool control);
     /// Checks an encoded request or cast (`what`) of `size` bytes before it is queued:
     /// too_large(), or the send queue full (overloaded(), counted in WireCounters). nullopt
     /// when it may go; its bytes are then reserved (LinkCore::reserve). Any thread.
@@ -219,10 +228,11 @@ private:
     std::string target_;
     std::string remote_;  // accepted: the peer's ADDRESS:PORT, for logs
     Handshake handshake_;
-    boost::beast::flat_buffer buffer_;
+    PieceBuffer in_;  // what reads append to: a message, after the pieces of a frame held
     LinkCore core_;  // pending calls, deadlines, write queue
     FramePool spares_;  // buffers of large frames written, for the next ones
     std::vector<boost::asio::const_buffer> write_buffers_;  // the write in progress's, when batched
+    char piece_trailer_ = 0;  // the byte after the piece being written
     // The frames of a read are being handled: what they queue (answers of inline handlers,
     // requests of inline completions) is written together once the last is handled.
     bool handling_read_ = false;

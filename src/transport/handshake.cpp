@@ -101,6 +101,7 @@ wire::Hello Handshake::hello() const {
     hello.channels = accept_channels_;
     hello.channel = channel_;
     hello.cancel = true;
+    hello.pieces = true;
     return hello;
 }
 
@@ -153,6 +154,7 @@ Handshake::Step Handshake::on_hello(const wire::Hello& hello) {
     peer_batch_ = hello.batch;
     peer_channels_ = hello.channels;
     peer_cancel_ = hello.cancel;
+    peer_pieces_ = hello.pieces;
     // Only a dialer opens a call channel; an acceptor's "channel" means nothing.
     peer_channel_ = role_ == Role::acceptor && hello.channel;
 

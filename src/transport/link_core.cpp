@@ -88,6 +88,13 @@ bool LinkCore::push(std::string frame) {
     return false;
 }
 
+bool LinkCore::push_control(std::string frame) {
+    const auto bytes = frame.size();
+    if (queue_.push_control(std::move(frame))) return true;
+    release(bytes);
+    return false;
+}
+
 std::optional<ErrorMessage> not_json(std::string_view what, const boost::json::array& args, std::string_view peer,
                                      std::string_view module, std::string_view function) {
     for (const auto& arg : args)

@@ -94,14 +94,23 @@ public:
     bool reserve(std::size_t bytes, bool refusable) noexcept;
     /// Uncounts `bytes` reserved for a frame that was not queued. Any thread.
     void release(std::size_t bytes) noexcept { queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed); }
-    /// Queues a reserved frame; false (its bytes released) once the link failed.
+    /// Data frames longer than `piece_size` go in pieces (WriteQueue::set_pieces); 0: none.
+    void set_pieces(std::size_t piece_size) noexcept { queue_.set_pieces(piece_size); }
+    /// Queues a reserved data frame; false (its bytes released) once the link failed.
     bool push(std::string frame);
+    /// Queues a reserved control frame, which goes before the data frames
+    /// (WriteQueue::push_control); false (its bytes released) once the link failed.
+    bool push_control(std::string frame);
     /// Starts the next write: how many queued frames go out as one message (0: a write
-    /// runs already, or nothing waits); each is at(i).
+    /// runs already, or nothing waits); each is at(i), or, when piece(), the write is one
+    /// piece: piece_text() then piece_trailer().
     std::size_t begin_write() {
         return queue_.begin_write(batching_ ? max_batch_frames_ : 1, max_batch_bytes_);
     }
     const std::string& at(std::size_t i) const { return queue_.at(i); }
+    bool piece() const noexcept { return queue_.piece(); }
+    std::string_view piece_text() const { return queue_.piece_text(); }
+    char piece_trailer() const noexcept { return queue_.piece_trailer(); }
     bool writing() const noexcept { return queue_.writing(); }
     /// No frame waits to be written.
     bool write_idle() const noexcept { return queue_.idle(); }

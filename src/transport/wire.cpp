@@ -184,6 +184,7 @@ void read(Members& m, Hello& f) {
     m.optional_boolean("channels", f.channels);
     m.optional_boolean("channel", f.channel);
     m.optional_boolean("cancel", f.cancel);
+    m.optional_boolean("pieces", f.pieces);
 }
 
 void read(Members& m, Auth& f) { m.string("proof", f.proof); }
@@ -429,6 +430,7 @@ void write(Writer& w, const Hello& f) {
     if (f.channels) w.boolean("channels", true);
     if (f.channel) w.boolean("channel", true);
     if (f.cancel) w.boolean("cancel", true);
+    if (f.pieces) w.boolean("pieces", true);
 }
 
 void write(Writer& w, const Auth& f) { w.string("proof", f.proof); }

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,71 @@ BOOST_AUTO_TEST_CASE(a_connection_that_fails_during_a_large_write_leaves_the_nod
     BOOST_REQUIRE(r.has_value());
     BOOST_TEST(r.value().as_string() == "pong");
     BOOST_TEST(rpclb::test::eventually([&] { return a.connected_nodes() == std::vector<std::string>{"b@127.0.0.1"}; }, 5s));
+}
+
+// ---- pieces: a large frame in pieces from a real peer (wire::piece_bytes) ------------
+
+namespace {
+// The request frame's text cut into pieces of `size` bytes, each followed by its byte.
+std::vector<std::string> pieces_of(const std::string& frame, std::size_t size) {
+    std::vector<std::string> pieces;
+    for (std::size_t at = 0; at < frame.size(); at += size)
+        pieces.push_back(frame.substr(at, size) +
+                         (at + size >= frame.size() ? rpclb::detail::wire::piece_last : rpclb::detail::wire::piece_more));
+    return pieces;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_request_in_pieces_with_frames_between_them_is_joined_and_answered) {
+    namespace wire = rpclb::detail::wire;
+    rpclb::Cluster a(rpclb::test::in_process_node_options("a@127.0.0.1"));
+    a.register_function("t", "size", [](const boost::json::array& args) -> rpclb::CallResult {
+        return static_cast<std::uint64_t>(args.at(0).as_string().size());
+    });
+    a.start();
+    rpclb::test::RawPeer raw(a.listen_endpoint()->port());
+    BOOST_REQUIRE(!raw.handshake(wire::PeerInfo{"r@127.0.0.1", "inc-r", "", true}, rpclb::test::test_cookie));
+    const auto frame = wire::encode(wire::Request{7, "t", "size", {boost::json::string(100000, 'p')}, ""});
+    const auto pieces = pieces_of(frame, wire::piece_bytes);
+    BOOST_REQUIRE(pieces.size() == 4u);
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+        BOOST_REQUIRE(raw.send(pieces[i], 5s, true));
+        // A frame of its own between two pieces: it is handled, and the pieces still join.
+        if (i == 1) BOOST_REQUIRE(raw.send(wire::Request{8, "t", "size", {boost::json::string("abc")}, ""}));
+    }
+    std::map<std::uint64_t, std::uint64_t> answers;  // request id -> the size it answered
+    for (int i = 0; i < 2; ++i) {
+        const auto res = raw.read_until([](const boost::json::object& f) { return f.at("t") == "res"; }, 5s);
+        BOOST_REQUIRE(res);
+        answers[res->at("id").to_number<std::uint64_t>()] = res->at("ok").to_number<std::uint64_t>();
+    }
+    BOOST_TEST(answers[8] == 3u);
+    BOOST_TEST(answers[7] == 100000u);
+}
+
+BOOST_AUTO_TEST_CASE(pieces_past_the_read_limit_end_that_link_only) {
+    namespace wire = rpclb::detail::wire;
+    auto o = rpclb::test::in_process_node_options("a@127.0.0.1");
+    o.max_message_size = 256 * 1024;  // a read limit of 1 MiB (the batch size)
+    rpclb::Cluster a(o);
+    a.register_function("t", "ping", [](const boost::json::array&) -> rpclb::CallResult { return "pong"; });
+    a.start();
+    const auto port = a.listen_endpoint()->port();
+    {
+        rpclb::test::RawPeer raw(port);
+        BOOST_REQUIRE(!raw.handshake(wire::PeerInfo{"r@127.0.0.1", "inc-r", "", true}, rpclb::test::test_cookie));
+        const std::string piece = std::string(wire::piece_bytes, 'x') + wire::piece_more;
+        // Never a last piece: the node must stop holding them at its limit, not at ours.
+        for (int i = 0; i < 64 && raw.send(piece, 5s, true); ++i) {
+        }
+        BOOST_TEST(raw.wait_closed(5s));
+    }
+    rpclb::Cluster b(rpclb::test::in_process_node_options("b@127.0.0.1", {"127.0.0.1:" + std::to_string(port)}));
+    b.start();
+    BOOST_REQUIRE(rpclb::test::eventually([&] { return b.connected_nodes().size() == 1; }, 5s));
+    auto r = b.call("a@127.0.0.1", "t", "ping");
+    BOOST_REQUIRE(r.has_value());
+    BOOST_TEST(r.value().as_string() == "pong");
 }
 
 // ---- FramePool: the buffers of large frames written, for the next frames ------------

@@ -20,7 +20,8 @@ namespace {
 
 // Field-by-field equality of frames (the frame structs have no operator==).
 bool same(const proto::Hello& a, const proto::Hello& b) {
-    return a.version == b.version && a.peer == b.peer && a.nonce == b.nonce && a.cancel == b.cancel;
+    return a.version == b.version && a.peer == b.peer && a.nonce == b.nonce && a.cancel == b.cancel &&
+           a.pieces == b.pieces;
 }
 bool same(const proto::Auth& a, const proto::Auth& b) { return a.proof == b.proof; }
 bool same(const proto::Ready& a, const proto::Ready& b) { return a.proof == b.proof; }
@@ -93,6 +94,9 @@ std::vector<proto::Frame> one_of_each() {
     proto::Hello cancels{1, peer("c@h", "127.0.0.1:4001"), "00ff"};
     cancels.cancel = true;
     frames.emplace_back(cancels);
+    proto::Hello pieces{1, peer("d@h", "127.0.0.1:4002"), "00ff"};
+    pieces.pieces = true;
+    frames.emplace_back(pieces);
     frames.emplace_back(proto::Probe{proto::ProbeKind::ping, 1, ""});
     frames.emplace_back(proto::Probe{proto::ProbeKind::ping_req, 2, "c@h"});
     frames.emplace_back(proto::Probe{proto::ProbeKind::ack, std::numeric_limits<std::uint64_t>::max(), ""});

@@ -104,6 +104,9 @@ public:
     /// The peer reads "cancel" frames (its Hello said "cancel"); valid once its Hello has
     /// arrived.
     bool peer_cancel() const noexcept { return peer_cancel_; }
+    /// The peer reads large frames in pieces (its Hello said "pieces"); valid once its
+    /// Hello has arrived.
+    bool peer_pieces() const noexcept { return peer_pieces_; }
     /// Acceptor: the dialer opened this connection as a call channel (its Hello said
     /// "channel"); valid once its Hello has arrived. Always false for a dialer.
     bool peer_channel() const noexcept { return peer_channel_; }
@@ -146,6 +149,7 @@ private:
     bool peer_batch_ = false;
     bool peer_channels_ = false;
     bool peer_cancel_ = false;
+    bool peer_pieces_ = false;
     bool peer_channel_ = false;
     wire::PeerInfo peer_;
     State state_ = State::initial;

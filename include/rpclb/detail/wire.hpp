@@ -37,7 +37,7 @@ struct PeerInfo {
     friend bool operator==(const PeerInfo&, const PeerInfo&) = default;
 };
 
-/// "hello": {"t","v","node","inc","listen","client","nonce"[,"batch"][,"channels"][,"channel"][,"cancel"]}. Sent first by the
+/// "hello": {"t","v","node","inc","listen","client","nonce"[,"batch"][,"channels"][,"channel"][,"cancel"][,"pieces"]}. Sent first by the
 /// dialer and answered by the acceptor; neither carries a proof (a "proof" member, as
 /// older versions sent, is ignored like any unknown member).
 struct Hello {
@@ -60,7 +60,25 @@ struct Hello {
     /// "cancel" (optional, default false): the sender reads "cancel" frames. A node sends
     /// them only to a peer whose Hello said so.
     bool cancel = false;
+    /// "pieces" (optional, default false): the sender reads a large frame sent in pieces
+    /// (see `piece_bytes`). A node sends pieces only to a peer whose Hello said so.
+    bool pieces = false;
 };
+
+/// Size of one piece of a large frame on a mesh link. Towards a peer that reads pieces
+/// (Hello::pieces), a frame longer than this goes as several WebSocket messages, each at
+/// most this many bytes of the frame's text (cut at any byte) followed by one byte:
+/// `piece_more`, or `piece_last` on the frame's last piece. Messages of the link's other
+/// frames may come between two pieces, never a piece of another frame. A reader
+/// joins the pieces in order into one frame and holds at most its read limit of them; a
+/// piece stream over that is a protocol error that ends the link. The trailing byte tells
+/// a piece from a frame: a frame is JSON text, which never ends with a control character.
+/// doc/explanation/control-first.md says why.
+inline constexpr std::size_t piece_bytes = 32 * 1024;
+/// The last byte of a piece that more pieces of the same frame follow.
+inline constexpr char piece_more = '\x01';
+/// The last byte of a frame's last piece.
+inline constexpr char piece_last = '\x02';
 
 /// Separates the frames of a batched message. Encoded frames are compact JSON, which
 /// never holds a raw newline (one inside a string is escaped).

@@ -3,6 +3,8 @@
 //
 //   big    one call of demo.node with a string argument of --bytes bytes to --node
 //          {"ok": bool, "node": "...", "ms": N, "error": {...}}
+//   bigs   --count such calls, --concurrency at a time, sampling the probe round trip
+//          {"calls", "ok", "ms", "errors", "link_lost", "idle_rtt_ms", "rtt_ms": {...}}
 //   picks  asks its hash_ring (or any) balancer for the owner of keys key-0 .. key-(N-1)
 //          {"members": [...], "owners": [...]}
 //   load   steady calls through every --balancer for --seconds, each with a deadline
@@ -20,6 +22,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -79,6 +82,75 @@ int run_big(rpclb::Cluster& cluster, const std::string& node, std::size_t bytes,
         out["error"] = r.error().to_json();
     std::cout << boost::json::serialize(out) << std::endl;
     return r ? 0 : 1;
+}
+
+// `count` calls like run_big's, `concurrency` at a time, while the round trip of this
+// node's probes of `node` (Cluster::keepalive_rtt) is sampled every 20 ms and the link
+// to it is watched. Prints {"calls", "ok", "ms", "errors": [...], "link_lost",
+// "idle_rtt_ms", "rtt_ms": {"samples", "median", "max"}}.
+int run_bigs(rpclb::Cluster& cluster, const std::string& node, std::size_t bytes, milliseconds timeout, int count,
+             int concurrency) {
+    auto rtt_ms = [&]() -> double {
+        const auto rtt = cluster.keepalive_rtt(node);
+        return rtt ? duration<double, std::milli>(*rtt).count() : -1.0;
+    };
+    const double idle_rtt = rtt_ms();
+    std::mutex mutex;
+    int next = 0, ok = 0;
+    boost::json::array errors;
+    std::atomic<bool> done{false}, lost{false};
+    std::vector<double> samples;
+    std::thread sampler([&] {
+        double last = idle_rtt;
+        while (!done) {
+            std::this_thread::sleep_for(milliseconds(20));
+            const auto connected = cluster.connected_nodes();
+            if (std::find(connected.begin(), connected.end(), node) == connected.end()) lost = true;
+            const double now = rtt_ms();
+            if (now >= 0 && now != last) samples.push_back(now);  // a probe answered since
+            last = now;
+        }
+    });
+    const auto start = steady_clock::now();
+    std::vector<std::thread> callers;
+    for (int t = 0; t < concurrency; ++t)
+        callers.emplace_back([&] {
+            for (;;) {
+                {
+                    std::lock_guard lock(mutex);
+                    if (next == count) return;
+                    ++next;
+                }
+                boost::json::array args;
+                args.emplace_back(boost::json::string(bytes, 'x'));
+                rpclb::CallOptions options;
+                options.timeout = timeout;
+                auto r = cluster.call(node, "demo", "node", std::move(args), options);
+                std::lock_guard lock(mutex);
+                if (r)
+                    ++ok;
+                else
+                    errors.emplace_back(r.error().to_json());
+            }
+        });
+    for (auto& c : callers) c.join();
+    done = true;
+    sampler.join();
+    boost::json::object out;
+    out["calls"] = count;
+    out["ok"] = ok;
+    out["ms"] = duration_cast<milliseconds>(steady_clock::now() - start).count();
+    out["errors"] = std::move(errors);
+    out["link_lost"] = lost.load();
+    out["idle_rtt_ms"] = idle_rtt;
+    std::sort(samples.begin(), samples.end());
+    boost::json::object rtt;
+    rtt["samples"] = samples.size();
+    rtt["median"] = samples.empty() ? -1.0 : samples[samples.size() / 2];
+    rtt["max"] = samples.empty() ? -1.0 : samples.back();
+    out["rtt_ms"] = std::move(rtt);
+    std::cout << boost::json::serialize(out) << std::endl;
+    return ok == count ? 0 : 1;
 }
 
 int run_picks(rpclb::Cluster& cluster, const std::string& balancer, int keys) {
@@ -196,12 +268,12 @@ int main(int argc, char** argv) {
     std::string mode, name, cookie, node, errors_path, log_level;
     std::vector<std::string> seeds, balancers, plugin_dirs;
     long bytes = 0, timeout_ms = 10000, wait_ms = 10000, keys = 1000, seconds_ = 10, max_in_flight = 64;
-    long expect_nodes = 0;
+    long expect_nodes = 0, count = 1, concurrency = 1;
     double rate = 200;
-    po::options_description desc("rpclb-fault-client MODE [options]   (MODE: big, picks, load)");
+    po::options_description desc("rpclb-fault-client MODE [options]   (MODE: big, bigs, picks, load)");
     desc.add_options()
         ("help,h", "show this help")
-        ("mode", po::value(&mode), "big | picks | load")
+        ("mode", po::value(&mode), "big | bigs | picks | load")
         ("seed", po::value(&seeds)->composing(), "HOST:PORT of a node (repeatable, required)")
         ("cookie", po::value(&cookie), "cluster cookie (default $RPCLB_COOKIE)")
         ("name", po::value(&name), "client node name (default faults<pid>@127.0.0.1)")
@@ -209,7 +281,9 @@ int main(int argc, char** argv) {
         ("expect-nodes", po::value(&expect_nodes), "wait until connected to this many nodes and every balancer has as many members")
         ("wait", po::value(&wait_ms), "longest wait for that, ms (default 10000)")
         ("node", po::value(&node), "big: the node to call")
-        ("bytes", po::value(&bytes), "big: size of the string argument")
+        ("bytes", po::value(&bytes), "big, bigs: size of the string argument")
+        ("count", po::value(&count), "bigs: how many calls (default 1)")
+        ("concurrency", po::value(&concurrency), "bigs: calls at once (default 1)")
         ("balancer", po::value(&balancers)->composing(), "picks, load: balancer (repeatable for load)")
         ("keys", po::value(&keys), "picks: how many keys (default 1000)")
         ("seconds", po::value(&seconds_), "load: how long (default 10)")
@@ -228,12 +302,15 @@ int main(int argc, char** argv) {
             std::cout << desc;
             return 0;
         }
-        if (mode != "big" && mode != "picks" && mode != "load") throw std::invalid_argument("MODE must be big, picks or load");
+        if (mode != "big" && mode != "bigs" && mode != "picks" && mode != "load")
+            throw std::invalid_argument("MODE must be big, bigs, picks or load");
         if (seeds.empty()) throw std::invalid_argument("give --seed");
         if (cookie.empty()) cookie = rpclb::environment_cookie();
         if (cookie.empty()) throw std::invalid_argument("give --cookie or set RPCLB_COOKIE");
-        if (mode == "big" && (node.empty() || bytes < 0)) throw std::invalid_argument("big needs --node and --bytes");
-        if (mode != "big" && balancers.empty()) throw std::invalid_argument(mode + " needs --balancer");
+        const bool big = mode == "big" || mode == "bigs";
+        if (big && (node.empty() || bytes < 0)) throw std::invalid_argument(mode + " needs --node and --bytes");
+        if (count < 1 || concurrency < 1) throw std::invalid_argument("bad --count or --concurrency");
+        if (!big && balancers.empty()) throw std::invalid_argument(mode + " needs --balancer");
         if (rate <= 0 || max_in_flight < 1 || timeout_ms < 1) throw std::invalid_argument("bad --rate, --max-in-flight or --timeout");
     } catch (const std::exception& e) {
         std::cerr << "rpclb-fault-client: " << e.what() << "\n" << desc;
@@ -251,12 +328,16 @@ int main(int argc, char** argv) {
     try {
         rpclb::Cluster cluster(options);
         cluster.start();
-        if (!wait_for_cluster(cluster, mode == "big" ? std::vector<std::string>{} : balancers,
+        const bool big = mode == "big" || mode == "bigs";
+        if (!wait_for_cluster(cluster, big ? std::vector<std::string>{} : balancers,
                               static_cast<std::size_t>(expect_nodes), milliseconds(wait_ms)))
             std::cerr << "rpclb-fault-client: the cluster was not complete within " << wait_ms << " ms" << std::endl;
         int status = 0;
         if (mode == "big") {
             status = run_big(cluster, node, static_cast<std::size_t>(bytes), milliseconds(timeout_ms));
+        } else if (mode == "bigs") {
+            status = run_bigs(cluster, node, static_cast<std::size_t>(bytes), milliseconds(timeout_ms),
+                              static_cast<int>(count), static_cast<int>(concurrency));
         } else if (mode == "picks") {
             status = run_picks(cluster, balancers.front(), static_cast<int>(keys));
         } else {
