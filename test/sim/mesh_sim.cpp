@@ -114,6 +114,8 @@ struct RunResult {
     double stall_out_s = -1;  // --stall-out: stall → out of every live view; --gray: the silent crash's
     std::uint64_t false_suspicions = 0;  // --gray: suspicions of a member that answers
     std::uint64_t by_stallers = 0;       // of those, raised by a node that stalls
+    std::uint64_t suspicions = 0;        // --gray: every suspicion raised or confirmed
+    std::uint64_t false_broken = 0;      // --gray: links between members that answer found broken
     double node_seconds = 0;             // --gray: nodes × simulated seconds watched
 };
 
@@ -157,10 +159,17 @@ public:
         };
         w_.on_suspect = [this](std::uint32_t viewer, std::uint32_t member) {
             if (!o_.gray || !watching_) return;
+            ++r_.suspicions;
             // True when the member stalls, stalled within a probe's life, or has stopped.
             if (member == stalled_ || w_.health(member) != Health::up || w_.now() < answers_from_[member]) return;
             ++r_.false_suspicions;
             if (staller_[viewer]) ++r_.by_stallers;
+        };
+        w_.on_broken = [this](std::uint32_t viewer, std::uint32_t member) {
+            if (!o_.gray || !watching_) return;
+            for (auto i : {viewer, member})
+                if (i == stalled_ || w_.now() < answers_from_[i]) return;
+            ++r_.false_broken;
         };
         w_.on_linked = [this](std::uint32_t a, std::uint32_t b) {
             if (tracking_) {
@@ -821,13 +830,16 @@ int main(int argc, char** argv) {
     bool missed = false;
     if (o.gray) {
         std::vector<double> detect;
-        std::uint64_t false_suspicions = 0, by_stallers = 0, dead = 0, broken = 0, false_dead = 0;
+        std::uint64_t false_suspicions = 0, by_stallers = 0, dead = 0, broken = 0, false_dead = 0, suspicions = 0,
+                      false_broken = 0;
         double node_days = 0;
         for (const auto& r : results) {
             if (r.stall_out_s >= 0) detect.push_back(r.stall_out_s);
             false_suspicions += r.false_suspicions;
             by_stallers += r.by_stallers;
             false_dead += r.false_dead;
+            suspicions += r.suspicions;
+            false_broken += r.false_broken;
             broken += r.broken;
             dead += r.dead;
             node_days += r.node_seconds / 86400;
@@ -835,15 +847,18 @@ int main(int argc, char** argv) {
         std::sort(detect.begin(), detect.end());
         auto at = [&](double q) { return detect.empty() ? -1.0 : detect[static_cast<std::size_t>(q * (detect.size() - 1))]; };
         const double rate = node_days > 0 ? static_cast<double>(false_suspicions) / node_days : 0;
+        const double drop_rate = node_days > 0 ? static_cast<double>(false_broken + false_dead) / node_days : 0;
         std::cout << "gray: " << o.nodes << " nodes, " << gray_loss * 100 << " % loss on every link, "
                   << gray_stall / sec << " s stalls on " << gray_stalling_share * 100 << " % of the nodes, "
                   << o.gray_length / sec << " simulated s per seed, " << node_days << " node-days\n"
                   << "gray: false_suspicions " << false_suspicions << " (" << by_stallers << " by stalling nodes) = "
                   << rate << " per node per simulated day (target <= " << gray_false_suspicions_target << ")\n"
-                  << "gray: false_dead " << false_dead << " broken_links " << broken << " dead_verdicts " << dead << "\n"
+                  << "gray: false_dead " << false_dead << " false_broken_links " << false_broken << " (of " << broken
+                  << " broken) = " << drop_rate << " healthy links dropped per node per simulated day (target <= "
+                  << gray_false_suspicions_target << "); dead_verdicts " << dead << " suspicions " << suspicions << "\n"
                   << "gray: silent_stop_out_of_every_view_virtual_s median " << at(0.5) << " p90 " << at(0.9) << " p99 "
                   << at(0.99) << " max " << at(1.0) << " (target p99 <= " << gray_detect_p99_target_s << ")" << std::endl;
-        missed = rate > gray_false_suspicions_target || at(0.99) > gray_detect_p99_target_s || detect.empty();
+        missed = rate > gray_false_suspicions_target || drop_rate > gray_false_suspicions_target || at(0.99) > gray_detect_p99_target_s || detect.empty();
         if (missed) std::cout << "gray: a target was missed" << std::endl;
     }
     return violations > 0 || missed ? 1 : 0;

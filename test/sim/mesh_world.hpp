@@ -158,6 +158,8 @@ public:
     std::function<void(std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t)> on_dead;
     /// Called for each suspicion a detector raises or confirms itself: (suspecter, member).
     std::function<void(std::uint32_t, std::uint32_t)> on_suspect;
+    /// Called for each link a detector found broken (Actions::broken): (viewer, member).
+    std::function<void(std::uint32_t, std::uint32_t)> on_broken;
     /// Called when a group frame from `from` (incarnation `gen`, sent at `sent`) made node
     /// `viewer` add `from` to `group`.
     std::function<void(std::uint32_t viewer, std::uint32_t from, std::uint32_t gen, Micros sent, const std::string& group)>
@@ -491,6 +493,7 @@ private:
             const auto j = parse_id(name);
             if (link_[idx(i, j)] == 0) continue;
             ++broken_;
+            if (on_broken) on_broken(i, j);
             close_link(i, j);
         }
         schedule_timer(i);

@@ -527,3 +527,37 @@ BOOST_AUTO_TEST_CASE(a_node_cut_off_from_every_member_says_so_once_and_again_whe
     BOOST_TEST((*back.back >= 4s));
     BOOST_TEST(!d.on_probe(t0 + 5s, "b", {wire::ProbeKind::ping, 2, {}}).back.has_value());
 }
+
+namespace {
+
+// Probes `target` of a detector linked to b and c so that only the other member gets an
+// answer, twice; `late_pong` answers the first probe's ping directly after it ended.
+Actions answered_only_through_the_other_twice(bool late_pong) {
+    auto d = make({"b", "c"});
+    const auto [target, seq] = pings(d.on_timer(t0)).at(0);
+    const std::string other = target == "b" ? "c" : "b";
+    Actions last;
+    for (auto t = t0 + 5ms; t <= t0 + 250ms; t += 5ms) {
+        if (late_pong && t == t0 + 100ms) (void)d.on_probe(t, target, {wire::ProbeKind::ack, seq, {}});
+        auto out = d.on_timer(t);
+        for (const auto& [via, s] : pings(out, wire::ProbeKind::ping_req))
+            (void)d.on_probe(t + 1ms, via, {wire::ProbeKind::ack, s, {}});  // the other got an answer
+        for (const auto& [to, s] : pings(out))
+            if (to != target) (void)d.on_probe(t + 1ms, to, {wire::ProbeKind::ack, s, {}});
+        for (auto& n : out.broken) last.broken.push_back(n);
+        if (!last.broken.empty()) break;
+    }
+    return last;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_link_answered_only_through_others_twice_in_a_row_is_broken) {
+    const auto out = answered_only_through_the_other_twice(false);
+    BOOST_TEST(out.broken.size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_late_pong_shows_a_slow_link_is_not_broken) {
+    const auto out = answered_only_through_the_other_twice(true);
+    BOOST_TEST(out.broken.empty());
+}
