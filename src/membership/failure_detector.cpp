@@ -80,14 +80,13 @@ bool FailureDetector::probing(std::string_view node) const {
 FailureDetector::Clock::duration FailureDetector::scaled(Clock::duration d) const { return d * (1 + health_); }
 
 FailureDetector::Clock::duration FailureDetector::timeout_of(const Member& m) const {
-    // RFC 6298: RTO = SRTT + max(G, 4 × RTTVAR), doubled after each timeout (5.5), here
-    // within the configured floor and cap.
-    Clock::duration rto = options_.probe_timeout;
-    if (m.srtt_us != no_rtt)
-        rto = std::chrono::microseconds(m.srtt_us) +
-              std::max(rtt_granularity, std::chrono::microseconds(4 * std::uint64_t{m.rttvar_us}));
-    rto = std::max<Clock::duration>(rto, options_.probe_timeout) * (1 << m.backoff);
-    return std::min<Clock::duration>(rto, options_.probe_timeout_max);
+    if (m.srtt_us == no_rtt) return options_.probe_timeout;
+    // RFC 6298: RTO = SRTT + max(G, 4 × RTTVAR), here within the configured floor and cap.
+    // No back-off after a timeout: the probe's indirect phase already waits as long again,
+    // and a back-off would delay finding a link cut one way.
+    const auto rto = std::chrono::microseconds(m.srtt_us) +
+                     std::max(rtt_granularity, std::chrono::microseconds(4 * std::uint64_t{m.rttvar_us}));
+    return std::clamp<Clock::duration>(rto, options_.probe_timeout, options_.probe_timeout_max);
 }
 
 FailureDetector::Clock::duration FailureDetector::timeout_of(std::string_view node) const {
@@ -230,10 +229,6 @@ void FailureDetector::probe(Clock::time_point now, const std::string& target, Ac
 }
 
 void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
-    // Unanswered over its link: the member's next probe waits twice as long (as TCP backs
-    // off its retransmission timer), so that a pong held up by retransmissions counts.
-    if (auto it = members_.find(p.target); it != members_.end() && !p.direct)
-        it->second.backoff = static_cast<std::uint8_t>(std::min(it->second.backoff + 1, 3));
     if (p.acked) {
         auto it = members_.find(p.target);
         if (it == members_.end()) return;
@@ -325,7 +320,7 @@ FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const 
         // The link answers, if slowly: an answer over it to any ping sent since the first
         // probe that only others got answered clears that probe's count (seqs only grow).
         if (auto it = members_.find(from); it != members_.end() && probe.seq >= it->second.failing_seq)
-            it->second.direct_failures = it->second.backoff = 0;
+            it->second.direct_failures = 0;
         if (auto it = members_.find(from); it != members_.end() && it->second.last_seq == probe.seq) {
             // A pong after its probe ended is a sample too (each ping has its own seq, so
             // unlike TCP's retransmissions it is not ambiguous).

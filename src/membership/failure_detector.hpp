@@ -43,8 +43,8 @@ struct DetectorOptions {
 /// set_epoch). A probe is a ping, then `indirect_probes` pings through others, then a
 /// suspicion told to every member; a suspect that does not refute within the suspicion
 /// timeout is dead. A probe waits for each member as long as its link's retransmission
-/// timeout (RFC 6298: smoothed round trip + 4 × its variation, doubled after each probe
-/// the member did not answer directly), within probe_timeout … probe_timeout_max. A node that times out late (it was not running) judges nothing at
+/// timeout (RFC 6298: smoothed round trip + 4 × its variation), within probe_timeout …
+/// probe_timeout_max. A node that times out late (it was not running) judges nothing at
 /// that wake-up: its probes and suspicions get another probe timeout to read what came
 /// meanwhile. A node that hears nobody while its probes go unanswered is cut off, says
 /// so (Actions::cut_off) and drops every link; the first frame after that says it is back.
@@ -116,8 +116,8 @@ public:
 
     /// The last direct probe's round trip to `node`, once one was answered.
     std::optional<std::chrono::microseconds> rtt(std::string_view node) const;
-    /// How long a probe of `node` waits for its ack now: the link's retransmission timeout,
-    /// backed off, within probe_timeout … probe_timeout_max, times 1 + local_health().
+    /// How long a probe of `node` waits for its ack now: the link's retransmission timeout
+    /// within probe_timeout … probe_timeout_max, times 1 + local_health().
     std::chrono::microseconds probe_timeout(std::string_view node) const;
     /// True while `node` is suspected here.
     bool suspected(std::string_view node) const;
@@ -140,7 +140,6 @@ private:
         Clock::time_point last_sent = Clock::time_point::min();  // when ping `last_seq` went out, unanswered
         std::uint64_t failing_seq = 0;     // the first of those probes
         std::uint8_t direct_failures = 0;  // probes in a row answered through others only
-        std::uint8_t backoff = 0;          // probes in a row without a direct answer (timeout × 2^this)
         bool odd_rtt_told = false;         // an out-of-range round trip was reported once
     };
     static constexpr std::uint32_t no_rtt = 0xffffffff;
