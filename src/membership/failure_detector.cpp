@@ -124,9 +124,8 @@ void FailureDetector::postpone(Clock::time_point now) {
         if (!p.indirect_sent) p.indirect_at = std::max(p.indirect_at, now + t);
         p.ends_at = std::max(p.ends_at, (p.indirect_sent ? now : p.indirect_at) + t);
     }
-    std::vector<std::string> due;
-    for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) due.push_back(it->second);
-    for (const auto& name : due) file(name, suspicions_.find(name)->second, now + timeout_of(name));
+    // Suspicions keep their deadlines: the other members time the same suspicion and drop
+    // the suspect then; this node waiting longer would only keep the views apart.
 }
 
 FailureDetector::Clock::duration FailureDetector::suspicion_timeout(const Suspicion& s) const {

@@ -44,9 +44,8 @@ struct DetectorOptions {
 /// suspicion told to every member; a suspect that does not refute within the suspicion
 /// timeout is dead. A probe waits for each member as long as its link's retransmission
 /// timeout (RFC 6298: smoothed round trip + 4 × its variation), within probe_timeout …
-/// probe_timeout_max. A node that times out late (it was not running) judges nothing at
-/// that wake-up: its probes and suspicions get another probe timeout to read what came
-/// meanwhile. A node that hears nobody while its probes go unanswered is cut off, says
+/// probe_timeout_max. A node that times out late (it was not running) ends no probe at
+/// that wake-up: each gets another probe timeout to read the answers that came meanwhile. A node that hears nobody while its probes go unanswered is cut off, says
 /// so (Actions::cut_off) and drops every link; the first frame after that says it is back.
 /// doc/explanation/failure-detection.md gives each step and its timing.
 ///
@@ -174,7 +173,7 @@ private:
     Clock::duration timeout_of(const Member& m) const;  // unscaled
     Clock::duration timeout_of(std::string_view node) const;  // scaled
     void sample_rtt(const std::string& node, Member& m, Clock::duration rtt, Actions& out);
-    // This node woke late: nothing due is judged before what came meanwhile is read.
+    // This node woke late: no probe ends before the answers that came meanwhile are read.
     void postpone(Clock::time_point now);
     // A frame from a member: not cut off (any more), and silence is counted afresh.
     void heard(Clock::time_point now, Actions& out);
