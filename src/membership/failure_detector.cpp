@@ -12,12 +12,16 @@ using std::chrono::milliseconds;
 // with a nack at once, so a peer cannot make this node hold an unbounded table.
 constexpr std::size_t max_relays = 256;
 
+// RFC 6298's clock granularity G: the variation term of a retransmission timeout is at least this.
+constexpr std::chrono::microseconds rtt_granularity{1000};
+
 }  // namespace
 
 DetectorOptions DetectorOptions::from_idle_timeout(milliseconds idle) {
     DetectorOptions o;
     o.probe_interval = std::clamp(idle / 3, milliseconds(100), milliseconds(1000));
     o.probe_timeout = std::clamp(idle / 12, milliseconds(100), milliseconds(2000));
+    o.probe_timeout_max = std::max(idle / 3, o.probe_timeout);
     o.suspicion_min = std::max(idle / 3, o.probe_timeout);
     o.suspicion_max = std::max(idle, o.suspicion_min);
     return o;
@@ -73,7 +77,56 @@ bool FailureDetector::probing(std::string_view node) const {
     return std::any_of(probes_.begin(), probes_.end(), [&](const Probe& p) { return p.target == node; });
 }
 
-FailureDetector::Clock::duration FailureDetector::scaled(milliseconds d) const { return d * (1 + health_); }
+FailureDetector::Clock::duration FailureDetector::scaled(Clock::duration d) const { return d * (1 + health_); }
+
+FailureDetector::Clock::duration FailureDetector::timeout_of(const Member& m) const {
+    if (m.srtt_us == no_rtt) return options_.probe_timeout;
+    // RFC 6298: RTO = SRTT + max(G, 4 × RTTVAR), here within the configured floor and cap.
+    // No back-off after a timeout: the probe's indirect phase already waits as long again,
+    // and a back-off would delay finding a link cut one way.
+    const auto rto = std::chrono::microseconds(m.srtt_us) +
+                     std::max(rtt_granularity, std::chrono::microseconds(4 * std::uint64_t{m.rttvar_us}));
+    return std::clamp<Clock::duration>(rto, options_.probe_timeout, options_.probe_timeout_max);
+}
+
+FailureDetector::Clock::duration FailureDetector::timeout_of(std::string_view node) const {
+    const auto it = members_.find(node);
+    return scaled(it == members_.end() ? Clock::duration(options_.probe_timeout) : timeout_of(it->second));
+}
+
+void FailureDetector::sample_rtt(const std::string& node, Member& m, Clock::duration rtt, Actions& out) {
+    // A round trip outside 0 … 10 × the cap (a clock that jumped, a pong from another
+    // ping) is bounded, and told once per member.
+    const auto most = std::chrono::duration_cast<std::chrono::microseconds>(options_.probe_timeout_max) * 10;
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(rtt);
+    if (us < std::chrono::microseconds(0) || us > most) {
+        us = std::clamp(us, std::chrono::microseconds(0), most);
+        if (!m.odd_rtt_told) out.odd_rtt.emplace(node, us);
+        m.odd_rtt_told = true;
+    }
+    const auto r = static_cast<std::int64_t>(us.count());
+    m.rtt_us = static_cast<std::uint32_t>(r);
+    if (m.srtt_us == no_rtt) {
+        m.srtt_us = static_cast<std::uint32_t>(r);
+        m.rttvar_us = static_cast<std::uint32_t>(r / 2);
+        return;
+    }
+    // alpha = 1/8, beta = 1/4 (RFC 6298 section 2).
+    const auto srtt = static_cast<std::int64_t>(m.srtt_us);
+    m.rttvar_us = static_cast<std::uint32_t>((3 * static_cast<std::int64_t>(m.rttvar_us) + std::abs(srtt - r)) / 4);
+    m.srtt_us = static_cast<std::uint32_t>((7 * srtt + r) / 8);
+}
+
+void FailureDetector::postpone(Clock::time_point now) {
+    for (auto& p : probes_) {
+        if (p.acked) continue;
+        const auto t = timeout_of(p.target);
+        if (!p.indirect_sent) p.indirect_at = std::max(p.indirect_at, now + t);
+        p.ends_at = std::max(p.ends_at, (p.indirect_sent ? now : p.indirect_at) + t);
+    }
+    // Suspicions keep their deadlines: the other members time the same suspicion and drop
+    // the suspect then; this node waiting longer would only keep the views apart.
+}
 
 FailureDetector::Clock::duration FailureDetector::suspicion_timeout(const Suspicion& s) const {
     // Lifeguard: from the maximum down to the minimum as independent confirmations arrive,
@@ -163,11 +216,14 @@ void FailureDetector::start_probe(Clock::time_point now, Actions& out) {
 }
 
 void FailureDetector::probe(Clock::time_point now, const std::string& target, Actions& out) {
-    Probe p{target, next_seq_++, now};
-    p.indirect_at = now + scaled(options_.probe_timeout);
-    p.ends_at = p.indirect_at + scaled(options_.probe_timeout);
+    Probe p{target, next_seq_++};
+    auto& m = members_.find(target)->second;
+    const auto timeout = scaled(timeout_of(m));
+    p.indirect_at = now + timeout;
+    p.ends_at = p.indirect_at + timeout;
     out.sends.emplace_back(target, wire::Probe{wire::ProbeKind::ping, p.seq, {}});
-    members_.find(target)->second.last_seq = p.seq;
+    m.last_seq = p.seq;
+    m.last_sent = now;
     probes_.push_back(std::move(p));
 }
 
@@ -177,11 +233,12 @@ void FailureDetector::end_probe(Clock::time_point now, Probe p, Actions& out) {
         if (it == members_.end()) return;
         if (p.direct) {
             it->second.direct_failures = 0;
-        } else if (++it->second.direct_failures >= 2) {
+        } else if (++it->second.direct_failures == 1) {
+            it->second.failing_seq = p.seq;
+            probe(now, p.target, out);  // again at once, to tell a slow answer from a broken link
+        } else {
             out.broken.push_back(p.target);
             remove(p.target);
-        } else {
-            probe(now, p.target, out);  // again at once, to tell a slow answer from a broken link
         }
         return;
     }
@@ -213,7 +270,10 @@ bool FailureDetector::suspect(Clock::time_point now, const std::string& node, co
 }
 
 void FailureDetector::retime(const std::string& node, Suspicion& s) {
-    const auto due = s.since + suspicion_timeout(s);
+    if (const auto due = s.since + suspicion_timeout(s); due < s.due) file(node, s, due);
+}
+
+void FailureDetector::file(const std::string& node, Suspicion& s, Clock::time_point due) {
     if (due == s.due) return;
     auto entry = deadlines_.extract(std::pair{s.due, node});
     entry.value().first = s.due = due;
@@ -241,8 +301,7 @@ void FailureDetector::refute(std::uint64_t above, Actions& out) {
 FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const std::string& from,
                                                    const wire::Probe& probe) {
     Actions out;
-    last_heard_ = now;
-    unanswered_ = 0;
+    heard(now, out);
     switch (probe.kind) {
     case wire::ProbeKind::ping:
         out.sends.emplace_back(from, wire::Probe{wire::ProbeKind::ack, probe.seq, {}});
@@ -252,23 +311,26 @@ FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const 
             out.sends.emplace_back(from, wire::Probe{wire::ProbeKind::nack, probe.seq, {}});
         } else {
             const auto seq = next_seq_++;
-            relays_[seq] = Relay{from, probe.seq, now + scaled(options_.probe_timeout)};
+            relays_[seq] = Relay{from, probe.seq, now + timeout_of(probe.node)};
             out.sends.emplace_back(probe.node, wire::Probe{wire::ProbeKind::ping, seq, {}});
         }
         break;
     case wire::ProbeKind::ack:
-        if (auto it = members_.find(from); it != members_.end() && it->second.last_seq == probe.seq)
-            it->second.direct_failures = 0;  // the link answers, if slowly
+        // The link answers, if slowly: an answer over it to any ping sent since the first
+        // probe that only others got answered clears that probe's count (seqs only grow).
+        if (auto it = members_.find(from); it != members_.end() && probe.seq >= it->second.failing_seq)
+            it->second.direct_failures = 0;
+        if (auto it = members_.find(from); it != members_.end() && it->second.last_seq == probe.seq) {
+            // A pong after its probe ended is a sample too (each ping has its own seq, so
+            // unlike TCP's retransmissions it is not ambiguous).
+            if (it->second.last_sent != Clock::time_point::min())
+                sample_rtt(it->first, it->second, now - it->second.last_sent, out);
+            it->second.last_sent = Clock::time_point::min();
+        }
         if (auto* p = probe_of(probe.seq)) {
             if (!p->acked) change_health(-1);
             p->acked = true;
-            if (from == p->target && !p->direct) {
-                p->direct = true;
-                if (auto it = members_.find(from); it != members_.end()) {
-                    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - p->sent_at).count();
-                    it->second.rtt_us = static_cast<std::uint32_t>(std::clamp<std::int64_t>(us, 0, no_rtt - 1));
-                }
-            }
+            if (from == p->target) p->direct = true;
         } else if (auto it = relays_.find(probe.seq); it != relays_.end()) {
             out.sends.emplace_back(it->second.requester, wire::Probe{wire::ProbeKind::ack, it->second.requester_seq, {}});
             relays_.erase(it);
@@ -284,8 +346,7 @@ FailureDetector::Actions FailureDetector::on_probe(Clock::time_point now, const 
 FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const std::string& from,
                                                     const wire::MemberState& state) {
     Actions out;
-    last_heard_ = now;
-    unanswered_ = 0;
+    heard(now, out);
     if (state.node == self_) {
         if (state.incarnation != incarnation_ || state.state == wire::MemberHealth::alive) return out;
         if (state.version >= version_)
@@ -334,14 +395,19 @@ FailureDetector::Actions FailureDetector::on_member(Clock::time_point now, const
 FailureDetector::Actions FailureDetector::on_timer(Clock::time_point now) {
     Actions out;
     // Woken more than half a probe interval after the instant asked for: this node is not
-    // being scheduled in time, and its probes' silence may be its own.
-    if (const auto due = next_timer(); due && *due != Clock::time_point::min() && now > *due + options_.probe_interval / 2)
+    // being scheduled in time, and its probes' silence may be its own. It doubts itself
+    // first: slower from now on, and nothing due is judged before it read what came.
+    if (const auto due = next_timer(); due && *due != Clock::time_point::min() && now > *due + options_.probe_interval / 2) {
         change_health(+1);
+        postpone(now);
+    }
     // Silent for the unconfirmed suspicion time and a probe timeout, and at least two of
     // its probes ended unanswered meanwhile (a slow node's sparse probes count, not time).
     if (last_heard_ && !members_.empty() && unanswered_ >= 2 &&
         now >= *last_heard_ + options_.suspicion_max + options_.probe_timeout) {
         // Cut off from every member: no suspicion of ours can be confirmed.
+        out.cut_off = std::chrono::duration_cast<milliseconds>(now - *last_heard_);
+        cut_off_since_ = *last_heard_;
         for (const auto& [name, m] : members_) out.broken.push_back(name);
         for (const auto& name : out.broken) remove(name);
         last_heard_.reset();
@@ -429,6 +495,17 @@ std::optional<FailureDetector::Clock::time_point> FailureDetector::next_timer() 
     for (const auto& [seq, r] : relays_) consider(r.expires_at);
     if (!deadlines_.empty()) consider(deadlines_.begin()->first);
     return next;
+}
+
+void FailureDetector::heard(Clock::time_point now, Actions& out) {
+    last_heard_ = now;
+    unanswered_ = 0;
+    if (cut_off_since_) out.back = std::chrono::duration_cast<milliseconds>(now - *cut_off_since_);
+    cut_off_since_.reset();
+}
+
+std::chrono::microseconds FailureDetector::probe_timeout(std::string_view node) const {
+    return std::chrono::duration_cast<std::chrono::microseconds>(timeout_of(node));
 }
 
 std::optional<std::chrono::microseconds> FailureDetector::rtt(std::string_view node) const {

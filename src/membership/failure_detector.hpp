@@ -24,14 +24,16 @@ namespace rpclb::detail {
 /// what each trades.
 struct DetectorOptions {
     std::chrono::milliseconds probe_interval{1000};  ///< a probe of one member starts each interval
-    std::chrono::milliseconds probe_timeout{250};    ///< wait this for a direct ack, then as long for others
+    std::chrono::milliseconds probe_timeout{250};    ///< the least wait for a direct ack (then as long for others)
+    std::chrono::milliseconds probe_timeout_max{1000};  ///< the most a link's measured round trip stretches it to
     std::size_t indirect_probes = 3;                ///< members asked to ping a silent one (k)
     std::chrono::milliseconds suspicion_min{1000};  ///< a suspect confirmed by k others is dead after this
     std::chrono::milliseconds suspicion_max{3000};  ///< an unconfirmed suspect is dead after this
     int max_local_health = 8;  ///< timeouts stretch up to (1 + this) times when this node is slow
 
     /// probe_interval idle/3 within 100 ms…1 s, probe_timeout idle/12 within 100 ms…2 s,
-    /// suspicion idle/3 (confirmed, at least probe_timeout) to idle (unconfirmed).
+    /// probe_timeout_max idle/3 (at least probe_timeout), suspicion idle/3 (confirmed, at
+    /// least probe_timeout) to idle (unconfirmed).
     static DetectorOptions from_idle_timeout(std::chrono::milliseconds idle);
 };
 
@@ -40,7 +42,12 @@ struct DetectorOptions {
 /// probe schedule shared by the nodes (each step, a permutation of the members; see
 /// set_epoch). A probe is a ping, then `indirect_probes` pings through others, then a
 /// suspicion told to every member; a suspect that does not refute within the suspicion
-/// timeout is dead. doc/explanation/failure-detection.md gives each step and its timing.
+/// timeout is dead. A probe waits for each member as long as its link's retransmission
+/// timeout (RFC 6298: smoothed round trip + 4 × its variation), within probe_timeout …
+/// probe_timeout_max. A node that times out late (it was not running) ends no probe at
+/// that wake-up: each gets another probe timeout to read the answers that came meanwhile. A node that hears nobody while its probes go unanswered is cut off, says
+/// so (Actions::cut_off) and drops every link; the first frame after that says it is back.
+/// doc/explanation/failure-detection.md gives each step and its timing.
 ///
 /// Sans-I/O: driven by add/remove (links up and down), on_probe/on_member (frames read)
 /// and on_timer (the instant next_timer() asked for), all given the time; each returns
@@ -55,15 +62,23 @@ public:
     /// answer the driver reports as an "ack" from that node), send each of `gossip` to
     /// every linked member, send each of `notices` to its node only, then drop the links
     /// of `dead` (they left every view) and of `broken` (the member answers others, but
-    /// not twice running over this link).
+    /// not twice running over this link). `cut_off` (how long this node heard nobody) when
+    /// it finds itself cut off from every member (its links are then in `broken`); `back`
+    /// (how long since it heard anyone before that) at the first frame heard after it;
+    /// `odd_rtt` (the member and the bounded round trip) the first time a member's round
+    /// trip falls outside 0 … 10 × probe_timeout_max.
     struct Actions {
         std::vector<std::pair<std::string, wire::Probe>> sends;
         std::vector<wire::MemberState> gossip;
         std::vector<std::pair<std::string, wire::MemberState>> notices;
         std::vector<std::string> dead;
         std::vector<std::string> broken;
+        std::optional<std::chrono::milliseconds> cut_off;
+        std::optional<std::chrono::milliseconds> back;
+        std::optional<std::pair<std::string, std::chrono::microseconds>> odd_rtt;
         bool empty() const noexcept {
-            return sends.empty() && gossip.empty() && notices.empty() && dead.empty() && broken.empty();
+            return sends.empty() && gossip.empty() && notices.empty() && dead.empty() && broken.empty() &&
+                   !cut_off && !back && !odd_rtt;
         }
     };
 
@@ -100,6 +115,9 @@ public:
 
     /// The last direct probe's round trip to `node`, once one was answered.
     std::optional<std::chrono::microseconds> rtt(std::string_view node) const;
+    /// How long a probe of `node` waits for its ack now: the link's retransmission timeout
+    /// within probe_timeout … probe_timeout_max, times 1 + local_health().
+    std::chrono::microseconds probe_timeout(std::string_view node) const;
     /// True while `node` is suspected here.
     bool suspected(std::string_view node) const;
     /// Linked members this detector probes.
@@ -116,7 +134,12 @@ private:
         std::uint64_t version = 0;
         std::uint64_t last_seq = 0;  // the seq of its last probe (a late pong still counts)
         std::uint32_t rtt_us = no_rtt;  // the last direct probe's round trip
+        std::uint32_t srtt_us = no_rtt;  // smoothed round trip (RFC 6298), no_rtt before a sample
+        std::uint32_t rttvar_us = 0;     // its variation
+        Clock::time_point last_sent = Clock::time_point::min();  // when ping `last_seq` went out, unanswered
+        std::uint64_t failing_seq = 0;     // the first of those probes
         std::uint8_t direct_failures = 0;  // probes in a row answered through others only
+        bool odd_rtt_told = false;         // an out-of-range round trip was reported once
     };
     static constexpr std::uint32_t no_rtt = 0xffffffff;
     // A suspect's suspicion (in suspicions_ while the member is suspected).
@@ -131,7 +154,6 @@ private:
     struct Probe {
         std::string target;
         std::uint64_t seq = 0;
-        Clock::time_point sent_at{};
         Clock::time_point indirect_at{};  // ask others when no ack by then
         Clock::time_point ends_at{};      // suspect when no ack by then
         bool indirect_sent = false;
@@ -147,7 +169,14 @@ private:
         Clock::time_point expires_at{};
     };
 
-    Clock::duration scaled(std::chrono::milliseconds d) const;
+    Clock::duration scaled(Clock::duration d) const;
+    Clock::duration timeout_of(const Member& m) const;  // unscaled
+    Clock::duration timeout_of(std::string_view node) const;  // scaled
+    void sample_rtt(const std::string& node, Member& m, Clock::duration rtt, Actions& out);
+    // This node woke late: no probe ends before the answers that came meanwhile are read.
+    void postpone(Clock::time_point now);
+    // A frame from a member: not cut off (any more), and silence is counted afresh.
+    void heard(Clock::time_point now, Actions& out);
     Clock::duration suspicion_timeout(const Suspicion& s) const;
     void start_probe(Clock::time_point now, Actions& out);
     void probe(Clock::time_point now, const std::string& target, Actions& out);  // a ping to a member
@@ -158,8 +187,11 @@ private:
     // counted anew (a new suspicion or a confirmation), false when it was already.
     bool suspect(Clock::time_point now, const std::string& node, const std::string& by);
     void clear_suspicion(const std::string& node);
-    // Sets s's deadline from its suspecters and the member count, and files it in deadlines_.
+    // Sets s's deadline from its suspecters and the member count, never later than it was:
+    // confirmations shorten a suspicion, nothing lengthens it.
     void retime(const std::string& node, Suspicion& s);
+    // Moves s to `due` in deadlines_.
+    void file(const std::string& node, Suspicion& s, Clock::time_point due);
     // Every suspect's deadline again after the member count changed; a no-op unless the
     // members are at most indirect_probes + 1, below which the count bounds the
     // confirmations awaited.
@@ -209,6 +241,7 @@ private:
     std::optional<Clock::time_point> next_probe_at_;
     std::optional<Clock::time_point> last_heard_;  // the last probe frame or answer from any member
     int unanswered_ = 0;  // probes ended with no answer since then
+    std::optional<Clock::time_point> cut_off_since_;  // last heard from anyone, while cut off
     std::map<std::uint64_t, Relay> relays_;  // by the seq of the ping sent on the requester's behalf
 };
 

@@ -51,14 +51,29 @@ void Mesh::act(FailureDetector::Actions actions) {
     }
     for (auto& state : actions.gossip) broadcast(wire::encode(wire::Frame(std::move(state))));
     for (auto& [c, state] : notices) c->send_control(wire::encode(wire::Frame(std::move(state))));
+    const auto seconds = [](std::chrono::milliseconds d) { return std::chrono::duration<double>(d).count(); };
+    if (actions.odd_rtt)
+        RPCLB_LOG("mesh", warning) << actions.odd_rtt->first << ": a probe's round trip out of range, counted as "
+                                   << actions.odd_rtt->second.count() << " µs (said once for this member)";
+    if (actions.back)
+        RPCLB_LOG("mesh", warning) << "back in touch with the members after " << seconds(*actions.back)
+                                   << " s cut off; relinking them";
+    if (actions.cut_off)
+        RPCLB_LOG("mesh", error) << "cut off from every member for " << seconds(*actions.cut_off)
+                                 << " s (no frame from any, no answer to this node's probes): dropping the links to all "
+                                 << ended.size() << " of them, which fail their calls at once; redialling the seeds and "
+                                 << "known nodes every " << seconds(options_.reconnect_interval) << " s until one answers";
     for (auto& [c, dead] : ended) {
         const LinkClose why{LinkError::timed_out, {},
-                            dead ? "no answer to probes for the suspicion timeout"
-                                 : "no answer over this link to two probes in a row that others got answered"};
-        RPCLB_LOG("mesh", warning) << c->peer().node << (dead ? " did not answer probes and was suspected for the "
-                                                                "suspicion timeout; dropping its link"
-                                                              : " answers other members' probes but not this "
-                                                                "node's, twice in a row; dropping the link");
+                            dead               ? "no answer to probes for the suspicion timeout"
+                            : actions.cut_off ? "this node is cut off from every member"
+                                               : "no answer over this link to two probes in a row that others got answered"};
+        if (!actions.cut_off)
+            RPCLB_LOG("mesh", warning) << c->peer().node
+                                       << (dead ? " did not answer probes and was suspected for the "
+                                                  "suspicion timeout; dropping its link"
+                                                : " answers other members' probes but not this "
+                                                  "node's, twice in a row; dropping the link");
         // A peer that said bye has left its groups already, and a stopping node's links
         // are closing: the link just ends.
         if (c->going_away() || c->peer_quiet() || stopping_)

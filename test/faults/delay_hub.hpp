@@ -9,7 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
+#include <map>
 #include <future>
 #include <random>
 #include <stdexcept>
@@ -30,9 +30,10 @@ namespace rpclb::test::faults {
 
 /// While it lives, the lab's bridge is out of the path: a thread in the hub namespace
 /// reads every frame from each node's port (AF_PACKET), drops `loss_percent` % of the IPv4
-/// frames at random, and after `delay` writes the rest to every other port (a hub, not a
-/// switch: a node ignores frames for another MAC address). So each packet between two
-/// nodes arrives `delay` late, or not at all, in each direction.
+/// frames at random, and after `delay` ± `jitter` (uniform, drawn per frame, so frames may
+/// overtake each other) writes the rest to every other port (a hub, not a switch: a node
+/// ignores frames for another MAC address). So each packet between two nodes arrives
+/// `delay` ± `jitter` late, or not at all, in each direction.
 ///
 /// Frames keep their virtio-net header (PACKET_VNET_HDR) from the port they came in on to
 /// the one they go out of, so the veths' segmentation offload stays on and a 64 KiB TCP
@@ -43,8 +44,9 @@ namespace rpclb::test::faults {
 /// cannot be opened. Thread safety: distinct objects safe; shared objects unsafe.
 class DelayHub {
 public:
-    DelayHub(NetnsLab& lab, std::chrono::milliseconds delay, int loss_percent)
-        : lab_(lab), delay_(delay), loss_percent_(loss_percent) {
+    DelayHub(NetnsLab& lab, std::chrono::milliseconds delay, int loss_percent,
+             std::chrono::milliseconds jitter = std::chrono::milliseconds(0))
+        : lab_(lab), delay_(delay), jitter_(std::min(jitter, delay)), loss_percent_(loss_percent) {
         for (int i = 0; i < lab_.size(); ++i) lab_.detach_port(i);
         std::promise<void> ready;
         thread_ = std::thread([this, &ready] {
@@ -86,7 +88,6 @@ private:
     static constexpr std::size_t vnet_header_bytes = 10;
 
     struct Frame {
-        Clock::time_point due;
         std::size_t from;
         std::vector<char> bytes;  // virtio_net_hdr, then the Ethernet frame
     };
@@ -114,6 +115,8 @@ private:
     void run() {
         std::mt19937 rng(std::random_device{}());
         std::uniform_int_distribution<int> percent(0, 99);
+        std::uniform_int_distribution<long long> jitter_us(-std::chrono::microseconds(jitter_).count(),
+                                                           std::chrono::microseconds(jitter_).count());
         std::vector<pollfd> polled;
         for (int fd : fds_) polled.push_back({fd, POLLIN, 0});
         std::vector<char> buffer(vnet_header_bytes + 70000);
@@ -121,7 +124,7 @@ private:
             int wait_ms = 10;
             if (!queue_.empty())
                 wait_ms = static_cast<int>(std::clamp<long long>(
-                    std::chrono::ceil<std::chrono::milliseconds>(queue_.front().due - Clock::now()).count(), 0, 10));
+                    std::chrono::ceil<std::chrono::milliseconds>(queue_.begin()->first - Clock::now()).count(), 0, 10));
             if (::poll(polled.data(), polled.size(), wait_ms) > 0) {
                 for (std::size_t i = 0; i < polled.size(); ++i) {
                     if (!(polled[i].revents & POLLIN)) continue;
@@ -136,17 +139,18 @@ private:
                             ++dropped_;
                             continue;
                         }
-                        queue_.push_back({Clock::now() + delay_, i, {buffer.begin(), buffer.begin() + n}});
+                        const auto due = Clock::now() + delay_ + std::chrono::microseconds(jitter_us(rng));
+                        queue_.emplace(due, Frame{i, {buffer.begin(), buffer.begin() + n}});
                     }
                 }
             }
             const auto now = Clock::now();
-            while (!queue_.empty() && queue_.front().due <= now) {
-                const auto& f = queue_.front();
+            while (!queue_.empty() && queue_.begin()->first <= now) {
+                const auto& f = queue_.begin()->second;
                 for (std::size_t j = 0; j < fds_.size(); ++j)
                     if (j != f.from) ::send(fds_[j], f.bytes.data(), f.bytes.size(), 0);
                 ++forwarded_;
-                queue_.pop_front();
+                queue_.erase(queue_.begin());
             }
         }
         for (int fd : fds_) ::close(fd);
@@ -158,11 +162,12 @@ private:
 
     NetnsLab& lab_;
     const std::chrono::milliseconds delay_;
+    const std::chrono::milliseconds jitter_;
     const int loss_percent_;
     std::thread thread_;
     std::atomic<bool> stop_{false};
     std::vector<int> fds_;
-    std::deque<Frame> queue_;
+    std::multimap<Clock::time_point, Frame> queue_;  // by when each frame is due
     std::atomic<std::uint64_t> forwarded_{0}, dropped_{0};
 };
 

@@ -58,7 +58,16 @@ struct Options {
     Micros fault_phase = 30 * sec;  // faults start within this
     bool stall_out = false;         // measure instead: one node stalled, until out of every view
     bool relinked = false;          // --stall-out: the stalled node refuted, then most others relinked it
+    bool gray = false;              // measure instead: gray links and CPU stalls (Run::gray)
+    Micros gray_length = 60 * sec;  // --gray: simulated time per seed after convergence
 };
+
+// --gray: what every link loses, how many nodes stall and for how long, and the targets.
+constexpr double gray_loss = 0.05;
+constexpr double gray_stalling_share = 0.01;
+constexpr Micros gray_stall = 2 * sec;
+constexpr double gray_false_suspicions_target = 1.0;  // per node per simulated day
+constexpr double gray_detect_p99_target_s = 5.0;
 
 // The bounds the invariants check, all derived from the options.
 struct Bounds {
@@ -102,7 +111,12 @@ struct RunResult {
     std::uint64_t false_dead = 0;
     std::uint64_t broken = 0;
     std::uint64_t dead = 0;  // every "dead" verdict, excused or not
-    double stall_out_s = -1;  // --stall-out: stall → out of every live view
+    double stall_out_s = -1;  // --stall-out: stall → out of every live view; --gray: the silent crash's
+    std::uint64_t false_suspicions = 0;  // --gray: suspicions of a member that answers
+    std::uint64_t by_stallers = 0;       // of those, raised by a node that stalls
+    std::uint64_t suspicions = 0;        // --gray: every suspicion raised or confirmed
+    std::uint64_t false_broken = 0;      // --gray: links between members that answer found broken
+    double node_seconds = 0;             // --gray: nodes × simulated seconds watched
 };
 
 std::string seconds(Micros t) {
@@ -143,6 +157,20 @@ public:
                 ++outs_;
             }
         };
+        w_.on_suspect = [this](std::uint32_t viewer, std::uint32_t member) {
+            if (!o_.gray || !watching_) return;
+            ++r_.suspicions;
+            // True when the member stalls, stalled within a probe's life, or has stopped.
+            if (member == stalled_ || w_.health(member) != Health::up || w_.now() < answers_from_[member]) return;
+            ++r_.false_suspicions;
+            if (staller_[viewer]) ++r_.by_stallers;
+        };
+        w_.on_broken = [this](std::uint32_t viewer, std::uint32_t member) {
+            if (!o_.gray || !watching_) return;
+            for (auto i : {viewer, member})
+                if (i == stalled_ || w_.now() < answers_from_[i]) return;
+            ++r_.false_broken;
+        };
         w_.on_linked = [this](std::uint32_t a, std::uint32_t b) {
             if (tracking_) {
                 settle(a, b);
@@ -156,6 +184,7 @@ public:
         auto& rng = w_.rng();
         if (!clean_start()) return finish();
         if (o_.stall_out) return stall_out();
+        if (o_.gray) return gray();
 
         // Faults, drawn now; which nodes they hit is drawn when they start.
         Micros heal = w_.now();
@@ -257,6 +286,64 @@ private:
         if (outs_ == others && w_.now() - from > b_.detect)
             violate("7: stalled " + w_.name(stalled_) + " out of every view only after " + seconds(w_.now() - from) +
                     " s (bound " + seconds(b_.detect) + " s)");
+        return finish();
+    }
+
+    // --gray (the links already lose gray_loss of their segments, retransmitted as TCP
+    // does): for gray_length after convergence, 1 % of the nodes (at least one, never a
+    // seed) stall for 2 s again and again, 8–18 s apart, and one other node stops for good
+    // between a quarter and a half of the way (silently, as a host that loses power: no
+    // FIN). Counts the suspicions of members that answer, and times the stopped node out
+    // of every view but the stallers' (which may be stalled).
+    RunResult gray() {
+        const auto n = o_.nodes;
+        auto& rng = w_.rng();
+        const Micros begin = w_.now(), end = begin + o_.gray_length;
+        // A member that stalled is excused until a probe begun during its stall has ended.
+        const Micros grace = 2 * to_micros(o_.detector.probe_timeout_max) + to_micros(o_.detector.probe_interval);
+        staller_.assign(n, false);
+        answers_from_.assign(n, 0);
+        const auto stallers = std::max<std::uint32_t>(1, static_cast<std::uint32_t>(n * gray_stalling_share));
+        for (std::uint32_t k = 0; k < stallers; ++k) {
+            const auto i = pick([&](std::uint32_t i) { return !w_.is_seed(i) && !staller_[i]; });
+            if (i == n) break;
+            staller_[i] = true;
+            for (Micros t = begin + std::uniform_int_distribution<Micros>(0, 10 * sec)(rng); t < end;
+                 t += gray_stall + std::uniform_int_distribution<Micros>(8 * sec, 18 * sec)(rng)) {
+                w_.at(t, [this, i, grace] {
+                    w_.stall(i);
+                    excuse(i, w_.now() + gray_stall);
+                    answers_from_[i] = w_.now() + gray_stall + grace;
+                    w_.at(w_.now() + gray_stall, [this, i] { w_.resume(i); });
+                });
+            }
+        }
+        const auto victim = pick([&](std::uint32_t i) { return !w_.is_seed(i) && !staller_[i]; });
+        if (victim == n) {
+            violate("no node to stop");
+            return finish();
+        }
+        std::uint32_t others = 0;
+        for (std::uint32_t i = 0; i < n; ++i) others += i != victim && !staller_[i];
+        Micros stopped_at = 0;
+        w_.at(begin + std::uniform_int_distribution<Micros>(o_.gray_length / 4, o_.gray_length / 2)(rng),
+              [this, victim, &stopped_at] {
+                  stopped_at = w_.now();
+                  out_of_.assign(o_.nodes, false);
+                  for (std::uint32_t i = 0; i < o_.nodes; ++i) out_of_[i] = staller_[i];  // not counted
+                  stalled_ = victim;
+                  w_.stall(victim);
+                  excuse(victim, std::numeric_limits<Micros>::max() / 4);
+              });
+        watching_ = true;
+        while (w_.now() < end) {
+            w_.run_until(std::min(end, w_.now() + 10 * ms));
+            if (stopped_at > 0 && outs_ == others && r_.stall_out_s < 0)
+                r_.stall_out_s = static_cast<double>(w_.now() - stopped_at) / sec;
+        }
+        r_.node_seconds = static_cast<double>(n) * static_cast<double>(o_.gray_length) / sec;
+        if (r_.stall_out_s < 0)
+            violate("gray: stopped " + w_.name(victim) + " still in " + std::to_string(others - outs_) + " views at the end");
         return finish();
     }
 
@@ -552,6 +639,9 @@ private:
     Micros heal_ = 0;
     std::uint32_t stalled_ = std::numeric_limits<std::uint32_t>::max();
     std::vector<bool> out_of_;
+    bool watching_ = false;             // --gray: counting suspicions
+    std::vector<bool> staller_;         // --gray: the nodes that stall again and again
+    std::vector<Micros> answers_from_;  // --gray: a member that stalled is excused until then
     std::uint32_t outs_ = 0;
     std::unordered_map<std::uint64_t, Micros> removed_;
     std::vector<int> group_of_;  // the group each node joins, or -1
@@ -566,7 +656,7 @@ private:
 [[noreturn]] void usage(const std::string& why, int status = 2) {
     (status == 0 ? std::cout : std::cerr) << (why.empty() ? "" : "mesh_sim: " + why + "\n")
               << "usage: mesh_sim --nodes N --seeds S [--seed X] [--faults LIST] [--seeds-nodes K]\n"
-                 "                [--idle-timeout-ms T] [--stall-out [--relinked]]\n"
+                 "                [--idle-timeout-ms T] [--stall-out [--relinked]] [--gray [--gray-seconds S]]\n"
                  "  --seeds S        number of runs, with seeds X, X+1, ..., X+S-1 (X defaults to 1)\n"
                  "  --seeds-nodes K  nodes 0..K-1 are the seed nodes every node joins through (default 1)\n"
                  "  --faults    comma-separated, from: all none drop delay reorder partition asym crash restart "
@@ -578,6 +668,11 @@ private:
                  "                   a run fails when that exceeds the detection bound\n"
                  "  --relinked       before the stall, the node refutes a suspicion, then 90 % of the\n"
                  "                   others lose it and link it again\n"
+                 "  --gray           no faults: every link loses 5 % of its segments (TCP retransmits them),\n"
+                 "                   1 % of the nodes stall for 2 s every 10-20 s, one node stops for good;\n"
+                 "                   prints false suspicions per node per simulated day and the stopped\n"
+                 "                   node's detection time; fails above 1 per node-day or a p99 of 5 s\n"
+                 "  --gray-seconds S simulated seconds per seed after convergence (default 60)\n"
                  "environment:\n"
                  "  RPCLB_SIM_THREADS=T  seeds run on T threads (default: the cores), same results\n"
                  "  RPCLB_SIM_VERBOSE=1  one line per run: faults, convergence, verdicts, events, time\n"
@@ -618,6 +713,12 @@ Options parse(int argc, char** argv) {
             o.stall_out = true;
         } else if (a == "--relinked") {
             o.relinked = true;
+        } else if (a == "--gray") {
+            o.gray = true;
+        } else if (a == "--gray-seconds") {
+            const auto t = number(k);
+            if (t < 20 || t > 86400) usage("--gray-seconds must be 20 … 86400");
+            o.gray_length = static_cast<Micros>(t) * sec;
         } else usage("unknown argument " + a);
     }
     if (o.nodes < 2 || o.nodes > 10000) usage("--nodes must be 2 … 10000");
@@ -626,6 +727,8 @@ Options parse(int argc, char** argv) {
     if (o.fault_list.back() == ',') usage("empty fault name in --faults");
     if (o.stall_out && faults_given) usage("--stall-out injects no faults: leave --faults out");
     if (o.relinked && !o.stall_out) usage("--relinked goes with --stall-out");
+    if (o.gray && (faults_given || o.stall_out)) usage("--gray injects its own faults: leave --faults and --stall-out out");
+    if (o.gray && o.seed_nodes + 2 > o.nodes) usage("--gray needs two nodes that are not seed nodes");
     // Its set-up (a 400 ms slow-down to be suspected, a 6 s cut to be dropped) is made for
     // the default timings.
     if (o.relinked && o.idle_timeout_ms != 3000) usage("--relinked runs with the default idle timeout only");
@@ -643,7 +746,8 @@ Options parse(int argc, char** argv) {
             o.faults.push_back(static_cast<Fault>(i));
         }
     }
-    if (o.stall_out) o.faults.clear();  // none: the longest convergence is then the clean start's
+    if (o.stall_out || o.gray) o.faults.clear();  // none: the longest convergence is then the clean start's
+    if (o.gray) o.net.link_loss = gray_loss;
     if (o.seed_nodes >= o.nodes && std::find(o.faults.begin(), o.faults.end(), Fault::crash) != o.faults.end())
         std::cerr << "mesh_sim: warning: every node is a seed node, and a crash never takes one: no crash is injected\n";
     return o;
@@ -708,7 +812,8 @@ int main(int argc, char** argv) {
                   << (o.stall_out ? std::string() : " --faults " + o.fault_list)
                   << (o.seed_nodes != 1 ? " --seeds-nodes " + std::to_string(o.seed_nodes) : std::string())
                   << (o.idle_timeout_ms != 3000 ? " --idle-timeout-ms " + std::to_string(o.idle_timeout_ms) : std::string())
-                  << (o.stall_out ? " --stall-out" : "") << (o.relinked ? " --relinked" : "") << "\n";
+                  << (o.stall_out ? " --stall-out" : "") << (o.relinked ? " --relinked" : "")
+                  << (o.gray ? " --gray --gray-seconds " + std::to_string(o.gray_length / sec) : std::string()) << "\n";
         for (const auto& v : r.violations) std::cout << "  violated " << v << "\n";
     }
     std::cout << "seeds_run " << o.runs << " violations " << violations << " max_converge_virtual_s " << max_converge
@@ -722,5 +827,39 @@ int main(int argc, char** argv) {
         std::cout << "stall_out_virtual_s median " << at(0.5) << " p90 " << at(0.9) << " p99 " << at(0.99) << " max "
                   << at(1.0) << std::endl;
     }
-    return violations > 0 ? 1 : 0;
+    bool missed = false;
+    if (o.gray) {
+        std::vector<double> detect;
+        std::uint64_t false_suspicions = 0, by_stallers = 0, dead = 0, broken = 0, false_dead = 0, suspicions = 0,
+                      false_broken = 0;
+        double node_days = 0;
+        for (const auto& r : results) {
+            if (r.stall_out_s >= 0) detect.push_back(r.stall_out_s);
+            false_suspicions += r.false_suspicions;
+            by_stallers += r.by_stallers;
+            false_dead += r.false_dead;
+            suspicions += r.suspicions;
+            false_broken += r.false_broken;
+            broken += r.broken;
+            dead += r.dead;
+            node_days += r.node_seconds / 86400;
+        }
+        std::sort(detect.begin(), detect.end());
+        auto at = [&](double q) { return detect.empty() ? -1.0 : detect[static_cast<std::size_t>(q * (detect.size() - 1))]; };
+        const double rate = node_days > 0 ? static_cast<double>(false_suspicions) / node_days : 0;
+        const double drop_rate = node_days > 0 ? static_cast<double>(false_broken + false_dead) / node_days : 0;
+        std::cout << "gray: " << o.nodes << " nodes, " << gray_loss * 100 << " % loss on every link, "
+                  << gray_stall / sec << " s stalls on " << gray_stalling_share * 100 << " % of the nodes, "
+                  << o.gray_length / sec << " simulated s per seed, " << node_days << " node-days\n"
+                  << "gray: false_suspicions " << false_suspicions << " (" << by_stallers << " by stalling nodes) = "
+                  << rate << " per node per simulated day (target <= " << gray_false_suspicions_target << ")\n"
+                  << "gray: false_dead " << false_dead << " false_broken_links " << false_broken << " (of " << broken
+                  << " broken) = " << drop_rate << " healthy links dropped per node per simulated day (target <= "
+                  << gray_false_suspicions_target << "); dead_verdicts " << dead << " suspicions " << suspicions << "\n"
+                  << "gray: silent_stop_out_of_every_view_virtual_s median " << at(0.5) << " p90 " << at(0.9) << " p99 "
+                  << at(0.99) << " max " << at(1.0) << " (target p99 <= " << gray_detect_p99_target_s << ")" << std::endl;
+        missed = rate > gray_false_suspicions_target || drop_rate > gray_false_suspicions_target || at(0.99) > gray_detect_p99_target_s || detect.empty();
+        if (missed) std::cout << "gray: a target was missed" << std::endl;
+    }
+    return violations > 0 || missed ? 1 : 0;
 }

@@ -98,6 +98,10 @@ struct NetOptions {
     Micros rto = 200 * ms;             ///< "drop": the first retransmission waits this, then doubles
     int max_retransmits = 3;           ///< at most this many losses of one frame (then it gets through)
     Micros reorder_jitter = 30 * ms;   ///< "reorder": extra per-frame delay, up to this
+    // Gray links, on every link all the time (0: off).
+    Micros link_jitter = 0;  ///< per-frame extra delay, uniform up to this × the link's own share (0…1)
+    double link_loss = 0;    ///< chance a frame's segment is lost, per try (retransmitted as under "drop")
+    double bandwidth = 0;    ///< bytes per second each way: a frame waits for the ones before it to go out
 };
 
 enum class Health : std::uint8_t { down, up, stalled };
@@ -152,6 +156,10 @@ public:
     /// Called for each member a detector found dead: (viewer, member, incarnation the viewer
     /// linked, the node that said so or the viewer itself).
     std::function<void(std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t)> on_dead;
+    /// Called for each suspicion a detector raises or confirms itself: (suspecter, member).
+    std::function<void(std::uint32_t, std::uint32_t)> on_suspect;
+    /// Called for each link a detector found broken (Actions::broken): (viewer, member).
+    std::function<void(std::uint32_t, std::uint32_t)> on_broken;
     /// Called when a group frame from `from` (incarnation `gen`, sent at `sent`) made node
     /// `viewer` add `from` to `group`.
     std::function<void(std::uint32_t viewer, std::uint32_t from, std::uint32_t gen, Micros sent, const std::string& group)>
@@ -302,13 +310,45 @@ private:
         }
         return false;
     }
-    Micros latency(std::uint32_t a, std::uint32_t b) const {
+    // A fixed draw per pair (both directions), from the run's salt.
+    std::uint64_t pair_hash(std::uint32_t a, std::uint32_t b, std::uint64_t salt) const {
         std::uint64_t x = std::uint64_t{std::min(a, b)} << 32 | std::max(a, b);
-        x ^= salt_;
+        x ^= salt;
         x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
         x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-        x ^= x >> 31;
-        return net_.latency_min + static_cast<Micros>(x % static_cast<std::uint64_t>(net_.latency_max - net_.latency_min + 1));
+        return x ^ (x >> 31);
+    }
+    Micros latency(std::uint32_t a, std::uint32_t b) const {
+        return net_.latency_min +
+               static_cast<Micros>(pair_hash(a, b, salt_) % static_cast<std::uint64_t>(net_.latency_max - net_.latency_min + 1));
+    }
+    // A gray link's extra delay for one frame: its jitter, and TCP's retransmissions of
+    // lost segments.
+    Micros gray(std::uint32_t a, std::uint32_t b) {
+        Micros d = 0;
+        if (net_.link_jitter > 0) {
+            const auto share = static_cast<Micros>(pair_hash(a, b, ~salt_) % 1001);
+            d += std::uniform_int_distribution<Micros>(0, net_.link_jitter * share / 1000)(rng_);
+        }
+        if (net_.link_loss > 0) {
+            Micros rto = net_.rto;
+            for (int k = 0; k < net_.max_retransmits && std::bernoulli_distribution(net_.link_loss)(rng_); ++k, rto *= 2)
+                d += rto;
+        }
+        return d;
+    }
+    // The bytes a frame puts on its link, for the bandwidth.
+    std::size_t frame_bytes(const Event& e) const {
+        switch (e.kind) {
+        case Kind::probe: return 48;
+        case Kind::member: return 96;
+        case Kind::nodes: return 16 + 16 * nodes_[e.from].linked_count;
+        case Kind::group: {
+            const auto it = group_frames_.find(e.value);
+            return it == group_frames_.end() ? 64 : it->second.text.size();
+        }
+        default: return 16;
+        }
     }
     // A fault's extra delay for one frame leaving or reaching node i.
     Micros extra(const Node& node) {
@@ -327,7 +367,14 @@ private:
     // Puts a frame on its link: in order after the link's previous frame (TCP).
     void transmit(Event e, Micros extra_delay) {
         auto& last = last_[idx(e.from, e.to)];
-        e.t = std::max<Micros>(now_ + latency(e.from, e.to) + extra_delay, static_cast<Micros>(last) * 10);
+        Micros departs = now_;
+        if (net_.bandwidth > 0) {
+            if (free_.empty()) free_.assign(std::size_t{n_} * n_, 0);
+            auto& free = free_[idx(e.from, e.to)];
+            departs = std::max(now_, free) + static_cast<Micros>(static_cast<double>(frame_bytes(e)) * sec / net_.bandwidth);
+            free = departs;
+        }
+        e.t = std::max<Micros>(departs + latency(e.from, e.to) + extra_delay, static_cast<Micros>(last) * 10);
         last = static_cast<std::uint32_t>((e.t + 9) / 10);
         e.t = static_cast<Micros>(last) * 10;
         push(e);
@@ -336,7 +383,7 @@ private:
         const auto l = link_[idx(e.from, e.to)];
         if (l == 0) return;  // no link: the driver drops it
         e.tag = l;
-        transmit(e, extra(nodes_[e.from]) + extra(nodes_[e.to]));
+        transmit(e, extra(nodes_[e.from]) + extra(nodes_[e.to]) + gray(e.from, e.to));
     }
 
     void dispatch(Event& e) {
@@ -417,6 +464,7 @@ private:
             send_frame(e);
         }
         for (auto& s : out.gossip) {
+            if (s.state == wire::MemberHealth::suspect && on_suspect) on_suspect(i, parse_id(s.node));
             Event e{0, Kind::member, 0, i};
             e.sub = static_cast<std::uint8_t>(s.state);
             e.subject = parse_id(s.node);
@@ -445,6 +493,7 @@ private:
             const auto j = parse_id(name);
             if (link_[idx(i, j)] == 0) continue;
             ++broken_;
+            if (on_broken) on_broken(i, j);
             close_link(i, j);
         }
         schedule_timer(i);
@@ -651,6 +700,7 @@ private:
     std::vector<std::uint32_t> link_;      // [a*n+b]: the id of a's link to b, 0 for none
     std::vector<std::uint32_t> last_;      // [a*n+b]: when a's last frame to b arrives, in 10 µs
     std::vector<std::uint16_t> peer_gen_;  // [a*n+b]: b's incarnation when a linked it
+    std::vector<Micros> free_;             // [a*n+b]: when a's link to b has sent its last frame (bandwidth)
     std::uint64_t salt_;
     std::priority_queue<Event, std::vector<Event>, Later> queue_;
     std::vector<std::function<void()>> calls_;

@@ -363,3 +363,199 @@ BOOST_AUTO_TEST_CASE(nodes_with_one_view_probe_every_member_once_per_step_about_
         BOOST_TEST(long_gaps <= 40 / (n - 1) + 1, node << ": " << long_gaps << " gaps over 1.5 intervals");
     }
 }
+
+namespace {
+
+// Drives a detector in 5 ms steps: each direct ping is answered after `delay(target)`
+// (never when that is negative), each ping_req with a nack at once, and a suspicion of a
+// member that answers is refuted by it after its delay. run() returns every action seen
+// in its span, merged; answers still due carry over to the next run().
+template <class Delay>
+struct Driver {
+    FailureDetector& d;
+    Delay delay;
+    std::multimap<FailureDetector::Clock::time_point, std::pair<std::string, std::uint64_t>> acks{};
+    std::multimap<FailureDetector::Clock::time_point, wire::MemberState> refutations{};
+
+    Actions run(FailureDetector::Clock::time_point from, FailureDetector::Clock::time_point to) {
+        Actions all;
+        auto merge = [&](Actions out, FailureDetector::Clock::time_point now) {
+            for (const auto& [target, seq] : pings(out))
+                if (const auto after = delay(target); after >= 0ms) acks.emplace(now + after, std::pair{target, seq});
+            for (const auto& [via, seq] : pings(out, wire::ProbeKind::ping_req))
+                (void)d.on_probe(now, via, {wire::ProbeKind::nack, seq, {}});
+            for (const auto& g : out.gossip)
+                if (const auto after = delay(g.node); g.state == wire::MemberHealth::suspect && after >= 0ms)
+                    refutations.emplace(now + after, wire::MemberState{wire::MemberHealth::alive, g.node, g.incarnation,
+                                                                       g.version + 1});
+            for (auto& x : out.sends) all.sends.push_back(std::move(x));
+            for (auto& g : out.gossip) all.gossip.push_back(std::move(g));
+            for (auto& n : out.dead) all.dead.push_back(std::move(n));
+            for (auto& n : out.broken) all.broken.push_back(std::move(n));
+            if (out.cut_off) all.cut_off = out.cut_off;
+            if (out.back) all.back = out.back;
+            if (out.odd_rtt) all.odd_rtt = out.odd_rtt;
+        };
+        for (auto now = from; now <= to; now += 5ms) {
+            while (!acks.empty() && acks.begin()->first <= now) {
+                const auto [target, seq] = acks.begin()->second;
+                acks.erase(acks.begin());
+                merge(d.on_probe(now, target, {wire::ProbeKind::ack, seq, {}}), now);
+            }
+            while (!refutations.empty() && refutations.begin()->first <= now) {
+                const auto state = refutations.begin()->second;
+                refutations.erase(refutations.begin());
+                merge(d.on_member(now, state.node, state), now);
+            }
+            merge(d.on_timer(now), now);
+        }
+        return all;
+    }
+};
+
+template <class Delay>
+Actions drive(FailureDetector& d, FailureDetector::Clock::time_point from, FailureDetector::Clock::time_point to,
+              Delay delay) {
+    return Driver<Delay>{d, delay}.run(from, to);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(probe_timeout_follows_the_measured_round_trip_of_each_link) {
+    auto d = make({"b", "c", "d"});
+    BOOST_TEST((d.probe_timeout("b") == 40ms));  // no sample yet: the floor
+    // b's link answers in 150 ms (over three times the floor), the others in 1 ms.
+    Driver link{d, [](const std::string& t) { return t == "b" ? 150ms : 1ms; }};
+    const auto out = link.run(t0, t0 + 3s);
+    // The first probe of b (before any sample) may time out; once measured, none does.
+    const auto first_suspicions = std::count_if(out.gossip.begin(), out.gossip.end(), [](const wire::MemberState& s) {
+        return s.state == wire::MemberHealth::suspect;
+    });
+    BOOST_TEST(first_suspicions <= 1);
+    BOOST_TEST(out.dead.empty());
+    BOOST_TEST(out.broken.empty());
+    // RFC 6298 from a steady 150 ms: SRTT 150 ms, RTTVAR decaying towards 0, so the
+    // timeout is above the round trip and below its first value (150 + 4 × 75 ms).
+    BOOST_TEST((d.probe_timeout("b") > 150ms));
+    BOOST_TEST((d.probe_timeout("b") < 450ms));
+    BOOST_TEST((d.probe_timeout("c") == 40ms));  // a fast link keeps the floor
+    // From now on b answers every probe within its timeout: never suspected again.
+    const auto later = link.run(t0 + 3s + 5ms, t0 + 10s);
+    BOOST_TEST(later.gossip.empty());
+    BOOST_TEST(pings(later, wire::ProbeKind::ping_req).empty());
+    BOOST_TEST(d.size() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(a_round_trip_beyond_the_cap_is_bounded_and_told_once) {
+    auto d = make({"b"});
+    // The link takes 20 s (past 10 × probe_timeout_max): the sample counts as 10 s, and
+    // the timeout stops at probe_timeout_max.
+    auto out = d.on_timer(t0);
+    const auto [target, seq] = pings(out).at(0);
+    out = d.on_probe(t0 + 20s, "b", {wire::ProbeKind::ack, seq, {}});
+    BOOST_REQUIRE(out.odd_rtt.has_value());
+    BOOST_TEST(out.odd_rtt->first == "b");
+    BOOST_TEST((out.odd_rtt->second == 10s));
+    BOOST_TEST((*d.rtt("b") == 10s));
+    BOOST_TEST((d.probe_timeout("b") == 1000ms));
+    // A second one is not told again.
+    (void)d.add("b", "i-b");  // same incarnation: its state stays
+    out = d.on_timer(t0 + 21s);
+    for (const auto& [to, s] : pings(out)) {
+        const auto again = d.on_probe(t0 + 41s, to, {wire::ProbeKind::ack, s, {}});
+        BOOST_TEST(!again.odd_rtt.has_value());
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_pong_after_its_probe_ended_still_measures_the_link) {
+    auto d = make({"b", "c"});
+    auto out = d.on_timer(t0);
+    const auto [target, seq] = pings(out).at(0);
+    drive(d, t0 + 5ms, t0 + 95ms, [](const std::string&) { return -1ms; });  // the probe ends unanswered
+    BOOST_TEST(d.suspected(target));
+    out = d.on_probe(t0 + 300ms, target, {wire::ProbeKind::ack, seq, {}});
+    BOOST_TEST((*d.rtt(target) == 300ms));
+    BOOST_TEST((d.probe_timeout(target) >= 300ms));
+}
+
+BOOST_AUTO_TEST_CASE(a_node_woken_late_ends_no_probe_at_that_wake_up) {
+    auto d = make({"b", "c", "d"});
+    // A probe of this node's own in flight…
+    auto out = d.on_timer(t0);
+    const auto probed = pings(out);
+    BOOST_REQUIRE(probed.size() == 1u);
+    // …then the node is stopped for 2 s (past the probe and its indirect probes): at the
+    // wake-up, nothing is suspected or asked, and the node doubts itself.
+    out = d.on_timer(t0 + 2s);
+    BOOST_TEST(out.gossip.empty());
+    BOOST_TEST(pings(out, wire::ProbeKind::ping_req).empty());
+    BOOST_TEST(d.local_health() == 1);
+    // The ack that waited in its queue is read next: the member stays unsuspected.
+    (void)d.on_probe(t0 + 2s, probed[0].first, {wire::ProbeKind::ack, probed[0].second, {}});
+    out = drive(d, t0 + 2s + 5ms, t0 + 3s, [](const std::string&) { return 1ms; });
+    BOOST_TEST(out.dead.empty());
+    BOOST_TEST(!d.suspected(probed[0].first));
+    BOOST_TEST(d.size() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(no_new_member_lengthens_a_suspicion) {
+    // Alone with b, a suspicion of b awaits no confirmation: the minimum, 200 ms.
+    auto d = make({"b"});
+    (void)d.on_member(t0, "x", {wire::MemberHealth::suspect, "b", "i-b", 0});
+    // Three members link meanwhile; the suspicion runs out when it was due.
+    for (auto name : {"c", "e", "f"}) (void)d.add(name, std::string("i-") + name);
+    const auto out = drive(d, t0, t0 + 300ms, [](const std::string& t) { return t == "b" ? -1ms : 1ms; });
+    BOOST_TEST((std::find(out.dead.begin(), out.dead.end(), "b") != out.dead.end()));
+}
+
+BOOST_AUTO_TEST_CASE(a_node_cut_off_from_every_member_says_so_once_and_again_when_back) {
+    auto d = make({"b", "c", "d"});
+    const auto out = drive(d, t0, t0 + 2s, [](const std::string&) { return -1ms; });
+    BOOST_REQUIRE(out.cut_off.has_value());
+    BOOST_TEST((*out.cut_off >= 600ms));  // silent for at least the unconfirmed suspicion
+    // Each link dropped: broken, or found dead by the suspicion that ran out first.
+    BOOST_TEST(out.broken.size() + out.dead.size() == 3u);
+    BOOST_TEST(!out.broken.empty());
+    BOOST_TEST(d.size() == 0u);
+    BOOST_TEST(!out.back.has_value());
+    // A link comes back and its member's first frame says the node is back.
+    (void)d.add("b", "i-b");
+    auto back = d.on_probe(t0 + 5s, "b", {wire::ProbeKind::ping, 1, {}});
+    BOOST_REQUIRE(back.back.has_value());
+    BOOST_TEST((*back.back >= 4s));
+    BOOST_TEST(!d.on_probe(t0 + 5s, "b", {wire::ProbeKind::ping, 2, {}}).back.has_value());
+}
+
+namespace {
+
+// Probes `target` of a detector linked to b and c so that only the other member gets an
+// answer, twice; `late_pong` answers the first probe's ping directly after it ended.
+Actions answered_only_through_the_other_twice(bool late_pong) {
+    auto d = make({"b", "c"});
+    const auto [target, seq] = pings(d.on_timer(t0)).at(0);
+    const std::string other = target == "b" ? "c" : "b";
+    Actions last;
+    for (auto t = t0 + 5ms; t <= t0 + 170ms; t += 5ms) {
+        if (late_pong && t == t0 + 100ms) (void)d.on_probe(t, target, {wire::ProbeKind::ack, seq, {}});
+        auto out = d.on_timer(t);
+        for (const auto& [via, s] : pings(out, wire::ProbeKind::ping_req))
+            (void)d.on_probe(t + 1ms, via, {wire::ProbeKind::ack, s, {}});  // the other got an answer
+        for (const auto& [to, s] : pings(out))
+            if (to != target) (void)d.on_probe(t + 1ms, to, {wire::ProbeKind::ack, s, {}});
+        for (auto& n : out.broken) last.broken.push_back(n);
+        if (!last.broken.empty()) break;
+    }
+    return last;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_link_answered_only_through_others_twice_in_a_row_is_broken) {
+    const auto out = answered_only_through_the_other_twice(false);
+    BOOST_TEST(out.broken.size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_late_pong_shows_a_slow_link_is_not_broken) {
+    const auto out = answered_only_through_the_other_twice(true);
+    BOOST_TEST(out.broken.empty());
+}
