@@ -2,9 +2,7 @@
 // and the probes of that link, their answers and the membership frames still cross it in
 // about the link's round trip. Every call completes, neither end drops the link, and the
 // probe round trip stays under 100 ms plus the round trip TCP measures on the same link
-// at the same time (the bottleneck's queue is part of the link). Without pieces the probes
-// waited behind the payload, the indirect probes through the other node answered, and the
-// caller dropped the link as broken: its calls failed ("no answer to probes").
+// at the same time (the bottleneck's queue is part of the link).
 //
 // Each case prints one line: "faults: control-first <case>: {...}" with the client's
 // figures and TCP's, for bench/README.md.
