@@ -258,7 +258,7 @@ void Connection::handle_step(Handshake::Step step) {
 }
 
 void Connection::send_in_pieces() {
-    core_.set_pieces(wire::piece_bytes);
+    core_.set_pieces(wire::piece_bytes, wire::pieced_above);
     // The kernel takes a new write only while less than this waits in it unsent, so what
     // the queue puts first (a control frame) waits behind at most this, not behind a send
     // buffer of megabytes (doc/explanation/control-first.md). Bytes in flight don't count.

@@ -94,8 +94,9 @@ public:
     bool reserve(std::size_t bytes, bool refusable) noexcept;
     /// Uncounts `bytes` reserved for a frame that was not queued. Any thread.
     void release(std::size_t bytes) noexcept { queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed); }
-    /// Data frames longer than `piece_size` go in pieces (WriteQueue::set_pieces); 0: none.
-    void set_pieces(std::size_t piece_size) noexcept { queue_.set_pieces(piece_size); }
+    /// Data frames longer than `whole_max` go in pieces of `piece_size`
+    /// (WriteQueue::set_pieces); 0: none.
+    void set_pieces(std::size_t piece_size, std::size_t whole_max) noexcept { queue_.set_pieces(piece_size, whole_max); }
     /// Queues a reserved data frame; false (its bytes released) once the link failed.
     bool push(std::string frame);
     /// Queues a reserved control frame, which goes before the data frames

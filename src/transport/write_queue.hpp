@@ -15,11 +15,11 @@ namespace rpclb::detail {
 ///
 /// Data frames (requests, answers, casts, cancels, bye) keep their order among themselves,
 /// and so do control frames (probes, acks, membership). With pieces on (set_pieces), a
-/// data frame longer than the piece size goes one piece per write (wire::piece_bytes); a
-/// control frame goes before it (between two of its pieces) and before every data frame
-/// queued after it, and after the smaller data frames queued before it, in writes of at
-/// most a piece's size. So a control frame waits behind about a piece of data, never
-/// behind a whole large frame. A piece is a view of the frame, never a copy. With pieces
+/// data frame longer than `whole_max` goes one piece per write (wire::piece_bytes,
+/// wire::pieced_above); a control frame goes before it (between two of its pieces) and
+/// before every data frame queued after it, and after the smaller data frames queued
+/// before it, in writes of at most `whole_max`. So a control frame waits behind at most
+/// `whole_max` of data, never behind a whole large frame. A piece is a view of the frame, never a copy. With pieces
 /// off, control frames are data frames.
 ///
 /// begin_write() hands out the frames at the front of one lane as the next write; they
@@ -43,7 +43,12 @@ public:
 
     /// Data frames longer than `piece_size` bytes go in pieces from the next write on;
     /// 0: none do (the peer does not read pieces).
-    void set_pieces(std::size_t piece_size) noexcept { piece_size_ = piece_size; }
+    /// Frames longer than `whole_max` (at least `piece_size`) go in pieces of `piece_size`,
+    /// and a batch is at most `whole_max` long.
+    void set_pieces(std::size_t piece_size, std::size_t whole_max = 0) noexcept {
+        piece_size_ = piece_size;
+        whole_max_ = std::max(whole_max, piece_size);
+    }
 
     bool writing() const noexcept { return in_write_ > 0; }
     /// No frame or piece waits to be written (the write in progress doesn't count).
@@ -73,7 +78,7 @@ public:
             piece_last_ = lane.front().size() - offset_ <= piece_size_;
             return in_write_ = 1;
         }
-        if (lane_ == &data_ && piece_size_ > 0) max_bytes = std::min(max_bytes, piece_size_);
+        if (lane_ == &data_ && piece_size_ > 0) max_bytes = std::min(max_bytes, whole_max_);
         std::size_t bytes = lane.front().size();
         in_write_ = 1;
         while (in_write_ < lane.size() && in_write_ < max_frames && bytes + lane[in_write_].size() + 1 <= max_bytes &&
@@ -139,7 +144,7 @@ public:
     }
 
 private:
-    bool in_pieces(const std::string& frame) const noexcept { return piece_size_ > 0 && frame.size() > piece_size_; }
+    bool in_pieces(const std::string& frame) const noexcept { return piece_size_ > 0 && frame.size() > whole_max_; }
     bool push_to(std::deque<std::string>& lane, std::string frame) {
         if (failed_) return false;
         lane.push_back(std::move(frame));
@@ -151,6 +156,7 @@ private:
     std::deque<std::string>* lane_ = &data_;  // the lane of the write in progress, or of the last
     std::size_t in_write_ = 0;  // frames at the front of *lane_ that belong to the write in progress
     std::size_t piece_size_ = 0;
+    std::size_t whole_max_ = 0;
     std::size_t offset_ = 0;  // bytes of data_.front() written in pieces so far
     std::size_t data_ahead_ = 0;  // data frames queued before the oldest control frame waiting
     bool piece_ = false;       // the write in progress is a piece

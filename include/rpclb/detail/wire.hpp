@@ -66,8 +66,8 @@ struct Hello {
 };
 
 /// Size of one piece of a large frame on a mesh link. Towards a peer that reads pieces
-/// (Hello::pieces), a frame longer than this goes as several WebSocket messages, each at
-/// most this many bytes of the frame's text (cut at any byte) followed by one byte:
+/// (Hello::pieces), a frame longer than `pieced_above` goes as several WebSocket messages,
+/// each at most this many bytes of the frame's text (cut at any byte) followed by one byte:
 /// `piece_more`, or `piece_last` on the frame's last piece. Messages of the link's other
 /// frames may come between two pieces, never a piece of another frame. A reader
 /// joins the pieces in order into one frame and holds at most its read limit of them; a
@@ -75,6 +75,10 @@ struct Hello {
 /// a piece from a frame: a frame is JSON text, which never ends with a control character.
 /// doc/explanation/control-first.md says why.
 inline constexpr std::size_t piece_bytes = 32 * 1024;
+/// Towards such a peer, only a frame longer than this goes in pieces, and a batch of frames
+/// is at most this long: a frame of a 64 KiB argument still goes whole (its pieces would
+/// cost three writes where one does), and a control frame waits behind at most this much.
+inline constexpr std::size_t pieced_above = 3 * piece_bytes;
 /// The last byte of a piece that more pieces of the same frame follow.
 inline constexpr char piece_more = '\x01';
 /// The last byte of a frame's last piece.
