@@ -14,6 +14,11 @@
 // go to every linked peer as frames, a dropped link removes the peer from every group;
 // the frames are the wire's, encoded and decoded.
 //
+// Links may be gray all the time (NetOptions::link_jitter, link_loss, bandwidth): a delay
+// drawn per frame from the link's own range, lost segments that TCP retransmits (and the
+// frames behind them wait), and a rate at which frames leave; nodes stall as under a CPU
+// stall or SIGSTOP (stall/resume).
+//
 // Ids, not strings, everywhere but at the detector's API; per pair three flat arrays and
 // four bitsets, so memory is the detectors' plus about 11 bytes per ordered pair.
 #pragma once
