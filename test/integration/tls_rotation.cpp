@@ -320,4 +320,38 @@ BOOST_FIXTURE_TEST_CASE(sighup_does_not_stop_rpclb_node, Harness) {
     BOOST_TEST(describe_status(*status) == "exited 0", a->log());
 }
 
+// rpclb-node holds SIGHUP from the first line of main(), before it reads its files or
+// makes a thread: SIGHUPs sent as soon as main() has begun (seen as SIGHUP in the
+// process's blocked set) neither end it nor get lost; the node reloads once it serves.
+BOOST_FIXTURE_TEST_CASE(sighup_at_once_after_start_does_not_stop_rpclb_node, Harness) {
+    const LiveFiles live{dir() / "live-early"};
+    install(live, "old", {"old-ca"});
+    // SIGHUP (signal 1) is bit 0 of the SigBlk mask in /proc/PID/status.
+    const auto holds_sighup = [](pid_t pid) {
+        std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+        for (std::string line; std::getline(status, line);)
+            if (line.rfind("SigBlk:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) & 1u) != 0;
+        return false;
+    };
+    for (int i = 0; i < 3; ++i) {
+        auto args = live.flags();
+        const std::string name = "early" + std::to_string(i) + "@127.0.0.1";
+        args.insert(args.end(), {"--name", name, "--listen", "127.0.0.1:0", "--cookie", test_cookie});
+        Process node(bin_dir() / "rpclb-node", args, {}, dir() / ("early" + std::to_string(i) + ".log"));
+        BOOST_TEST_REQUIRE(eventually([&] { return holds_sighup(node.pid()); }, 5s, 1ms),
+                           "rpclb-node does not block SIGHUP from the start of main()");
+        for (int k = 0; k < 5; ++k) BOOST_TEST_REQUIRE(node.signal(SIGHUP));
+        BOOST_TEST_REQUIRE(node.wait_for_line("listening on ", Process::Clock::now() + 10s).has_value(),
+                           node.stderr_text());
+        BOOST_TEST(eventually([&] { return node.stderr_text().find("TLS credentials reloaded") != std::string::npos; },
+                              5s),
+                   node.stderr_text());
+        BOOST_TEST(node.running(), node.stderr_text());
+        BOOST_TEST_REQUIRE(node.signal(SIGTERM));
+        const auto status = node.wait_exit(Process::Clock::now() + 15s);
+        BOOST_TEST_REQUIRE(status.has_value());
+        BOOST_TEST(describe_status(*status) == "exited 0", node.stderr_text());
+    }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
