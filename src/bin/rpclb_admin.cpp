@@ -49,7 +49,8 @@ commands:
   log-level LEVEL [NODE]
   reload-tls [NODE]                     every node (or NODE) reads its TLS certificate,
                                         key and CA files again; new connections use
-                                        them, and a node whose files fail keeps its own
+                                        them, and a node whose files fail keeps its own;
+                                        exit 0 only when every node asked reloaded
 
 The token also comes from $RPCLB_ADMIN_TOKEN. Exit status: 0 success, 1 an error answer
 or no connection, 2 a bad command line.
@@ -314,19 +315,25 @@ int change_algorithm(Context& c, const std::string& balancer, json::object r) {
     return exit_error;
 }
 
-// reload-tls: every node that can be asked (or --node / NODE) reloads its TLS files; one
-// row each. Nodes without an admin listener are listed, not asked: each must reload
-// itself (SIGHUP, Cluster::reload_tls).
+// reload-tls: every node connected to the admin node (or --node / NODE) reloads its TLS
+// files; one row each. Nodes without an admin listener are listed, not asked: each must
+// reload itself (SIGHUP, Cluster::reload_tls). One whose listener did not answer failed.
 int reload_tls(Context& c) {
     const auto nodes = c.node ? std::vector<ClusterNode>{{*c.node, std::nullopt}} : cluster_nodes(c.client);
     json::array answers;
     std::vector<std::vector<std::string>> rows;
     std::size_t failed = 0, not_asked = 0;
     for (const auto& [node, error] : nodes) {
-        if (error) {
+        if (error && *error == "no admin listener") {
             ++not_asked;
             rows.push_back({node, "not asked: " + *error});
             answers.push_back(json::object{{"node", node}, {"not_asked", *error}});
+            continue;
+        }
+        if (error) {  // it has an admin listener, which did not answer the node list
+            ++failed;
+            rows.push_back({node, *error});
+            answers.push_back(json::object{{"node", node}, {"error", *error}});
             continue;
         }
         try {

@@ -291,6 +291,24 @@ BOOST_FIXTURE_TEST_CASE(broken_file_keeps_the_old_credentials_and_the_node_keeps
     check_keeps_serving(*client, "w", sorted(names()), 1000ms);
 }
 
+// A node whose admin listener does not answer (frozen) did not reload: its row says so in
+// words and rpclb-admin exits 1; only a node without an admin listener is "not asked".
+BOOST_FIXTURE_TEST_CASE(a_frozen_node_fails_the_reload_rather_than_being_not_asked, TlsMesh) {
+    BOOST_TEST_REQUIRE(c->process().freeze());
+    const auto run = admin({"--json", "reload-tls"});
+    BOOST_TEST_REQUIRE(c->process().signal(SIGCONT));
+    BOOST_TEST(run.status == 1, slurp(run));
+    const auto frozen = entry_for(run.json(), c->name());
+    BOOST_TEST_REQUIRE(frozen.is_object(), slurp(run));
+    BOOST_TEST(!frozen.as_object().contains("not_asked"), slurp(run));
+    BOOST_TEST(std::string(frozen.at("error").as_string()).find("no answer from " + c->name() + "'s admin listener") ==
+                   0u,
+               slurp(run));
+    for (auto* n : {a.get(), b.get()}) BOOST_TEST(entry_for(run.json(), n->name()).at("reloaded").as_bool(), slurp(run));
+    BOOST_TEST(entry_for(run.json(), client->name()).at("not_asked").as_string() == "no admin listener", slurp(run));
+    BOOST_TEST(run.err.find("1 of 4 nodes did not reload") != std::string::npos, slurp(run));
+}
+
 // SIGHUP no longer ends rpclb-node: without TLS there is nothing to reload, which the log
 // and the admin answer say, and the node goes on serving.
 BOOST_FIXTURE_TEST_CASE(sighup_does_not_stop_rpclb_node, Harness) {
