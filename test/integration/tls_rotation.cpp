@@ -38,6 +38,8 @@ const Pki& pki() {
         p.make_ca("new-ca");
         p.make_cert("old", "old-ca", local);
         p.make_cert("new", "new-ca", local);
+        p.make_cert("expired", "new-ca", local, "-1");
+        p.make_cert_between("future", "new-ca", local, "491231000000Z", "500101000000Z");
         return true;
     }();
     (void)made;
@@ -249,6 +251,14 @@ BOOST_FIXTURE_TEST_CASE(broken_file_keeps_the_old_credentials_and_the_node_keeps
              replace_file(live_a.cert(), "not a certificate\n");
          },
          "tls.cert \"" + live_a.cert().string() + "\" holds no PEM certificate"},
+        // Certificates peers refuse: expired, not valid yet, not from a CA of the bundle.
+        {[&] { install(live_a, "expired", {"old-ca", "new-ca"}); },
+         "tls.cert \"" + live_a.cert().string() + "\": the certificate expired on "},
+        {[&] { install(live_a, "future", {"old-ca", "new-ca"}); },
+         "tls.cert \"" + live_a.cert().string() + "\": the certificate is not valid before 2049-12-31 00:00:00 UTC"},
+        {[&] { install(live_a, "new", {"old-ca"}); },
+         "tls.cert \"" + live_a.cert().string() + "\": the certificate does not verify against tls.ca \"" +
+             live_a.ca().string() + "\" (unable to get local issuer certificate)"},
     };
     int failures = 0;
     for (const auto& c : cases) {
@@ -307,6 +317,16 @@ BOOST_FIXTURE_TEST_CASE(a_frozen_node_fails_the_reload_rather_than_being_not_ask
     for (auto* n : {a.get(), b.get()}) BOOST_TEST(entry_for(run.json(), n->name()).at("reloaded").as_bool(), slurp(run));
     BOOST_TEST(entry_for(run.json(), client->name()).at("not_asked").as_string() == "no admin listener", slurp(run));
     BOOST_TEST(run.err.find("1 of 4 nodes did not reload") != std::string::npos, slurp(run));
+}
+
+// At start-up a certificate peers would refuse is only a warning: the node starts.
+BOOST_FIXTURE_TEST_CASE(an_expired_certificate_at_start_up_is_a_warning, Harness) {
+    const LiveFiles live{dir() / "live-expired"};
+    install(live, "expired", {"new-ca"});
+    auto a = start_node({.name = "a", .extra_args = live.flags()});
+    BOOST_TEST(a->log_contains("warning [mesh] tls.cert \"" + live.cert().string() + "\": the certificate expired on "),
+               a->log());
+    BOOST_TEST(a->process().running());
 }
 
 // SIGHUP no longer ends rpclb-node: without TLS there is nothing to reload, which the log
