@@ -322,7 +322,7 @@ int reload_tls(Context& c) {
     const auto nodes = c.node ? std::vector<ClusterNode>{{*c.node, std::nullopt}} : cluster_nodes(c.client);
     json::array answers;
     std::vector<std::vector<std::string>> rows;
-    std::size_t failed = 0, not_asked = 0;
+    std::size_t failed = 0, not_asked = 0, tls_off = 0;
     for (const auto& [node, error] : nodes) {
         if (error && *error == "no admin listener") {
             ++not_asked;
@@ -340,7 +340,10 @@ int reload_tls(Context& c) {
             answers.push_back(c.client.call(request("reload_tls", node)));
             rows.push_back({node, "reloaded"});
         } catch (const Failure& f) {
-            ++failed;
+            ++(f.error.is_object() && f.error.as_object().contains("code") &&
+                       f.error.as_object().at("code") == "unsupported"
+                   ? tls_off
+                   : failed);
             rows.push_back({node, f.message});
             answers.push_back(json::object{{"node", node}, {"error", f.error.is_object() ? f.error : json::value(f.message)}});
         }
@@ -351,10 +354,11 @@ int reload_tls(Context& c) {
         print_table({"NODE", "RESULT"}, rows);
     if (not_asked)
         std::cerr << "rpclb-admin: " << not_asked << " node(s) have no admin listener: reload them yourselves\n";
-    if (failed == 0) return exit_ok;
-    std::cerr << "rpclb-admin: " << failed << " of " << nodes.size()
-              << " nodes did not reload; they keep the credentials they had\n";
-    return exit_error;
+    if (tls_off) std::cerr << "rpclb-admin: " << tls_off << " node(s) have TLS off: nothing to reload\n";
+    if (failed)
+        std::cerr << "rpclb-admin: " << failed << " of " << nodes.size()
+                  << " nodes did not reload; they keep the credentials they had\n";
+    return failed == 0 && tls_off == 0 ? exit_ok : exit_error;
 }
 
 void print_result(Context& c, const json::value& result) {

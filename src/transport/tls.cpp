@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <ctime>
+#include <filesystem>
 #include <cstdio>
 #include <system_error>
 
@@ -54,6 +55,8 @@ std::string openssl_reason() {
 // A file OpenSSL is about to read: refused with strerror when it cannot be opened, so that
 // a typo reads "No such file or directory" rather than an OpenSSL "system lib".
 void readable(const char* field, const std::filesystem::path& file) {
+    if (std::error_code ec; std::filesystem::is_directory(file, ec))
+        refuse(field, quoted(file) + " is a directory, not a PEM file");
     std::FILE* f = std::fopen(file.c_str(), "rb");
     if (!f) refuse(field, quoted(file) + ": cannot read: " + std::generic_category().message(errno));
     std::fclose(f);

@@ -63,6 +63,7 @@ struct LiveFiles {
 void replace_file(const fs::path& to, const std::string& text) {
     const auto tmp = to.string() + ".new";
     std::ofstream(tmp, std::ios::binary | std::ios::trunc) << text;
+    if (fs::is_directory(to)) fs::remove_all(to);  // a case that made it one
     fs::rename(tmp, to);
 }
 
@@ -251,6 +252,12 @@ BOOST_FIXTURE_TEST_CASE(broken_file_keeps_the_old_credentials_and_the_node_keeps
              replace_file(live_a.cert(), "not a certificate\n");
          },
          "tls.cert \"" + live_a.cert().string() + "\" holds no PEM certificate"},
+        {[&] {
+             install(live_a, "new", {"old-ca", "new-ca"});
+             fs::remove(live_a.ca());
+             fs::create_directory(live_a.ca());
+         },
+         "tls.ca \"" + live_a.ca().string() + "\" is a directory, not a PEM file"},
         // Certificates peers refuse: expired, not valid yet, not from a CA of the bundle.
         {[&] { install(live_a, "expired", {"old-ca", "new-ca"}); },
          "tls.cert \"" + live_a.cert().string() + "\": the certificate expired on "},
@@ -346,6 +353,8 @@ BOOST_FIXTURE_TEST_CASE(sighup_does_not_stop_rpclb_node, Harness) {
     const auto run = run_admin(dir(), {"--admin", admin_address(*a), "--token", admin_token, "reload-tls"});
     BOOST_TEST(run.status == 1, slurp(run));
     BOOST_TEST(run.out.find("unsupported: TLS is off on " + a->name()) != std::string::npos, slurp(run));
+    BOOST_TEST(run.err.find("1 node(s) have TLS off: nothing to reload") != std::string::npos, slurp(run));
+    BOOST_TEST(run.err.find("keep the credentials they had") == std::string::npos, slurp(run));
     const auto off = client->reload_tls();
     BOOST_TEST_REQUIRE(!off.has_value());
     BOOST_TEST(off.error().code == rpclb::ErrorCode::bad_request);
