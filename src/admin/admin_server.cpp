@@ -189,9 +189,15 @@ json::value admin::State::run_local(const admin::Request& r) {
                 entry["rtt_ms"] = rtt;
             } else {
                 entry["name"] = p.node;
-                // A node without an admin listener has no admin function to answer.
+                // A node without an admin listener has no admin function to answer; any
+                // other failure is a node whose listener did not answer.
+                const auto no_answer = "no answer from " + p.node + "'s admin listener";
                 entry["error"] = result || result.error().code == ErrorCode::not_found ? std::string("no admin listener")
-                                                                                        : result.error().message;
+                                 : result.error().is(Failure::timeout)
+                                     ? no_answer + " within " + std::to_string(call.timeout.count()) + " ms"
+                                 : result.error().is(Failure::no_connection)
+                                     ? no_answer + ": the link to it closed (frozen, gone or unreachable)"
+                                     : no_answer + ": " + result.error().message;
             }
             entry["self"] = false;
             entry["connected"] = true;

@@ -49,7 +49,8 @@ commands:
   log-level LEVEL [NODE]
   reload-tls [NODE]                     every node (or NODE) reads its TLS certificate,
                                         key and CA files again; new connections use
-                                        them, and a node whose files fail keeps its own
+                                        them, and a node whose files fail keeps its own;
+                                        exit 0 only when every node asked reloaded
 
 The token also comes from $RPCLB_ADMIN_TOKEN. Exit status: 0 success, 1 an error answer
 or no connection, 2 a bad command line.
@@ -314,26 +315,35 @@ int change_algorithm(Context& c, const std::string& balancer, json::object r) {
     return exit_error;
 }
 
-// reload-tls: every node that can be asked (or --node / NODE) reloads its TLS files; one
-// row each. Nodes without an admin listener are listed, not asked: each must reload
-// itself (SIGHUP, Cluster::reload_tls).
+// reload-tls: every node connected to the admin node (or --node / NODE) reloads its TLS
+// files; one row each. Nodes without an admin listener are listed, not asked: each must
+// reload itself (SIGHUP, Cluster::reload_tls). One whose listener did not answer failed.
 int reload_tls(Context& c) {
     const auto nodes = c.node ? std::vector<ClusterNode>{{*c.node, std::nullopt}} : cluster_nodes(c.client);
     json::array answers;
     std::vector<std::vector<std::string>> rows;
-    std::size_t failed = 0, not_asked = 0;
+    std::size_t failed = 0, not_asked = 0, tls_off = 0;
     for (const auto& [node, error] : nodes) {
-        if (error) {
+        if (error && *error == "no admin listener") {
             ++not_asked;
             rows.push_back({node, "not asked: " + *error});
             answers.push_back(json::object{{"node", node}, {"not_asked", *error}});
+            continue;
+        }
+        if (error) {  // it has an admin listener, which did not answer the node list
+            ++failed;
+            rows.push_back({node, *error});
+            answers.push_back(json::object{{"node", node}, {"error", *error}});
             continue;
         }
         try {
             answers.push_back(c.client.call(request("reload_tls", node)));
             rows.push_back({node, "reloaded"});
         } catch (const Failure& f) {
-            ++failed;
+            ++(f.error.is_object() && f.error.as_object().contains("code") &&
+                       f.error.as_object().at("code") == "unsupported"
+                   ? tls_off
+                   : failed);
             rows.push_back({node, f.message});
             answers.push_back(json::object{{"node", node}, {"error", f.error.is_object() ? f.error : json::value(f.message)}});
         }
@@ -344,10 +354,11 @@ int reload_tls(Context& c) {
         print_table({"NODE", "RESULT"}, rows);
     if (not_asked)
         std::cerr << "rpclb-admin: " << not_asked << " node(s) have no admin listener: reload them yourselves\n";
-    if (failed == 0) return exit_ok;
-    std::cerr << "rpclb-admin: " << failed << " of " << nodes.size()
-              << " nodes did not reload; they keep the credentials they had\n";
-    return exit_error;
+    if (tls_off) std::cerr << "rpclb-admin: " << tls_off << " node(s) have TLS off: nothing to reload\n";
+    if (failed)
+        std::cerr << "rpclb-admin: " << failed << " of " << nodes.size()
+                  << " nodes did not reload; they keep the credentials they had\n";
+    return failed == 0 && tls_off == 0 ? exit_ok : exit_error;
 }
 
 void print_result(Context& c, const json::value& result) {

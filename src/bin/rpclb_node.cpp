@@ -9,13 +9,13 @@
 
 #include "tool_plugin_dirs.hpp"
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <pthread.h>
+#include <signal.h>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -27,36 +27,48 @@ namespace po = boost::program_options;
 namespace {
 
 // SIGHUP reloads the node's TLS files (Cluster::reload_tls, which logs the outcome) and
-// never ends the process: it is caught from construction on, and one that comes before
-// serve() is kept until then. Its own io_context and thread; the destructor stops both.
+// never ends the process. main() blocks SIGHUP in its first line, before any thread is
+// made, so every thread inherits the block; a SIGHUP that comes before serve() stays
+// pending until then. serve() starts a thread that takes SIGHUP with sigwait(); the
+// destructor wakes it with a SIGHUP of its own and joins it.
 class ReloadOnHangup {
 public:
-    ReloadOnHangup() : signals_(io_, SIGHUP) {}
+    ReloadOnHangup() = default;
     ~ReloadOnHangup() {
-        io_.stop();
-        if (thread_.joinable()) thread_.join();
+        if (!thread_.joinable()) return;
+        stopping_ = true;
+        ::pthread_kill(thread_.native_handle(), SIGHUP);
+        thread_.join();
     }
     ReloadOnHangup(const ReloadOnHangup&) = delete;
     ReloadOnHangup& operator=(const ReloadOnHangup&) = delete;
 
-    // `cluster` must outlive this object.
-    void serve(rpclb::Cluster& cluster) {
-        wait(cluster);
-        thread_ = std::thread([this] { io_.run(); });
+    // Blocks SIGHUP in the calling thread: main() calls it first.
+    static void block() {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGHUP);
+        ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
     }
 
-private:
-    void wait(rpclb::Cluster& cluster) {
-        signals_.async_wait([this, &cluster](const boost::system::error_code& ec, int) {
-            if (ec) return;
-            std::cerr << "rpclb-node: SIGHUP: reloading the TLS files" << std::endl;
-            (void)cluster.reload_tls();  // logged either way; a failure keeps the old credentials
-            wait(cluster);
+    // `cluster` must outlive this object.
+    void serve(rpclb::Cluster& cluster) {
+        thread_ = std::thread([this, &cluster] {
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, SIGHUP);
+            for (;;) {
+                int signal = 0;
+                if (::sigwait(&set, &signal) != 0) continue;
+                if (stopping_) return;
+                std::cerr << "rpclb-node: SIGHUP: reloading the TLS files" << std::endl;
+                (void)cluster.reload_tls();  // logged either way; a failure keeps the old credentials
+            }
         });
     }
 
-    boost::asio::io_context io_;
-    boost::asio::signal_set signals_;
+private:
+    std::atomic<bool> stopping_{false};
     std::thread thread_;
 };
 
@@ -193,6 +205,7 @@ std::optional<rpclb::NodeConfig> node_config(const po::variables_map& vm) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    ReloadOnHangup::block();  // first: SIGHUP never ends the process from here on
     po::options_description desc("rpclb-node: run one node of an rpclb cluster");
     desc.add_options()
         ("help,h", "show this help")
@@ -244,7 +257,7 @@ int main(int argc, char** argv) {
 
     std::unique_ptr<rpclb::Cluster> cluster;
     std::unique_ptr<rpclb::AdminServer> admin;  // declared after the cluster: destroyed first
-    // From here SIGHUP no longer ends the process either; destroyed before the cluster.
+    // Takes the SIGHUPs held since main() began from serve() on; destroyed before the cluster.
     ReloadOnHangup reload_on_hangup;
     try {
         cluster = std::make_unique<rpclb::Cluster>(config->cluster);

@@ -1,5 +1,7 @@
 #include "transport/tls.hpp"
 
+#include <rpclb/detail/log.hpp>
+
 #include <boost/asio/error.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/error.hpp>
@@ -10,6 +12,8 @@
 #include <openssl/x509v3.h>
 
 #include <cerrno>
+#include <ctime>
+#include <filesystem>
 #include <cstdio>
 #include <system_error>
 
@@ -51,6 +55,8 @@ std::string openssl_reason() {
 // A file OpenSSL is about to read: refused with strerror when it cannot be opened, so that
 // a typo reads "No such file or directory" rather than an OpenSSL "system lib".
 void readable(const char* field, const std::filesystem::path& file) {
+    if (std::error_code ec; std::filesystem::is_directory(file, ec))
+        refuse(field, quoted(file) + " is a directory, not a PEM file");
     std::FILE* f = std::fopen(file.c_str(), "rb");
     if (!f) refuse(field, quoted(file) + ": cannot read: " + std::generic_category().message(errno));
     std::fclose(f);
@@ -83,8 +89,47 @@ bool is_certificate_alert(int alert) {
     }
 }
 
+// `time` as "2026-12-07 02:03:04 UTC".
+std::string utc(const ASN1_TIME* time) {
+    std::tm tm{};
+    if (ASN1_TIME_to_tm(time, &tm) != 1) return "an unreadable date";
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return text;
+}
+
+// Why peers would refuse the certificate of `ctx` (from tls.cert) now: outside its
+// validity dates, or, when the node verifies peers, not verifying against its own CA
+// bundle (every node of a mesh verifies peers against the same bundle).
+std::optional<OptionProblem> certificate_problem(SSL_CTX* ctx, const TlsOptions& o) {
+    X509* cert = SSL_CTX_get0_certificate(ctx);
+    if (!cert) return std::nullopt;
+    if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0)
+        return OptionProblem{"tls.cert", quoted(o.cert) + ": the certificate is not valid before " +
+                                             utc(X509_get0_notBefore(cert)) + "; peers refuse it until then"};
+    if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0)
+        return OptionProblem{"tls.cert", quoted(o.cert) + ": the certificate expired on " +
+                                             utc(X509_get0_notAfter(cert)) + "; peers refuse it"};
+    if (o.ca.empty()) return std::nullopt;
+    STACK_OF(X509)* chain = nullptr;
+    SSL_CTX_get0_chain_certs(ctx, &chain);
+    std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> check(X509_STORE_CTX_new(), &X509_STORE_CTX_free);
+    if (!check || X509_STORE_CTX_init(check.get(), SSL_CTX_get_cert_store(ctx), cert, chain) != 1) {
+        ERR_clear_error();
+        return std::nullopt;
+    }
+    if (X509_verify_cert(check.get()) == 1) return std::nullopt;
+    const auto reason = X509_verify_cert_error_string(X509_STORE_CTX_get_error(check.get()));
+    ERR_clear_error();
+    return OptionProblem{"tls.cert", quoted(o.cert) + ": the certificate does not verify against tls.ca " +
+                                         quoted(o.ca) + " (" + reason + "); peers trusting that bundle refuse it"};
+}
+
+// What build_context does with a certificate_problem.
+enum class CertificateCheck { refuse, warn, skip };
+
 // The context of `o`, or throws Refusal.
-std::shared_ptr<ssl::context> build_context(const TlsOptions& o) {
+std::shared_ptr<ssl::context> build_context(const TlsOptions& o, CertificateCheck check) {
     if (o.cert.empty()) refuse("tls.cert", "is required when tls.key or tls.ca is set");
     if (o.key.empty()) refuse("tls.key", "is required with tls.cert (the certificate's private key)");
     readable("tls.cert", o.cert);
@@ -115,6 +160,12 @@ std::shared_ptr<ssl::context> build_context(const TlsOptions& o) {
         // dialler's certificate.
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
     }
+    if (check != CertificateCheck::skip) {
+        if (auto problem = certificate_problem(ctx, o)) {
+            if (check == CertificateCheck::refuse) throw Refusal{std::move(*problem)};
+            RPCLB_LOG("mesh", warning) << problem->message();
+        }
+    }
     return context;
 }
 
@@ -122,7 +173,7 @@ std::shared_ptr<ssl::context> build_context(const TlsOptions& o) {
 
 std::shared_ptr<ssl::context> make_tls_context(const TlsOptions& options) {
     try {
-        return build_context(options);
+        return build_context(options, CertificateCheck::warn);
     } catch (const Refusal& r) {
         throw std::invalid_argument(r.problem.message());
     }
@@ -139,7 +190,7 @@ std::shared_ptr<ssl::context> TlsCredentials::current() const {
 std::optional<OptionProblem> TlsCredentials::reload() {
     std::shared_ptr<ssl::context> fresh;
     try {
-        fresh = build_context(options_);
+        fresh = build_context(options_, CertificateCheck::refuse);
     } catch (const Refusal& r) {
         return r.problem;
     }
@@ -151,7 +202,7 @@ std::optional<OptionProblem> TlsCredentials::reload() {
 std::optional<OptionProblem> check_tls(const TlsOptions& options) {
     if (!options.enabled() && options.key.empty() && options.ca.empty()) return std::nullopt;
     try {
-        build_context(options);
+        build_context(options, CertificateCheck::skip);
     } catch (const Refusal& r) {
         return r.problem;
     }

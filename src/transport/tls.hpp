@@ -30,14 +30,18 @@ std::shared_ptr<boost::asio::ssl::context> make_tls_context(const TlsOptions& op
 /// Thread safety: any thread (a short lock around the pointer; files are read outside it).
 class TlsCredentials {
 public:
-    /// Loads `options`' files; throws std::invalid_argument as make_tls_context.
+    /// Loads `options`' files; throws std::invalid_argument as make_tls_context. A
+    /// certificate outside its validity dates, or not verifying against tls.ca, is
+    /// logged as a warning only.
     explicit TlsCredentials(TlsOptions options);
 
     /// The context for a connection being made now.
     std::shared_ptr<boost::asio::ssl::context> current() const;
 
     /// Builds a context from the files again and, when they load whole, makes it current;
-    /// otherwise the current one stays and the problem (naming its field) is returned.
+    /// otherwise the current one stays and the problem (naming its field) is returned. A
+    /// certificate outside its validity dates, or not verifying against tls.ca, is such a
+    /// problem here.
     std::optional<OptionProblem> reload();
 
 private:

@@ -38,6 +38,8 @@ const Pki& pki() {
         p.make_ca("new-ca");
         p.make_cert("old", "old-ca", local);
         p.make_cert("new", "new-ca", local);
+        p.make_cert("expired", "new-ca", local, "-1");
+        p.make_cert_between("future", "new-ca", local, "491231000000Z", "500101000000Z");
         return true;
     }();
     (void)made;
@@ -61,6 +63,7 @@ struct LiveFiles {
 void replace_file(const fs::path& to, const std::string& text) {
     const auto tmp = to.string() + ".new";
     std::ofstream(tmp, std::ios::binary | std::ios::trunc) << text;
+    if (fs::is_directory(to)) fs::remove_all(to);  // a case that made it one
     fs::rename(tmp, to);
 }
 
@@ -249,6 +252,20 @@ BOOST_FIXTURE_TEST_CASE(broken_file_keeps_the_old_credentials_and_the_node_keeps
              replace_file(live_a.cert(), "not a certificate\n");
          },
          "tls.cert \"" + live_a.cert().string() + "\" holds no PEM certificate"},
+        {[&] {
+             install(live_a, "new", {"old-ca", "new-ca"});
+             fs::remove(live_a.ca());
+             fs::create_directory(live_a.ca());
+         },
+         "tls.ca \"" + live_a.ca().string() + "\" is a directory, not a PEM file"},
+        // Certificates peers refuse: expired, not valid yet, not from a CA of the bundle.
+        {[&] { install(live_a, "expired", {"old-ca", "new-ca"}); },
+         "tls.cert \"" + live_a.cert().string() + "\": the certificate expired on "},
+        {[&] { install(live_a, "future", {"old-ca", "new-ca"}); },
+         "tls.cert \"" + live_a.cert().string() + "\": the certificate is not valid before 2049-12-31 00:00:00 UTC"},
+        {[&] { install(live_a, "new", {"old-ca"}); },
+         "tls.cert \"" + live_a.cert().string() + "\": the certificate does not verify against tls.ca \"" +
+             live_a.ca().string() + "\" (unable to get local issuer certificate)"},
     };
     int failures = 0;
     for (const auto& c : cases) {
@@ -291,6 +308,34 @@ BOOST_FIXTURE_TEST_CASE(broken_file_keeps_the_old_credentials_and_the_node_keeps
     check_keeps_serving(*client, "w", sorted(names()), 1000ms);
 }
 
+// A node whose admin listener does not answer (frozen) did not reload: its row says so in
+// words and rpclb-admin exits 1; only a node without an admin listener is "not asked".
+BOOST_FIXTURE_TEST_CASE(a_frozen_node_fails_the_reload_rather_than_being_not_asked, TlsMesh) {
+    BOOST_TEST_REQUIRE(c->process().freeze());
+    const auto run = admin({"--json", "reload-tls"});
+    BOOST_TEST_REQUIRE(c->process().signal(SIGCONT));
+    BOOST_TEST(run.status == 1, slurp(run));
+    const auto frozen = entry_for(run.json(), c->name());
+    BOOST_TEST_REQUIRE(frozen.is_object(), slurp(run));
+    BOOST_TEST(!frozen.as_object().contains("not_asked"), slurp(run));
+    BOOST_TEST(std::string(frozen.at("error").as_string()).find("no answer from " + c->name() + "'s admin listener") ==
+                   0u,
+               slurp(run));
+    for (auto* n : {a.get(), b.get()}) BOOST_TEST(entry_for(run.json(), n->name()).at("reloaded").as_bool(), slurp(run));
+    BOOST_TEST(entry_for(run.json(), client->name()).at("not_asked").as_string() == "no admin listener", slurp(run));
+    BOOST_TEST(run.err.find("1 of 4 nodes did not reload") != std::string::npos, slurp(run));
+}
+
+// At start-up a certificate peers would refuse is only a warning: the node starts.
+BOOST_FIXTURE_TEST_CASE(an_expired_certificate_at_start_up_is_a_warning, Harness) {
+    const LiveFiles live{dir() / "live-expired"};
+    install(live, "expired", {"new-ca"});
+    auto a = start_node({.name = "a", .extra_args = live.flags()});
+    BOOST_TEST(a->log_contains("warning [mesh] tls.cert \"" + live.cert().string() + "\": the certificate expired on "),
+               a->log());
+    BOOST_TEST(a->process().running());
+}
+
 // SIGHUP no longer ends rpclb-node: without TLS there is nothing to reload, which the log
 // and the admin answer say, and the node goes on serving.
 BOOST_FIXTURE_TEST_CASE(sighup_does_not_stop_rpclb_node, Harness) {
@@ -308,6 +353,8 @@ BOOST_FIXTURE_TEST_CASE(sighup_does_not_stop_rpclb_node, Harness) {
     const auto run = run_admin(dir(), {"--admin", admin_address(*a), "--token", admin_token, "reload-tls"});
     BOOST_TEST(run.status == 1, slurp(run));
     BOOST_TEST(run.out.find("unsupported: TLS is off on " + a->name()) != std::string::npos, slurp(run));
+    BOOST_TEST(run.err.find("1 node(s) have TLS off: nothing to reload") != std::string::npos, slurp(run));
+    BOOST_TEST(run.err.find("keep the credentials they had") == std::string::npos, slurp(run));
     const auto off = client->reload_tls();
     BOOST_TEST_REQUIRE(!off.has_value());
     BOOST_TEST(off.error().code == rpclb::ErrorCode::bad_request);
@@ -318,6 +365,40 @@ BOOST_FIXTURE_TEST_CASE(sighup_does_not_stop_rpclb_node, Harness) {
     const auto status = a->process().wait_exit(15s);
     BOOST_TEST_REQUIRE(status.has_value());
     BOOST_TEST(describe_status(*status) == "exited 0", a->log());
+}
+
+// rpclb-node holds SIGHUP from the first line of main(), before it reads its files or
+// makes a thread: SIGHUPs sent as soon as main() has begun (seen as SIGHUP in the
+// process's blocked set) neither end it nor get lost; the node reloads once it serves.
+BOOST_FIXTURE_TEST_CASE(sighup_at_once_after_start_does_not_stop_rpclb_node, Harness) {
+    const LiveFiles live{dir() / "live-early"};
+    install(live, "old", {"old-ca"});
+    // SIGHUP (signal 1) is bit 0 of the SigBlk mask in /proc/PID/status.
+    const auto holds_sighup = [](pid_t pid) {
+        std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+        for (std::string line; std::getline(status, line);)
+            if (line.rfind("SigBlk:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) & 1u) != 0;
+        return false;
+    };
+    for (int i = 0; i < 3; ++i) {
+        auto args = live.flags();
+        const std::string name = "early" + std::to_string(i) + "@127.0.0.1";
+        args.insert(args.end(), {"--name", name, "--listen", "127.0.0.1:0", "--cookie", test_cookie});
+        Process node(bin_dir() / "rpclb-node", args, {}, dir() / ("early" + std::to_string(i) + ".log"));
+        BOOST_TEST_REQUIRE(eventually([&] { return holds_sighup(node.pid()); }, 5s, 1ms),
+                           "rpclb-node does not block SIGHUP from the start of main()");
+        for (int k = 0; k < 5; ++k) BOOST_TEST_REQUIRE(node.signal(SIGHUP));
+        BOOST_TEST_REQUIRE(node.wait_for_line("listening on ", Process::Clock::now() + 10s).has_value(),
+                           node.stderr_text());
+        BOOST_TEST(eventually([&] { return node.stderr_text().find("TLS credentials reloaded") != std::string::npos; },
+                              5s),
+                   node.stderr_text());
+        BOOST_TEST(node.running(), node.stderr_text());
+        BOOST_TEST_REQUIRE(node.signal(SIGTERM));
+        const auto status = node.wait_exit(Process::Clock::now() + 15s);
+        BOOST_TEST_REQUIRE(status.has_value());
+        BOOST_TEST(describe_status(*status) == "exited 0", node.stderr_text());
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

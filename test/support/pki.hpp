@@ -49,6 +49,21 @@ public:
             name + ".pem -days " + days + " -extfile " + name + ".ext");
     }
 
+    /// Certificate `name` signed by CA `ca`, with extension line `san`, valid only from
+    /// `start` to `end` (openssl's YYMMDDHHMMSSZ), to make one not valid yet.
+    void make_cert_between(const std::string& name, const std::string& ca, const std::string& san,
+                           const std::string& start, const std::string& end) const {
+        run("openssl req " + new_key(name) + " -out " + name + ".csr -subj /CN=rpclb-test-" + name);
+        std::ofstream(dir_ / (name + ".ext")) << san << "\n";
+        std::ofstream(dir_ / (name + ".cnf"))
+            << "[ca]\ndefault_ca = d\n[d]\ndatabase = " << name << ".index\nnew_certs_dir = .\nserial = " << name
+            << ".serial\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n";
+        std::ofstream(dir_ / (name + ".index"));
+        std::ofstream(dir_ / (name + ".serial")) << "01\n";
+        run("openssl ca -batch -notext -config " + name + ".cnf -cert " + ca + ".pem -keyfile " + ca + ".key -in " +
+            name + ".csr -out " + name + ".pem -startdate " + start + " -enddate " + end + " -extfile " + name + ".ext");
+    }
+
     std::filesystem::path cert(const std::string& name) const { return dir_ / (name + ".pem"); }
     std::filesystem::path key(const std::string& name) const { return dir_ / (name + ".key"); }
     const std::filesystem::path& dir() const { return dir_; }
