@@ -62,6 +62,9 @@ BOOST_AUTO_TEST_CASE(frames_queued_during_a_write_wait_for_the_next) {
 // by scripts/asan.sh.
 BOOST_AUTO_TEST_CASE(a_connection_that_fails_during_a_large_write_leaves_the_node_serving) {
     auto o = rpclb::test::in_process_node_options("a@127.0.0.1");
+    // The raw peer reads nothing, so it answers no probe: a long idle timeout keeps the
+    // failure detector from dropping its link before the write is under way.
+    o.idle_timeout = std::chrono::seconds(30);
     rpclb::Cluster a(o);
     std::atomic<bool> answering{false};
     a.register_function("t", "big", [&answering](const boost::json::array&) -> rpclb::CallResult {
