@@ -372,6 +372,7 @@ namespace {
 // in its span, merged; answers still due carry over to the next run().
 template <class Delay>
 struct Driver {
+    Driver(FailureDetector& detector, Delay delays) : d(detector), delay(std::move(delays)) {}
     FailureDetector& d;
     Delay delay;
     std::multimap<FailureDetector::Clock::time_point, std::pair<std::string, std::uint64_t>> acks{};
