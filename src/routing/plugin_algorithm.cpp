@@ -91,17 +91,21 @@ void PluginAlgorithm::init(const AlgorithmContext& context, const boost::json::o
     }
 }
 
-Result<std::size_t> PluginAlgorithm::choose_from_nodes(const MemberSnapshot& members, const PickOptions& options) {
-    const View* view;
+Result<const PluginAlgorithm::View*> PluginAlgorithm::checked_view(const MemberSnapshot& members) const {
     try {
-        view = &view_of(members);
+        return &view_of(members);
     } catch (const std::bad_alloc&) {
         return state_build_error(balancer_);
     }
+}
+
+Result<std::size_t> PluginAlgorithm::choose_from_nodes(const MemberSnapshot& members, const PickOptions& options) {
+    const auto view = checked_view(members);
+    if (!view) return view.error();
     const rpclb_plugin_pick pick = c_pick(options);
     std::size_t index = 0;
     rpclb_plugin_error error{0, 0, nullptr, nullptr};
-    const int r = table_->choose(instance_, view->view, &pick, &index, &error);
+    const int r = table_->choose(instance_, (*view)->view, &pick, &index, &error);
     if (r == RPCLB_PLUGIN_OK) [[likely]]
         return index;
     if (r != RPCLB_PLUGIN_REFUSED) fail(error.message);
@@ -110,19 +114,15 @@ Result<std::size_t> PluginAlgorithm::choose_from_nodes(const MemberSnapshot& mem
 
 Result<std::vector<std::size_t>> PluginAlgorithm::choose_nodes(const MemberSnapshot& members, std::size_t count,
                                                                const PickOptions& options) {
-    const View* view;
-    try {
-        view = &view_of(members);
-    } catch (const std::bad_alloc&) {
-        return state_build_error(balancer_);
-    }
+    const auto view = checked_view(members);
+    if (!view) return view.error();
     const rpclb_plugin_pick pick = c_pick(options);
     // One more than a contract-abiding answer holds, so that a longer one shows as such.
     const std::size_t capacity = std::min(count, members.nodes.size()) + 1;
     std::vector<std::size_t> indices(capacity);
     std::size_t answered = 0;
     rpclb_plugin_error error{0, 0, nullptr, nullptr};
-    const int r = table_->choose_many(instance_, view->view, count, &pick, indices.data(), capacity, &answered,
+    const int r = table_->choose_many(instance_, (*view)->view, count, &pick, indices.data(), capacity, &answered,
                                       &error);
     if (r == RPCLB_PLUGIN_OK) {
         indices.resize(std::min(answered, capacity));

@@ -64,6 +64,8 @@ private:
     };
 
     const View& view_of(const MemberSnapshot& members) const;
+    // view_of() for a pick: a failed allocation is the pick's error, not an exception.
+    Result<const View*> checked_view(const MemberSnapshot& members) const;
     [[noreturn]] void fail(char* text) const;
     // The ErrorMessage of a refused pick; gives the plugin's strings back.
     ErrorMessage refused(rpclb_plugin_error& error) const;
