@@ -168,6 +168,10 @@ struct LoadBalancer::Impl {
     SlowStart slow_start;
     // The hedging policy new routes and the budget get, the same way. Under publish_mutex.
     HedgingPolicy hedging;
+    HedgingPolicy hedging_policy() {
+        std::lock_guard lock(publish_mutex);
+        return hedging;
+    }
     // Slow start's clock (the join and return times, and the age of a ramp at a pick).
     std::atomic<ClockFunction> clock{&coarse_now};
     // A pick has run: from then on, members that join ramp up (those present when the

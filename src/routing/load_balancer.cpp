@@ -80,10 +80,7 @@ LoadBalancerOptions LoadBalancer::options() const {
     options.algorithm = engine->name;
     options.algorithm_opts = engine->options;
     options.slow_start = route->slow_start;
-    {
-        std::lock_guard lock(impl_->publish_mutex);
-        options.hedging = impl_->hedging;
-    }
+    options.hedging = impl_->hedging_policy();
     if (impl_->outliers) options.outlier_detection = impl_->outliers->options();
     return options;
 }
@@ -96,11 +93,7 @@ boost::json::object LoadBalancer::announcement() const {
     const auto route = impl_->route.load();
     const auto& engine = route->engine;
     const auto outliers = impl_->outliers ? impl_->outliers->options() : impl_->options.outlier_detection;
-    HedgingPolicy hedging;
-    {
-        std::lock_guard lock(impl_->publish_mutex);
-        hedging = impl_->hedging;
-    }
+    const auto hedging = impl_->hedging_policy();
     return boost::json::object{{"algorithm", engine->name},
                                {"algorithm_opts", engine->options},
                                {"outlier_detection", detail::to_json(outliers)},
