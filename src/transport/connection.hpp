@@ -178,8 +178,10 @@ private:
 
     void configure();
     /// Once established with a peer that reads pieces, on a mesh link: large data frames
-    /// go in pieces, and the kernel holds little unsent.
+    /// go in pieces.
     void send_in_pieces();
+    /// From the first data frame that goes in pieces on: the kernel holds little unsent.
+    void hold_little_unsent();
     /// A TLS failure (see ConnectionOwner::on_tls_failed): reports it, then fails.
     void tls_fail(const std::string& reason);
     void on_websocket_open();
@@ -242,6 +244,7 @@ private:
     boost::asio::steady_timer handshake_timer_;
     boost::asio::steady_timer deadline_timer_;
     std::vector<std::uint64_t> probes_;  // probe seqs to send as pings, oldest first (strand)
+    bool little_unsent_ = false;         // TCP_NOTSENT_LOWAT is set (strand)
     bool pinging_ = false;               // a ping or load pong is being written (strand)
     bool load_pong_due_ = false;         // a probe's ping came: report this node's load (strand)
     // The peer's load record (NodeLoads), from the handshake on; written on the strand.

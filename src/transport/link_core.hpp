@@ -97,6 +97,8 @@ public:
     /// Data frames longer than `whole_max` go in pieces of `piece_size`
     /// (WriteQueue::set_pieces); 0: none.
     void set_pieces(std::size_t piece_size, std::size_t whole_max) noexcept { queue_.set_pieces(piece_size, whole_max); }
+    /// Whether `frame`, a data frame, goes in pieces.
+    bool in_pieces(const std::string& frame) const noexcept { return queue_.in_pieces(frame); }
     /// Queues a reserved data frame; false (its bytes released) once the link failed.
     bool push(std::string frame);
     /// Queues a reserved control frame, which goes before the data frames

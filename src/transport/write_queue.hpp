@@ -143,8 +143,10 @@ public:
         return bytes;
     }
 
-private:
+    /// Whether `frame`, a data frame, goes in pieces.
     bool in_pieces(const std::string& frame) const noexcept { return piece_size_ > 0 && frame.size() > whole_max_; }
+
+private:
     bool push_to(std::deque<std::string>& lane, std::string frame) {
         if (failed_) return false;
         lane.push_back(std::move(frame));
