@@ -6,9 +6,10 @@
 #
 #   cpack -G DEB            (in the build directory; doc/how-to/install-packages.md)
 #
-# The packages install under /usr. The runtime dependencies of the library, the plugins
-# and the tools come from dpkg-shlibdeps; the development package names the -dev packages
-# of the libraries rpclb's headers and CMake package use (Boost 1.81: headers, JSON, Log).
+# The packages install under /usr. The run-time dependencies of the library, the plugins
+# and the tools come from dpkg-shlibdeps (package dpkg-dev), or are the Debian 12 names
+# below where it is not installed; the development package names the -dev packages of the
+# libraries rpclb's headers and CMake package use (Boost 1.81: headers, JSON, Log).
 set(CPACK_PACKAGE_NAME rpclb)
 set(CPACK_PACKAGE_VENDOR "rpclb")
 set(CPACK_PACKAGE_CONTACT "rpclb developers <rpclb@localhost>")
@@ -21,11 +22,17 @@ set(CPACK_COMPONENTS_ALL runtime dev tools)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
-set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# librpclb.so.0, which the plugins and the tools link, is in this build, not in an
-# installed package: dpkg-shlibdeps finds it here, and the component dependencies below
-# name its package.
-set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_BINARY_DIR}/lib)
+find_program(RPCLB_DPKG_SHLIBDEPS dpkg-shlibdeps)
+if(RPCLB_DPKG_SHLIBDEPS)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+  # librpclb.so.0, which the plugins and the tools link, is in this build, not in an
+  # installed package: dpkg-shlibdeps finds it here, and the component dependencies
+  # below name its package.
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_BINARY_DIR}/lib)
+else()
+  set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS "libboost-json1.81.0, libboost-log1.81.0, libboost-thread1.81.0, libssl3, libc6, libstdc++6, libgcc-s1")
+  set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "libboost-json1.81.0, libboost-program-options1.81.0, libboost-filesystem1.81.0, libc6, libstdc++6, libgcc-s1")
+endif()
 # Depends: <package> (= <version>) for each component a component depends on.
 set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 
