@@ -42,6 +42,7 @@ set(CPACK_DEBIAN_RUNTIME_DESCRIPTION
   "rpclb library and its selection-algorithm plugins\nlibrpclb.so.0 and the plugins it loads by default (random, round_robin, hash_ring, ...).")
 # A shlibs file, so that packages built against librpclb0 depend on it.
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+set(CPACK_PROJECT_CONFIG_FILE ${CMAKE_CURRENT_LIST_DIR}/cpack_options.cmake)
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME librpclb-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)

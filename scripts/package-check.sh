@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Debian packages as an operator and an application author get them: builds them with
 # `cpack -G DEB` in the build, extracts each into a temporary root (dpkg-deb -x; nothing is
-# installed on the system), checks what each holds, then builds examples/inventory against
+# installed on the system), checks what each holds and depends on, that the tools run and
+# that find_package(rpclb) needs no tools package, then builds examples/inventory against
 # that root with find_package(rpclb) and runs it (scripts/example.sh), has the root's
 # rpclb-call reserve stock from one of its workers, and checks that a worker whose library
 # finds no plugins beside it refuses to start. Fails at the first step that fails; the root
@@ -71,6 +72,12 @@ for tool in rpclb-node rpclb-call rpclb-admin; do
     || fail "$tool loads ${loaded:-no librpclb}, not $libdir/librpclb.so.0"
   "$prefix/bin/$tool" --help >"$work/$tool.out" 2>&1 || fail "$tool --help failed"
 done
+
+# An application author's machine may have the library and its development files
+# without the tools: find_package(rpclb) works there too.
+for deb in "${debs[0]}" "${debs[1]}"; do dpkg-deb -x "$deb" "$work/devroot" || fail "dpkg-deb -x $deb failed"; done
+cmake -S "$src/examples/inventory" -B "$work/devcheck" -DCMAKE_PREFIX_PATH="$work/devroot/usr" \
+    >"$work/devcheck.log" 2>&1 || fail "find_package(rpclb) fails with librpclb0 and librpclb-dev alone"
 
 # ---- build and run the example against the root ---------------------------------------
 example="$work/example"
