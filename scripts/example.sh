@@ -4,10 +4,16 @@
 # frontend, SIGKILLs one worker while the frontend's calls run, and checks that every call
 # came back (served, or with a reported error) and that the others stop cleanly.
 # Needs a build (scripts/setup.sh); RPCLB_BUILD_DIR names it (default build/).
+# RPCLB_EXAMPLE_PREFIX=DIR builds against the rpclb already installed under DIR instead
+# (scripts/package-check.sh: the Debian packages' files), and needs no build;
+# RPCLB_EXAMPLE_BUILD=DIR builds the example in DIR and leaves it there.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RPCLB_BUILD_DIR:-$root/build}"
-[ -f "$build/CMakeCache.txt" ] || { echo "example.sh: no build at $build (run scripts/setup.sh)" >&2; exit 1; }
+prefix="${RPCLB_EXAMPLE_PREFIX:-}"
+if [ -z "$prefix" ]; then
+  [ -f "$build/CMakeCache.txt" ] || { echo "example.sh: no build at $build (run scripts/setup.sh)" >&2; exit 1; }
+fi
 
 work="$(mktemp -d)"
 pids=()
@@ -24,12 +30,22 @@ fail() {
 }
 
 # The package as a user gets it, at a prefix the build was not configured for.
-cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" 2>&1 || fail "cmake --install failed"
+if [ -z "$prefix" ]; then
+  prefix="$work/prefix"
+  cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 || fail "cmake --install failed"
+fi
+example="${RPCLB_EXAMPLE_BUILD:-$work/example}"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S "$root/examples/inventory" -B "$work/example" "${generator[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" \
+cmake -S "$root/examples/inventory" -B "$example" "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
     >"$work/configure.log" 2>&1 || fail "configuring examples/inventory failed"
-cmake --build "$work/example" >"$work/example-build.log" 2>&1 || fail "building examples/inventory failed"
+cmake --build "$example" >"$work/example-build.log" 2>&1 || fail "building examples/inventory failed"
+# Built against the library under $prefix, and loading that one.
+loaded=$(ldd "$example/inventory-worker" | sed -n 's/.*librpclb\.so\.0 => \(\S*\) .*/\1/p')
+case "$(realpath -m "$loaded")" in
+  "$(realpath -m "$prefix")"/*) ;;
+  *) fail "inventory-worker loads ${loaded:-no librpclb}, not the one under $prefix" ;;
+esac
 
 export RPCLB_COOKIE="example-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 unset RPCLB_PLUGIN_PATH  # the installed library finds the installed plugins itself
@@ -45,7 +61,7 @@ wait_for() {
 
 # start_worker NAME [SEED]: sets $address to its HOST:PORT.
 start_worker() {
-  "$work/example/inventory-worker" "$1@127.0.0.1" ${2:+"$2"} >"$work/$1.out" 2>"$work/$1.log" &
+  "$example/inventory-worker" "$1@127.0.0.1" ${2:+"$2"} >"$work/$1.out" 2>"$work/$1.log" &
   pids+=("$!")
   echo "$!" >"$work/$1.pid"
   wait_for "$work/$1.out" '^listening on ' || fail "worker $1 did not start"
@@ -57,7 +73,7 @@ start_worker w2 "$seed"
 start_worker w3 "$seed"
 echo "three workers up; w1 at $seed"
 
-"$work/example/inventory-frontend" "$seed" 3 4000 >"$work/frontend.out" 2>"$work/frontend.log" &
+"$example/inventory-frontend" "$seed" 3 4000 >"$work/frontend.out" 2>"$work/frontend.log" &
 frontend=$!
 pids+=("$frontend")
 wait_for "$work/frontend.out" '^ready: 3 workers' || fail "the frontend did not see three workers"

@@ -7,8 +7,9 @@ build="${RPCLB_BUILD_DIR:-$root/build}"
 
 # Exact Debian 12 package names. Never the unversioned libboost-*-dev (that is Boost 1.74
 # and would remove 1.81). etcd-server gives the `etcd` binary that
-# integration.etcd_discovery starts on its own ports (doc/how-to/discovery.md).
-packages=(g++ cmake ninja-build pkg-config
+# integration.etcd_discovery starts on its own ports (doc/how-to/discovery.md). dpkg-dev
+# gives dpkg-shlibdeps, from which `cpack -G DEB` takes the packages' run-time dependencies.
+packages=(g++ cmake ninja-build pkg-config dpkg-dev
           libboost1.81-all-dev libboost1.81-tools-dev libboost-json1.81-dev libboost-url1.81-dev
           libssl-dev libxxhash-dev libbenchmark-dev iproute2 nftables ccache
           etcd-server)
