@@ -8,6 +8,7 @@
 #include "routing/balancer_registry.hpp"
 #include "routing/call_machine.hpp"
 #include "transport/call_channels.hpp"
+#include "rpc/call_scope.hpp"
 #include "rpc/rpc_server.hpp"
 
 #include <rpclb/handler.hpp>
@@ -364,7 +365,10 @@ private:
         // timeout, and a 1 ms call whose channel dial failed still goes out on the link).
         const auto left = [&] { return std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()); };
         auto timeout = left();
-        if (on_caller_thread) {
+        // A call made by a handler serving another node's call goes on the link, where it
+        // can be cancelled when that call's caller gives up (Router::run_blocking).
+        const auto* parent = on_caller_thread ? CallScope::current() : nullptr;
+        if (on_caller_thread && !(parent && parent->abandonable())) {
             if (auto result = router_->channels().call(*c, request, timeout)) return done(std::move(*result));
             timeout = left();
             if (timeout.count() <= 0) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));

@@ -32,6 +32,11 @@ public:
     time_point deadline() const noexcept { return deadline_; }
     /// The deadline passed, the request's connection closed, or its caller cancelled it.
     bool cancelled() const noexcept;
+    /// Its caller cancelled it or its connection closed (the deadline aside).
+    bool abandoned() const noexcept;
+    /// Whether abandoned() can ever become true: the call came from another node or can
+    /// be cancelled.
+    bool abandonable() const noexcept { return cancel_ || connection_; }
 
 private:
     time_point deadline_;

@@ -35,9 +35,10 @@ CallScope::~CallScope() { innermost = outer_; }
 
 const CallScope* CallScope::current() noexcept { return innermost; }
 
-bool CallScope::cancelled() const noexcept {
-    return (cancel_ && cancel_->load(std::memory_order_relaxed)) || std::chrono::steady_clock::now() >= deadline_ ||
-           (connection_ && connection_->closed());
+bool CallScope::cancelled() const noexcept { return abandoned() || std::chrono::steady_clock::now() >= deadline_; }
+
+bool CallScope::abandoned() const noexcept {
+    return (cancel_ && cancel_->load(std::memory_order_relaxed)) || (connection_ && connection_->closed());
 }
 
 std::optional<OptionProblem> check(const HandlerOptions& o) {

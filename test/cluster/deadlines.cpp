@@ -4,11 +4,16 @@
 #define BOOST_TEST_MODULE deadlines
 #include <rpclb/cluster.hpp>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
 #include "support/wait.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <future>
@@ -136,6 +141,50 @@ BOOST_AUTO_TEST_CASE(a_nested_call_ends_at_its_parents_deadline) {
     BOOST_TEST((returned.get() - (sent + 300ms) < 300ms));
     BOOST_TEST((nested_error.get_future().get() == rpclb::ErrorCode::request_timeout));
     // ... and c's handler saw its caller give up: the request carried what was left.
+    auto gave_up = c_gave_up.get_future();
+    BOOST_REQUIRE(gave_up.wait_for(5s) == std::future_status::ready);
+    BOOST_TEST(gave_up.get());
+}
+
+// A blocking call made from a handler ends when that handler's caller cancels: the
+// handler's thread is free at once, not at the nested call's own timeout, and the node
+// serving the nested call is told too.
+BOOST_AUTO_TEST_CASE(a_nested_call_ends_when_its_parents_caller_cancels) {
+    Trio t;
+    std::promise<bool> c_gave_up;
+    std::promise<Clock::time_point> b_returned;
+    std::promise<std::optional<rpclb::ErrorCode>> nested_error;
+    std::atomic<bool> c_started{false};
+    auto slow = t.slow(5000ms, &c_gave_up);
+    t.c->register_function("t", "slow", [&](const boost::json::array& args) -> rpclb::CallResult {
+        c_started = true;
+        return slow(args);
+    });
+    t.b->register_function("t", "outer", [&](const boost::json::array&) -> rpclb::CallResult {
+        auto r = t.b->call("c@127.0.0.1", "t", "slow", {}, with_timeout(20000ms));
+        nested_error.set_value(r ? std::nullopt : std::optional(r.error().code));
+        b_returned.set_value(Clock::now());
+        return r;
+    });
+    t.start();
+    boost::asio::io_context user;
+    boost::asio::cancellation_signal signal;
+    std::optional<rpclb::CallResult> result;
+    t.a->async_call("b@127.0.0.1", "t", "outer", {}, with_timeout(30000ms),
+                    boost::asio::bind_cancellation_slot(
+                        signal.slot(), boost::asio::bind_executor(user, [&](rpclb::CallResult r) { result = std::move(r); })));
+    BOOST_REQUIRE(eventually([&] { return c_started.load(); }, 5s));
+    const auto cancelled_at = Clock::now();
+    signal.emit(boost::asio::cancellation_type::terminal);
+    user.run();
+    BOOST_REQUIRE(result.has_value());
+    BOOST_TEST(result->error().is(rpclb::Failure::cancelled));
+    // b's handler is free well before c's 5 s (or the nested call's own 20 s) ...
+    auto returned = b_returned.get_future();
+    BOOST_REQUIRE(returned.wait_for(5s) == std::future_status::ready);
+    BOOST_TEST((returned.get() - cancelled_at < 1s));
+    BOOST_TEST((nested_error.get_future().get() == rpclb::ErrorCode::request_timeout));  // cancelled
+    // ... and c's handler saw its caller give up.
     auto gave_up = c_gave_up.get_future();
     BOOST_REQUIRE(gave_up.wait_for(5s) == std::future_status::ready);
     BOOST_TEST(gave_up.get());
