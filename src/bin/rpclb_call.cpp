@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
          "the function may run twice for one call: with --balancer, a call may be hedged (--hedge-delay or the balancer's hedging) and is sent again after its link was lost")
         ("hedge-delay", po::value(&hedge_delay_ms),
          "hedge each call: another attempt after this many milliseconds without an answer, 0 = the balancer's recent p95 (needs --idempotent and --balancer)")
-        ("hedge-attempts", po::value(&hedge_attempts)->default_value(2), "most attempts of a hedged call in flight, 2..5")
+        ("hedge-attempts", po::value(&hedge_attempts)->default_value(2), "hedge each call (after --hedge-delay, default 0 = the balancer's recent p95) with at most this many attempts in flight, 2..5")
         ("name", po::value(&name), "client node name (default client-<16 random hex digits>@<host name>)")
         ("plugins", po::value(&plugin_dirs)->composing(), "plugin directory searched first")
         ("log-level", po::value(&log_level)->default_value("warning"), "trace|debug|info|warning|error|fatal")
@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
         spec.retry_sleep = milliseconds(retry_sleep_ms);
         if (vm.count("key")) spec.options.key = key;
         spec.options.idempotent = idempotent;
-        if (vm.count("hedge-delay"))
+        if (vm.count("hedge-delay") || !vm["hedge-attempts"].defaulted())
             spec.options.hedging = rpclb::Hedging{.delay = milliseconds(hedge_delay_ms), .max_attempts = hedge_attempts};
         CallLoop loop(cluster, std::move(spec), count);
         // The calls alone: connecting and meeting the cluster came before.
@@ -407,7 +407,8 @@ int main(int argc, char** argv) {
                 const auto s = (*b)->hedge_stats();
                 out["hedging"] = boost::json::object{{"hedged_calls", s.hedged_calls}, {"hedges", s.hedges},
                                                      {"hedge_wins", s.hedge_wins}, {"retries", s.retries},
-                                                     {"budget_refusals", s.budget_refusals}};
+                                                     {"budget_refusals", s.budget_refusals},
+                                                     {"late_replies", s.late_replies}};
             }
         out["latency_us"] = boost::json::object{{"p50", percentile(latencies, 0.50)},
                                                 {"p99", percentile(latencies, 0.99)},

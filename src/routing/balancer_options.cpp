@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <sstream>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -20,6 +22,13 @@
 namespace rpclb::detail {
 
 namespace {
+
+// A number as a person wrote it: 500, 2.5 (std::to_string gives 500.000000).
+std::string shown(double v) {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+}
 
 namespace json = boost::json;
 using json_fields::got;
@@ -60,7 +69,7 @@ std::optional<OptionProblem> check(const OutlierDetection& d) {
     for (const auto& [field, percent] : {std::pair{"failure_percentage", d.failure_percentage},
                                          std::pair{"max_ejection_percent", d.max_ejection_percent},
                                          std::pair{"panic_threshold_percent", d.panic_threshold_percent}})
-        if (percent > 100) return OptionProblem{field, "must be a percentage, 0 to 100, got " + std::to_string(percent)};
+        if (percent > 100) return OptionProblem{field, "must be a percentage, 0 to 100, got " + shown(percent)};
     if (auto p = check_duration("interval_ms", d.interval, false)) return p;
     if (auto p = check_duration("base_ejection_time_ms", d.base_ejection_time, false)) return p;
     if (auto p = check_duration("max_ejection_time_ms", d.max_ejection_time, false)) return p;
@@ -104,10 +113,10 @@ bool same_outlier_detection(const OutlierDetection& a, const OutlierDetection& b
 std::optional<OptionProblem> check(const SlowStart& s) {
     if (auto p = check_duration("window_ms", s.window, true)) return p;
     if (!std::isfinite(s.aggression) || s.aggression <= 0)
-        return OptionProblem{"aggression", "must be a finite number above 0, got " + std::to_string(s.aggression)};
+        return OptionProblem{"aggression", "must be a finite number above 0, got " + shown(s.aggression)};
     if (!std::isfinite(s.min_weight_percent) || s.min_weight_percent < 0 || s.min_weight_percent > 100)
         return OptionProblem{"min_weight_percent",
-                             "must be a percentage, 0 to 100, got " + std::to_string(s.min_weight_percent)};
+                             "must be a percentage, 0 to 100, got " + shown(s.min_weight_percent)};
     return std::nullopt;
 }
 
@@ -149,10 +158,10 @@ std::optional<OptionProblem> check(const HedgingPolicy& h) {
             return OptionProblem{"max_attempts", "must be 2 to 5, got " + std::to_string(h.calls->max_attempts)};
     }
     if (!std::isfinite(h.budget_percent) || h.budget_percent < 0 || h.budget_percent > 100)
-        return OptionProblem{"budget_percent", "must be a percentage, 0 to 100, got " + std::to_string(h.budget_percent)};
+        return OptionProblem{"budget_percent", "must be a percentage, 0 to 100, got " + shown(h.budget_percent)};
     if (!std::isfinite(h.budget_min_per_second) || h.budget_min_per_second < 0 || h.budget_min_per_second > 1000)
         return OptionProblem{"budget_min_per_second",
-                             "must be a number from 0 to 1000, got " + std::to_string(h.budget_min_per_second)};
+                             "must be a number from 0 to 1000, got " + shown(h.budget_min_per_second)};
     return std::nullopt;
 }
 

@@ -90,7 +90,7 @@ std::optional<AnnouncedAlgorithm> announced_algorithm(const Groups& groups, std:
         std::optional<OptionProblem> ignored;
         if (read_announcement(*meta, ignored) != *chosen) {
             RPCLB_LOG("balancer", warning) << "members of " << group
-                                           << " announce different algorithms or outlier options; using "
+                                           << " announce different algorithms, options, outlier detection or hedging; using "
                                            << boost::json::serialize(*chosen_meta);
             break;
         }

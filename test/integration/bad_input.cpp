@@ -314,8 +314,8 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_name_or_wait_and_prints_whole_c
     check_node_serves();
 }
 
-// rpclb-call hedges idempotent calls through a balancer (--idempotent --hedge-delay) and
-// prints the balancer's hedging counts; hedging a call that is not idempotent or not
+// rpclb-call hedges idempotent calls through a balancer (--idempotent with --hedge-delay,
+// --hedge-attempts or both) and prints the balancer's hedging counts; hedging a call that is not idempotent or not
 // balanced is a command-line error.
 BOOST_FIXTURE_TEST_CASE(rpclb_call_hedges_idempotent_calls_and_refuses_other_hedging, RawNode) {
     auto run = run_call(*this, *a, {"--hedge-delay", "5", "demo", "echo"}, "call-hedge-node.log");
@@ -335,6 +335,13 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_hedges_idempotent_calls_and_refuses_other_hed
     BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
     const auto& hedging = run.summary.as_object().at("hedging").as_object();
     BOOST_TEST(hedging.at("hedged_calls").to_number<int>() == 20);
+    BOOST_TEST(hedging.contains("late_replies"));
+    // --hedge-attempts alone hedges too, after the balancer's recent p95.
+    run = run_call(*this, *b, {"--balancer", "w", "--idempotent", "--hedge-attempts", "3", "--count", "10", "demo", "echo"},
+                   "call-hedged-p95.log");
+    BOOST_TEST(run.status == 0, run.err);
+    BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
+    BOOST_TEST(run.summary.as_object().at("hedging").at("hedged_calls").to_number<int>() == 10);
     check_node_serves();
 }
 
