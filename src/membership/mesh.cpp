@@ -423,6 +423,12 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
                                    << node << "; ignored";
         return;
     }
+    const bool membership = std::holds_alternative<wire::Probe>(frame) ||
+                            std::holds_alternative<wire::MemberState>(frame) ||
+                            std::holds_alternative<wire::Nodes>(frame) || std::holds_alternative<wire::GroupSync>(frame) ||
+                            std::holds_alternative<wire::GroupJoin>(frame) ||
+                            std::holds_alternative<wire::GroupLeave>(frame);
+    if (membership && !within_budget(c)) return;
     std::visit(
         [&](auto&& f) {
             using T = std::decay_t<decltype(f)>;
@@ -473,6 +479,20 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
             }
         },
         std::move(frame));
+}
+
+bool Mesh::within_budget(const std::shared_ptr<Connection>& c) {
+    {
+        std::lock_guard lock(budget_mutex_);
+        auto& budget = budgets_[c.get()];
+        if (budget.take(FrameBudget::Clock::now())) return true;
+        if (!budget.first_refusal()) return ++bad_frames_, false;
+    }
+    ++bad_frames_;
+    RPCLB_LOG("mesh", warning) << c->peer().node << " sends membership frames faster than "
+                               << FrameBudget::per_second << " a second (" << FrameBudget::burst
+                               << " at once); dropping those past that (said once for this link)";
+    return false;
 }
 
 void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "membership/failure_detector.hpp"
+#include "membership/frame_budget.hpp"
 #include "transport/connection.hpp"
 
 #include <rpclb/groups.hpp>
@@ -294,6 +295,9 @@ private:
     /// True while `c`'s incarnation holds its name here (a replaced one's group frames
     /// still in flight are ignored).
     bool holds_name(const std::shared_ptr<Connection>& c) const;
+    /// Takes a membership frame's token from `c`'s FrameBudget; false (counted, and said
+    /// once for the link) when it is spent and the frame is to be dropped.
+    bool within_budget(const std::shared_ptr<Connection>& c);
     /// Gives up this node's name (name_lost()): logs `why`, stops dialling, closes every
     /// link, tells on_name_lost_.
     void give_up_name(const std::string& why);
@@ -385,6 +389,10 @@ private:
     // name: while another holds it, it is refused (a frozen process that resumes after its
     // restart took the name). At most max_names names.
     std::map<std::string, std::string, std::less<>> declared_dead_;
+
+    // Each established link's FrameBudget, until it closes.
+    std::mutex budget_mutex_;
+    std::map<const Connection*, FrameBudget> budgets_;
 
     std::atomic<std::uint64_t> bad_frames_{0};
     std::atomic<std::uint64_t> auth_failures_{0};

@@ -14,6 +14,10 @@ namespace rpclb::detail {
 namespace asio = boost::asio;
 
 void Mesh::on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool established) {
+    {
+        std::lock_guard lock(budget_mutex_);
+        budgets_.erase(c.get());
+    }
     if (established && c->channel()) {
         {
             std::lock_guard lock(mutex_);

@@ -12,6 +12,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/port.hpp"
+#include "support/raw_peer.hpp"
 #include "support/wait.hpp"
 
 #include <atomic>
@@ -338,4 +339,41 @@ BOOST_AUTO_TEST_CASE(a_dns_seed_joins_through_every_address_of_its_name) {
     // A malformed one is refused at start, and the node serves.
     BOOST_TEST(rpclb::detail::dial_problem("dns:localhost").has_value());
     BOOST_TEST(!rpclb::detail::dial_problem("dns:localhost:7000").has_value());
+}
+
+// A member that floods membership frames (here ping_req, each asking this node to probe
+// another on its behalf) gets FrameBudget's rate and no more: the rest are dropped and
+// counted, and the node's other links and calls go on.
+BOOST_AUTO_TEST_CASE(a_peer_flooding_membership_frames_is_held_to_its_budget) {
+    auto oa = options("a@127.0.0.1");
+    oa.idle_timeout = 60s;  // the raw peer answers no probe
+    rpclb::Cluster a(oa);
+    a.register_function("t", "echo", [](const boost::json::array& args) -> rpclb::CallResult { return args; });
+    a.start();
+    auto ob = options("b@127.0.0.1");
+    ob.seeds = {address(a)};
+    rpclb::Cluster b(ob);
+    b.start();
+    BOOST_REQUIRE(eventually([&] { return a.connected_nodes().size() == 1 && b.connected_nodes().size() == 1; }, 10s));
+    namespace wire = rpclb::detail::wire;
+    rpclb::test::RawPeer raw(a.listen_endpoint()->port());
+    BOOST_REQUIRE(!raw.handshake(wire::PeerInfo{"r@127.0.0.1", "inc-r", "", false}, oa.cookie));
+    constexpr int flood = 30000;
+    const auto began = std::chrono::steady_clock::now();
+    int sent = 0;
+    while (sent < flood && raw.send(wire::Frame(wire::Probe{wire::ProbeKind::ping_req, std::uint64_t(sent) + 1, "b@127.0.0.1"})))
+        ++sent;
+    BOOST_REQUIRE(sent == flood);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    // At most the burst and the rate over the flood's length got through; the rest counted.
+    const auto allowed = 10000.0 + 1000.0 * (seconds + 1.0);
+    BOOST_TEST_MESSAGE("flood of " << flood << " frames in " << seconds << " s");
+    BOOST_TEST(eventually([&] { return double(a.stats().bad_frames) >= flood - allowed; }, 10s),
+               "bad_frames " << a.stats().bad_frames << " of " << flood << " in " << seconds << " s");
+    // The healthy link holds, and calls over it are answered.
+    BOOST_TEST(b.connected_nodes().size() == 1u);
+    auto r = b.call("a@127.0.0.1", "t", "echo", {1});
+    BOOST_TEST(r.has_value());
+    b.stop();
+    a.stop();
 }
