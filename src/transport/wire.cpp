@@ -220,6 +220,23 @@ void read(Members& m, GroupJoin& f) {
 
 void read(Members& m, GroupLeave& f) { m.string("group", f.group); }
 
+// "tp" and "ts": never a reason to refuse the frame (the receiver starts a new trace).
+void read_trace(Members& m, Request& f) {
+    const auto* tp = m.raw("tp");
+    if (!tp) return;
+    const auto* text = tp->if_string();
+    std::optional<TraceParent> parent;
+    if (text && text->size() <= max_traceparent_text) parent = parse_traceparent(*text);
+    if (!parent) {
+        f.trace_read = TraceRead::malformed;
+        return;
+    }
+    f.trace = *parent;
+    f.trace_read = TraceRead::valid;
+    if (const auto* ts = m.raw("ts"); ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
+        f.tracestate = ts->get_string();
+}
+
 void read(Members& m, Request& f) {
     m.uint64("id", f.id);
     const bool id_read = !m.failed();
@@ -228,6 +245,7 @@ void read(Members& m, Request& f) {
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
     m.optional_uint64("to", f.timeout_ms);
+    read_trace(m, f);
     // Lets the receiver answer a malformed call with bad_request instead of dropping it.
     if (id_read) m.set_request_id(f.id);
 }
@@ -472,6 +490,12 @@ void write(Writer& w, const Request& f) {
     w.value("a", f.args);
     if (!f.load_balancer.empty()) w.string("lb", f.load_balancer);
     if (f.timeout_ms) w.uint64("to", *f.timeout_ms);
+    if (f.trace_read == TraceRead::valid) {
+        char text[traceparent_size];
+        write_traceparent(f.trace, text);
+        w.string("tp", std::string_view(text, sizeof text));
+        if (!f.tracestate.empty() && f.tracestate.size() <= max_tracestate_size) w.string("ts", f.tracestate);
+    }
 }
 
 void write(Writer& w, const Cast& f) {
