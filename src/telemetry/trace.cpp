@@ -13,20 +13,25 @@ namespace {
 
 constexpr char digits[] = "0123456789abcdef";
 
-// A lowercase hex digit's value, or -1 (uppercase is not valid in a traceparent, §3.2.2).
-int hex_value(char c) noexcept {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
+// Each character's value as a lowercase hex digit, or 0xff (uppercase is not valid in a
+// traceparent, §3.2.2). A table: every call's request reads 51 digits.
+constexpr std::array<std::uint8_t, 256> hex_values = [] {
+    std::array<std::uint8_t, 256> t{};
+    for (auto& v : t) v = 0xff;
+    for (int c = '0'; c <= '9'; ++c) t[c] = static_cast<std::uint8_t>(c - '0');
+    for (int c = 'a'; c <= 'f'; ++c) t[c] = static_cast<std::uint8_t>(c - 'a' + 10);
+    return t;
+}();
 
 bool read_hex(std::string_view text, std::uint8_t* out) noexcept {
+    std::uint8_t bad = 0;
     for (std::size_t i = 0; i < text.size() / 2; ++i) {
-        const int hi = hex_value(text[2 * i]), lo = hex_value(text[2 * i + 1]);
-        if (hi < 0 || lo < 0) return false;
-        out[i] = static_cast<std::uint8_t>(hi << 4 | lo);
+        const std::uint8_t hi = hex_values[static_cast<unsigned char>(text[2 * i])];
+        const std::uint8_t lo = hex_values[static_cast<unsigned char>(text[2 * i + 1])];
+        bad |= (hi | lo) & 0xf0;
+        out[i] = static_cast<std::uint8_t>(hi << 4 | (lo & 0x0f));
     }
-    return true;
+    return bad == 0;
 }
 
 thread_local const TraceContext* innermost = nullptr;

@@ -491,9 +491,12 @@ void write(Writer& w, const Request& f) {
     if (!f.load_balancer.empty()) w.string("lb", f.load_balancer);
     if (f.timeout_ms) w.uint64("to", *f.timeout_ms);
     if (f.trace_read == TraceRead::valid) {
-        char text[traceparent_size];
-        write_traceparent(f.trace, text);
-        w.string("tp", std::string_view(text, sizeof text));
+        // Hex digits and '-' need no escaping: written as they are, quoted.
+        char text[traceparent_size + 2];
+        text[0] = '"';
+        write_traceparent(f.trace, text + 1);
+        text[traceparent_size + 1] = '"';
+        w.raw("tp", std::string_view(text, sizeof text));
         if (!f.tracestate.empty() && f.tracestate.size() <= max_tracestate_size) w.string("ts", f.tracestate);
     }
 }
