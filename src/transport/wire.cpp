@@ -225,14 +225,11 @@ void read_trace(Members& m, Request& f) {
     const auto* tp = m.raw("tp");
     if (!tp) return;
     const auto* text = tp->if_string();
-    std::optional<TraceParent> parent;
-    if (text && text->size() <= max_traceparent_text) parent = parse_traceparent(*text);
-    if (!parent) {
-        f.trace_read = TraceRead::malformed;
-        return;
-    }
+    const auto parent =
+        text && text->size() <= max_traceparent_text ? parse_traceparent(*text) : std::optional<TraceParent>();
+    f.trace_read = parent ? TraceRead::valid : TraceRead::malformed;
+    if (!parent) return;
     f.trace = *parent;
-    f.trace_read = TraceRead::valid;
     if (const auto* ts = m.raw("ts"); ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
         f.tracestate = ts->get_string();
 }
