@@ -290,8 +290,8 @@ private:
         if (send.reason == CallMachine::Reason::hedge || send.reason == CallMachine::Reason::retry)
             emit_attempt(job.member, send.reason == CallMachine::Reason::hedge ? "hedge" : "retry", "sent");
         const bool spanned = exports_spans();
-        auto answer = [self = shared_from_this(), slot = send.slot, spanned, span = job.span, member = spanned ? job.member : std::string(),
-                       start = spanned ? Clock::now() : Clock::time_point{},
+        auto answer = [self = shared_from_this(), slot = send.slot, spanned, span = job.span,
+                       member = spanned ? job.member : std::string(), start = spanned ? Clock::now() : Clock::time_point{},
                        wall = spanned ? std::chrono::system_clock::now() : std::chrono::system_clock::time_point{}](
                           RequestOutcome outcome) {
             if (spanned)

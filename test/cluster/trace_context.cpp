@@ -4,8 +4,15 @@
 // trace, and a malformed traceparent starts a new trace and is counted, never refused.
 #define BOOST_TEST_MODULE trace_context
 #include <rpclb/cluster.hpp>
+#include <rpclb/log.hpp>
 #include <rpclb/trace.hpp>
 
+#include <boost/core/null_deleter.hpp>
+#include <boost/log/core.hpp>
+#include <boost/log/expressions.hpp>
+#include <boost/log/sinks/sync_frontend.hpp>
+#include <boost/log/sinks/text_ostream_backend.hpp>
+#include <boost/log/trivial.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
@@ -16,6 +23,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -306,4 +314,32 @@ BOOST_AUTO_TEST_CASE(malformed_traceparent_starts_a_new_trace_and_is_counted) {
     BOOST_TEST(d.inner[bad.size()].parent_span_id == "00f067aa0ba902b7");
     BOOST_TEST(d.inner[bad.size()].sampled);
     BOOST_TEST(d.inner[bad.size() + 1].parent_span_id.empty());
+}
+
+BOOST_AUTO_TEST_CASE(log_records_in_a_handler_carry_its_ids) {
+    namespace bl = boost::log;
+    rpclb::log::use_application_sinks("info");  // adds the "Trace" attribute for this sink
+    auto text = boost::make_shared<std::ostringstream>();
+    auto backend = boost::make_shared<bl::sinks::text_ostream_backend>();
+    backend->add_stream(text);
+    auto sink = boost::make_shared<bl::sinks::synchronous_sink<bl::sinks::text_ostream_backend>>(backend);
+    sink->set_formatter(bl::expressions::stream << bl::expressions::smessage
+                                                << bl::expressions::attr<std::string>("Trace"));
+    bl::core::get()->add_sink(sink);
+    {
+        Duo d;
+        d.a->register_function("t", "logs", [](const boost::json::array&) -> rpclb::CallResult {
+            BOOST_LOG_TRIVIAL(info) << "inside the handler";
+            return "logged";
+        });
+        const rpclb::TraceScope scope(sampled_parent);
+        BOOST_REQUIRE(d.b->call("a@127.0.0.1", "t", "logs", {}).has_value());
+    }
+    BOOST_LOG_TRIVIAL(info) << "outside";
+    bl::core::get()->remove_sink(sink);
+    rpclb::log::init("warning");  // rpclb's console sink again, for what follows
+    const auto logged = text->str();
+    BOOST_TEST(logged.find("inside the handler trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=") != std::string::npos,
+               logged);
+    BOOST_TEST(logged.find("outside\n") != std::string::npos, logged);
 }
