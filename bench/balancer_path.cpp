@@ -12,12 +12,20 @@
 //   pick                LoadBalancer::pick alone;
 //   pick_track_release  pick, the target's name copied for the dispatch, the call
 //                       counted, then released, exactly as src/routing/router.cpp does.
+// and, for the W3C trace context every call carries (doc/explanation/trace-context.md):
+//   trace/ids           an unsampled call's ids on both sides, as the router and the server
+//                       make them: a new trace for the call, an attempt span, the request's
+//                       traceparent, the handler's span;
+//   trace/codec/0|1     a request frame like the router's encoded and decoded, without (0)
+//                       or with (1) its "tp": the difference is the context's wire cost.
 // Read the `CPU` column (CPU time per iteration per thread) on a shared machine.
 //
 // Flags: --plugins=DIR searches DIR for librpclb_round_robin.so (default: <binary
 // dir>/../plugins, the build tree's layout); Google Benchmark's own flags follow.
 #include <rpclb/cluster.hpp>
 #include <rpclb/load_balancer.hpp>
+#include <rpclb/trace.hpp>
+#include <rpclb/detail/wire.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -65,6 +73,36 @@ void bench_pick_track_release(benchmark::State& state) {
     }
 }
 
+void bench_trace_ids(benchmark::State& state) {
+    for (auto _ : state) {
+        auto call = rpclb::new_trace(false);  // a call with no context starts a trace
+        const auto attempt = rpclb::new_span_id();
+        rpclb::detail::wire::Request request{};
+        request.trace = rpclb::TraceParent{call.trace_id, attempt, call.flags};
+        request.trace_read = rpclb::detail::wire::TraceRead::valid;
+        request.tracestate = call.tracestate;
+        auto served = rpclb::TraceContext::child_of(request.trace, rpclb::new_span_id(), std::move(request.tracestate));
+        benchmark::DoNotOptimize(served);
+    }
+}
+
+void bench_trace_codec(benchmark::State& state) {
+    namespace wire = rpclb::detail::wire;
+    wire::Request request{42, "demo", "node", {}, "bench"};
+    request.timeout_ms = 10000;
+    if (state.range(0)) {
+        const auto t = rpclb::new_trace(false);
+        request.trace = rpclb::TraceParent{t.trace_id, rpclb::new_span_id(), t.flags};
+        request.trace_read = wire::TraceRead::valid;
+    }
+    std::string buffer;
+    for (auto _ : state) {
+        buffer = wire::encode(request, std::move(buffer));
+        auto frame = wire::decode(buffer);
+        benchmark::DoNotOptimize(frame);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,6 +145,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("floor/rng", &bench_floor)->Threads(1)->Threads(2);
     benchmark::RegisterBenchmark("pick", &bench_pick)->Threads(1)->Threads(2);
     benchmark::RegisterBenchmark("pick_track_release", &bench_pick_track_release)->Threads(1)->Threads(2);
+    benchmark::RegisterBenchmark("trace/ids", &bench_trace_ids);
+    benchmark::RegisterBenchmark("trace/codec", &bench_trace_codec)->Arg(0)->Arg(1);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     balancer.reset();

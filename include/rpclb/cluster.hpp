@@ -89,6 +89,10 @@ struct ClusterStats {
     /// `request_timeout` "not run: the caller cancelled it").
     /// Inline handlers run as soon as their request is read, so theirs never count.
     std::uint64_t expired_requests = 0;
+    /// Requests from peers whose `traceparent` was malformed (wrong version, length, a
+    /// character that is not lowercase hex, an all-zero id): each was served as the start
+    /// of a new trace, never refused (doc/how-to/route-calls.md "Trace context").
+    std::uint64_t bad_traceparents = 0;
 };
 
 /// One node of a cluster.

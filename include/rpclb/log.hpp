@@ -8,7 +8,10 @@ namespace rpclb::log {
 
 /// Installs rpclb's console sink on stderr with the format
 /// `2026-11-29 19:00:00.123456 <severity> [channel] message` and filters out records below
-/// `level`. Valid levels: trace, debug, info, warning, error, fatal. Calling it again
+/// `level`. A record logged on a thread with a trace context (a call's handler, a
+/// TraceScope: <rpclb/trace.hpp>) ends with ` trace_id=<32 hex> span_id=<16 hex>`, from the
+/// global attribute "Trace" (a std::string, empty elsewhere), which this function and
+/// use_application_sinks() add for the application's sinks too. Valid levels: trace, debug, info, warning, error, fatal. Calling it again
 /// replaces the level. Throws std::invalid_argument naming an unknown level.
 ///
 /// Nothing rpclb logs goes to stdout, whether or not this is called: until init(),

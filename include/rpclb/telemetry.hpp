@@ -34,6 +34,15 @@ namespace rpclb {
 /// | `member.ejected` | count = 1, duration (of the ejection) | load_balancer, node, reason |
 /// | `member.returned` | count = 1 | load_balancer, node |
 /// | `rpc.attempt` | count = 1 | type, node (empty: refused), module, function, load_balancer, kind, outcome |
+/// | `rpc.span` | system_time_ns (start), duration | kind, node, module, function, load_balancer, status, trace_id, span_id, parent_span_id |
+///
+/// The rpc.* events of a call (rpc.start, rpc.stop, rpc.exception, rpc.attempt) carry its
+/// trace_id and the call's span_id. `rpc.span` is the span sink: one event per finished
+/// span of a sampled trace (doc/reference/telemetry.md "Spans" says how to feed
+/// OpenTelemetry): kind "call" (a call made on this node, from start to completion; node
+/// as in rpc.start), "attempt" (one request of it, hedges and retries included, child of
+/// the call; node: the member it went to) or "server" (a handler run here, child of the
+/// caller's attempt; node: this node).
 ///
 /// The predecessor's LeastCpu poller calls the balancer `load_balancer_name`; here it is the
 /// `load_balancer` field like everywhere else.
@@ -57,11 +66,12 @@ enum class EventName : std::uint8_t {
     member_ejected,
     member_returned,
     rpc_attempt,
+    rpc_span,
 };
 
 /// How many EventName values there are (one past the last).
 inline constexpr std::size_t event_name_count =
-    static_cast<std::size_t>(EventName::rpc_attempt) + 1;
+    static_cast<std::size_t>(EventName::rpc_span) + 1;
 
 /// The dotted name of `name`: "rpc.start", "node_selected.empty",
 /// "least_cpu.poll.remote_error", "membership.join", "drain.end", "plugin.rejected"...
@@ -98,19 +108,25 @@ struct Event {
     std::string_view module{};         ///< rpc.*
     std::string_view function{};       ///< rpc.*
     std::string_view load_balancer{};  ///< the balancer's name; empty = none (the predecessor's nil)
-    /// rpc.stop: "ok", or the ErrorCode name (`to_string(ErrorCode)`, e.g.
+    /// rpc.stop, rpc.span: "ok", or the ErrorCode name (`to_string(ErrorCode)`, e.g.
     /// "request_timeout") of an error.
     std::string_view status{};
     std::string_view algorithm{};      ///< node_selected*: algorithm name; plugin.*: same
     std::string_view group{};          ///< membership.*
     std::string_view outcome{};        ///< drain.end: "drained" | "timeout"; rpc.attempt: "sent" | "refused"
-    std::string_view kind{};           ///< rpc.exception / poll.*: "error" | "exit" | ...; rpc.attempt: "hedge" | "retry"
+    std::string_view kind{};           ///< rpc.exception / poll.*: "error" | "exit" | ...; rpc.attempt: "hedge" | "retry"; rpc.span: "call" | "attempt" | "server"
     /// rpc.exception: exception text; supervisor.restart: why the child stopped;
     /// plugin.rejected: the loader's message; remote_error: what failed.
     std::string_view reason{};
     std::string_view child{};          ///< supervisor.restart: the child's id
     std::string_view supervisor{};     ///< supervisor.restart: the supervisor's name
     std::string_view path{};           ///< plugin.*: the shared object's file
+    /// rpc.*: the call's trace, 32 lowercase hex digits; empty in other events.
+    std::string_view trace_id{};
+    /// rpc.start/stop/exception/attempt: the call's span; rpc.span: the span's own (16 hex digits).
+    std::string_view span_id{};
+    /// rpc.span: the span's parent, 16 hex digits; empty for a root span.
+    std::string_view parent_span_id{};
 };
 
 /// A listener: called with each event, on the emitting thread.

@@ -296,6 +296,7 @@ json::value admin::State::run_local(const admin::Request& r) {
               {"oversize_before_handshake", v.health.oversize_before_handshake},
               {"slow_inline_runs", v.health.slow_inline_runs},
               {"expired_requests", v.health.expired_requests},
+              {"bad_traceparents", v.health.bad_traceparents},
               {"channel_calls", v.health.channel_calls},
               {"channels_open", v.health.channels_open}}},
             {"admin",

@@ -181,6 +181,8 @@ std::string prometheus_families(const NodeView& v) {
         {"rpclb_slow_inline_runs_total", "Inline handler runs over their slow threshold.", v.health.slow_inline_runs},
         {"rpclb_expired_requests_total", "Requests not run: they waited for a worker past their caller's timeout, their connection closed meanwhile, or their caller cancelled them.",
          v.health.expired_requests},
+        {"rpclb_bad_traceparents_total", "Requests whose traceparent was malformed: each started a new trace.",
+         v.health.bad_traceparents},
     };
     for (const auto& [name, help, value] : health) {
         x.family(name, "counter", help);

@@ -234,6 +234,7 @@ boost::json::object event_to_json(const Event& e) {
         {"load_balancer", e.load_balancer}, {"status", e.status}, {"algorithm", e.algorithm},
         {"group", e.group},       {"outcome", e.outcome}, {"kind", e.kind},     {"reason", e.reason},
         {"child", e.child},       {"supervisor", e.supervisor}, {"path", e.path},
+        {"trace_id", e.trace_id}, {"span_id", e.span_id}, {"parent_span_id", e.parent_span_id},
     };
     for (const auto& [key, value] : strings)
         if (!value.empty()) o[key] = value;
@@ -248,6 +249,10 @@ boost::json::object event_to_json(const Event& e) {
         break;
     case EventName::node_selected: o["members_count"] = e.members_count; break;
     case EventName::drain_begin: o["in_flight"] = e.in_flight; break;
+    case EventName::rpc_span:
+        o["system_time_ns"] = e.system_time_ns;
+        o["duration_ms"] = std::chrono::duration<double, std::milli>(e.duration).count();
+        break;
     case EventName::drain_end:
         o["in_flight"] = e.in_flight;
         o["duration_ms"] = std::chrono::duration<double, std::milli>(e.duration).count();

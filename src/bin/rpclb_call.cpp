@@ -3,6 +3,7 @@
 #include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
+#include <rpclb/trace.hpp>
 
 #include "tool_plugin_dirs.hpp"
 
@@ -86,6 +87,9 @@ public:
         /// many times (-1: without limit) within its timeout, saying so on stderr.
         milliseconds retry_sleep{0};
         long retry_count = 0;
+        /// --traceparent/--tracestate: every call is a child span of this one; none: each
+        /// call starts a trace of its own.
+        std::optional<rpclb::TraceContext> trace;
     };
 
     CallLoop(rpclb::Cluster& cluster, Spec spec, long count)
@@ -138,6 +142,8 @@ private:
         options.run_completion_inline = true;
         const auto left = spec_.options.timeout - duration_cast<milliseconds>(steady_clock::now() - slot.start);
         options.timeout = std::max(left, milliseconds(1));
+        std::optional<rpclb::TraceScope> scope;
+        if (spec_.trace) scope.emplace(*spec_.trace);
         cluster_.async_call(spec_.node, spec_.module, spec_.function, spec_.args, std::move(options),
                             [this, &slot](rpclb::CallResult result) { complete(slot, std::move(result)); });
     }
@@ -224,7 +230,7 @@ std::string read_args_file(const std::string& path) {
 
 int main(int argc, char** argv) {
     std::string name, cookie, balancer, key, algorithm, node, log_level, module, function, args_text, args_file;
-    std::string tls_cert, tls_key, tls_ca, tls_min_version;
+    std::string tls_cert, tls_key, tls_ca, tls_min_version, traceparent, tracestate;
     std::vector<std::string> seeds, plugin_dirs;
     long count = 1, concurrency = 1, timeout_ms = 10000, wait_ms = 5000, retry_count = 5, retry_sleep_ms = 5000;
     long hedge_delay_ms = 0;
@@ -253,6 +259,9 @@ int main(int argc, char** argv) {
         ("hedge-delay", po::value(&hedge_delay_ms),
          "hedge each call: another attempt after this many milliseconds without an answer, 0 = the balancer's recent p95 (needs --idempotent and --balancer)")
         ("hedge-attempts", po::value(&hedge_attempts)->default_value(2), "hedge each call (after --hedge-delay, default 0 = the balancer's recent p95) with at most this many attempts in flight, 2..5")
+        ("traceparent", po::value(&traceparent),
+         "W3C traceparent (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>): each call is a child span of it; malformed: said on stderr, and each call starts a new trace")
+        ("tracestate", po::value(&tracestate), "W3C tracestate carried with --traceparent (at most 512 bytes)")
         ("name", po::value(&name), "client node name (default client-<16 random hex digits>@<host name>)")
         ("plugins", po::value(&plugin_dirs)->composing(), "plugin directory searched first")
         ("log-level", po::value(&log_level)->default_value("warning"), "trace|debug|info|warning|error|fatal")
@@ -387,6 +396,14 @@ int main(int argc, char** argv) {
         spec.options.idempotent = idempotent;
         if (vm.count("hedge-delay") || !vm["hedge-attempts"].defaulted())
             spec.options.hedging = rpclb::Hedging{.delay = milliseconds(hedge_delay_ms), .max_attempts = hedge_attempts};
+        if (vm.count("traceparent")) {
+            const rpclb::TraceScope given(traceparent, tracestate);
+            if (given.continued())
+                spec.trace = given.context();
+            else  // never refused (W3C Trace Context §3.2.2: restart the trace)
+                std::cerr << "rpclb-call: --traceparent \"" << traceparent
+                          << "\" is not a valid traceparent; each call starts a new trace" << std::endl;
+        }
         CallLoop loop(cluster, std::move(spec), count);
         // The calls alone: connecting and meeting the cluster came before.
         const auto wall = loop.run(concurrency);

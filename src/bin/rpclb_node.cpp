@@ -6,6 +6,7 @@
 #include <rpclb/detail/options_check.hpp>
 #include <rpclb/log.hpp>
 #include <rpclb/stop_signal.hpp>
+#include <rpclb/trace.hpp>
 
 #include "tool_plugin_dirs.hpp"
 
@@ -72,8 +73,18 @@ private:
     std::thread thread_;
 };
 
+// The trace context demo.trace's handler sees, as JSON (parent_span_id null for a root).
+boost::json::value trace_json(const rpclb::TraceContext& t) {
+    const bool root = t.parent_span_id == rpclb::SpanId{};
+    return boost::json::object{{"trace_id", rpclb::to_hex(t.trace_id)},
+                               {"span_id", rpclb::to_hex(t.span_id)},
+                               {"parent_span_id", root ? boost::json::value() : boost::json::value(rpclb::to_hex(t.parent_span_id))},
+                               {"sampled", t.sampled()}};
+}
+
 // demo.echo and demo.node never block: they run inline, on the thread that read the
-// request. demo.sleep and demo.fail run on the worker pool.
+// request. demo.sleep, demo.fail and demo.trace (which may call another node) run on the
+// worker pool.
 void register_demo_functions(rpclb::Cluster& cluster) {
     const rpclb::HandlerOptions run_inline{.run_inline = true};
     cluster.register_function(
@@ -96,6 +107,18 @@ void register_demo_functions(rpclb::Cluster& cluster) {
     });
     cluster.register_function("demo", "fail", [](const boost::json::array&) -> rpclb::CallResult {
         throw std::runtime_error("demo.fail was called");
+    });
+    // demo.trace: the handler's trace context; demo.trace NODE: what NODE's demo.trace
+    // answers when called from here (its trace continues this one).
+    cluster.register_function("demo", "trace", [&cluster](const boost::json::array& args) -> rpclb::CallResult {
+        if (!args.empty()) {
+            if (args.size() > 1 || !args[0].is_string())
+                return rpclb::ErrorMessage{rpclb::ErrorCode::bad_request, "demo.trace takes an optional node name", {}};
+            return cluster.call(std::string(args[0].get_string()), "demo", "trace", {});
+        }
+        const auto trace = rpclb::current_trace();
+        if (!trace) return rpclb::ErrorMessage{rpclb::ErrorCode::internal_server_error, "no trace context", {}};
+        return trace_json(*trace);
     });
 }
 

@@ -80,8 +80,9 @@ detail::MeshOptions mesh_options(const ClusterOptions& o, std::shared_ptr<detail
                                .load = std::move(load)};
 }
 
-detail::RpcOptions rpc_options(const ClusterOptions& o, std::shared_ptr<detail::LoadGauge> load) {
-    return detail::RpcOptions{.node = o.name, .max_message_size = o.max_message_size, .load = std::move(load)};
+detail::RpcOptions rpc_options(const ClusterOptions& o, std::shared_ptr<detail::LoadGauge> load, TelemetryBus& bus) {
+    return detail::RpcOptions{
+        .node = o.name, .max_message_size = o.max_message_size, .load = std::move(load), .bus = &bus};
 }
 
 detail::RouterOptions router_options(const ClusterOptions& o) {
@@ -103,7 +104,7 @@ Cluster::Impl::Impl(ClusterOptions opts)
       plugin_registry(options.plugin_path),
       root(SupervisorOptions{.name = options.name, .on_event = supervisor_events(bus)}),
       balancers(*this, options.client, *this),
-      rpc(rpc_options(options, load), runtime.workers(), balancers),
+      rpc(rpc_options(options, load, bus), runtime.workers(), balancers),
       mesh(mesh_options(options, load), incarnation, runtime.network(), node_groups, rpc),
       channels(mesh.settings(), options.call_channels),
       router(router_options(options), runtime.network(), mesh, channels, rpc, balancers, bus) {}
@@ -302,6 +303,7 @@ ClusterStats Cluster::stats() const noexcept {
     stats.name_conflicts = mesh.name_conflicts;
     stats.slow_inline_runs = impl_->rpc.slow_inline_runs();
     stats.expired_requests = impl_->rpc.expired_requests();
+    stats.bad_traceparents = impl_->rpc.bad_traceparents();
     stats.channel_calls = impl_->channels.calls();
     stats.channels_open = impl_->channels.open() + impl_->mesh.accepted_channels();
     return stats;

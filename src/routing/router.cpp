@@ -1,7 +1,7 @@
 // Routing of calls and casts (doc/architecture.md "Calls"): short-circuits, selection,
 // drainer tracking, the no-route retry on timers, re-selection after a `draining` reply,
-// hedged attempts and the deadline a call inherits from the handler that makes it. The
-// blocking API (router_timers.cpp) is a thin layer over start().
+// hedged attempts, and the deadline and trace context a call inherits from the handler
+// that makes it. The blocking API (router_timers.cpp) is a thin layer over start().
 #include "routing/router.hpp"
 
 #include "membership/mesh.hpp"
@@ -10,6 +10,7 @@
 #include "transport/call_channels.hpp"
 #include "rpc/call_scope.hpp"
 #include "rpc/rpc_server.hpp"
+#include "telemetry/trace_state.hpp"
 
 #include <rpclb/handler.hpp>
 #include <rpclb/detail/log.hpp>
@@ -50,6 +51,7 @@ public:
 
     CallOperation(std::shared_ptr<Router> router, CallSpec spec, std::function<void(CallResult)> done)
         : router_(std::move(router)), spec_(std::move(spec)), done_(std::move(done)), machine_(config()) {
+        if (spec_.kind == CallSpec::Kind::call) start_trace();
         // The predecessor's span covers direct and load-balanced calls from the start, retry
         // sleeps included; a random-node helper's span is its inner direct call's.
         if (!spec_.filter && open_span(spec_.node, spec_.options.load_balancer)) emit_span_start();
@@ -84,6 +86,7 @@ private:
     struct Job {
         CallMachine::Action action;
         std::string member{};    // a Send's
+        SpanId span{};           // a Send's: its attempt's span
         bool named_lb = false;   // a Send's request names the balancer
         bool emit_span = false;  // a Send opened a random-node helper's span
         std::shared_ptr<LoadBalancer> budget{};  // an idempotent call's first Send: its deposit
@@ -125,6 +128,7 @@ private:
                 } else if (const auto* send = std::get_if<CallMachine::Send>(&job.action)) {
                     // Written before the completion that reads it (the lock orders them).
                     job.member = machine_.member(send->slot);
+                    job.span = new_span_id();
                     job.named_lb = slots_[send->slot].picked;
                     if (send->attempt == 0 && job.named_lb && spec_.options.idempotent)
                         job.budget = slots_[send->slot].balancer;
@@ -168,6 +172,10 @@ private:
         auto& complete = std::get<CallMachine::Complete>(job.action);
         completed_ = true;
         end_span(complete.result);
+        if (exports_spans())
+            emit_trace_span("call", span_node_.empty() ? std::string_view(spec_.node) : std::string_view(span_node_),
+                            trace_.span_id, trace_.parent_span_id, trace_wall_start_, trace_start_,
+                            complete.result ? std::string_view("ok") : to_string(complete.result.error().code));
         auto done = std::move(done_);
         done_ = nullptr;
         done(std::move(complete.result));
@@ -282,7 +290,15 @@ private:
         if (job.budget) job.budget->budget_call_started(send.hedged);
         if (send.reason == CallMachine::Reason::hedge || send.reason == CallMachine::Reason::retry)
             emit_attempt(job.member, send.reason == CallMachine::Reason::hedge ? "hedge" : "retry", "sent");
-        auto answer = [self = shared_from_this(), slot = send.slot](RequestOutcome outcome) {
+        const bool spanned = exports_spans();
+        auto answer = [self = shared_from_this(), slot = send.slot, spanned, span = job.span,
+                       member = spanned ? job.member : std::string(), start = spanned ? Clock::now() : Clock::time_point{},
+                       wall = spanned ? std::chrono::system_clock::now() : std::chrono::system_clock::time_point{}](
+                          RequestOutcome outcome) {
+            if (spanned)
+                self->emit_trace_span("attempt", member, span, self->trace_.span_id, wall, start,
+                                      outcome.result ? std::string_view("ok")
+                                                     : to_string(outcome.result.error().code));
             self->feed([&](CallMachine& m, Clock::time_point now) { return m.on_answer(slot, std::move(outcome), now); },
                        false);
         };
@@ -302,13 +318,17 @@ private:
                 router_->rpc().serve_cast(wire::Cast{spec_.module, spec_.function, std::move(args), {}});
                 return answer(CallResult(boost::json::value()));
             }
+            // The handler's span: a child of this attempt's, as a peer would make it.
+            auto served = TraceContext::child_of(TraceParent{trace_.trace_id, job.span, trace_.flags}, new_span_id(),
+                                                 trace_.tracestate);
             if (on_this_thread) {
                 bool threw = false;
-                auto result = router_->rpc().run_handler(spec_.module, spec_.function, args, &threw, send.deadline);
+                auto result =
+                    router_->rpc().run_handler(spec_.module, spec_.function, args, &threw, send.deadline, &served);
                 threw_ = threw;
                 return answer(std::move(result));
             }
-            router_->rpc().run_local(spec_.module, spec_.function, std::move(args), send.deadline,
+            router_->rpc().run_local(spec_.module, spec_.function, std::move(args), send.deadline, std::move(served),
                                      [self = shared_from_this(), answer = std::move(answer)](CallResult result, bool threw) {
                                          if (threw) self->threw_ = true;
                                          answer(std::move(result));
@@ -320,7 +340,7 @@ private:
             auto sent = send_cast(target, std::move(args), lb);
             return answer(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
         }
-        send_call(send.slot, target, std::move(args), lb, on_this_thread, send.deadline, std::move(answer));
+        send_call(send.slot, target, std::move(args), lb, on_this_thread, send.deadline, job.span, std::move(answer));
     }
 
     // The request of pick `slot` went on `link` as `id`: a Cancel for it can be sent (at
@@ -355,12 +375,16 @@ private:
     // On a blocking caller's thread it goes on a call channel when one can be had, and
     // `done` runs here. The request carries the time left to `deadline`.
     void send_call(int slot, const std::string& target, boost::json::array args, const std::string& lb,
-                   bool on_caller_thread, Clock::time_point deadline, std::function<void(RequestOutcome)> done) {
+                   bool on_caller_thread, Clock::time_point deadline, const SpanId& span,
+                   std::function<void(RequestOutcome)> done) {
         // A stopped node closed its connections itself: say so, not "noconnection".
         if (router_->sending_stopped()) return done(machine_.stopping_error());
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
         wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};
+        request.trace = TraceParent{trace_.trace_id, span, trace_.flags};
+        request.trace_read = wire::TraceRead::valid;
+        request.tracestate = trace_.tracestate;
         // What is left, rounded up to the millisecond (so the first attempt gets the whole
         // timeout, and a 1 ms call whose channel dial failed still goes out on the link).
         const auto left = [&] { return std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()); };
@@ -422,7 +446,8 @@ private:
 
     void emit_span_start() {
         auto& bus = router_->bus();
-        Event e = span_event(EventName::rpc_start);
+        const TraceText ids = trace_text();
+        Event e = span_event(EventName::rpc_start, ids);
         e.system_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
@@ -433,7 +458,8 @@ private:
         if (!spanned_) return;
         spanned_ = false;
         const bool threw = threw_.load();
-        Event e = span_event(threw ? EventName::rpc_exception : EventName::rpc_stop);
+        const TraceText ids = trace_text();
+        Event e = span_event(threw ? EventName::rpc_exception : EventName::rpc_stop, ids);
         e.duration = std::chrono::steady_clock::now() - span_start_;
         e.status = result ? std::string_view("ok") : to_string(result.error().code);
         // result.error() returns a copy, and Event fields are views: keep it until emit().
@@ -459,17 +485,67 @@ private:
         e.load_balancer = spec_.options.load_balancer;
         e.kind = kind;
         e.outcome = outcome;
+        const TraceText ids = trace_text();
+        e.trace_id = ids.trace_id();
+        e.span_id = ids.span_id();
         bus.emit(e);
     }
 
-    Event span_event(EventName name) const {
+    Event span_event(EventName name, const TraceText& ids) const {
         Event e{.name = name};
+        e.trace_id = ids.trace_id();
+        e.span_id = ids.span_id();
         e.type = spec_.kind == CallSpec::Kind::call ? "call" : "cast";
         e.node = span_node_;
         e.module = spec_.module;
         e.function = spec_.function;
         e.load_balancer = span_balancer_;
         return e;
+    }
+
+    // ---- trace context (doc/explanation/trace-context.md) ----
+
+    // The call's span: a child of this thread's context (a handler's or a TraceScope's), or
+    // the root of a new trace, sampled when someone listens to this node's telemetry.
+    void start_trace() {
+        if (const auto* outer = innermost_trace()) {
+            trace_ = TraceContext::child_of(outer->traceparent(), new_span_id(), outer->tracestate);
+        } else {
+            trace_ = new_trace(router_->bus().active());
+        }
+        if (trace_.sampled()) {
+            trace_start_ = Clock::now();
+            trace_wall_start_ = std::chrono::system_clock::now();
+        }
+    }
+
+    // The call's span and its attempts go to the span sink (rpc.span).
+    bool exports_spans() const noexcept { return trace_.sampled() && router_->bus().active(); }
+
+    TraceText trace_text() const noexcept {
+        if (spec_.kind != CallSpec::Kind::call) return {};
+        return TraceText(trace_.trace_id, trace_.span_id, &trace_.parent_span_id);
+    }
+
+    void emit_trace_span(std::string_view kind, std::string_view node, const SpanId& span, const SpanId& parent,
+                         std::chrono::system_clock::time_point wall_start, Clock::time_point start,
+                         std::string_view status) const {
+        const TraceText ids(trace_.trace_id, span, &parent);
+        Event e{.name = EventName::rpc_span};
+        e.system_time_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(wall_start.time_since_epoch()).count();
+        e.duration = Clock::now() - start;
+        e.type = "call";
+        e.kind = kind;
+        e.node = node;
+        e.module = spec_.module;
+        e.function = spec_.function;
+        e.load_balancer = spec_.options.load_balancer;
+        e.status = status;
+        e.trace_id = ids.trace_id();
+        e.span_id = ids.span_id();
+        e.parent_span_id = ids.parent_span_id();
+        router_->bus().emit(e);
     }
 
     std::shared_ptr<Router> router_;
@@ -484,6 +560,9 @@ private:
     bool spanned_ = false;
     std::string span_node_, span_balancer_;
     std::chrono::steady_clock::time_point span_start_;
+    TraceContext trace_;  // the call's span (a call's only); set once, before any action
+    Clock::time_point trace_start_{};
+    std::chrono::system_clock::time_point trace_wall_start_{};
 };
 
 // ---- Router ----------------------------------------------------------------------------

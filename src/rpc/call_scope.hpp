@@ -1,5 +1,8 @@
-// The call a handler run serves, as call_deadline() and call_cancelled() see it (internal).
+// The call a handler run serves, as call_deadline(), call_cancelled() and current_trace()
+// see it (internal).
 #pragma once
+
+#include <rpclb/trace.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -9,7 +12,8 @@ namespace rpclb::detail {
 class Connection;
 
 /// Opened by RpcServer around every handler run, on the thread running it: while it
-/// lives, call_deadline() and call_cancelled() on that thread answer for its call. Scopes
+/// lives, call_deadline(), call_cancelled() and current_trace() on that thread answer for
+/// its call (a cast's handler has no trace context). Scopes
 /// nest (a handler that calls this node runs the inner handler in a scope of its own) and
 /// close in reverse order.
 ///
@@ -20,8 +24,10 @@ public:
 
     /// `deadline`: time_point::max() when the call has none (a cast). `connection`: the
     /// one the request came on, null for a call from this node. `cancel`: set when the
-    /// caller says it gave up (wire::Cancel); null when it cannot.
-    CallScope(time_point deadline, const Connection* connection, const std::atomic<bool>* cancel = nullptr) noexcept;
+    /// caller says it gave up (wire::Cancel); null when it cannot. `trace`: the handler
+    /// run's span (null: none, a cast).
+    CallScope(time_point deadline, const Connection* connection, const std::atomic<bool>* cancel = nullptr,
+              const TraceContext* trace = nullptr) noexcept;
     ~CallScope();
     CallScope(const CallScope&) = delete;
     CallScope& operator=(const CallScope&) = delete;
@@ -43,6 +49,7 @@ private:
     const Connection* connection_;
     const std::atomic<bool>* cancel_;
     const CallScope* outer_;
+    const TraceContext* outer_trace_;
 };
 
 }  // namespace rpclb::detail

@@ -1,6 +1,7 @@
 #include <rpclb/handler.hpp>
 
 #include "rpc/call_scope.hpp"
+#include "telemetry/trace_state.hpp"
 #include "transport/connection.hpp"
 
 #include <string>
@@ -26,12 +27,17 @@ namespace {
 thread_local const CallScope* innermost = nullptr;
 }  // namespace
 
-CallScope::CallScope(time_point deadline, const Connection* connection, const std::atomic<bool>* cancel) noexcept
-    : deadline_(deadline), connection_(connection), cancel_(cancel), outer_(innermost) {
+CallScope::CallScope(time_point deadline, const Connection* connection, const std::atomic<bool>* cancel,
+                     const TraceContext* trace) noexcept
+    : deadline_(deadline), connection_(connection), cancel_(cancel), outer_(innermost),
+      outer_trace_(set_innermost_trace(trace)) {
     innermost = this;
 }
 
-CallScope::~CallScope() { innermost = outer_; }
+CallScope::~CallScope() {
+    innermost = outer_;
+    set_innermost_trace(outer_trace_);
+}
 
 const CallScope* CallScope::current() noexcept { return innermost; }
 

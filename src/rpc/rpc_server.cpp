@@ -2,6 +2,7 @@
 
 #include "json_fields.hpp"
 #include "rpc/call_scope.hpp"
+#include "telemetry/trace_state.hpp"
 
 #include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/log.hpp>
@@ -77,15 +78,18 @@ std::shared_ptr<const RpcServer::Entry> RpcServer::find(std::string_view module,
 
 CallResult RpcServer::run(const Entry* entry, std::string_view module, std::string_view function,
                           const boost::json::array& args, bool* threw, time_point deadline,
-                          const Connection* connection, const std::atomic<bool>* cancel) const {
+                          const Connection* connection, const std::atomic<bool>* cancel,
+                          const TraceContext* trace) const {
     if (!entry)
         return call_error(ErrorCode::not_found,
                           "function " + std::string(module) + "." + std::string(function) + " is not registered",
                           options_.node, module, function);
     const bool timed = entry->options.run_inline;
-    const auto began = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    const bool spanned = trace && trace->sampled() && options_.bus && options_.bus->active();
+    const auto began = timed || spanned ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    const auto wall_began = spanned ? std::chrono::system_clock::now() : std::chrono::system_clock::time_point{};
     CallResult result = [&]() -> CallResult {
-        const CallScope scope(deadline, connection, cancel);
+        const CallScope scope(deadline, connection, cancel, trace);
         try {
             return entry->handler(args);
         } catch (const std::exception& e) {
@@ -109,6 +113,7 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
                     << " us: it holds up a network thread; register it without run_inline (logged once)";
         }
     }
+    if (spanned) emit_server_span(*trace, module, function, result, began, wall_began);
     if (!result) {
         auto error = std::move(result).error();
         error.details.erase(draining_detail);  // reserved: would make the caller run it again
@@ -119,30 +124,49 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
     return result;
 }
 
+void RpcServer::emit_server_span(const TraceContext& trace, std::string_view module, std::string_view function,
+                                 const CallResult& result, std::chrono::steady_clock::time_point start,
+                                 std::chrono::system_clock::time_point wall_start) const {
+    const TraceText ids(trace.trace_id, trace.span_id, &trace.parent_span_id);
+    Event e{.name = EventName::rpc_span};
+    e.system_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wall_start.time_since_epoch()).count();
+    e.duration = std::chrono::steady_clock::now() - start;
+    e.type = "call";
+    e.kind = "server";
+    e.node = options_.node;
+    e.module = module;
+    e.function = function;
+    e.status = result ? std::string_view("ok") : to_string(result.error().code);
+    e.trace_id = ids.trace_id();
+    e.span_id = ids.span_id();
+    e.parent_span_id = ids.parent_span_id();
+    options_.bus->emit(e);
+}
+
 CallResult RpcServer::run_handler(std::string_view module, std::string_view function, const boost::json::array& args,
-                                  bool* threw, time_point deadline) const {
+                                  bool* threw, time_point deadline, const TraceContext* trace) const {
     const auto entry = find(module, function);
-    return run(entry.get(), module, function, args, threw, deadline);
+    return run(entry.get(), module, function, args, threw, deadline, nullptr, nullptr, trace);
 }
 
 void RpcServer::run_local(std::string module, std::string function, boost::json::array args, time_point deadline,
-                          std::function<void(CallResult, bool)> done) {
+                          TraceContext trace, std::function<void(CallResult, bool)> done) {
     auto entry = find(module, function);
     if (runs_inline(entry.get())) {
         bool threw = false;
-        auto result = run(entry.get(), module, function, args, &threw, deadline);
+        auto result = run(entry.get(), module, function, args, &threw, deadline, nullptr, nullptr, &trace);
         return done(std::move(result), threw);
     }
     load_->queued();
     asio::post(workers_, [this, entry = std::move(entry), module = std::move(module), function = std::move(function),
-                  args = std::move(args), deadline, done = std::move(done)] {
+                  args = std::move(args), deadline, trace = std::move(trace), done = std::move(done)] {
         load_->started();
         if (skip_abandoned()) {
             load_->finished();
             return done(call_failure(Failure::node_stopping, options_.node, module, function), false);
         }
         bool threw = false;
-        auto result = run(entry.get(), module, function, args, &threw, deadline);
+        auto result = run(entry.get(), module, function, args, &threw, deadline, nullptr, nullptr, &trace);
         load_->finished();
         done(std::move(result), threw);
     });
@@ -183,6 +207,14 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
     Served served{std::move(request)};
     auto& r = served.request;
     if (r.timeout_ms) served.deadline = deadline_after(std::chrono::steady_clock::now(), *r.timeout_ms);
+    // A request without a valid traceparent starts a trace here; a malformed one is
+    // counted, never refused (W3C Trace Context §3.2: restart the trace).
+    if (r.trace_read == wire::TraceRead::valid) {
+        served.trace = TraceContext::child_of(r.trace, new_span_id(), std::move(r.tracestate));
+    } else {
+        if (r.trace_read == wire::TraceRead::malformed) bad_traceparents_.fetch_add(1, std::memory_order_relaxed);
+        served.trace = new_trace(false);
+    }
     if (!r.load_balancer.empty()) {
         served.balancer = balancers_.admit(r.load_balancer);  // its drain waits for this call too
         if (!served.balancer) {
@@ -207,7 +239,7 @@ CallResult RpcServer::run_unless_expired(const Served& served, const Connection*
     }
     if (std::chrono::steady_clock::now() < served.deadline)
         return run(served.entry.get(), r.module, r.function, r.args, nullptr, served.deadline, connection,
-                   served.cancelled.get());
+                   served.cancelled.get(), &served.trace);
     expired_requests_.fetch_add(1, std::memory_order_relaxed);
     return call_error(ErrorCode::request_timeout,
                       "not run: the caller's timeout of " + std::to_string(*r.timeout_ms) +
@@ -227,7 +259,8 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     if (runs_inline(served.entry.get())) {
         // On the connection's strand: the answer is queued (or written) right here.
         const auto& r = served.request;
-        auto result = run(served.entry.get(), r.module, r.function, r.args, nullptr, served.deadline, c.get());
+        auto result = run(served.entry.get(), r.module, r.function, r.args, nullptr, served.deadline, c.get(), nullptr,
+                          &served.trace);
         c->send(answer(r.id, std::move(result), r.module, r.function, c->spare_buffer()));
         return finish(served);
     }

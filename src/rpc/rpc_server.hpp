@@ -7,6 +7,8 @@
 #include "transport/load_gauge.hpp"
 
 #include <rpclb/handler.hpp>
+#include <rpclb/telemetry.hpp>
+#include <rpclb/trace.hpp>
 #include <rpclb/detail/zero_waiter.hpp>
 
 #include <boost/asio/post.hpp>
@@ -35,6 +37,8 @@ struct RpcOptions {
     /// This node's load: RpcServer counts its worker-pool runs there, and every answer
     /// carries a sample of it (wire::Response::load). Null: one of its own (pool size 1).
     std::shared_ptr<LoadGauge> load;
+    /// Where the server spans of sampled traces go (rpc.span, kind "server"); null: nowhere.
+    TelemetryBus* bus = nullptr;
 };
 
 /// Runs the functions registered on this node for requests and casts from peers and for
@@ -57,14 +61,16 @@ public:
 
     /// Runs `module.function(args)` on the calling thread, the call's deadline
     /// `deadline` (call_deadline() in the handler); `threw` (if given) tells whether the
-    /// handler threw. Errors name this node, module and function.
+    /// handler threw; `trace` (if given) is the handler run's span (current_trace()).
+    /// Errors name this node, module and function.
     CallResult run_handler(std::string_view module, std::string_view function, const boost::json::array& args,
-                           bool* threw = nullptr, time_point deadline = time_point::max()) const;
-    /// Runs a call to this node whose deadline is `deadline`: inline handlers on the
-    /// calling thread, others on the worker pool; `done` gets the result and whether the
-    /// handler threw.
+                           bool* threw = nullptr, time_point deadline = time_point::max(),
+                           const TraceContext* trace = nullptr) const;
+    /// Runs a call to this node whose deadline is `deadline` in the span `trace`: inline
+    /// handlers on the calling thread, others on the worker pool; `done` gets the result
+    /// and whether the handler threw.
     void run_local(std::string module, std::string function, boost::json::array args, time_point deadline,
-                   std::function<void(CallResult, bool threw)> done);
+                   TraceContext trace, std::function<void(CallResult, bool threw)> done);
 
     void serve_request(const std::shared_ptr<Connection>& connection, wire::Request&& request) override;
     void serve_cast(wire::Cast&& cast) override;
@@ -96,6 +102,8 @@ public:
     std::uint64_t slow_inline_runs() const noexcept { return slow_inline_runs_.load(); }
     /// ClusterStats::expired_requests.
     std::uint64_t expired_requests() const noexcept { return expired_requests_.load(); }
+    /// ClusterStats::bad_traceparents.
+    std::uint64_t bad_traceparents() const noexcept { return bad_traceparents_.load(); }
     /// The gauge of this node's load (RpcOptions::load).
     LoadGauge& load() noexcept { return *load_; }
 
@@ -126,6 +134,9 @@ private:
         std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
         /// Set by cancel_request(); null when the caller cannot cancel (its Hello said no).
         std::shared_ptr<std::atomic<bool>> cancelled{};
+        /// The handler run's span: a child of the caller's attempt, or the root of a new
+        /// (unsampled) trace when the request carried no valid traceparent.
+        TraceContext trace{};
     };
     /// A request a caller may cancel while a worker has it: its connection and id.
     struct CancelKey {
@@ -149,10 +160,16 @@ private:
     /// Registered inline (an unknown function's not_found answer is made on the spot too).
     static bool runs_inline(const Entry* entry) noexcept { return !entry || entry->options.run_inline; }
     /// Runs `entry` (may be null: not registered), timing inline runs, in a CallScope of
-    /// `deadline` and `connection` (the request's; null for a call from this node).
+    /// `deadline`, `connection` (the request's; null for a call from this node) and
+    /// `trace` (the run's span, emitted as rpc.span when sampled and someone listens).
     CallResult run(const Entry* entry, std::string_view module, std::string_view function,
                    const boost::json::array& args, bool* threw, time_point deadline = time_point::max(),
-                   const Connection* connection = nullptr, const std::atomic<bool>* cancel = nullptr) const;
+                   const Connection* connection = nullptr, const std::atomic<bool>* cancel = nullptr,
+                   const TraceContext* trace = nullptr) const;
+    /// rpc.span of a server span `trace` that ran from `start` (steady and system clocks).
+    void emit_server_span(const TraceContext& trace, std::string_view module, std::string_view function,
+                          const CallResult& result, std::chrono::steady_clock::time_point start,
+                          std::chrono::system_clock::time_point wall_start) const;
     /// Encodes the answer to request `id` into `buffer` (Connection::spare_buffer),
     /// replacing one over the size limit.
     std::string answer(std::uint64_t id, CallResult result, std::string_view module, std::string_view function,
@@ -175,6 +192,7 @@ private:
     std::atomic<bool> stop_marked_{false};
     mutable std::atomic<std::uint64_t> slow_inline_runs_{0};
     std::atomic<std::uint64_t> expired_requests_{0};
+    std::atomic<std::uint64_t> bad_traceparents_{0};
     std::atomic<bool> abandoned_{false};  // abandon_queued was called
     ZeroWaiter idle_;  // wait_idle and wait_served_before_stop: their counter at 0
     std::mutex cancel_mutex_;

@@ -1,7 +1,10 @@
 #include <rpclb/detail/log.hpp>
 #include <rpclb/log.hpp>
 
+#include "telemetry/trace_state.hpp"
+
 #include <boost/core/null_deleter.hpp>
+#include <boost/log/attributes/function.hpp>
 #include <boost/log/attributes/value_extraction.hpp>
 #include <boost/log/core.hpp>
 #include <boost/log/expressions.hpp>
@@ -25,6 +28,18 @@ using severity = bl::trivial::severity_level;
 
 BOOST_LOG_ATTRIBUTE_KEYWORD(channel_attr, "Channel", std::string)
 BOOST_LOG_ATTRIBUTE_KEYWORD(severity_attr, "Severity", severity)
+BOOST_LOG_ATTRIBUTE_KEYWORD(trace_attr, "Trace", std::string)
+
+// "Trace": the trace context of the thread that logs, as " trace_id=<32 hex> span_id=<16
+// hex>", or empty outside a call's handler and any TraceScope. A global attribute, so the
+// application's own records from a handler carry it too, on its sinks as on rpclb's.
+void add_trace_attribute() {
+    bl::core::get()->add_global_attribute("Trace", bl::attributes::make_function([]() -> std::string {
+        const auto* t = detail::innermost_trace();
+        if (!t) return {};
+        return " trace_id=" + to_hex(t->trace_id) + " span_id=" + to_hex(t->span_id);
+    }));
+}
 
 severity parse_level(std::string_view level) {
     static const std::map<std::string_view, severity> levels{
@@ -50,6 +65,7 @@ std::atomic<bool> settled{false};
 void install_console() {
     if (console) return;
     bl::add_common_attributes();
+    add_trace_attribute();
     using backend_t = bl::sinks::text_ostream_backend;
     auto backend = boost::make_shared<backend_t>();
     backend->add_stream(boost::shared_ptr<std::ostream>(&std::clog, boost::null_deleter()));
@@ -58,7 +74,8 @@ void install_console() {
     sink->set_formatter(bl::expressions::stream
                         << bl::expressions::format_date_time<boost::posix_time::ptime>("TimeStamp",
                                                                                        "%Y-%m-%d %H:%M:%S.%f")
-                        << " " << severity_attr << " [" << channel_attr << "] " << bl::expressions::smessage);
+                        << " " << severity_attr << " [" << channel_attr << "] " << bl::expressions::smessage
+                        << trace_attr);
     bl::core::get()->add_sink(sink);
     console = sink;
 }
@@ -115,6 +132,7 @@ void use_application_sinks(std::string_view level) {
         bl::core::get()->remove_sink(console);
         console.reset();
     }
+    add_trace_attribute();
     settled.store(true, std::memory_order_release);
     threshold.store(min, std::memory_order_relaxed);
 }

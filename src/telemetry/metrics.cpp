@@ -54,7 +54,7 @@ std::vector<MetricDefinition> predecessor_definitions() {
 using Field = std::string_view Event::*;
 
 Field event_field(std::string_view tag) {
-    static constexpr std::array<std::pair<std::string_view, Field>, 14> fields{{
+    static constexpr std::array<std::pair<std::string_view, Field>, 17> fields{{
         {"type", &Event::type},
         {"node", &Event::node},
         {"module", &Event::module},
@@ -69,6 +69,9 @@ Field event_field(std::string_view tag) {
         {"child", &Event::child},
         {"supervisor", &Event::supervisor},
         {"path", &Event::path},
+        {"trace_id", &Event::trace_id},
+        {"span_id", &Event::span_id},
+        {"parent_span_id", &Event::parent_span_id},
     }};
     for (const auto& [name, field] : fields)
         if (name == tag) return field;

@@ -32,6 +32,7 @@ constexpr std::array<std::string_view, event_name_count> event_names{
     "member.ejected",
     "member.returned",
     "rpc.attempt",
+    "rpc.span",
 };
 
 void log_listener_failure(const Event& event, std::string_view what) noexcept {

@@ -220,6 +220,20 @@ void read(Members& m, GroupJoin& f) {
 
 void read(Members& m, GroupLeave& f) { m.string("group", f.group); }
 
+// "tp" and "ts": never a reason to refuse the frame (the receiver starts a new trace).
+void read_trace(Members& m, Request& f) {
+    const auto* tp = m.raw("tp");
+    if (!tp) return;
+    const auto* text = tp->if_string();
+    const auto parent =
+        text && text->size() <= max_traceparent_text ? parse_traceparent(*text) : std::optional<TraceParent>();
+    f.trace_read = parent ? TraceRead::valid : TraceRead::malformed;
+    if (!parent) return;
+    f.trace = *parent;
+    if (const auto* ts = m.raw("ts"); ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
+        f.tracestate = ts->get_string();
+}
+
 void read(Members& m, Request& f) {
     m.uint64("id", f.id);
     const bool id_read = !m.failed();
@@ -228,6 +242,7 @@ void read(Members& m, Request& f) {
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
     m.optional_uint64("to", f.timeout_ms);
+    read_trace(m, f);
     // Lets the receiver answer a malformed call with bad_request instead of dropping it.
     if (id_read) m.set_request_id(f.id);
 }
@@ -472,6 +487,15 @@ void write(Writer& w, const Request& f) {
     w.value("a", f.args);
     if (!f.load_balancer.empty()) w.string("lb", f.load_balancer);
     if (f.timeout_ms) w.uint64("to", *f.timeout_ms);
+    if (f.trace_read == TraceRead::valid) {
+        // Hex digits and '-' need no escaping: written as they are, quoted.
+        char text[traceparent_size + 2];
+        text[0] = '"';
+        write_traceparent(f.trace, text + 1);
+        text[traceparent_size + 1] = '"';
+        w.raw("tp", std::string_view(text, sizeof text));
+        if (!f.tracestate.empty() && f.tracestate.size() <= max_tracestate_size) w.string("ts", f.tracestate);
+    }
 }
 
 void write(Writer& w, const Cast& f) {

@@ -143,7 +143,7 @@ BOOST_AUTO_TEST_CASE(glob_matches_whole_names) {
 BOOST_AUTO_TEST_CASE(event_set_selects_by_pattern) {
     using rpclb::EventName;
     const auto rpc = event_set({"rpc.*"});
-    BOOST_TEST(rpc.count() == 4u);  // rpc.start, .stop, .exception, .attempt
+    BOOST_TEST(rpc.count() == 5u);  // rpc.start, .stop, .exception, .attempt, .span
     BOOST_TEST(rpc.test(static_cast<std::size_t>(EventName::rpc_exception)));
     BOOST_TEST(!rpc.test(static_cast<std::size_t>(EventName::node_selected)));
     BOOST_TEST(event_set({}).all());

@@ -103,6 +103,7 @@ BOOST_AUTO_TEST_CASE(event_names_are_dotted_as_the_predecessors) {
         {EventName::member_ejected, "member.ejected"},
         {EventName::member_returned, "member.returned"},
         {EventName::rpc_attempt, "rpc.attempt"},
+        {EventName::rpc_span, "rpc.span"},
     };
     BOOST_TEST(expected.size() == rpclb::event_name_count);
     for (const auto& [name, text] : expected) BOOST_TEST(rpclb::to_string(name) == text);

@@ -41,6 +41,7 @@ const std::map<std::string, Part>& public_headers() {
         {"version.hpp", base},
         {"node_load.hpp", base},
         {"telemetry.hpp", base},
+        {"trace.hpp", base},
         {"metrics.hpp", base},
         {"retry.hpp", base},
         {"service.hpp", base},

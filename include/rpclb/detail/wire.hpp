@@ -6,6 +6,7 @@
 #pragma once
 
 #include <rpclb/error.hpp>
+#include <rpclb/trace.hpp>
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -126,7 +127,19 @@ struct GroupLeave {
     std::string group;
 };
 
-/// "req": {"t","id","m","f","a"[,"lb"][,"to"]} — call `m.f(a...)` and answer with "res".
+/// How a request's "tp" member read (Request::trace_read).
+enum class TraceRead : std::uint8_t {
+    absent,     ///< no "tp": a peer that sends no trace context
+    valid,      ///< a traceparent parse_traceparent() accepts
+    malformed,  ///< present but not one (not a string, too long, wrong version, ...)
+};
+
+/// Longest "tp" text read as a traceparent: a later version may append fields, but no
+/// more than this is kept or parsed.
+inline constexpr std::size_t max_traceparent_text = 256;
+
+/// "req": {"t","id","m","f","a"[,"lb"][,"to"][,"tp"[,"ts"]]} — call `m.f(a...)` and
+/// answer with "res".
 struct Request {
     std::uint64_t id = 0;
     std::string module;
@@ -136,6 +149,15 @@ struct Request {
     /// "to": the caller's timeout in milliseconds, as it sent the request (absent: none).
     /// The receiver does not start a handler after that long (gRPC's grpc-timeout).
     std::optional<std::uint64_t> timeout_ms = std::nullopt;
+    /// "tp" (optional): the W3C traceparent of the caller's attempt (W3C Trace Context
+    /// §3.2), written as version 00 when `trace_read` is `valid`. A malformed "tp" does
+    /// not make the frame malformed: `trace_read` says so and the receiver starts a new
+    /// trace. A peer that sends none is served as the start of a new trace too.
+    TraceParent trace{};
+    TraceRead trace_read = TraceRead::absent;
+    /// "ts" (optional, only with a valid "tp"): the W3C tracestate, at most
+    /// max_tracestate_size bytes; a longer or non-string one is dropped.
+    std::string tracestate{};
 };
 
 /// "cast": {"t","m","f","a"[,"lb"]} — like Request but unanswered.

@@ -1,0 +1,157 @@
+// W3C traceparent read and written (W3C Trace Context Level 1 §3.2), and how a request
+// frame carries it: never a reason to refuse the frame.
+#define BOOST_TEST_MODULE trace
+#include <boost/test/unit_test.hpp>
+
+#include <rpclb/trace.hpp>
+#include <rpclb/detail/wire.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace wire = rpclb::detail::wire;
+
+namespace {
+
+// The example of W3C Trace Context §3.2.2.
+const std::string example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+std::string with_version(std::string_view version) { return std::string(version) + example.substr(2); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(traceparent)
+
+BOOST_AUTO_TEST_CASE(parse_reads_version_00) {
+    const auto p = rpclb::parse_traceparent(example);
+    BOOST_REQUIRE(p);
+    BOOST_TEST(rpclb::to_hex(p->trace_id) == "4bf92f3577b34da6a3ce929d0e0e4736");
+    BOOST_TEST(rpclb::to_hex(p->parent_id) == "00f067aa0ba902b7");
+    BOOST_TEST(p->flags == 1);
+    BOOST_TEST(p->sampled());
+    BOOST_TEST(!rpclb::parse_traceparent(example.substr(0, 53) + "00")->sampled());
+}
+
+BOOST_AUTO_TEST_CASE(format_round_trips) {
+    const auto p = rpclb::parse_traceparent(example);
+    BOOST_REQUIRE(p);
+    BOOST_TEST(rpclb::to_traceparent(*p) == example);
+}
+
+BOOST_AUTO_TEST_CASE(parse_refuses_version_ff) {
+    BOOST_TEST(!rpclb::parse_traceparent(with_version("ff")).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(parse_reads_future_versions_by_their_first_fields) {
+    // §3.2.4: a higher version is read as version 00, whatever follows a '-'.
+    const auto later = rpclb::parse_traceparent(with_version("cc"));
+    BOOST_REQUIRE(later);
+    BOOST_TEST(rpclb::to_hex(later->trace_id) == "4bf92f3577b34da6a3ce929d0e0e4736");
+    BOOST_TEST(rpclb::parse_traceparent(with_version("cc") + "-what-comes-next").has_value());
+    // ...but not when its fields run on without the '-'; version 00 may not grow at all.
+    BOOST_TEST(!rpclb::parse_traceparent(with_version("cc") + "x").has_value());
+    BOOST_TEST(!rpclb::parse_traceparent(example + "-00").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(parse_refuses_uppercase_hex) {
+    BOOST_TEST(!rpclb::parse_traceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01").has_value());
+    BOOST_TEST(!rpclb::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00F067AA0BA902B7-01").has_value());
+    BOOST_TEST(!rpclb::parse_traceparent(with_version("0A")).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(parse_refuses_all_zero_ids) {
+    BOOST_TEST(!rpclb::parse_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01").has_value());
+    BOOST_TEST(!rpclb::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(parse_refuses_wrong_length_separators_and_non_hex) {
+    BOOST_TEST(!rpclb::parse_traceparent("").has_value());
+    BOOST_TEST(!rpclb::parse_traceparent(example.substr(0, 54)).has_value());
+    BOOST_TEST(!rpclb::parse_traceparent("00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").has_value());
+    BOOST_TEST(!rpclb::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7-01").has_value());
+    BOOST_TEST(!rpclb::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01").has_value());
+    BOOST_TEST(!rpclb::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0x").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(new_trace_draws_nonzero_distinct_ids) {
+    std::set<std::string> traces;
+    for (int i = 0; i < 100; ++i) {
+        const auto t = rpclb::new_trace(i % 2 == 0);
+        BOOST_TEST(t.sampled() == (i % 2 == 0));
+        BOOST_TEST((t.parent_span_id == rpclb::SpanId{}));
+        BOOST_TEST((t.span_id != rpclb::SpanId{}));
+        traces.insert(rpclb::to_hex(t.trace_id));
+    }
+    BOOST_TEST(traces.size() == 100u);
+}
+
+BOOST_AUTO_TEST_CASE(scope_sets_the_context_and_restores_the_outer_one) {
+    BOOST_TEST(!rpclb::current_trace().has_value());
+    {
+        const rpclb::TraceScope outer(example);
+        BOOST_TEST(outer.continued());
+        auto seen = rpclb::current_trace();
+        BOOST_REQUIRE(seen);
+        BOOST_TEST(rpclb::to_hex(seen->span_id) == "00f067aa0ba902b7");
+        {
+            const rpclb::TraceScope inner(rpclb::new_trace(false));
+            BOOST_TEST(rpclb::to_hex(rpclb::current_trace()->trace_id) != "4bf92f3577b34da6a3ce929d0e0e4736");
+        }
+        BOOST_TEST(rpclb::to_hex(rpclb::current_trace()->trace_id) == "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+    BOOST_TEST(!rpclb::current_trace().has_value());
+    const rpclb::TraceScope bad("00-xyz");
+    BOOST_TEST(!bad.continued());
+    BOOST_TEST((rpclb::current_trace()->trace_id != rpclb::TraceId{}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(request_frame)
+
+BOOST_AUTO_TEST_CASE(request_carries_traceparent_and_tracestate) {
+    wire::Request r{7, "m", "f", {}, ""};
+    r.trace = *rpclb::parse_traceparent(example);
+    r.trace_read = wire::TraceRead::valid;
+    r.tracestate = "congo=t61rcWkgMzE";
+    const auto text = wire::encode(r);
+    BOOST_TEST(text.find("\"tp\":\"" + example + "\"") != std::string::npos);
+    auto decoded = wire::decode(text);
+    BOOST_REQUIRE(decoded);
+    const auto& back = std::get<wire::Request>(*decoded);
+    BOOST_TEST((back.trace_read == wire::TraceRead::valid));
+    BOOST_TEST((back.trace == r.trace));
+    BOOST_TEST(back.tracestate == "congo=t61rcWkgMzE");
+}
+
+BOOST_AUTO_TEST_CASE(request_without_traceparent_decodes_as_absent) {
+    auto decoded = wire::decode(R"({"t":"req","id":1,"m":"m","f":"f","a":[]})");
+    BOOST_REQUIRE(decoded);
+    BOOST_TEST((std::get<wire::Request>(*decoded).trace_read == wire::TraceRead::absent));
+    BOOST_TEST(wire::encode(std::get<wire::Request>(*decoded)).find("tp") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_traceparent_leaves_the_frame_valid) {
+    const std::vector<std::string> bad{R"("01-zz")", "17",
+                                       R"("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")",
+                                       "\"" + std::string(300, 'a') + "\""};
+    for (const auto& tp : bad) {
+        auto decoded = wire::decode(R"({"t":"req","id":1,"m":"m","f":"f","a":[],"tp":)" + tp + R"(,"ts":"a=b"})");
+        BOOST_REQUIRE(decoded);
+        const auto& r = std::get<wire::Request>(*decoded);
+        BOOST_TEST((r.trace_read == wire::TraceRead::malformed), tp);
+        BOOST_TEST(r.tracestate.empty());  // ignored without a valid traceparent (§3.3)
+    }
+}
+
+BOOST_AUTO_TEST_CASE(oversize_tracestate_is_dropped) {
+    auto decoded = wire::decode(R"({"t":"req","id":1,"m":"m","f":"f","a":[],"tp":")" + example + R"(","ts":")" +
+                                std::string(rpclb::max_tracestate_size + 1, 'a') + "\"}");
+    BOOST_REQUIRE(decoded);
+    const auto& r = std::get<wire::Request>(*decoded);
+    BOOST_TEST((r.trace_read == wire::TraceRead::valid));
+    BOOST_TEST(r.tracestate.empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
