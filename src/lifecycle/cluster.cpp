@@ -571,4 +571,17 @@ Result<void> Cluster::cast_on_random_node(const NodeFilter& filter, std::string_
                                               impl_->runtime.on_network_thread()));
 }
 
+CallResult Cluster::call(std::string_view node, std::string_view module, std::string_view function) {
+    return call(node, module, function, {}, {});
+}
+Result<void> Cluster::cast(std::string_view node, std::string_view module, std::string_view function) {
+    return cast(node, module, function, {}, {});
+}
+CallResult Cluster::call_on_random_node(const NodeFilter& filter, std::string_view module, std::string_view function) {
+    return call_on_random_node(filter, module, function, {}, {});
+}
+Result<void> Cluster::cast_on_random_node(const NodeFilter& filter, std::string_view module, std::string_view function) {
+    return cast_on_random_node(filter, module, function, {}, {});
+}
+
 }  // namespace rpclb
