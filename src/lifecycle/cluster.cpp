@@ -4,13 +4,22 @@
 
 #include <rpclb/detail/log.hpp>
 #include <rpclb/detail/options_check.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/plugin_registry.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include <boost/asio/any_completion_executor.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/require.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/system_executor.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -6,11 +6,13 @@
 #include "rpc/served_balancers.hpp"
 #include "transport/load_gauge.hpp"
 
+#include <rpclb/error.hpp>
 #include <rpclb/handler.hpp>
 #include <rpclb/detail/zero_waiter.hpp>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/json/array.hpp>
 
 #include <atomic>
 #include <chrono>

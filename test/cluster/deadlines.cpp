@@ -3,7 +3,10 @@
 // the call that handler serves.
 #define BOOST_TEST_MODULE deadlines
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
