@@ -24,8 +24,11 @@
 #include "support/harness.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/log.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
 #include <boost/json/value.hpp>
 
 #include <chrono>

@@ -36,6 +36,7 @@
 #include "../src/transport/tls.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/log.hpp>
 
 #include <boost/asio/buffer.hpp>
@@ -45,8 +46,11 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket/stream.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 
 #include <algorithm>
 #include <cstdlib>

@@ -32,14 +32,18 @@
 #include "support/harness.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/log.hpp>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 
 #include <algorithm>
 #include <array>

@@ -4,9 +4,15 @@
 #include "../support/harness.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 #include <boost/json/value_to.hpp>
 
 #include <cstdlib>

@@ -2,6 +2,11 @@
 #pragma once
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
+
+#include <boost/json/array.hpp>
 
 #include <memory>
 #include <string>

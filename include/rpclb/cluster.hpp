@@ -1,40 +1,57 @@
 // One node of an rpclb cluster: identity, mesh, groups, RPC, balancers.
+//
+// This header declares Cluster and names the types of its members; the headers that
+// define them are included where they are used: <rpclb/error.hpp> for ErrorMessage and
+// the value of a Result, <boost/json/array.hpp> for a call's arguments,
+// <rpclb/cluster_async.hpp> for the async_* members, <rpclb/load_balancer.hpp>,
+// <rpclb/groups.hpp>, <rpclb/telemetry.hpp> and <rpclb/plugin_registry.hpp> for the
+// objects Cluster hands out, <boost/asio/ip/tcp.hpp> for listen_endpoint() and
+// <boost/asio/any_io_executor.hpp> for the executors. <rpclb/typed.hpp> includes them all.
 #pragma once
 
 #include <rpclb/call_options.hpp>
 #include <rpclb/cluster_options.hpp>
-#include <rpclb/error.hpp>
-#include <rpclb/groups.hpp>
+#include <rpclb/error_fwd.hpp>
 #include <rpclb/handler.hpp>
-#include <rpclb/load_balancer.hpp>
 #include <rpclb/node_filter.hpp>
-#include <rpclb/plugin_registry.hpp>
-#include <rpclb/retry.hpp>
-#include <rpclb/telemetry.hpp>
-#include <rpclb/tls.hpp>
-
-#include <boost/asio/any_completion_handler.hpp>
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/json/array.hpp>
-#include <boost/json/value.hpp>
+#include <rpclb/pick_options.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <type_traits>
 #include <string>
 #include <string_view>
 #include <vector>
 
+// Asio types that Cluster's declarations only name, declared here so that including this
+// header stays cheap (doc/explanation/header-cost.md). A file that uses them includes
+// their Asio header.
+#if defined(BOOST_ASIO_USE_TS_EXECUTOR_AS_DEFAULT)
+#include <boost/asio/any_io_executor.hpp>  // an alias then, which can't be declared ahead
+#endif
+namespace boost::asio {
+#if !defined(BOOST_ASIO_USE_TS_EXECUTOR_AS_DEFAULT)
+class any_io_executor;
+#endif
+template <typename... Signatures>
+class any_completion_handler;
+namespace ip {
+class tcp;
+template <typename InternetProtocol>
+class basic_endpoint;
+}  // namespace ip
+}  // namespace boost::asio
+
 namespace rpclb {
+
+class Groups;
+class LoadBalancer;
+struct LoadBalancerOptions;
+class PluginRegistry;
+class TelemetryBus;
 
 /// Counters a node keeps about its own health.
 struct ClusterStats {
@@ -135,7 +152,7 @@ public:
     const std::string& incarnation() const noexcept;
 
     /// The bound listener (with the chosen port); nullopt for a client node or before start.
-    std::optional<boost::asio::ip::tcp::endpoint> listen_endpoint() const;
+    std::optional<boost::asio::ip::basic_endpoint<boost::asio::ip::tcp>> listen_endpoint() const;
 
     /// Names of the nodes with an established connection, ascending.
     std::vector<std::string> connected_nodes() const;
@@ -249,7 +266,9 @@ public:
     /// while the call waits for a route, and for any call to another node (direct, routed
     /// or random-node) made after stop(). Details always name node, module and function.
     CallResult call(std::string_view node, std::string_view module, std::string_view function,
-                    boost::json::array args = {}, const CallOptions& options = {});
+                    boost::json::array args, const CallOptions& options = {});
+    /// call() with no arguments (an empty array) and default options.
+    CallResult call(std::string_view node, std::string_view module, std::string_view function);
 
     /// A load-balanced call: `options.load_balancer` names the balancer (required).
     /// Errors besides call()'s: `service_unavailable` "no members registered" with details
@@ -266,7 +285,9 @@ public:
     /// thread (an inline handler or an inline completion) with `internal_server_error`
     /// (Failure::would_deadlock): use async_cast there.
     Result<void> cast(std::string_view node, std::string_view module, std::string_view function,
-                      boost::json::array args = {}, const CallOptions& options = {});
+                      boost::json::array args, const CallOptions& options = {});
+    /// cast() with no arguments (an empty array) and default options.
+    Result<void> cast(std::string_view node, std::string_view module, std::string_view function);
 
     /// Asynchronous call(): the same routing, errors, no-route retry and re-selection,
     /// with every wait on a timer (no thread is blocked). Completion signature
@@ -285,12 +306,7 @@ public:
     /// the signal from the handler's executor (Asio's rule for cancellation slots).
     template <class CompletionToken>
     auto async_call(std::string node, std::string module, std::string function,
-                    boost::json::array args, CallOptions options, CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(CallResult)>(
-            [this](CallCompletion handler, auto&&... a) { initiate_call(std::move(a)..., std::move(handler)); },
-            token, std::move(node), std::optional<NodeFilter>(), std::move(module), std::move(function),
-            std::move(args), std::move(options));
-    }
+                    boost::json::array args, CallOptions options, CompletionToken&& token);
 
     /// A load-balanced async_call(): `options.load_balancer` names the balancer (required;
     /// without it the call completes with `bad_request`). The same completion, errors and
@@ -298,36 +314,17 @@ public:
     /// typed calls of <rpclb/typed.hpp> (`Reply<T>`).
     template <class CompletionToken>
     auto async_call(std::string module, std::string function, boost::json::array args, CallOptions options,
-                    CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(CallResult)>(
-            [this](CallCompletion handler, auto&&... a) { initiate_balanced_call(std::move(a)..., std::move(handler)); },
-            token, std::move(module), std::move(function), std::move(args), std::move(options));
-    }
+                    CompletionToken&& token);
 
     /// Asynchronous cast(). Completion signature `void(Result<void>)`: success once the
     /// request is queued (after any no-route retry).
     template <class CompletionToken>
     auto async_cast(std::string node, std::string module, std::string function,
-                    boost::json::array args, CallOptions options, CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(Result<void>)>(
-            [this](CastCompletion handler, auto&&... a) { initiate_cast(std::move(a)..., std::move(handler)); },
-            token, std::move(node), std::optional<NodeFilter>(), std::move(module), std::move(function),
-            std::move(args), std::move(options));
-    }
+                    boost::json::array args, CallOptions options, CompletionToken&& token);
 
     /// Asynchronous select_node(). Completion signature `void(Result<std::string>)`.
     template <class CompletionToken>
-    auto async_select_node(std::string balancer, PickOptions options, CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(Result<std::string>)>(
-            [this](auto handler, std::string balancer, PickOptions options) {
-                auto ex = boost::asio::get_associated_executor(handler, worker_executor());
-                boost::asio::post(ex, [this, h = std::move(handler), balancer = std::move(balancer),
-                                       options = std::move(options)]() mutable {
-                    std::move(h)(select_node(balancer, options));
-                });
-            },
-            token, std::move(balancer), std::move(options));
-    }
+    auto async_select_node(std::string balancer, PickOptions options, CompletionToken&& token);
 
     /// Calls `module.function` on a node chosen by `filter` (predecessor-compatibility
     /// §1.6): on this node when `call_directly` is set or this node matches; otherwise on a
@@ -338,24 +335,25 @@ public:
     /// drainer (error when this node has no such balancer); selection is unaffected. An
     /// error from the chosen node is returned as is, never retried.
     CallResult call_on_random_node(const NodeFilter& filter, std::string_view module,
-                                   std::string_view function, boost::json::array args = {},
+                                   std::string_view function, boost::json::array args,
                                    const CallOptions& options = {});
+    /// call_on_random_node() with no arguments (an empty array) and default options.
+    CallResult call_on_random_node(const NodeFilter& filter, std::string_view module,
+                                   std::string_view function);
 
     /// Cast form of call_on_random_node() (predecessor-compatibility §1.7).
     Result<void> cast_on_random_node(const NodeFilter& filter, std::string_view module,
-                                     std::string_view function, boost::json::array args = {},
+                                     std::string_view function, boost::json::array args,
                                      const CallOptions& options = {});
+    /// cast_on_random_node() with no arguments (an empty array) and default options.
+    Result<void> cast_on_random_node(const NodeFilter& filter, std::string_view module,
+                                     std::string_view function);
 
     /// Asynchronous call_on_random_node(); completion `void(CallResult)`.
     template <class CompletionToken>
     auto async_call_on_random_node(NodeFilter filter, std::string module, std::string function,
                                    boost::json::array args, CallOptions options,
-                                   CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(CallResult)>(
-            [this](CallCompletion handler, auto&&... a) { initiate_call(std::move(a)..., std::move(handler)); },
-            token, std::string(), std::optional<NodeFilter>(std::move(filter)), std::move(module),
-            std::move(function), std::move(args), std::move(options));
-    }
+                                   CompletionToken&& token);
 
     /// Starts a balancer hosted on this node (predecessor-compatibility §1.1): loads the
     /// algorithm plugin, runs its init, starts its services, joins the group when
@@ -414,13 +412,7 @@ public:
     /// Any completion token (callback, `use_future`, `use_awaitable`, `deferred`).
     template <class CompletionToken>
     auto async_wait_for_members(std::string balancer, std::size_t count, std::chrono::milliseconds timeout,
-                                CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(Result<void>)>(
-            [this](WaitCompletion handler, std::string b, std::size_t n, std::chrono::milliseconds t) {
-                initiate_wait_for_members(std::move(b), n, t, std::move(handler));
-            },
-            token, std::move(balancer), count, timeout);
-    }
+                                CompletionToken&& token);
 
     /// Waits until this node has an established connection to node `node`, or `timeout`
     /// passes: a readiness check before the first direct call, in place of polling

@@ -1,6 +1,8 @@
 // rpclb's data-path error type, the C++ form of the predecessor's ErrorMessage.
 #pragma once
 
+#include <rpclb/error_fwd.hpp>
+
 #include <boost/assert/source_location.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
@@ -159,13 +161,6 @@ private:
 /// Lets `boost::system::result<T, ErrorMessage>::value()` throw CallError.
 [[noreturn]] void throw_exception_from_error(const ErrorMessage& e,
                                              const boost::source_location& loc);
-
-/// The value-or-ErrorMessage that every data-path operation returns.
-template <class T>
-using Result = boost::system::result<T, ErrorMessage>;
-
-/// Result of a call: the handler's JSON value or an ErrorMessage.
-using CallResult = Result<boost::json::value>;
 
 }  // namespace rpclb
 

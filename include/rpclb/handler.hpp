@@ -1,10 +1,8 @@
 // A function a node serves, and how it runs.
 #pragma once
 
-#include <rpclb/error.hpp>
+#include <rpclb/error_fwd.hpp>
 #include <rpclb/detail/option_problem.hpp>
-
-#include <boost/json/array.hpp>
 
 #include <chrono>
 #include <functional>
@@ -14,7 +12,8 @@ namespace rpclb {
 
 /// A registered function: takes the call's JSON array of arguments, returns a JSON value
 /// or an ErrorMessage. Runs on the worker pool, or inline (HandlerOptions). An exception it throws becomes an
-/// `internal_server_error` whose message is the exception's what().
+/// `internal_server_error` whose message is the exception's what(). Writing one needs
+/// <rpclb/error.hpp> (ErrorMessage, CallResult) and <boost/json/array.hpp>.
 using Handler = std::function<CallResult(const boost::json::array& args)>;
 
 /// How a registered function runs.

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <memory>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,7 +38,8 @@ public:
 
 private:
     std::string text_;
-    std::shared_ptr<const std::regex> regex_;
+    struct Pattern;  // the compiled std::regex (src/routing/node_filter.cpp)
+    std::shared_ptr<const Pattern> regex_;
 };
 
 /// `node_match_list` of a balancer: `all` (default) or a list of filters, any of which

@@ -3,6 +3,7 @@
 
 #include <rpclb/error.hpp>
 #include <rpclb/member_snapshot.hpp>
+#include <rpclb/pick_options.hpp>
 #include <rpclb/service.hpp>
 #include <rpclb/version.hpp>
 
@@ -26,11 +27,6 @@ namespace rpclb {
 
 class AlgorithmHost;
 
-/// Per-pick options (the predecessor forwards `key` to the algorithm).
-struct PickOptions {
-    /// Routing key; algorithms that don't hash ignore it. Empty optional = no key.
-    std::optional<std::string_view> key;
-};
 
 /// Where a call's error arose.
 enum class ErrorOrigin : std::uint8_t {

@@ -1,10 +1,23 @@
 // Typed functions and calls: C++ signatures in place of a call's JSON array.
+//
+// It includes the whole API of <rpclb/cluster.hpp> with what it only names there: the
+// asynchronous members, errors, balancers, groups, telemetry, plugins and the Asio types.
 #pragma once
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/plugin_registry.hpp>
+#include <rpclb/telemetry.hpp>
 #include <rpclb/detail/typed.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
 
 #include <cstddef>
 #include <initializer_list>

@@ -7,12 +7,15 @@
 
 #include <rpclb/admin.hpp>
 #include <rpclb/cluster.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/metrics.hpp>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 
 #include <atomic>
 #include <chrono>

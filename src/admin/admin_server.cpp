@@ -1,13 +1,23 @@
 // AdminServer: options, life cycle and the commands of the admin protocol.
 #include "admin/admin_impl.hpp"
 
+#include <rpclb/cluster_async.hpp>
 #include <rpclb/config.hpp>
 #include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/options_check.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/log.hpp>
+#include <rpclb/plugin_registry.hpp>
+#include <rpclb/telemetry.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_future.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 
 #include <future>
 #include <map>

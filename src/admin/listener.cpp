@@ -4,6 +4,7 @@
 // their answers back.
 #include "admin/admin_impl.hpp"
 #include "admin/page.hpp"
+#include <rpclb/telemetry.hpp>
 
 #include <system_error>
 
@@ -12,6 +13,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <deque>

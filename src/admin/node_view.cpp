@@ -1,4 +1,6 @@
 #include "admin/node_view.hpp"
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include <algorithm>
 #include <charconv>

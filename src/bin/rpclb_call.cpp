@@ -1,12 +1,17 @@
 // rpclb-call: join a cluster as a client node, make N calls, print one JSON summary.
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
 #include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/options_check.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/log.hpp>
 #include <rpclb/trace.hpp>
 
 #include "tool_plugin_dirs.hpp"
 
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/program_options.hpp>

@@ -4,12 +4,17 @@
 #include <rpclb/config.hpp>
 #include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/options_check.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/log.hpp>
 #include <rpclb/stop_signal.hpp>
 #include <rpclb/trace.hpp>
 
 #include "tool_plugin_dirs.hpp"
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
 #include <boost/program_options.hpp>
 
 #include <algorithm>

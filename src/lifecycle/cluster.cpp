@@ -4,13 +4,22 @@
 
 #include <rpclb/detail/log.hpp>
 #include <rpclb/detail/options_check.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/plugin_registry.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include <boost/asio/any_completion_executor.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/require.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/system_executor.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -571,6 +580,19 @@ Result<void> Cluster::cast_on_random_node(const NodeFilter& filter, std::string_
     return to_void(impl_->router.run_blocking(CallSpec{CallSpec::Kind::cast, {}, filter, std::string(module),
                                                        std::string(function), std::move(args), options},
                                               impl_->runtime.on_network_thread()));
+}
+
+CallResult Cluster::call(std::string_view node, std::string_view module, std::string_view function) {
+    return call(node, module, function, {}, {});
+}
+Result<void> Cluster::cast(std::string_view node, std::string_view module, std::string_view function) {
+    return cast(node, module, function, {}, {});
+}
+CallResult Cluster::call_on_random_node(const NodeFilter& filter, std::string_view module, std::string_view function) {
+    return call_on_random_node(filter, module, function, {}, {});
+}
+Result<void> Cluster::cast_on_random_node(const NodeFilter& filter, std::string_view module, std::string_view function) {
+    return cast_on_random_node(filter, module, function, {}, {});
 }
 
 }  // namespace rpclb

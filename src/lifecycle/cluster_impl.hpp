@@ -13,7 +13,13 @@
 #include "transport/call_channels.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/plugin_registry.hpp>
 #include <rpclb/supervisor.hpp>
+#include <rpclb/telemetry.hpp>
+
+#include <boost/json/array.hpp>
 
 #include <atomic>
 #include <chrono>

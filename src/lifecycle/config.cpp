@@ -1,14 +1,19 @@
 #include <rpclb/config.hpp>
 #include <rpclb/detail/options_check.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 
 #include "json_fields.hpp"
 #include "routing/hedging_options.hpp"
 #include "routing/outlier_options.hpp"
 #include "routing/slow_start.hpp"
 
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/parse_options.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/stream_parser.hpp>
+#include <boost/json/value.hpp>
 
 #include <algorithm>
 #include <array>

@@ -1,5 +1,9 @@
 #include "lifecycle/member_wait.hpp"
 #include "lifecycle/cluster_impl.hpp"
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>

@@ -1,6 +1,7 @@
 // Waiting for a connection to a node (Cluster::wait_for_node).
 #include "lifecycle/cluster_impl.hpp"
 #include "lifecycle/member_wait.hpp"
+#include <rpclb/error.hpp>
 
 #include <string>
 

@@ -2,6 +2,7 @@
 // the ejected members, the events and the timer that ends ejections.
 #include <rpclb/detail/log.hpp>
 #include <rpclb/load_balancer.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include "routing/balancer_impl.hpp"
 #include "routing/outlier_detector.hpp"

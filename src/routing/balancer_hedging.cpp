@@ -1,6 +1,7 @@
 // LoadBalancer: the budget of hedges and retries and their counts (the router sends the
 // attempts).
 #include "routing/balancer_impl.hpp"
+#include <rpclb/load_balancer.hpp>
 
 namespace rpclb {
 

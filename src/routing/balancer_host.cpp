@@ -2,7 +2,11 @@
 
 #include "routing/cluster_link.hpp"
 
+#include <rpclb/groups.hpp>
 #include <rpclb/load_balancer.hpp>
+#include <rpclb/telemetry.hpp>
+
+#include <boost/json/array.hpp>
 
 namespace rpclb::detail {
 

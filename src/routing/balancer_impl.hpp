@@ -4,6 +4,7 @@
 // (set_algorithm, following the members' announcement).
 #pragma once
 
+#include <rpclb/error.hpp>
 #include <rpclb/load_balancer.hpp>
 
 #include <rpclb/detail/zero_waiter.hpp>
@@ -15,6 +16,7 @@
 #include "routing/slow_start.hpp"
 
 #include <boost/asio/steady_timer.hpp>
+#include <boost/json/object.hpp>
 
 #include <atomic>
 #include <cstdint>

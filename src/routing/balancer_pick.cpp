@@ -2,9 +2,13 @@
 // in flight and releasing them.
 #include <rpclb/detail/log.hpp>
 #include <rpclb/detail/thread_rng.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/load_balancer.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include "routing/balancer_impl.hpp"
+
+#include <boost/json/object.hpp>
 
 #include <algorithm>
 #include <ctime>

@@ -4,7 +4,13 @@
 #include "routing/slow_start.hpp"
 
 #include <rpclb/detail/log.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/plugin_registry.hpp>
+#include <rpclb/telemetry.hpp>
 
+#include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
 namespace rpclb::detail {

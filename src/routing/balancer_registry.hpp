@@ -4,10 +4,13 @@
 #include "routing/cluster_link.hpp"
 #include "rpc/served_balancers.hpp"
 
+#include <rpclb/error.hpp>
 #include <rpclb/groups.hpp>
 #include <rpclb/load_balancer.hpp>
 #include <rpclb/plugin_registry.hpp>
 #include <rpclb/telemetry.hpp>
+
+#include <boost/json/object.hpp>
 
 #include <atomic>
 #include <functional>

@@ -1,9 +1,12 @@
 // A balancer's algorithm changes: set_algorithm() / set_options(), and a routing-only
 // balancer following the algorithm its members announce.
 #include <rpclb/detail/log.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
 #include <rpclb/load_balancer.hpp>
 
 #include <rpclb/plugin_registry.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include "routing/balancer_impl.hpp"
 #include "routing/balancer_registry.hpp"
@@ -13,6 +16,7 @@
 #include "routing/slow_start.hpp"
 
 #include <boost/asio/post.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <utility>

@@ -1,5 +1,8 @@
 #include <rpclb/detail/log.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
 #include <rpclb/load_balancer.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include "routing/balancer_host.hpp"
 #include "routing/balancer_impl.hpp"
@@ -7,6 +10,8 @@
 #include "routing/outlier_detector.hpp"
 #include "routing/outlier_options.hpp"
 #include "routing/slow_start.hpp"
+
+#include <boost/json/object.hpp>
 
 #include <utility>
 

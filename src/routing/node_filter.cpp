@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <regex>
 
 namespace rpclb {
 
@@ -54,6 +55,10 @@ void check_pattern(std::string_view pattern) {
 
 }  // namespace
 
+struct NodeFilter::Pattern {
+    std::regex regex;
+};
+
 NodeFilter NodeFilter::substring(std::string text) {
     NodeFilter f;
     f.text_ = std::move(text);
@@ -63,7 +68,7 @@ NodeFilter NodeFilter::substring(std::string text) {
 NodeFilter NodeFilter::regex(std::string pattern) {
     check_pattern(pattern);
     NodeFilter f;
-    f.regex_ = std::make_shared<const std::regex>(pattern, std::regex::ECMAScript);
+    f.regex_ = std::make_shared<const Pattern>(Pattern{std::regex(pattern, std::regex::ECMAScript)});
     f.text_ = std::move(pattern);
     return f;
 }
@@ -75,7 +80,7 @@ NodeFilter NodeFilter::parse(std::string_view text) {
 }
 
 bool NodeFilter::matches(std::string_view node, const std::vector<std::string>& excluded) const {
-    const bool base = regex_ ? std::regex_search(node.begin(), node.end(), *regex_)
+    const bool base = regex_ ? std::regex_search(node.begin(), node.end(), regex_->regex)
                              : node.find(text_) != std::string_view::npos;
     if (!base) return false;
     const auto short_name = node.substr(0, node.find('@'));

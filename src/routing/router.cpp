@@ -12,13 +12,18 @@
 #include "rpc/rpc_server.hpp"
 #include "telemetry/trace_state.hpp"
 
+#include <rpclb/error.hpp>
 #include <rpclb/handler.hpp>
 #include <rpclb/detail/log.hpp>
 #include <rpclb/detail/option_problem.hpp>
 #include <rpclb/detail/thread_rng.hpp>
+#include <rpclb/load_balancer.hpp>
 
 #include <boost/asio/post.hpp>
 #include <boost/container/small_vector.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 
 #include <algorithm>
 #include <atomic>

@@ -6,8 +6,10 @@
 
 #include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/log.hpp>
+#include <rpclb/error.hpp>
 
 #include <boost/asio/post.hpp>
+#include <boost/json/array.hpp>
 
 #include <algorithm>
 #include <memory>

@@ -6,6 +6,7 @@
 #include "rpc/served_balancers.hpp"
 #include "transport/load_gauge.hpp"
 
+#include <rpclb/error.hpp>
 #include <rpclb/handler.hpp>
 #include <rpclb/telemetry.hpp>
 #include <rpclb/trace.hpp>
@@ -13,6 +14,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/json/array.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -2,6 +2,8 @@
 // answers, the token comparison, event filters; the admin section of the config file; the
 // AdminServer's refusal of an unprotected non-loopback address.
 #define BOOST_TEST_MODULE admin_protocol
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "../../src/admin/protocol.hpp"
@@ -9,6 +11,7 @@
 #include <rpclb/admin.hpp>
 #include <rpclb/cluster.hpp>
 #include <rpclb/config.hpp>
+#include <rpclb/error.hpp>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>

@@ -1,4 +1,6 @@
 #define BOOST_TEST_MODULE algorithms_hash_ring
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 // For ConsistentHashRing (header-only) and the spec's hash; the algorithm itself is
@@ -6,7 +8,9 @@
 #include "../../plugins/hash_ring/hash_ring.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/plugin_registry.hpp>
 
 #include "routing/plugin_algorithm.hpp"

@@ -2,6 +2,10 @@
 // directly into AlgorithmState with a frozen clock, option checks, the /proc/stat
 // arithmetic, and the poller on real in-process clusters.
 #define BOOST_TEST_MODULE algorithms_least_cpu
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "../../plugins/least_cpu/cpu_times.hpp"
@@ -10,8 +14,12 @@
 
 #include <rpclb/algorithm_state.hpp>
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/node_load.hpp>
 #include <rpclb/plugin_registry.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include <boost/json/serialize.hpp>
 

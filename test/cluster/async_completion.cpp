@@ -3,13 +3,18 @@
 // dispatched, and the handler's cancellation slot cancels the call.
 #define BOOST_TEST_MODULE async_completion
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/json/array.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"

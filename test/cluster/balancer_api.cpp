@@ -4,12 +4,17 @@
 // select_node, a load-balanced call and cast, and get_members (predecessor-compatibility §7
 // case 100, here with all eight plugins and three members).
 #define BOOST_TEST_MODULE balancer_api
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
 #include "support/wait.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/load_balancer.hpp>
 
 #include <algorithm>

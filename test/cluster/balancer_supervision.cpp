@@ -4,6 +4,10 @@
 // subtree. The services come from the test plugin supervised_probe
 // (test/plugins/supervised_probe.cpp).
 #define BOOST_TEST_MODULE balancer_supervision
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
@@ -11,6 +15,10 @@
 
 #include <rpclb/algorithm_state.hpp>
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include <cstdlib>
 #include <filesystem>

@@ -3,12 +3,15 @@
 // client's routing-only balancer follows it), the old instance's per-member counters are
 // released, and picks running during swaps never fail.
 #define BOOST_TEST_MODULE balancer_swap
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/object.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
 #include "support/wait.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/groups.hpp>
 #include <rpclb/load_balancer.hpp>
 

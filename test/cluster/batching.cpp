@@ -3,10 +3,15 @@
 // every frame of a message.
 #define BOOST_TEST_MODULE batching
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
 #include <rpclb/detail/handshake.hpp>
 #include <rpclb/detail/wire.hpp>
+#include <rpclb/error.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/json/array.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"

@@ -6,9 +6,12 @@
 
 #include <rpclb/cluster.hpp>
 #include <rpclb/detail/wire.hpp>
+#include <rpclb/error.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/json/array.hpp>
 #include <boost/json/string.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"

@@ -3,8 +3,13 @@
 // link: its answer, its deadline, and failure at once when the node stops.
 #define BOOST_TEST_MODULE call_channels
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_future.hpp>
+#include <boost/json/array.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"

@@ -4,7 +4,12 @@
 #define BOOST_TEST_MODULE callbacks_without_locks
 #include <rpclb/algorithm_state.hpp>
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"

@@ -5,10 +5,16 @@
 // none, and a bad policy fails the balancer's start.
 #define BOOST_TEST_MODULE hedging
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
 #include <rpclb/config.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_future.hpp>
+#include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"

@@ -3,7 +3,12 @@
 // are counted, and answers and errors are those of the worker pool.
 #define BOOST_TEST_MODULE inline_handlers
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"

@@ -5,6 +5,7 @@
 #include <rpclb/cluster.hpp>
 #include <rpclb/log.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/log/core.hpp>
 #include <boost/log/expressions.hpp>
 #include <boost/log/sinks/basic_sink_backend.hpp>

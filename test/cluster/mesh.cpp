@@ -4,11 +4,15 @@
 #include <rpclb/detail/host_port.hpp>
 #include <rpclb/detail/handshake.hpp>
 #include <rpclb/detail/wire.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket/stream.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/port.hpp"

@@ -3,9 +3,13 @@
 // and returns, pending readiness waits fail, and Cluster::name_taken says why.
 #define BOOST_TEST_MODULE name_loss
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/stop_signal.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_future.hpp>
+#include <boost/json/array.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/wait.hpp"

@@ -4,6 +4,10 @@
 // host it judging by the options its members announce; and peak_ewma, fed by the calls'
 // latencies, avoiding a member 20 ms slower.
 #define BOOST_TEST_MODULE outlier_detection
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "routing/balancer_registry.hpp"
@@ -13,6 +17,10 @@
 #include "support/wait.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/telemetry.hpp>
 
 #include <boost/json/serialize.hpp>
 

@@ -4,12 +4,17 @@
 // plugin misbehaving_hooks (test/plugins/misbehaving_hooks.cpp). Every case also checks
 // that the node keeps serving afterwards.
 #define BOOST_TEST_MODULE plugin_boundary
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
 #include "support/wait.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/load_balancer.hpp>
 
 #include <boost/log/core.hpp>

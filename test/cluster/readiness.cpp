@@ -4,7 +4,11 @@
 // timeout.
 #define BOOST_TEST_MODULE readiness
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/test/unit_test.hpp>
 

@@ -4,6 +4,10 @@
 // algorithms read it. A malformed report makes the member's load unknown and nothing
 // else; a bad value from the application's API is refused.
 #define BOOST_TEST_MODULE reported_load
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"
@@ -12,6 +16,8 @@
 
 #include <rpclb/cluster.hpp>
 #include <rpclb/detail/wire.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/node_load.hpp>
 
 #include <boost/json/parse.hpp>

@@ -3,6 +3,7 @@
 // f(t) of its fair share at several t, the first members get their full share at once, a
 // member back from ejection ramps up too, and a pick with a key is exempt.
 #define BOOST_TEST_MODULE slow_start
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "routing/balancer_impl.hpp"
@@ -12,6 +13,8 @@
 
 #include <rpclb/cluster.hpp>
 #include <rpclb/config.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 
 #include <boost/json/parse.hpp>
 

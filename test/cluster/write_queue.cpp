@@ -8,7 +8,12 @@
 #include <rpclb/detail/wire.hpp>
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"

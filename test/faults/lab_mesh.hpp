@@ -7,7 +7,9 @@
 #include "support/node.hpp"
 #include "support/process.hpp"
 #include "support/wait.hpp"
+#include <rpclb/groups.hpp>
 
+#include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 

@@ -7,6 +7,7 @@
 #include "support/admin.hpp"
 
 #include <rpclb/admin.hpp>
+#include <rpclb/telemetry.hpp>
 
 using namespace std::chrono_literals;
 using namespace rpclb::test;

@@ -6,6 +6,8 @@
 #include "support/node.hpp"
 #include "support/wait.hpp"
 
+#include <rpclb/cluster_async.hpp>
+
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>

@@ -5,6 +5,8 @@
 
 #include "support/node.hpp"
 
+#include <rpclb/cluster_async.hpp>
+
 #include <boost/asio/use_future.hpp>
 
 #include <atomic>

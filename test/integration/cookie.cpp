@@ -8,6 +8,8 @@
 #include "support/raw_peer.hpp"
 #include "support/serving.hpp"
 
+#include <rpclb/cluster_async.hpp>
+
 #include <algorithm>
 #include <future>
 #include <memory>

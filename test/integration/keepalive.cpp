@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE keepalive
 #include "support/node.hpp"
 
+#include <rpclb/cluster_async.hpp>
+
 #include <boost/test/unit_test.hpp>
 
 #include <csignal>

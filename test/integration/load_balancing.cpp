@@ -6,6 +6,8 @@
 #include "support/load.hpp"
 #include "support/node.hpp"
 
+#include <rpclb/cluster_async.hpp>
+
 #include <boost/json/serialize.hpp>
 
 #include <atomic>

@@ -5,6 +5,8 @@
 
 #include "support/node.hpp"
 
+#include <rpclb/cluster_async.hpp>
+
 #include <atomic>
 #include <csignal>
 #include <future>

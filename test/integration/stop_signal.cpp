@@ -1,6 +1,7 @@
 // rpclb::run_until_signalled in a real child process: SIGTERM ends its wait, its balancer
 // leaves the group a client watches, and it exits.
 #define BOOST_TEST_MODULE stop_signal
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/node.hpp"

@@ -12,7 +12,14 @@
 // (--log_level=test_suite, --report_level=short).
 #define BOOST_TEST_MODULE third_party_plugin
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
+#include <rpclb/plugin_registry.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/results_collector.hpp>
 #include <boost/test/unit_test.hpp>
 

@@ -5,8 +5,10 @@
 #include "admin_socket.hpp"
 #include "node.hpp"
 
+#include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 
 #include <string>
 #include <vector>

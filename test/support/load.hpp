@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
 
 #include <boost/json/serialize.hpp>
 

@@ -6,8 +6,12 @@
 #include "wait.hpp"
 
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/groups.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/log.hpp>
 
+#include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/test/framework.hpp>
 #include <boost/test/results_collector.hpp>

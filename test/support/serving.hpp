@@ -5,7 +5,9 @@
 
 #include "support/node.hpp"
 #include "support/wait.hpp"
+#include <rpclb/error.hpp>
 
+#include <boost/json/array.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

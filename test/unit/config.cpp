@@ -3,9 +3,12 @@
 #define BOOST_TEST_MODULE config
 #include <rpclb/config.hpp>
 #include <rpclb/detail/options_check.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "support/env.hpp"

@@ -7,11 +7,13 @@
 #include <rpclb/config.hpp>
 #include <rpclb/detail/discovery_url.hpp>
 #include <rpclb/detail/options_check.hpp>
+#include <rpclb/error.hpp>
 
 #include "membership/etcd_codec.hpp"
 #include "membership/etcd_discovery.hpp"
 
 #include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <stdexcept>

@@ -37,6 +37,7 @@ const char* part_name(Part p) {
 const std::map<std::string, Part>& public_headers() {
     static const std::map<std::string, Part> table = {
         {"error.hpp", base},
+        {"error_fwd.hpp", base},
         {"log.hpp", base},
         {"version.hpp", base},
         {"node_load.hpp", base},
@@ -71,7 +72,9 @@ const std::map<std::string, Part>& public_headers() {
         {"plugin_pin.hpp", routing},
         {"load_balancer.hpp", routing},
         {"call_options.hpp", routing},
+        {"pick_options.hpp", routing},
         {"cluster.hpp", lifecycle},
+        {"cluster_async.hpp", lifecycle},
         {"cluster_options.hpp", lifecycle},
         {"balancer_handle.hpp", lifecycle},
         {"typed.hpp", lifecycle},

@@ -15,10 +15,15 @@
 // per failed call: `<unix ms> <node> <code> <message>`, which chaos.sh uses to find the
 // calls a SIGTERM lost.
 #include <rpclb/cluster.hpp>
+#include <rpclb/cluster_async.hpp>
+#include <rpclb/error.hpp>
 #include <rpclb/log.hpp>
 
 #include <boost/asio/steady_timer.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 #include <boost/program_options.hpp>
 
 #include <algorithm>
