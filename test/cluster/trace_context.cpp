@@ -4,10 +4,16 @@
 // trace, and a malformed traceparent starts a new trace and is counted, never refused.
 #define BOOST_TEST_MODULE trace_context
 #include <rpclb/cluster.hpp>
+#include <rpclb/error.hpp>
+#include <rpclb/load_balancer.hpp>
 #include <rpclb/log.hpp>
+#include <rpclb/telemetry.hpp>
 #include <rpclb/trace.hpp>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/core/null_deleter.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
 #include <boost/log/core.hpp>
 #include <boost/log/expressions.hpp>
 #include <boost/log/sinks/sync_frontend.hpp>
