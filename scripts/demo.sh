@@ -11,14 +11,8 @@ bash "$root/scripts/setup.sh"
 bin="$build/bin"
 export RPCLB_PLUGIN_PATH="$build/plugins"
 export RPCLB_COOKIE="demo-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+script_name=demo.sh
+source "$root/scripts/processes.sh"
 
 # start_node NAME [SEED]: starts a node in the background (logs in $work/NAME.log) and
 # sets $port to its listening port. Not run in a subshell, so that this script owns the

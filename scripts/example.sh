@@ -15,19 +15,8 @@ if [ -z "$prefix" ]; then
   [ -f "$build/CMakeCache.txt" ] || { echo "example.sh: no build at $build (run scripts/setup.sh)" >&2; exit 1; }
 fi
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "example.sh: $*" >&2
-  for f in "$work"/*.log "$work"/*.out; do [ -f "$f" ] && { echo "---- $f" >&2; tail -n 30 "$f" >&2; }; done
-  exit 1
-}
+script_name=example.sh
+source "$root/scripts/processes.sh"
 
 # The package as a user gets it, at a prefix the build was not configured for.
 if [ -z "$prefix" ]; then

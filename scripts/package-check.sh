@@ -14,19 +14,8 @@ build="${RPCLB_BUILD_DIR:-$src/build}"
 [ -f "$build/CMakeCache.txt" ] || { echo "package-check.sh: no build at $build (run scripts/setup.sh)" >&2; exit 1; }
 command -v dpkg-deb >/dev/null || { echo "package-check.sh: dpkg-deb not found" >&2; exit 1; }
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "package-check.sh: $*" >&2
-  for f in "$work"/*.log "$work"/*.out; do [ -f "$f" ] && { echo "---- $f" >&2; tail -n 30 "$f" >&2; }; done
-  exit 1
-}
+script_name=package-check.sh
+source "$src/scripts/processes.sh"
 
 # ---- build the packages ---------------------------------------------------------------
 (cd "$build" && cpack -G DEB -B "$work/debs") >"$work/cpack.log" 2>&1 || fail "cpack -G DEB failed"
