@@ -322,6 +322,11 @@ int main(int argc, char** argv) {
         if (hedge_delay_ms < 0 || hedge_delay_ms > timeout_ms)
             throw std::invalid_argument("--hedge-delay must be in 0..--timeout (" + std::to_string(timeout_ms) + ") milliseconds");
         if (hedge_attempts < 2 || hedge_attempts > 5) throw std::invalid_argument("--hedge-attempts must be in 2..5");
+        if (vm.count("tracestate") && !vm.count("traceparent"))
+            throw std::invalid_argument("--tracestate needs --traceparent");
+        if (tracestate.size() > rpclb::max_tracestate_size)
+            throw std::invalid_argument("--tracestate must be at most " + std::to_string(rpclb::max_tracestate_size) +
+                                        " bytes; got " + std::to_string(tracestate.size()));
         if (vm.count("args-file")) {
             if (vm.count("args")) throw std::invalid_argument("give JSON-ARGS or --args-file, not both");
             args_text = read_args_file(args_file);
@@ -390,7 +395,7 @@ int main(int argc, char** argv) {
                       << " (--retry-count), within its --timeout (" << timeout_ms << " ms)" << std::endl;
         }
 
-        CallLoop::Spec spec{node, module, function, args, {}};
+        CallLoop::Spec spec{node, module, function, args, {}, {}, 0, {}};
         spec.options.timeout = milliseconds(timeout_ms);
         spec.options.load_balancer = balancer;
         // rpclb-call looks again at an empty balancer itself, to say so each time.

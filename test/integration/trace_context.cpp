@@ -88,4 +88,20 @@ BOOST_FIXTURE_TEST_CASE(malformed_traceparent_starts_a_new_trace, Pair) {
     auto first = call({}, "[]").at("result").at("trace_id").as_string();
     auto second = call({}, "[]").at("result").at("trace_id").as_string();
     BOOST_TEST(first != second);
+    // A tracestate with nothing to carry it, or too long, is a command-line error.
+    for (const auto& [flags, message] :
+         {std::pair{std::vector<std::string>{"--tracestate", "k=v"}, "--tracestate needs --traceparent"},
+          std::pair{std::vector<std::string>{"--traceparent", "00-" + trace_id + "-" + parent_id + "-01", "--tracestate",
+                                             std::string(513, 'k')},
+                    "--tracestate must be at most 512 bytes; got 513"}}) {
+        std::vector<std::string> argv{"--seed", a->address(), "--node", a->name()};
+        argv.insert(argv.end(), flags.begin(), flags.end());
+        argv.insert(argv.end(), {"demo", "trace", "[]"});
+        Process p(bin_dir() / "rpclb-call", argv, {{"RPCLB_COOKIE", test_cookie}},
+                  dir() / ("bad-tracestate" + std::to_string(++calls) + ".log"));
+        const auto status = p.wait_exit(Process::Clock::now() + 20s);
+        BOOST_REQUIRE(status.has_value());
+        BOOST_TEST(WEXITSTATUS(*status) == 2, describe_status(*status));
+        BOOST_TEST(p.stderr_text().find(message) != std::string::npos, p.stderr_text());
+    }
 }
