@@ -55,7 +55,7 @@ class TelemetryBus;
 
 /// Counters a node keeps about its own health.
 struct ClusterStats {
-    std::uint64_t bad_frames = 0;       ///< frames refused by the codec
+    std::uint64_t bad_frames = 0;       ///< frames refused: by the codec, or past a link's membership budget
     std::uint64_t auth_failures = 0;    ///< handshakes that failed the cookie check
     std::uint64_t peers_lost = 0;       ///< established peers that went away
     std::uint64_t slow_inline_runs = 0; ///< inline handler runs over their slow_threshold
