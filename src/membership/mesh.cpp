@@ -482,16 +482,18 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
 }
 
 bool Mesh::within_budget(const std::shared_ptr<Connection>& c) {
+    bool first_refusal = false;
     {
         std::lock_guard lock(budget_mutex_);
         auto& budget = budgets_[c.get()];
         if (budget.take(FrameBudget::Clock::now())) return true;
-        if (!budget.first_refusal()) return ++bad_frames_, false;
+        first_refusal = budget.first_refusal();
     }
     ++bad_frames_;
-    RPCLB_LOG("mesh", warning) << c->peer().node << " sends membership frames faster than "
-                               << FrameBudget::per_second << " a second (" << FrameBudget::burst
-                               << " at once); dropping those past that (said once for this link)";
+    if (first_refusal)
+        RPCLB_LOG("mesh", warning) << c->peer().node << " sends membership frames faster than "
+                                   << FrameBudget::per_second << " a second (" << FrameBudget::burst
+                                   << " at once); dropping those past that (said once for this link)";
     return false;
 }
 
