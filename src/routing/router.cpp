@@ -536,20 +536,12 @@ private:
                          std::chrono::system_clock::time_point wall_start, Clock::time_point start,
                          std::string_view status) const {
         const TraceText ids(trace_.trace_id, span, &parent);
-        Event e{.name = EventName::rpc_span};
-        e.system_time_ns =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(wall_start.time_since_epoch()).count();
-        e.duration = Clock::now() - start;
-        e.type = "call";
-        e.kind = kind;
+        Event e = trace_span_event(ids, kind, wall_start, start);
         e.node = node;
         e.module = spec_.module;
         e.function = spec_.function;
         e.load_balancer = spec_.options.load_balancer;
         e.status = status;
-        e.trace_id = ids.trace_id();
-        e.span_id = ids.span_id();
-        e.parent_span_id = ids.parent_span_id();
         router_->bus().emit(e);
     }
 

@@ -130,18 +130,11 @@ void RpcServer::emit_server_span(const TraceContext& trace, std::string_view mod
                                  const CallResult& result, std::chrono::steady_clock::time_point start,
                                  std::chrono::system_clock::time_point wall_start) const {
     const TraceText ids(trace.trace_id, trace.span_id, &trace.parent_span_id);
-    Event e{.name = EventName::rpc_span};
-    e.system_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wall_start.time_since_epoch()).count();
-    e.duration = std::chrono::steady_clock::now() - start;
-    e.type = "call";
-    e.kind = "server";
+    Event e = trace_span_event(ids, "server", wall_start, start);
     e.node = options_.node;
     e.module = module;
     e.function = function;
     e.status = result ? std::string_view("ok") : to_string(result.error().code);
-    e.trace_id = ids.trace_id();
-    e.span_id = ids.span_id();
-    e.parent_span_id = ids.parent_span_id();
     options_.bus->emit(e);
 }
 

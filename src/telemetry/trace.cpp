@@ -168,4 +168,17 @@ TraceText::TraceText(const TraceId& trace_id, const SpanId& span_id, const SpanI
     }
 }
 
+Event trace_span_event(const TraceText& ids, std::string_view kind, std::chrono::system_clock::time_point wall_start,
+                 std::chrono::steady_clock::time_point start) noexcept {
+    Event e{.name = EventName::rpc_span};
+    e.system_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wall_start.time_since_epoch()).count();
+    e.duration = std::chrono::steady_clock::now() - start;
+    e.type = "call";
+    e.kind = kind;
+    e.trace_id = ids.trace_id();
+    e.span_id = ids.span_id();
+    e.parent_span_id = ids.parent_span_id();
+    return e;
+}
+
 }  // namespace rpclb::detail

@@ -1,7 +1,11 @@
 // The trace context of this thread, as TraceScope and handler runs set it (internal).
 #pragma once
 
+#include <rpclb/telemetry.hpp>
 #include <rpclb/trace.hpp>
+
+#include <chrono>
+#include <string_view>
 
 namespace rpclb::detail {
 
@@ -33,6 +37,12 @@ struct TraceText {
         return set && has_parent ? std::string_view(parent, 16) : std::string_view();
     }
 };
+
+/// An rpc.span event of a call's `kind` ("call", "attempt", "server") with `ids`, begun at
+/// `wall_start` (`start` on the steady clock) and lasting until now; the caller sets the
+/// node, module, function, balancer and status. Its fields view `ids`.
+Event trace_span_event(const TraceText& ids, std::string_view kind, std::chrono::system_clock::time_point wall_start,
+                 std::chrono::steady_clock::time_point start) noexcept;
 
 /// True when every byte of the id is zero (an invalid id).
 template <std::size_t N>
