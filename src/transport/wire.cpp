@@ -11,11 +11,8 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
-#include <cmath>
 #include <exception>
 #include <stdexcept>
-#include <type_traits>
 
 namespace rpclb::detail::wire {
 namespace {
@@ -110,6 +107,8 @@ public:
 
     // The raw member, for values of any JSON type ("ok").
     json::value* raw(std::string_view key) { return failed() ? nullptr : obj_.if_contains(key); }
+
+    std::size_t size() const noexcept { return obj_.size(); }  // members, read or not
 
     // A string member that must be one of `words`: its index (0 once failed).
     template <std::size_t N>
@@ -220,8 +219,9 @@ void read(Members& m, GroupJoin& f) {
 
 void read(Members& m, GroupLeave& f) { m.string("group", f.group); }
 
-// "tp" and "ts": never a reason to refuse the frame (the receiver starts a new trace).
-void read_trace(Members& m, Request& f) {
+// "tp" and "ts": never a reason to refuse the frame (the receiver starts a new trace). With
+// `known` members before "tp" and none after, "ts" is not looked for (a miss compares every key).
+void read_trace(Members& m, Request& f, std::size_t known) {
     const auto* tp = m.raw("tp");
     if (!tp) return;
     const auto* text = tp->if_string();
@@ -230,7 +230,7 @@ void read_trace(Members& m, Request& f) {
     f.trace_read = parent ? TraceRead::valid : TraceRead::malformed;
     if (!parent) return;
     f.trace = *parent;
-    if (const auto* ts = m.raw("ts"); ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
+    if (const auto* ts = m.size() > known + 1 ? m.raw("ts") : nullptr; ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
         f.tracestate = ts->get_string();
 }
 
@@ -242,7 +242,8 @@ void read(Members& m, Request& f) {
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
     m.optional_uint64("to", f.timeout_ms);
-    read_trace(m, f);
+    // "t", "id", "m", "f", "a", and "lb" and "to" when present.
+    read_trace(m, f, 5 + (f.load_balancer.empty() ? 0 : 1) + (f.timeout_ms ? 1 : 0));
     // Lets the receiver answer a malformed call with bad_request instead of dropping it.
     if (id_read) m.set_request_id(f.id);
 }

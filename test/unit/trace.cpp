@@ -107,6 +107,58 @@ BOOST_AUTO_TEST_CASE(scope_sets_the_context_and_restores_the_outer_one) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+BOOST_AUTO_TEST_CASE(parse_reads_every_hex_digit_in_every_place_and_nothing_else) {
+    // Each character of the ids and flags, replaced by each of the 256 byte values: read
+    // when it is a lowercase hex digit, with its value; refused otherwise.
+    const auto digit = [](int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+    const auto original = *rpclb::parse_traceparent(example);
+    for (std::size_t place = 3; place < example.size(); ++place) {
+        if (place == 35 || place == 52) continue;  // the separators
+        for (int c = 0; c < 256; ++c) {
+            std::string text = example;
+            text[place] = static_cast<char>(c);
+            const auto p = rpclb::parse_traceparent(text);
+            if (digit(c) < 0) {
+                BOOST_TEST(!p.has_value(), "place " << place << " byte " << c);
+                continue;
+            }
+            BOOST_REQUIRE_MESSAGE(p.has_value(), "place " << place << " byte " << c);
+            BOOST_TEST(rpclb::to_traceparent(*p) == text);
+            auto expected = original;
+            std::uint8_t* byte = place < 35 ? &expected.trace_id[(place - 3) / 2]
+                               : place < 52 ? &expected.parent_id[(place - 36) / 2]
+                                            : &expected.flags;
+            const bool high = (place < 35 ? place - 3 : place < 52 ? place - 36 : place - 53) % 2 == 0;
+            *byte = static_cast<std::uint8_t>(high ? (*byte & 0x0f) | digit(c) << 4 : (*byte & 0xf0) | digit(c));
+            BOOST_TEST((*p == expected), "place " << place << " byte " << c);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(written_ids_match_a_byte_by_byte_formatter) {
+    std::uint32_t state = 12345;  // a fixed sequence of ids: every byte value many times
+    const auto next = [&state] { return static_cast<std::uint8_t>((state = state * 1664525u + 1013904223u) >> 24); };
+    for (int i = 0; i < 1000; ++i) {
+        rpclb::TraceParent p;
+        for (auto& b : p.trace_id) b = next();
+        for (auto& b : p.parent_id) b = next();
+        p.flags = next();
+        p.trace_id[0] |= 1;
+        p.parent_id[0] |= 1;
+        std::string expected = "00-";
+        const auto hex = [&expected](std::uint8_t b) { expected += "0123456789abcdef"[b >> 4]; expected += "0123456789abcdef"[b & 15]; };
+        for (auto b : p.trace_id) hex(b);
+        expected += '-';
+        for (auto b : p.parent_id) hex(b);
+        expected += '-';
+        hex(p.flags);
+        BOOST_TEST(rpclb::to_traceparent(p) == expected);
+        BOOST_TEST(rpclb::to_hex(p.trace_id) == expected.substr(3, 32));
+        BOOST_TEST(rpclb::to_hex(p.parent_id) == expected.substr(36, 16));
+        BOOST_TEST((rpclb::parse_traceparent(expected) == p));
+    }
+}
+
 
 BOOST_AUTO_TEST_SUITE(request_frame)
 
@@ -142,6 +194,18 @@ BOOST_AUTO_TEST_CASE(malformed_traceparent_leaves_the_frame_valid) {
         const auto& r = std::get<wire::Request>(*decoded);
         BOOST_TEST((r.trace_read == wire::TraceRead::malformed), tp);
         BOOST_TEST(r.tracestate.empty());  // ignored without a valid traceparent (§3.3)
+    }
+}
+
+BOOST_AUTO_TEST_CASE(tracestate_is_read_wherever_it_stands) {
+    const std::string tp = R"("tp":")" + example + "\"";
+    for (const std::string members : {R"("lb":"x","to":5,)" + tp + R"(,"ts":"a=b")", R"("ts":"a=b",)" + tp,
+                                      R"("lb":"",)" + tp + R"(,"ts":"a=b")", tp + R"(,"later":1,"ts":"a=b")"}) {
+        auto decoded = wire::decode(R"({"t":"req","id":1,"m":"m","f":"f","a":[],)" + members + "}");
+        BOOST_REQUIRE(decoded);
+        const auto& r = std::get<wire::Request>(*decoded);
+        BOOST_TEST((r.trace_read == wire::TraceRead::valid), members);
+        BOOST_TEST(r.tracestate == "a=b", members);
     }
 }
 
