@@ -56,7 +56,7 @@ public:
 
     CallOperation(std::shared_ptr<Router> router, CallSpec spec, std::function<void(CallResult)> done)
         : router_(std::move(router)), spec_(std::move(spec)), done_(std::move(done)), machine_(config()) {
-        if (spec_.kind == CallSpec::Kind::call) start_trace();
+        start_trace();
         // The predecessor's span covers direct and load-balanced calls from the start, retry
         // sleeps included; a random-node helper's span is its inner direct call's.
         if (!spec_.filter && open_span(spec_.node, spec_.options.load_balancer)) emit_span_start();
@@ -320,7 +320,8 @@ private:
             // call, which runs the handler on its own thread, can still be served here.
             if (router_->sending_stopped() && !(on_this_thread && call)) return answer(machine_.stopping_error());
             if (!call) {
-                router_->rpc().serve_cast(wire::Cast{spec_.module, spec_.function, std::move(args), {}});
+                router_->rpc().serve_cast(
+                    traced(wire::Cast{spec_.module, spec_.function, std::move(args), {}}, job.span));
                 return answer(CallResult(boost::json::value()));
             }
             // The handler's span: a child of this attempt's, as a peer would make it.
@@ -342,7 +343,7 @@ private:
         }
         const auto& lb = job.named_lb ? spec_.options.load_balancer : std::string();
         if (!call) {
-            auto sent = send_cast(target, std::move(args), lb);
+            auto sent = send_cast(target, std::move(args), lb, job.span);
             return answer(sent ? CallResult(boost::json::value()) : CallResult(std::move(sent).error()));
         }
         send_call(send.slot, target, std::move(args), lb, on_this_thread, send.deadline, job.span, std::move(answer));
@@ -386,10 +387,7 @@ private:
         if (router_->sending_stopped()) return done(machine_.stopping_error());
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
-        wire::Request request{0, spec_.module, spec_.function, std::move(args), lb};
-        request.trace = TraceParent{trace_.trace_id, span, trace_.flags};
-        request.trace_read = wire::TraceRead::valid;
-        request.tracestate = trace_.tracestate;
+        auto request = traced(wire::Request{0, spec_.module, spec_.function, std::move(args), lb}, span);
         // What is left, rounded up to the millisecond (so the first attempt gets the whole
         // timeout, and a 1 ms call whose channel dial failed still goes out on the link).
         const auto left = [&] { return std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()); };
@@ -411,11 +409,21 @@ private:
 
     // A cast to another node: queued, or an error at once. A draining target still runs
     // it (a cast has no reply to refuse with).
-    Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb) {
+    Result<void> send_cast(const std::string& target, boost::json::array args, const std::string& lb,
+                           const SpanId& span) {
         if (router_->sending_stopped()) return machine_.stopping_error();
         auto c = router_->mesh().connection_to(target);
         if (!c) return std::move(unreachable(target).result).error();
-        return c->cast(wire::Cast{spec_.module, spec_.function, std::move(args), lb});
+        return c->cast(traced(wire::Cast{spec_.module, spec_.function, std::move(args), lb}, span));
+    }
+
+    // A request or cast carrying the trace context of the attempt whose span is `span`.
+    template <class Frame>
+    Frame traced(Frame frame, const SpanId& span) const {
+        frame.trace = TraceParent{trace_.trace_id, span, trace_.flags};
+        frame.trace_read = wire::TraceRead::valid;
+        frame.tracestate = trace_.tracestate;
+        return frame;
     }
 
     // The outcome of a call to `target`, which is not connected: cookie_refused when that
@@ -528,7 +536,6 @@ private:
     bool exports_spans() const noexcept { return trace_.sampled() && router_->bus().active(); }
 
     TraceText trace_text() const noexcept {
-        if (spec_.kind != CallSpec::Kind::call) return {};
         return TraceText(trace_.trace_id, trace_.span_id, &trace_.parent_span_id);
     }
 

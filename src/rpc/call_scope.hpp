@@ -13,7 +13,7 @@ class Connection;
 
 /// Opened by RpcServer around every handler run, on the thread running it: while it
 /// lives, call_deadline(), call_cancelled() and current_trace() on that thread answer for
-/// its call (a cast's handler has no trace context). Scopes
+/// its call (a cast's handler has a trace context and no deadline). Scopes
 /// nest (a handler that calls this node runs the inner handler in a scope of its own) and
 /// close in reverse order.
 ///
@@ -25,7 +25,7 @@ public:
     /// `deadline`: time_point::max() when the call has none (a cast). `connection`: the
     /// one the request came on, null for a call from this node. `cancel`: set when the
     /// caller says it gave up (wire::Cancel); null when it cannot. `trace`: the handler
-    /// run's span (null: none, a cast).
+    /// run's span (null: none).
     CallScope(time_point deadline, const Connection* connection, const std::atomic<bool>* cancel = nullptr,
               const TraceContext* trace = nullptr) noexcept;
     ~CallScope();

@@ -195,6 +195,14 @@ std::string RpcServer::answer(std::uint64_t id, CallResult result, std::string_v
                        options_.node, module, function)});
 }
 
+// A request or cast without a valid traceparent starts a trace here; a malformed one is
+// counted, never refused (W3C Trace Context §3.2: restart the trace).
+TraceContext RpcServer::handler_trace(wire::TraceRead read, const TraceParent& parent, std::string&& tracestate) {
+    if (read == wire::TraceRead::valid) return TraceContext::child_of(parent, new_span_id(), std::move(tracestate));
+    if (read == wire::TraceRead::malformed) bad_traceparents_.fetch_add(1, std::memory_order_relaxed);
+    return new_trace(false);
+}
+
 RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<const Entry> entry) {
     // Constructed, not assigned: a moved json::array keeps its storage only when
     // constructed (assigned across storages, it is copied: a 64 KiB argument string each
@@ -202,14 +210,7 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
     Served served{std::move(request)};
     auto& r = served.request;
     if (r.timeout_ms) served.deadline = deadline_after(std::chrono::steady_clock::now(), *r.timeout_ms);
-    // A request without a valid traceparent starts a trace here; a malformed one is
-    // counted, never refused (W3C Trace Context §3.2: restart the trace).
-    if (r.trace_read == wire::TraceRead::valid) {
-        served.trace = TraceContext::child_of(r.trace, new_span_id(), std::move(r.tracestate));
-    } else {
-        if (r.trace_read == wire::TraceRead::malformed) bad_traceparents_.fetch_add(1, std::memory_order_relaxed);
-        served.trace = new_trace(false);
-    }
+    served.trace = handler_trace(r.trace_read, r.trace, std::move(r.tracestate));
     if (!r.load_balancer.empty()) {
         served.balancer = balancers_.admit(r.load_balancer);  // its drain waits for this call too
         if (!served.balancer) {
@@ -301,10 +302,12 @@ void RpcServer::serve_cast(wire::Cast&& cast) {
     const bool before_stop = begin_serving();
     auto entry = find(cast.module, cast.function);
     const bool here = runs_inline(entry.get());
-    auto run_cast = [this, here, before_stop, entry = std::move(entry), cast = std::move(cast)] {
+    auto trace = handler_trace(cast.trace_read, cast.trace, std::move(cast.tracestate));
+    auto run_cast = [this, here, before_stop, entry = std::move(entry), cast = std::move(cast), trace = std::move(trace)] {
         if (!here) load_->started();
         if (!skip_abandoned()) {
-            auto result = run(entry.get(), cast.module, cast.function, cast.args, nullptr);
+            auto result = run(entry.get(), cast.module, cast.function, cast.args, nullptr, time_point::max(), nullptr,
+                              nullptr, &trace);
             if (!result)
                 RPCLB_LOG("rpc", debug) << "cast " << cast.module << "." << cast.function
                                         << " failed: " << result.error().message;

@@ -153,6 +153,9 @@ private:
     };
     /// `entry`: the request's, when already found (null: found here).
     Served admit(wire::Request&& request, std::shared_ptr<const Entry> entry = nullptr);
+    /// The trace context of the handler run a request or cast asks for: a child of the
+    /// sender's attempt, or a new trace (a malformed traceparent is counted).
+    TraceContext handler_trace(wire::TraceRead read, const TraceParent& parent, std::string&& tracestate);
     /// Runs an admitted request's handler, which came on `connection`, unless its
     /// deadline has passed (then a `request_timeout` error, counted in expired_requests_).
     CallResult run_unless_expired(const Served& served, const Connection* connection);

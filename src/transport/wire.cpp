@@ -221,7 +221,8 @@ void read(Members& m, GroupLeave& f) { m.string("group", f.group); }
 
 // "tp" and "ts": never a reason to refuse the frame (the receiver starts a new trace). With
 // `known` members before "tp" and none after, "ts" is not looked for (a miss compares every key).
-void read_trace(Members& m, Request& f, std::size_t known) {
+template <class F>  // Request or Cast
+void read_trace(Members& m, F& f, std::size_t known) {
     const auto* tp = m.raw("tp");
     if (!tp) return;
     const auto* text = tp->if_string();
@@ -253,6 +254,7 @@ void read(Members& m, Cast& f) {
     m.string("f", f.function);
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
+    read_trace(m, f, 4 + (f.load_balancer.empty() ? 0 : 1));  // "t", "m", "f", "a", "lb"
 }
 
 void read(Members& m, Bye& f) { m.optional_boolean("reply", f.reply); }
@@ -332,17 +334,12 @@ DecodeError decode_error(DecodeErrorKind kind, std::string message) {
     return DecodeError{kind, std::move(message), std::nullopt};
 }
 
-// json::parse with a parser kept per thread. A parser gathers a string on its own stack
-// before it makes the value's string, and keeps that stack's memory across reset(): a
-// fresh parser allocated (and glibc mapped, then unmapped) a 128 KiB stack for each 64 KiB
-// string it read. The stack also holds 24 bytes per value of the text (a long array of
-// small numbers: 12 bytes per byte of text), so only texts up to reuse_limit use the
-// thread's parser: a thread keeps at most about 1.2 MiB, and about 200 KiB for the texts
-// the limit is for (one long string). Larger texts get a parser of their own. Same
-// options and errors as json::parse.
-//
-// A text of BlockCache::min_block bytes or more is decoded into the process's BlockCache
-// (block_cache.hpp), where only it can hold blocks large enough to be worth keeping.
+// json::parse with a parser kept per thread: a parser gathers a string on its own stack and
+// keeps that memory across reset() (a fresh one mapped and unmapped a 128 KiB stack per
+// 64 KiB string). The stack holds 24 bytes per value, so only texts up to reuse_limit use
+// the thread's parser (at most about 1.2 MiB kept); larger ones get their own. Same options
+// and errors as json::parse. A text of BlockCache::min_block bytes or more is decoded into
+// the process's BlockCache (block_cache.hpp), the only place blocks that large are kept.
 json::value parse(std::string_view text, boost::system::error_code& ec) {
     constexpr std::size_t reuse_limit = 96 * 1024;
     json::storage_ptr storage = text.size() >= BlockCache::min_block ? BlockCache::storage() : json::storage_ptr();
@@ -481,6 +478,17 @@ void write(Writer& w, const GroupJoin& f) {
 
 void write(Writer& w, const GroupLeave& f) { w.string("group", f.group); }
 
+template <class F>  // Request or Cast
+void write_trace(Writer& w, const F& f) {
+    if (f.trace_read != TraceRead::valid) return;
+    char text[traceparent_size + 2];  // hex digits and '-' need no escaping: written quoted
+    text[0] = '"';
+    write_traceparent(f.trace, text + 1);
+    text[traceparent_size + 1] = '"';
+    w.raw("tp", std::string_view(text, sizeof text));
+    if (!f.tracestate.empty() && f.tracestate.size() <= max_tracestate_size) w.string("ts", f.tracestate);
+}
+
 void write(Writer& w, const Request& f) {
     w.uint64("id", f.id);
     w.string("m", f.module);
@@ -488,15 +496,7 @@ void write(Writer& w, const Request& f) {
     w.value("a", f.args);
     if (!f.load_balancer.empty()) w.string("lb", f.load_balancer);
     if (f.timeout_ms) w.uint64("to", *f.timeout_ms);
-    if (f.trace_read == TraceRead::valid) {
-        // Hex digits and '-' need no escaping: written as they are, quoted.
-        char text[traceparent_size + 2];
-        text[0] = '"';
-        write_traceparent(f.trace, text + 1);
-        text[traceparent_size + 1] = '"';
-        w.raw("tp", std::string_view(text, sizeof text));
-        if (!f.tracestate.empty() && f.tracestate.size() <= max_tracestate_size) w.string("ts", f.tracestate);
-    }
+    write_trace(w, f);
 }
 
 void write(Writer& w, const Cast& f) {
@@ -504,6 +504,7 @@ void write(Writer& w, const Cast& f) {
     w.string("f", f.function);
     w.value("a", f.args);
     if (!f.load_balancer.empty()) w.string("lb", f.load_balancer);
+    write_trace(w, f);
 }
 
 void write(Writer& w, const Response& f) {

@@ -1,7 +1,8 @@
 // W3C trace context travels with calls: a handler reads its context (current_trace()),
 // a call made from a handler continues the trace as a child span, hedged attempts are
-// child spans of their call, the span sink (rpc.span) receives every span of a sampled
-// trace, and a malformed traceparent starts a new trace and is counted, never refused.
+// child spans of their call, a cast carries the trace to its handler, the span sink
+// (rpc.span) receives every span of a sampled trace, and a malformed traceparent starts a
+// new trace and is counted, never refused.
 #define BOOST_TEST_MODULE trace_context
 #include <rpclb/cluster.hpp>
 #include <rpclb/error.hpp>
@@ -193,6 +194,32 @@ BOOST_AUTO_TEST_CASE(a_call_to_this_node_is_a_child_span_too) {
     BOOST_TEST(d.inner[0].trace_id == "4bf92f3577b34da6a3ce929d0e0e4736");
     BOOST_TEST(d.inner[0].parent_span_id != "00f067aa0ba902b7");  // the attempt's, not the scope's
     BOOST_TEST(!d.inner[0].parent_span_id.empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_cast_carries_the_trace_to_its_handler_on_another_node_and_on_this_one) {
+    Duo d;
+    {
+        const rpclb::TraceScope scope(sampled_parent);
+        BOOST_REQUIRE(d.b->cast("a@127.0.0.1", "t", "seen").has_value());  // over the link
+        BOOST_REQUIRE(d.a->cast("a@127.0.0.1", "t", "seen").has_value());  // to this node
+    }
+    BOOST_REQUIRE(d.b->cast("a@127.0.0.1", "t", "seen").has_value());  // no context: a new trace
+    BOOST_REQUIRE(eventually([&] {
+        std::lock_guard lock(d.mutex);
+        return d.inner.size() == 3;
+    }, 10s));
+    std::lock_guard lock(d.mutex);
+    int in_scope = 0;
+    for (const auto& s : d.inner) {
+        BOOST_TEST(s.trace_id.size() == 32u);
+        BOOST_TEST(!s.parent_span_id.empty());  // the cast's attempt
+        BOOST_TEST(s.parent_span_id != "00f067aa0ba902b7");
+        if (s.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736") {
+            ++in_scope;
+            BOOST_TEST(s.sampled);
+        }
+    }
+    BOOST_TEST(in_scope == 2);
 }
 
 BOOST_AUTO_TEST_CASE(telemetry_events_of_a_call_carry_its_ids) {

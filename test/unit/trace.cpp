@@ -209,6 +209,27 @@ BOOST_AUTO_TEST_CASE(tracestate_is_read_wherever_it_stands) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(cast_carries_traceparent_and_tracestate_like_a_request) {
+    wire::Cast c{"m", "f", {}, "lb"};
+    c.trace = *rpclb::parse_traceparent(example);
+    c.trace_read = wire::TraceRead::valid;
+    c.tracestate = "congo=t61rcWkgMzE";
+    auto decoded = wire::decode(wire::encode(c));
+    BOOST_REQUIRE(decoded);
+    const auto& back = std::get<wire::Cast>(*decoded);
+    BOOST_TEST((back.trace_read == wire::TraceRead::valid));
+    BOOST_TEST((back.trace == c.trace));
+    BOOST_TEST(back.tracestate == "congo=t61rcWkgMzE");
+    BOOST_TEST(back.load_balancer == "lb");
+    // A malformed one leaves the cast valid; none at all reads as absent.
+    auto bad = wire::decode(R"({"t":"cast","m":"m","f":"f","a":[],"tp":"00-zz"})");
+    BOOST_REQUIRE(bad);
+    BOOST_TEST((std::get<wire::Cast>(*bad).trace_read == wire::TraceRead::malformed));
+    auto none = wire::decode(R"({"t":"cast","m":"m","f":"f","a":[]})");
+    BOOST_REQUIRE(none);
+    BOOST_TEST((std::get<wire::Cast>(*none).trace_read == wire::TraceRead::absent));
+}
+
 BOOST_AUTO_TEST_CASE(oversize_tracestate_is_dropped) {
     auto decoded = wire::decode(R"({"t":"req","id":1,"m":"m","f":"f","a":[],"tp":")" + example + R"(","ts":")" +
                                 std::string(rpclb::max_tracestate_size + 1, 'a') + "\"}");

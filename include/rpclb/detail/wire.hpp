@@ -160,12 +160,16 @@ struct Request {
     std::string tracestate{};
 };
 
-/// "cast": {"t","m","f","a"[,"lb"]} — like Request but unanswered.
+/// "cast": {"t","m","f","a"[,"lb"][,"tp"[,"ts"]]} — like Request but unanswered.
 struct Cast {
     std::string module;
     std::string function;
     boost::json::array args;
     std::string load_balancer;
+    /// "tp" and "ts": the caster's trace context, read and written as Request's.
+    TraceParent trace{};
+    TraceRead trace_read = TraceRead::absent;
+    std::string tracestate{};
 };
 
 /// A node's load as its answers carry it (rpclb::LoadReport says what each field means).
