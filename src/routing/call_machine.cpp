@@ -51,11 +51,12 @@ CallMachine::Actions CallMachine::start(Clock::time_point now) {
 // when the call is hedged (not when call_directly runs it here, in one attempt).
 std::optional<ErrorMessage> CallMachine::bad_options() {
     const auto timeout = config_.timeout;
+    const auto& node = config_.node.empty() ? config_.self : config_.node;  // the node named, or this one
     if (config_.call && (timeout.count() < 1 || timeout > max_option_duration))
         return call_error(ErrorCode::bad_request,
                           "timeout must be 1 to " + std::to_string(max_option_duration.count()) + " ms; got " +
                               std::to_string(timeout.count()) + " ms",
-                          config_.node.empty() ? config_.self : config_.node, config_.module, config_.function);
+                          node, config_.module, config_.function);
     const auto& h = config_.hedging;
     if (!h) return std::nullopt;
     std::string problem;
@@ -75,7 +76,7 @@ std::optional<ErrorMessage> CallMachine::bad_options() {
         if (!config_.call_directly) hedging_ = *h;
         return std::nullopt;
     }
-    return call_error(ErrorCode::bad_request, std::move(problem), config_.self, config_.module, config_.function);
+    return call_error(ErrorCode::bad_request, std::move(problem), node, config_.module, config_.function);
 }
 
 CallMachine::Actions CallMachine::on_picked(int slot, Picked picked, Clock::time_point now) {

@@ -14,7 +14,8 @@ namespace rpclb::detail {
 /// Over a stretch of calls the extra attempts stay within the larger of `percent` of the
 /// calls and `min_per_second` times its length (Envoy's retry budget: a percentage with a
 /// floor, not their sum), plus what the bucket held. It starts full, so the first calls
-/// may hedge. Time is passed in, never read.
+/// may hedge; a budget of 0 % with no floor grants nothing, full or not. Time is passed
+/// in, never read.
 ///
 /// Thread safety: shared objects safe (a short lock per call).
 class HedgeBudget {
@@ -42,7 +43,7 @@ public:
     bool take(time_point now) noexcept {
         std::lock_guard lock(mutex_);
         refill(now);
-        if (tokens_ < 1.0) return false;
+        if (tokens_ < 1.0 || (ratio_ <= 0 && floor_per_second_ <= 0)) return false;
         tokens_ -= 1.0;
         return true;
     }

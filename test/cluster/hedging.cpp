@@ -268,6 +268,7 @@ BOOST_AUTO_TEST_CASE(bad_hedging_options_fail_at_the_start_naming_the_option) {
     auto direct = p.client->call("fast@127.0.0.1", "t", "work", {}, o);
     BOOST_REQUIRE(!direct);
     BOOST_TEST(direct.error().message == "hedging: applies only to a call through a balancer (CallOptions::load_balancer)");
+    BOOST_TEST(direct.error().details.at("node").as_string() == "fast@127.0.0.1");  // the node called
     // A cast is never hedged; a call run here (call_directly) is checked all the same.
     auto cast = p.client->cast("", "t", "work", {}, Pair::hedged());
     BOOST_REQUIRE(!cast);

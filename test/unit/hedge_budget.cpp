@@ -73,9 +73,18 @@ BOOST_AUTO_TEST_CASE(few_calls_get_the_floor_and_configure_sets_both_rates) {
     int n = 0;
     for (int i = 1; i <= 10; ++i) n += granted(budget, 1, t0 + i * 4s);
     BOOST_TEST(n == 10);
-    // At one instant only the percentage counts: 100 calls deposit 20 % each.
+}
+
+BOOST_AUTO_TEST_CASE(a_budget_of_nothing_grants_nothing_though_the_bucket_starts_full) {
     HedgeBudget none;
     none.configure(0.0, 0.0);
-    BOOST_TEST(granted(none, 10, t0) == 10);
+    BOOST_TEST(granted(none, 10, t0) == 0);
     BOOST_TEST(granted(none, 100, t0 + 1h) == 0);
+    // Set to nothing after it held tokens: none of them is spent.
+    HedgeBudget later;
+    later.configure(0.0, 0.0);
+    later.configure(5.0, 1.0);
+    BOOST_TEST(granted(later, 1, t0) == 1);
+    later.configure(0.0, 0.0);
+    BOOST_TEST(granted(later, 10, t0) == 0);
 }
