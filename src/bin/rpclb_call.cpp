@@ -359,7 +359,7 @@ int main(int argc, char** argv) {
         if (auto problem = rpclb::detail::check(options))
             throw std::invalid_argument(problem->flag() + ": " + problem->reason);
     } catch (const std::exception& e) {
-        std::cerr << "rpclb-call: " << e.what() << "\n" << desc;
+        std::cerr << "rpclb-call: " << e.what() << "\n(rpclb-call --help lists the options)\n";
         return 2;
     }
 

@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
             throw std::invalid_argument("the argument ('" + std::to_string(workers) +
                                         "') for option '--workers' is invalid: must be in 1..1024");
     } catch (const std::exception& e) {
-        std::cerr << "rpclb-node: " << e.what() << "\n" << desc;
+        std::cerr << "rpclb-node: " << e.what() << "\n(rpclb-node --help lists the options)\n";
         return 2;
     }
     if (vm.count("help")) {

@@ -329,6 +329,9 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_hedges_idempotent_calls_and_refuses_other_hed
                    "call-hedge-six.log");
     BOOST_TEST(run.status == 2);
     BOOST_TEST(run.err.find("--hedge-attempts must be in 2..5") != std::string::npos, run.err);
+    // The error and where the options are listed, not the whole list after it.
+    BOOST_TEST(run.err.find("(rpclb-call --help lists the options)") != std::string::npos, run.err);
+    BOOST_TEST(run.err.find("--hedge-delay arg") == std::string::npos, run.err);
     run = run_call(*this, *b, {"--balancer", "w", "--idempotent", "--hedge-delay", "1", "--count", "20", "demo", "sleep", "[3]"},
                    "call-hedged.log");
     BOOST_TEST(run.status == 0, run.err);
