@@ -99,7 +99,12 @@ int run_bigs(rpclb::Cluster& cluster, const std::string& node, std::size_t bytes
         const auto rtt = cluster.keepalive_rtt(node);
         return rtt ? duration<double, std::milli>(*rtt).count() : -1.0;
     };
-    const double idle_rtt = rtt_ms();
+    // The idle link's round trip: the first probe answered (one goes out every second).
+    double idle_rtt = rtt_ms();
+    for (const auto give_up = steady_clock::now() + seconds(5); idle_rtt < 0 && steady_clock::now() < give_up;) {
+        std::this_thread::sleep_for(milliseconds(20));
+        idle_rtt = rtt_ms();
+    }
     std::mutex mutex;
     int next = 0, ok = 0;
     boost::json::array errors;
