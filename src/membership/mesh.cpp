@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <random>
+#include <utility>
 
 namespace rpclb::detail {
 namespace asio = boost::asio;
@@ -485,7 +486,7 @@ bool Mesh::within_budget(const std::shared_ptr<Connection>& c) {
     bool first_refusal = false;
     {
         std::lock_guard lock(budget_mutex_);
-        auto& budget = budgets_[c.get()];
+        auto& budget = link_frames_[c.get()].budget;
         if (budget.take(FrameBudget::Clock::now())) return true;
         first_refusal = budget.first_refusal();
     }
@@ -499,9 +500,17 @@ bool Mesh::within_budget(const std::shared_ptr<Connection>& c) {
 
 void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::DecodeError& error) {
     ++bad_frames_;
+    // A bad frame before the handshake ends its connection: each is logged. On an
+    // established link only the first is, and the rest are counted.
+    const bool established = c->established();
+    if (established) {
+        std::lock_guard lock(budget_mutex_);
+        if (std::exchange(link_frames_[c.get()].refusal_logged, true)) return;
+    }
     RPCLB_LOG("mesh", warning) << "refused a frame from "
-                               << (c->established() ? c->peer().node : std::string("an unauthenticated peer"))
-                               << " (" << wire::to_string(error.kind) << "): " << error.message;
+                               << (established ? c->peer().node : std::string("an unauthenticated peer"))
+                               << " (" << wire::to_string(error.kind) << "): " << error.message
+                               << (established ? " (said once for this link; later ones are only counted)" : "");
 }
 
 void Mesh::broadcast(const std::string& frame) {

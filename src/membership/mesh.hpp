@@ -390,9 +390,14 @@ private:
     // restart took the name). At most max_names names.
     std::map<std::string, std::string, std::less<>> declared_dead_;
 
-    // Each established link's FrameBudget, until it closes.
+    // Each established link's FrameBudget, and whether a frame it sent was refused (the
+    // first refusal is logged, the rest only counted), until it closes.
+    struct LinkFrames {
+        FrameBudget budget;
+        bool refusal_logged = false;
+    };
     std::mutex budget_mutex_;
-    std::map<const Connection*, FrameBudget> budgets_;
+    std::map<const Connection*, LinkFrames> link_frames_;
 
     std::atomic<std::uint64_t> bad_frames_{0};
     std::atomic<std::uint64_t> auth_failures_{0};

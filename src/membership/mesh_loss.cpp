@@ -16,7 +16,7 @@ namespace asio = boost::asio;
 void Mesh::on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool established) {
     {
         std::lock_guard lock(budget_mutex_);
-        budgets_.erase(c.get());
+        link_frames_.erase(c.get());
     }
     if (established && c->channel()) {
         {

@@ -97,6 +97,7 @@ function get(address, target) {
 async function checkAssets(admin) {
   const expect = [
     ["/", 200, "text/html; charset=utf-8", "<title>rpclb console</title>"],
+    ["/dialog.js", 200, "text/javascript; charset=utf-8", "function confirmDialog"],
     ["/console.js", 200, "text/javascript; charset=utf-8", "balancer_set_algorithm"],
     ["/console.css", 200, "text/css; charset=utf-8", ".members"],
     ["/uplot.min.js", 200, "text/javascript; charset=utf-8", "uPlot"],

@@ -15,6 +15,7 @@
 #include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "support/log_capture.hpp"
 #include "support/port.hpp"
 #include "support/raw_peer.hpp"
 #include "support/wait.hpp"
@@ -383,5 +384,44 @@ BOOST_AUTO_TEST_CASE(a_peer_flooding_membership_frames_is_held_to_its_budget) {
     auto r = b.call("a@127.0.0.1", "t", "echo", {1});
     BOOST_TEST(r.has_value());
     b.stop();
+    a.stop();
+}
+
+// A member that sends frames the codec refuses gets each counted, and the first of its
+// link logged with its reason; a request among them is still answered bad_request. A
+// second link's first refused frame is logged again.
+BOOST_AUTO_TEST_CASE(refused_frames_are_counted_and_logged_once_per_link) {
+    auto oa = options("a@127.0.0.1");
+    rpclb::Cluster a(oa);
+    a.register_function("t", "echo", [](const boost::json::array& args) -> rpclb::CallResult { return args; });
+    a.start();
+    namespace wire = rpclb::detail::wire;
+    rpclb::test::LogCapture log;
+    rpclb::test::RawPeer raw(a.listen_endpoint()->port());
+    BOOST_REQUIRE(!raw.handshake(wire::PeerInfo{"r@127.0.0.1", "inc-r", "", true}, oa.cookie));
+    const auto before = a.stats().bad_frames;
+    constexpr int flood = 2000;
+    for (int i = 0; i < flood; ++i) BOOST_REQUIRE(raw.send(i % 2 ? "{not json" : R"({"t": "bogus"})"));
+    BOOST_REQUIRE(raw.send(R"({"t": "req", "id": 7, "m": 5, "f": "echo", "a": []})"));
+    const auto bad = raw.read_response(7, 30s);
+    BOOST_REQUIRE(bad.has_value());
+    BOOST_TEST(bad->contains("err"));
+    // A link's frames are handled in order: once a request sent after them is answered,
+    // every one was.
+    BOOST_REQUIRE(raw.send(wire::Frame(wire::Request{8, "t", "echo", {}, ""})));
+    BOOST_REQUIRE(raw.read_response(8, 30s));
+    BOOST_TEST(a.stats().bad_frames - before == std::uint64_t(flood) + 1);
+    BOOST_TEST(log.count("refused a frame from r@127.0.0.1 (unknown_type)") == 1u);
+    BOOST_TEST(log.count("refused a frame from r@127.0.0.1") == 1u);
+
+    rpclb::test::RawPeer second(a.listen_endpoint()->port());
+    BOOST_REQUIRE(!second.handshake(wire::PeerInfo{"s@127.0.0.1", "inc-s", "", true}, oa.cookie));
+    BOOST_REQUIRE(second.send("{not json"));
+    BOOST_REQUIRE(second.send("{not json"));
+    BOOST_REQUIRE(second.send(wire::Frame(wire::Request{1, "t", "echo", {}, ""})));
+    BOOST_REQUIRE(second.read_response(1, 30s));
+    BOOST_TEST(a.stats().bad_frames - before == std::uint64_t(flood) + 3);
+    BOOST_TEST(log.count("refused a frame from s@127.0.0.1 (bad_json)") == 1u);
+    BOOST_TEST(log.count("refused a frame from") == 2u);
     a.stop();
 }

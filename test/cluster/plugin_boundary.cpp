@@ -10,6 +10,7 @@
 #include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "support/log_capture.hpp"
 #include "support/node.hpp"
 #include "support/wait.hpp"
 
@@ -17,20 +18,15 @@
 #include <rpclb/error.hpp>
 #include <rpclb/load_balancer.hpp>
 
-#include <boost/log/core.hpp>
-#include <boost/log/expressions/message.hpp>
-#include <boost/log/sinks/basic_sink_backend.hpp>
-#include <boost/log/sinks/unlocked_frontend.hpp>
-
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 using namespace std::chrono_literals;
 using rpclb::test::eventually;
+using rpclb::test::LogCapture;
 using Strings = std::vector<std::string>;
 
 namespace {
@@ -48,37 +44,6 @@ Strings members(const rpclb::Cluster& node, const std::string& balancer) {
 }
 
 std::string address(const rpclb::Cluster& c) { return "127.0.0.1:" + std::to_string(c.listen_endpoint()->port()); }
-
-// Every message logged while it lives (Boost.Log is process-wide: rpclb's records too).
-class LogCapture {
-public:
-    LogCapture() : backend_(boost::make_shared<Backend>()) {
-        sink_ = boost::make_shared<boost::log::sinks::unlocked_sink<Backend>>(backend_);
-        boost::log::core::get()->add_sink(sink_);
-    }
-    ~LogCapture() { boost::log::core::get()->remove_sink(sink_); }
-
-    // How many messages logged so far contain `text`.
-    std::size_t count(const std::string& text) const {
-        std::lock_guard lock(backend_->mutex);
-        std::size_t n = 0;
-        for (const auto& m : backend_->messages) n += m.find(text) != std::string::npos;
-        return n;
-    }
-
-private:
-    struct Backend : boost::log::sinks::basic_sink_backend<boost::log::sinks::concurrent_feeding> {
-        void consume(const boost::log::record_view& record) {
-            const auto message = record[boost::log::expressions::smessage];
-            std::lock_guard lock(mutex);
-            messages.push_back(message ? *message : std::string());
-        }
-        mutable std::mutex mutex;
-        Strings messages;
-    };
-    boost::shared_ptr<Backend> backend_;
-    boost::shared_ptr<boost::log::sinks::unlocked_sink<Backend>> sink_;
-};
 
 // Two connected nodes `a` and `b`; both answer t.whoami with their name.
 struct Pair {

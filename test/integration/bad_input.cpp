@@ -110,8 +110,9 @@ BOOST_FIXTURE_TEST_CASE(malformed_frames_are_answered_or_dropped, RawNode) {
     BOOST_TEST(echoed(binary, "binary"), (binary ? boost::json::serialize(*binary) : raw->last_error().message()));
 
     check_node_serves();
-    BOOST_TEST(a->log_contains("refused a frame from raw@127.0.0.1 (bad_json)"));
-    BOOST_TEST(a->log_contains("refused a frame from raw@127.0.0.1 (unknown_type)"));
+    // The link's first refused frame is logged with its reason, the others only counted.
+    BOOST_TEST(a->log_count("refused a frame from raw@127.0.0.1 (bad_json)") == 1u);
+    BOOST_TEST(a->log_count("refused a frame from raw@127.0.0.1") == 1u);
 }
 
 BOOST_FIXTURE_TEST_CASE(frames_before_handshake_end_the_connection, RawNode) {

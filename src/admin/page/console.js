@@ -1,7 +1,8 @@
 // The rpclb admin console: one page talking the admin protocol
 // (doc/reference/admin-protocol.md) over WebSocket /admin of the node that served it.
 // Every second it asks that node for the cluster's nodes and, through it, each node for
-// its balancers and metrics; it redraws the tables and charts from the answers.
+// its balancers and metrics; it redraws the tables and charts from the answers. Its
+// confirmation dialog (confirmDialog) is dialog.js, which the page loads first.
 "use strict";
 
 (() => {
@@ -484,55 +485,6 @@
     await run(`algorithm/${node}/${name}`, `Change the algorithm of ${name} on ${node} to ${choice.algorithm}`,
       () => ask("balancer_set_algorithm", fields, ACTION_TIMEOUT_MS),
       () => `${name} on ${node} now uses ${choice.algorithm}.`);
-  }
-
-  // ---- the confirmation dialog ----------------------------------------------------------------
-  // Resolves with false (cancelled), true, or {algorithm, options} when asked for an algorithm.
-  function confirmDialog({ title, text, ok, algorithm }) {
-    const dialog = $("#confirm");
-    $("#confirm-title").textContent = title;
-    $("#confirm-text").textContent = text;
-    $("#confirm-ok").textContent = ok;
-    $("#algorithm-fields").hidden = !algorithm;
-    $("#algorithm-error").textContent = "";
-    if (algorithm) {
-      $("#algorithm").value = algorithm.name;
-      $("#algorithm-options").value = JSON.stringify(algorithm.options);
-    }
-    return new Promise((resolve) => {
-      let answer = false;
-      const okClick = () => {
-        if (algorithm) {
-          const name = $("#algorithm").value.trim();
-          let options;
-          try {
-            options = JSON.parse($("#algorithm-options").value || "{}");
-            if (typeof options !== "object" || options === null || Array.isArray(options)) throw new Error("not an object");
-          } catch (e) {
-            $("#algorithm-error").textContent = `The options must be a JSON object (${e.message}).`;
-            return;
-          }
-          if (!name) {
-            $("#algorithm-error").textContent = "Give an algorithm.";
-            return;
-          }
-          answer = { algorithm: name, options };
-        } else {
-          answer = true;
-        }
-        dialog.close();
-      };
-      const cancelClick = () => dialog.close();
-      $("#confirm-ok").addEventListener("click", okClick);
-      $("#confirm-cancel").addEventListener("click", cancelClick);
-      dialog.addEventListener("close", () => {
-        $("#confirm-ok").removeEventListener("click", okClick);
-        $("#confirm-cancel").removeEventListener("click", cancelClick);
-        resolve(answer);
-      }, { once: true });
-      dialog.showModal();
-      (algorithm ? $("#algorithm") : $("#confirm-cancel")).focus();
-    });
   }
 
   // ---- telemetry events -----------------------------------------------------------------------

@@ -15,6 +15,7 @@ get_filename_component(page_root "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
 # URL path = file under the source root. The content type follows the file's extension.
 set(page_assets
   "/=src/admin/page/index.html"
+  "/dialog.js=src/admin/page/dialog.js"
   "/console.js=src/admin/page/console.js"
   "/console.css=src/admin/page/console.css"
   "/uplot.min.js=third_party/uplot/uPlot.iife.min.js"
