@@ -416,12 +416,18 @@ void Mesh::on_nodes(const wire::Nodes& nodes) {
     }
 }
 
+namespace {
+// The end of the one warning a link gets for the frames it refuses or ignores.
+constexpr const char* said_once = " (said once for this link; later ones are only counted)";
+}  // namespace
+
 void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
     const auto& node = c->peer().node;
     if (c->channel() && !std::holds_alternative<wire::Request>(frame)) {
         ++bad_frames_;
-        RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame on a call channel from "
-                                   << node << "; ignored";
+        if (first_refusal(*c))
+            RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame on a call channel from "
+                                       << node << "; ignored" << said_once;
         return;
     }
     const bool membership = std::holds_alternative<wire::Probe>(frame) ||
@@ -475,8 +481,9 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
                 RPCLB_LOG("mesh", debug) << node << " said bye";
             } else {
                 ++bad_frames_;
-                RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame from "
-                                           << node << "; ignored";
+                if (first_refusal(*c))
+                    RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame from " << node
+                                               << "; ignored" << said_once;
             }
         },
         std::move(frame));
@@ -503,14 +510,16 @@ void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::Decode
     // A bad frame before the handshake ends its connection: each is logged. On an
     // established link only the first is, and the rest are counted.
     const bool established = c->established();
-    if (established) {
-        std::lock_guard lock(budget_mutex_);
-        if (std::exchange(link_frames_[c.get()].refusal_logged, true)) return;
-    }
+    if (established && !first_refusal(*c)) return;
     RPCLB_LOG("mesh", warning) << "refused a frame from "
                                << (established ? c->peer().node : std::string("an unauthenticated peer"))
                                << " (" << wire::to_string(error.kind) << "): " << error.message
-                               << (established ? " (said once for this link; later ones are only counted)" : "");
+                               << (established ? said_once : "");
+}
+
+bool Mesh::first_refusal(const Connection& c) {
+    std::lock_guard lock(budget_mutex_);
+    return !std::exchange(link_frames_[&c].refusal_logged, true);
 }
 
 void Mesh::broadcast(const std::string& frame) {

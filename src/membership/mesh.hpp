@@ -390,8 +390,10 @@ private:
     // restart took the name). At most max_names names.
     std::map<std::string, std::string, std::less<>> declared_dead_;
 
-    // Each established link's FrameBudget, and whether a frame it sent was refused (the
-    // first refusal is logged, the rest only counted), until it closes.
+    // True for the first frame a link refuses or ignores (the one that is logged).
+    bool first_refusal(const Connection& c);
+    // Each established link's FrameBudget, and whether a frame it sent was refused or
+    // ignored (the first is logged, the rest only counted), until it closes.
     struct LinkFrames {
         FrameBudget budget;
         bool refusal_logged = false;

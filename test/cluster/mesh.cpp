@@ -423,5 +423,14 @@ BOOST_AUTO_TEST_CASE(refused_frames_are_counted_and_logged_once_per_link) {
     BOOST_TEST(a.stats().bad_frames - before == std::uint64_t(flood) + 3);
     BOOST_TEST(log.count("refused a frame from s@127.0.0.1 (bad_json)") == 1u);
     BOOST_TEST(log.count("refused a frame from") == 2u);
+
+    // Frames that decode but have no place on an established link: the same rule.
+    rpclb::test::RawPeer third(a.listen_endpoint()->port());
+    BOOST_REQUIRE(!third.handshake(wire::PeerInfo{"u@127.0.0.1", "inc-u", "", true}, oa.cookie));
+    for (int i = 0; i < 100; ++i) BOOST_REQUIRE(third.send(wire::Frame(wire::Ready{"proof"})));
+    BOOST_REQUIRE(third.send(wire::Frame(wire::Request{1, "t", "echo", {}, ""})));
+    BOOST_REQUIRE(third.read_response(1, 30s));
+    BOOST_TEST(a.stats().bad_frames - before == std::uint64_t(flood) + 103);
+    BOOST_TEST(log.count("unexpected ready frame from u@127.0.0.1") == 1u);
     a.stop();
 }
