@@ -105,7 +105,7 @@ const json::object& result_of(const json::value& answer, std::string_view what) 
 
 KeyValue key_value(const json::value& v) {
     const auto& o = as_object(v, "a key-value");
-    return KeyValue{bytes(o, "key"), bytes(o, "value")};
+    return KeyValue{bytes(o, "key"), bytes(o, "value"), integer(o, "lease")};
 }
 
 }  // namespace

@@ -66,10 +66,11 @@ Grant parse_grant(const boost::json::value& answer);
 /// the lease is gone (expired or revoked).
 std::int64_t parse_keepalive(const boost::json::value& answer);
 
-/// One key and its value, decoded.
+/// One key and its value, decoded, and the lease it is attached to.
 struct KeyValue {
     std::string key;
     std::string value;
+    std::int64_t lease = 0;  ///< 0: none
 };
 
 /// A range answer.

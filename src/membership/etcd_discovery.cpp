@@ -15,6 +15,7 @@
 #include <boost/json/stream_parser.hpp>
 
 #include <algorithm>
+#include <utility>
 
 namespace rpclb::detail {
 namespace asio = boost::asio;
@@ -173,13 +174,26 @@ asio::awaitable<void> EtcdDiscovery::run() {
 asio::awaitable<void> EtcdDiscovery::session() {
     const auto generation = ++generation_;
     keepalive_failure_.clear();
+    watching_ = false;
     const auto timeout = request_timeout();
     if (!options_.address.empty()) {
         const auto grant = parsed("POST /v3/lease/grant",
                                   co_await request("/v3/lease/grant", etcd::grant_request(options_.ttl), timeout),
                                   etcd::parse_grant);
-        lease_ = grant.lease;
-        co_await request("/v3/kv/put", etcd::put_request(key_, options_.address, lease_), timeout);
+        co_await request("/v3/kv/put", etcd::put_request(key_, options_.address, grant.lease), timeout);
+        // The key is under the new lease now: the previous session's lease holds nothing and
+        // is revoked (if that fails it expires within the TTL). A lease granted by a session
+        // whose put failed holds nothing either and expires.
+        const auto previous = std::exchange(lease_, grant.lease);
+        if (previous != 0) {
+            try {
+                co_await request("/v3/lease/revoke", etcd::revoke_request(previous), timeout);
+            } catch (const std::exception& e) {
+                RPCLB_LOG("discovery", debug) << "could not revoke lease " << previous << " (" << e.what()
+                                              << "): it expires within " << options_.ttl.count() << " s";
+            }
+            if (generation != generation_) co_return;
+        }
     }
     const auto range = parsed(
         "POST /v3/kv/range",
@@ -192,18 +206,16 @@ asio::awaitable<void> EtcdDiscovery::session() {
     list_.reset(range.kvs, problems);
     log_problems(problems);
     publish();
-    if (!options_.address.empty()) {
-        asio::co_spawn(strand_, keep_alive(generation),
-                       asio::bind_executor(strand_, [self = shared_from_this(), generation](std::exception_ptr e) {
-                           if (!e || generation != self->generation_ || self->stopping_) return;
-                           try {
-                               std::rethrow_exception(e);
-                           } catch (const std::exception& x) {
-                               self->keepalive_failure_ = x.what();
-                           }
-                           self->end_session();  // the watch ends with it, and so the session
-                       }));
-    }
+    asio::co_spawn(strand_, keep_alive(generation),
+                   asio::bind_executor(strand_, [self = shared_from_this(), generation](std::exception_ptr e) {
+                       if (!e || generation != self->generation_ || self->stopping_) return;
+                       try {
+                           std::rethrow_exception(e);
+                       } catch (const std::exception& x) {
+                           self->keepalive_failure_ = x.what();
+                       }
+                       self->end_session();  // the watch ends with it, and so the session
+                   }));
     co_await watch(range.revision + 1, generation);
 }
 
@@ -214,12 +226,15 @@ asio::awaitable<void> EtcdDiscovery::keep_alive(std::uint64_t generation) {
         boost::system::error_code ec;
         co_await keepalive_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
         if (generation != generation_) co_return;
-        const auto answer =
-            co_await request("/v3/lease/keepalive", etcd::keepalive_request(lease_), request_timeout());
-        if (generation != generation_) co_return;
-        if (parsed("POST /v3/lease/keepalive", answer, etcd::parse_keepalive) <= 0)
-            throw Failure("lease " + std::to_string(lease_) + " expired before it was renewed (etcd was out of reach "
-                          "for longer than its TTL, " + std::to_string(options_.ttl.count()) + " s)");
+        if (!options_.address.empty()) {  // a client node has no lease: only the tick
+            const auto answer =
+                co_await request("/v3/lease/keepalive", etcd::keepalive_request(lease_), request_timeout());
+            if (generation != generation_) co_return;
+            if (parsed("POST /v3/lease/keepalive", answer, etcd::parse_keepalive) <= 0)
+                throw Failure("lease " + std::to_string(lease_) + " expired before it was renewed (etcd was out of "
+                              "reach for longer than its TTL, " + std::to_string(options_.ttl.count()) + " s)");
+        }
+        if (watching_) working();
     }
 }
 
@@ -332,28 +347,31 @@ asio::awaitable<void> EtcdDiscovery::watch(std::int64_t start_revision, std::uin
                                                              " was compacted away"
                                                        : clipped(w.reason)));
             if (w.created) {
-                backoff_ = first_backoff;
-                if (outage_)
-                    RPCLB_LOG("discovery", info) << "etcd at " << options_.url.authority() << " answers again";
-                else
+                // The outage, if any, ends once the session works (keep_alive), not here.
+                watching_ = true;
+                if (!outage_)
                     RPCLB_LOG("discovery", info)
                         << (options_.address.empty() ? "watching " + options_.url.prefix + "/"
                                                      : "registered " + key_ + " = " + options_.address)
                         << " in etcd at " << options_.url.authority() << " (lease TTL " << options_.ttl.count()
                         << " s); " << list_.nodes().size() << " other nodes listed";
-                outage_ = false;
             }
-            // This node's own key deleted while its lease lives (by hand, a restore, a tool):
-            // put it back under the lease, or nobody who finds the cluster through etcd meets
-            // this node. A lease that is gone makes the put fail, and the next session
-            // grants a new one.
-            bool own_deleted = false;
+            // This node's own key deleted, or overwritten with another value or without this
+            // node's lease, while its lease lives (by hand, a restore, a tool): put it back
+            // under the lease, or nobody who finds the cluster through etcd meets this node
+            // (or its key outlives it). A lease that is gone makes the put fail, and the next
+            // session grants a new one.
+            const etcd::Event* own = nullptr;
             for (const auto& e : w.events)
-                if (e.kv.key == key_) own_deleted = e.deleted;
-            if (own_deleted && !options_.address.empty() && !stopping_) {
+                if (e.kv.key == key_) own = &e;
+            if (own && !options_.address.empty() && !stopping_ &&
+                (own->deleted || own->kv.value != options_.address || own->kv.lease != lease_)) {
+                const auto done = own->deleted ? std::string("deleted from etcd")
+                                               : "overwritten in etcd (value \"" + clipped(own->kv.value) +
+                                                     "\", lease " + std::to_string(own->kv.lease) + ")";
                 co_await request("/v3/kv/put", etcd::put_request(key_, options_.address, lease_), request_timeout());
                 if (generation != generation_) co_return;
-                RPCLB_LOG("discovery", warning) << key_ << " was deleted from etcd while its lease " << lease_
+                RPCLB_LOG("discovery", warning) << key_ << " was " << done << " while its lease " << lease_
                                                 << " lived: put back";
             }
             std::vector<std::string> problems;
@@ -376,6 +394,13 @@ void EtcdDiscovery::log_problems(const std::vector<std::string>& problems) {
             RPCLB_LOG("discovery", warning) << "etcd at " << options_.url.authority() << ": " << problem
                                             << "; that entry is ignored";
     }
+}
+
+void EtcdDiscovery::working() {
+    backoff_ = first_backoff;
+    if (!outage_) return;
+    outage_ = false;
+    RPCLB_LOG("discovery", info) << "etcd at " << options_.url.authority() << " answers again";
 }
 
 void EtcdDiscovery::failed(const std::string& what) {

@@ -43,8 +43,12 @@ std::chrono::seconds lease_ttl(std::chrono::milliseconds idle_timeout);
 /// Registers this node in etcd and follows the nodes registered there, through etcd's v3
 /// JSON gateway (doc/how-to/discovery.md): this node's address under a lease of `ttl`,
 /// renewed every ttl / 3, and every change of the prefix's listing to `on_listed` (name →
-/// address, this node left out). Errors: any failure ends the session, is logged once per
-/// outage and retried after a backoff (250 ms doubling to 5 s); the last listing stays.
+/// address, this node left out); its own key, deleted or overwritten, is put back. Errors:
+/// any failure (etcd out of reach, or an answer it does not send) ends the session, is
+/// logged once per outage and retried after a backoff (250 ms doubling to 5 s); the last
+/// listing stays. The outage ends, and the backoff starts over, once a session works: its
+/// watch is set up and a third of the TTL later (the first renewal of its lease) it still
+/// runs. A session's lease is revoked once the next session's key is put.
 /// Every answer is bounded (max_answer bytes). Thread safety: start, begin_stop and
 /// wait_stopped from any thread; `on_listed` runs on a network thread, one call at a time.
 class EtcdDiscovery final : public std::enable_shared_from_this<EtcdDiscovery> {
@@ -87,6 +91,8 @@ private:
     void log_problems(const std::vector<std::string>& problems);
     /// The session failed because of `what`: logged (warning once per outage).
     void failed(const std::string& what);
+    /// The session works (its watch set up, its first renewal done): the outage, if any, ends.
+    void working();
     /// Ends the session's streams and timer (on the strand).
     void end_session();
     std::chrono::milliseconds request_timeout() const;
@@ -105,6 +111,7 @@ private:
     std::int64_t lease_ = 0;
     std::uint64_t generation_ = 0;  // sessions started; a keep_alive of an older one ends
     std::string keepalive_failure_;  // why the session's keep_alive ended it
+    bool watching_ = false;  // the session's watch is set up
     bool stopping_ = false;
     bool outage_ = false;  // a failure was logged at warning level and no session has worked since
     std::chrono::milliseconds backoff_;

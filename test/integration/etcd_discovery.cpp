@@ -1,21 +1,31 @@
 // Discovery through a real etcd (Debian's etcd-server) on 127.0.0.1: three rpclb-node
 // processes given only --discovery find each other; a SIGKILLed node leaves every view and
-// its key expires with its lease; a stopped node deletes its key at once; a node whose etcd
-// is down keeps serving and registers once etcd is up. Without an `etcd` binary on PATH the
-// suite is skipped, and says so (ctest reports it as skipped: test/CMakeLists.txt).
+// its key expires with its lease; a stopped node deletes its key at once; a node's key
+// deleted or overwritten is put back; a node whose etcd is down keeps serving and registers
+// once etcd is up. And against a fake etcd whose watch stream is malformed: the node backs
+// off, warns once and revokes the leases of the sessions it gave up. Without an `etcd`
+// binary on PATH the suite is skipped, and says so (ctest reports it as skipped:
+// test/CMakeLists.txt).
 #define BOOST_TEST_MODULE etcd_discovery
 #include <boost/test/unit_test.hpp>
 
 #include "support/admin.hpp"
 #include "support/port.hpp"
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/detail/base64.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
+#include <thread>
 
 using namespace rpclb::test;
 using namespace std::chrono;
@@ -169,6 +179,79 @@ struct EtcdCluster : Harness {
 
 std::string key_of(const Node& node) { return prefix + "/" + node.name(); }
 
+// A fake etcd gateway on 127.0.0.1 (an ephemeral port), one connection at a time: lease
+// grant (a new lease ID each time), put, range, keepalive and revoke answered as etcd does,
+// and every watch stream set up, then given an event whose key is not base64, then ended.
+// It counts grants and revokes. Its thread is joined with it.
+class MalformedWatchEtcd {
+public:
+    MalformedWatchEtcd() : acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+        port_ = acceptor_.local_endpoint().port();
+        thread_ = std::thread([this] { serve(); });
+    }
+    ~MalformedWatchEtcd() {
+        stop_ = true;
+        boost::asio::io_context ioc;
+        boost::asio::ip::tcp::socket wake(ioc);  // unblocks the accept
+        boost::system::error_code ec;
+        wake.connect({boost::asio::ip::make_address("127.0.0.1"), port_}, ec);
+        thread_.join();
+    }
+    MalformedWatchEtcd(const MalformedWatchEtcd&) = delete;
+    MalformedWatchEtcd& operator=(const MalformedWatchEtcd&) = delete;
+
+    std::string url() const { return "etcd://127.0.0.1:" + std::to_string(port_) + "/" + prefix; }
+    int grants() const { return grants_; }
+    int revokes() const { return revokes_; }
+
+private:
+    void serve() {
+        namespace http = boost::beast::http;
+        while (!stop_) {
+            boost::asio::ip::tcp::socket s(ioc_);
+            boost::system::error_code ec;
+            acceptor_.accept(s, ec);
+            if (ec || stop_) break;
+            boost::beast::flat_buffer buffer;
+            http::request<http::string_body> request;
+            http::read(s, buffer, request, ec);
+            if (ec) continue;
+            const auto target = std::string(request.target());
+            std::string body = R"({"header":{"revision":"5"}})";
+            if (target == "/v3/lease/grant")
+                body = R"({"header":{"revision":"5"},"ID":")" + std::to_string(1000 + ++grants_) + R"(","TTL":"9"})";
+            else if (target == "/v3/lease/revoke")
+                ++revokes_;
+            else if (target == "/v3/lease/keepalive")
+                body = R"({"result":{"header":{"revision":"5"},"TTL":"9"}})";
+            std::string answer;
+            if (target == "/v3/watch") {
+                auto chunk = [](const std::string& text) {
+                    std::ostringstream o;
+                    o << std::hex << text.size() << "\r\n" << text << "\r\n";
+                    return o.str();
+                };
+                answer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                         chunk(R"({"result":{"header":{"revision":"5"},"created":true}})" "\n") +
+                         chunk(R"({"result":{"events":[{"type":"PUT","kv":{"key":"@@@","value":"!!"}}]}})" "\n") +
+                         "0\r\n\r\n";
+            } else {
+                answer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+                         std::to_string(body.size()) + "\r\n\r\n" + body;
+            }
+            boost::asio::write(s, boost::asio::buffer(answer), ec);
+        }
+    }
+
+    boost::asio::io_context ioc_;
+    boost::asio::ip::tcp::acceptor acceptor_;
+    unsigned short port_ = 0;
+    std::atomic<bool> stop_{false};
+    std::atomic<int> grants_{0};
+    std::atomic<int> revokes_{0};
+    std::thread thread_;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(etcd_discovery, *boost::unit_test::precondition(etcd_or_skip))
@@ -262,6 +345,43 @@ BOOST_FIXTURE_TEST_CASE(a_key_deleted_under_a_live_lease_is_put_back_within_a_se
     o.discovery = etcd.url();
     auto client = start_client({}, o);
     BOOST_TEST(wait_for_connected(*client, {a->name(), b->name()}, 10s));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_key_overwritten_under_a_live_lease_is_put_back_within_a_second, EtcdCluster) {
+    auto a = start("a", {});
+    // Registered, and watching (it logs that once the watch is set up).
+    BOOST_TEST_REQUIRE(eventually([&] { return a->log_contains("registered " + key_of(*a)); }, 15s));
+    const std::string overwritten = key_of(*a) + " was overwritten in etcd";
+    // Another value, without a's lease.
+    const auto put_at = steady_clock::now();
+    etcd.put(key_of(*a), "127.0.0.1:1");
+    BOOST_TEST_REQUIRE(eventually([&] { return a->log_contains(overwritten); }, 5s, 20ms), "the key was not put back");
+    BOOST_TEST(eventually([&] { return etcd.listing()[key_of(*a)] == a->address(); }, 5s, 20ms));
+    const auto back_ms = duration_cast<milliseconds>(steady_clock::now() - put_at).count();
+    BOOST_TEST_MESSAGE("the key back after " << back_ms << " ms");
+    BOOST_TEST(back_ms < 1000);
+    // a's own value without its lease (the key would outlive a): put back under the lease.
+    etcd.put(key_of(*a), a->address());
+    BOOST_TEST(eventually([&] { return a->log_count(overwritten) == 2u; }, 5s, 20ms));
+    // a's own put back is not taken for an overwrite.
+    BOOST_TEST(consistently([&] { return a->log_count(overwritten) == 2u; }, 500ms, 50ms));
+    BOOST_TEST(etcd.listing().at(key_of(*a)) == a->address());
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_watch_stream_is_an_outage_that_backs_off_and_warns_once) {
+    Harness h;
+    MalformedWatchEtcd etcd;
+    auto a = h.start_node({.name = "a", .balancers = {"w=round_robin"}, .extra_args = {"--discovery", etcd.url()}});
+    // Each session grants, puts, lists and watches, and the watch fails: retries after 250,
+    // 500 and 1000 ms give the 4th grant about 1.75 s after the 1st, and the 5th 2 s later.
+    BOOST_TEST_REQUIRE(eventually([&] { return etcd.grants() >= 4; }, 10s, 10ms));
+    BOOST_TEST(consistently([&] { return etcd.grants() == 4; }, 1500ms, 50ms), "no back-off between the sessions");
+    // Each session's lease is revoked once the next one's key is put.
+    BOOST_TEST(eventually([&] { return etcd.revokes() >= 3; }, 2s, 10ms));
+    const std::string warning = "the node keeps serving and dialling the nodes it knows";
+    BOOST_TEST(a->log_contains("field \"key\" is not base64"));
+    BOOST_TEST(a->log_count(warning) == 1u);
+    BOOST_TEST(!a->log_contains("answers again"));
 }
 
 BOOST_AUTO_TEST_CASE(node_keeps_serving_while_etcd_is_down_and_registers_once_it_is_up) {

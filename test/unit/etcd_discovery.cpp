@@ -193,7 +193,9 @@ BOOST_AUTO_TEST_CASE(answers_read_as_etcd_writes_them) {
     BOOST_TEST(!events.events[0].deleted);
     BOOST_TEST(events.events[0].kv.key == "rpclb/b");
     BOOST_TEST(events.events[0].kv.value == "127.0.0.1:6");
+    BOOST_TEST(events.events[0].kv.lease == 4);  // what tells this node's key overwritten without its lease
     BOOST_TEST(events.events[1].deleted);
+    BOOST_TEST(events.events[1].kv.lease == 0);
     BOOST_TEST(events.events[1].kv.key == "rpclb/a");
     const auto canceled = etcd::parse_watch(
         answer(R"({"result":{"header":{"revision":"9"},"canceled":true,"compact_revision":"4"}})"));
