@@ -228,6 +228,10 @@ bool NodeList::put(const KeyValue& kv, std::vector<std::string>& problems) {
         return nodes_.erase(*name) > 0;
     }
     if (*name == self_) return false;
+    if (nodes_.size() >= max_nodes && !nodes_.contains(*name)) {
+        ++left_out_;
+        return false;
+    }
     auto& address = nodes_[*name];
     if (address == kv.value) return false;
     address = kv.value;
@@ -237,6 +241,14 @@ bool NodeList::put(const KeyValue& kv, std::vector<std::string>& problems) {
 void NodeList::reset(const std::vector<KeyValue>& kvs, std::vector<std::string>& problems) {
     nodes_.clear();
     for (const auto& kv : kvs) put(kv, problems);
+    say_left_out(problems);
+}
+
+void NodeList::say_left_out(std::vector<std::string>& problems) {
+    if (left_out_ == 0) return;
+    problems.push_back(std::to_string(left_out_) + " keys of further nodes left out: at most " +
+                       std::to_string(max_nodes) + " nodes are listed");
+    left_out_ = 0;
 }
 
 bool NodeList::apply(const std::vector<Event>& events, std::vector<std::string>& problems) {
@@ -248,6 +260,7 @@ bool NodeList::apply(const std::vector<Event>& events, std::vector<std::string>&
             changed |= nodes_.erase(*name) > 0;
         }
     }
+    say_left_out(problems);
     return changed;
 }
 

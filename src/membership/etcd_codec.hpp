@@ -105,6 +105,9 @@ WatchMessage parse_watch(const boost::json::value& message);
 /// described in `problems` (for the caller to log). Plain data; not thread-safe.
 class NodeList {
 public:
+    /// The most nodes listed; keys of further nodes are left out (one problem says how many).
+    static constexpr std::size_t max_nodes = 65536;
+
     /// `prefix`: the URL's PREFIX; `self`: this node's name, never listed.
     NodeList(std::string prefix, std::string self);
 
@@ -118,8 +121,10 @@ private:
     /// The node name of `key`, or nullopt (with the problem added) when it is not PREFIX/NAME.
     std::optional<std::string> name_of(const std::string& key, std::vector<std::string>& problems) const;
     bool put(const KeyValue& kv, std::vector<std::string>& problems);
+    void say_left_out(std::vector<std::string>& problems);
 
     std::string key_prefix_;  // "PREFIX/"
+    std::size_t left_out_ = 0;  // keys of nodes past max_nodes, in the reset or apply under way
     std::string self_;
     std::map<std::string, std::string, std::less<>> nodes_;
 };

@@ -58,7 +58,7 @@ public:
     /// Largest answer read from etcd, and largest message of a watch stream, in bytes.
     static constexpr std::size_t max_answer = 8u * 1024u * 1024u;
     /// Most keys one listing reads: a range stops there (logged).
-    static constexpr std::size_t max_nodes = 65536;
+    static constexpr std::size_t max_nodes = etcd::NodeList::max_nodes;
 
     EtcdDiscovery(boost::asio::io_context& ioc, EtcdDiscoveryOptions options, std::function<void(Listed)> on_listed);
 

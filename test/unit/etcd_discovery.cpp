@@ -271,4 +271,23 @@ BOOST_AUTO_TEST_CASE(node_list_keeps_valid_entries_of_other_nodes) {
     BOOST_TEST(problems[0].find('\n') == std::string::npos, problems[0]);
 }
 
+BOOST_AUTO_TEST_CASE(node_list_holds_at_most_max_nodes_and_says_how_many_it_left_out) {
+    etcd::NodeList list("rpclb", "a@h");
+    std::vector<etcd::KeyValue> kvs;
+    for (std::size_t i = 0; i < etcd::NodeList::max_nodes + 10; ++i)
+        kvs.push_back({"rpclb/n" + std::to_string(i) + "@h", "127.0.0.1:7"});
+    std::vector<std::string> problems;
+    list.reset(kvs, problems);
+    BOOST_TEST(list.nodes().size() == etcd::NodeList::max_nodes);
+    BOOST_TEST_REQUIRE(problems.size() == 1u);
+    BOOST_TEST(problems[0] == "10 keys of further nodes left out: at most 65536 nodes are listed");
+    // A watch adds none past the bound either, and a listed node still changes address.
+    problems.clear();
+    BOOST_TEST(!list.apply({{false, {"rpclb/late@h", "127.0.0.1:8"}}}, problems));
+    BOOST_TEST(problems.size() == 1u);
+    problems.clear();
+    BOOST_TEST(list.apply({{false, {"rpclb/n0@h", "127.0.0.1:8"}}}, problems));
+    BOOST_TEST(problems.empty());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
