@@ -425,7 +425,7 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
     const auto& node = c->peer().node;
     if (c->channel() && !std::holds_alternative<wire::Request>(frame)) {
         ++bad_frames_;
-        if (first_refusal(*c))
+        if (first_bad_frame(*c))
             RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame on a call channel from "
                                        << node << "; ignored" << said_once;
         return;
@@ -481,7 +481,7 @@ void Mesh::on_frame(const std::shared_ptr<Connection>& c, wire::Frame&& frame) {
                 RPCLB_LOG("mesh", debug) << node << " said bye";
             } else {
                 ++bad_frames_;
-                if (first_refusal(*c))
+                if (first_bad_frame(*c))
                     RPCLB_LOG("mesh", warning) << "unexpected " << wire::type_name(frame) << " frame from " << node
                                                << "; ignored" << said_once;
             }
@@ -510,14 +510,14 @@ void Mesh::on_bad_frame(const std::shared_ptr<Connection>& c, const wire::Decode
     // A bad frame before the handshake ends its connection: each is logged. On an
     // established link only the first is, and the rest are counted.
     const bool established = c->established();
-    if (established && !first_refusal(*c)) return;
+    if (established && !first_bad_frame(*c)) return;
     RPCLB_LOG("mesh", warning) << "refused a frame from "
                                << (established ? c->peer().node : std::string("an unauthenticated peer"))
                                << " (" << wire::to_string(error.kind) << "): " << error.message
                                << (established ? said_once : "");
 }
 
-bool Mesh::first_refusal(const Connection& c) {
+bool Mesh::first_bad_frame(const Connection& c) {
     std::lock_guard lock(budget_mutex_);
     return !std::exchange(link_frames_[&c].refusal_logged, true);
 }

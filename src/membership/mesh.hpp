@@ -391,7 +391,7 @@ private:
     std::map<std::string, std::string, std::less<>> declared_dead_;
 
     // True for the first frame a link refuses or ignores (the one that is logged).
-    bool first_refusal(const Connection& c);
+    bool first_bad_frame(const Connection& c);
     // Each established link's FrameBudget, and whether a frame it sent was refused or
     // ignored (the first is logged, the rest only counted), until it closes.
     struct LinkFrames {
