@@ -108,8 +108,6 @@ public:
     // The raw member, for values of any JSON type ("ok").
     json::value* raw(std::string_view key) { return failed() ? nullptr : obj_.if_contains(key); }
 
-    std::size_t size() const noexcept { return obj_.size(); }  // members, read or not
-
     // A string member that must be one of `words`: its index (0 once failed).
     template <std::size_t N>
     std::size_t word(std::string_view key, const std::array<std::string_view, N>& words) {
@@ -219,10 +217,10 @@ void read(Members& m, GroupJoin& f) {
 
 void read(Members& m, GroupLeave& f) { m.string("group", f.group); }
 
-// "tp" and "ts": never a reason to refuse the frame (the receiver starts a new trace). With
-// `known` members before "tp" and none after, "ts" is not looked for (a miss compares every key).
-template <class F>  // Request or Cast
-void read_trace(Members& m, F& f, std::size_t known) {
+// "tp" and "ts" of a Request or Cast: never a reason to refuse the frame (the receiver
+// starts a new trace).
+template <class F>
+void read_trace(Members& m, F& f) {
     const auto* tp = m.raw("tp");
     if (!tp) return;
     const auto* text = tp->if_string();
@@ -231,7 +229,7 @@ void read_trace(Members& m, F& f, std::size_t known) {
     f.trace_read = parent ? TraceRead::valid : TraceRead::malformed;
     if (!parent) return;
     f.trace = *parent;
-    if (const auto* ts = m.size() > known + 1 ? m.raw("ts") : nullptr; ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
+    if (const auto* ts = m.raw("ts"); ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
         f.tracestate = ts->get_string();
 }
 
@@ -243,8 +241,7 @@ void read(Members& m, Request& f) {
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
     m.optional_uint64("to", f.timeout_ms);
-    // "t", "id", "m", "f", "a", and "lb" and "to" when present.
-    read_trace(m, f, 5 + (f.load_balancer.empty() ? 0 : 1) + (f.timeout_ms ? 1 : 0));
+    read_trace(m, f);
     // Lets the receiver answer a malformed call with bad_request instead of dropping it.
     if (id_read) m.set_request_id(f.id);
 }
@@ -254,7 +251,7 @@ void read(Members& m, Cast& f) {
     m.string("f", f.function);
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
-    read_trace(m, f, 4 + (f.load_balancer.empty() ? 0 : 1));  // "t", "m", "f", "a", "lb"
+    read_trace(m, f);
 }
 
 void read(Members& m, Bye& f) { m.optional_boolean("reply", f.reply); }
