@@ -96,6 +96,13 @@ struct HedgingPolicy {
     /// ...or this many a second when that is more (a floor for a balancer with few calls),
     /// 0 to 1000. Default 1. At most 10 unspent attempts are banked.
     double budget_min_per_second = 1.0;
+    /// The functions, as "module.function", whose calls through the balancer are
+    /// idempotent without CallOptions::idempotent (gRPC's per-method retry and hedging
+    /// policy): they are hedged as `calls` says, or as the call's own CallOptions::hedging,
+    /// and retried after a lost link, within the budget. Each name has a non-empty module
+    /// and function of printable characters, at most 255 bytes; at most 1,000 names.
+    /// Default: none.
+    std::vector<std::string> idempotent_functions;
 };
 
 /// Options of a balancer (predecessor-compatibility §1.1; `selection_algorithm` is named
@@ -385,6 +392,10 @@ public:
     /// The hedging an idempotent call through this balancer gets when it sets none
     /// (HedgingPolicy::calls, as announced to a routing-only balancer). Thread-safe; no lock.
     std::optional<Hedging> call_hedging() const noexcept;
+    /// Whether calls of `module`.`function` through this balancer are idempotent by its
+    /// policy (HedgingPolicy::idempotent_functions, as announced to a routing-only
+    /// balancer). Thread-safe; no lock; allocates nothing.
+    bool marks_idempotent(std::string_view module, std::string_view function) const noexcept;
     /// The router's: takes the budget's token for an extra attempt (`retry`: for a retry);
     /// false (and counted in `budget_refusals`) when it is spent.
     bool take_budget_token(bool retry) noexcept;

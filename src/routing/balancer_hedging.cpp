@@ -3,6 +3,10 @@
 #include "routing/balancer_impl.hpp"
 #include <rpclb/load_balancer.hpp>
 
+#include <algorithm>
+#include <string_view>
+#include <utility>
+
 namespace rpclb {
 
 LoadBalancer::HedgeStats LoadBalancer::hedge_stats() const noexcept {
@@ -30,6 +34,30 @@ bool LoadBalancer::take_budget_token(bool retry) noexcept {
 }
 
 std::optional<Hedging> LoadBalancer::call_hedging() const noexcept { return impl_->route.load()->call_hedging; }
+
+bool LoadBalancer::marks_idempotent(std::string_view module, std::string_view function) const noexcept {
+    const auto route = impl_->route.load();
+    const auto& names = *route->idempotent_functions;
+    if (names.empty()) return false;
+    const auto at = std::lower_bound(names.begin(), names.end(), std::pair(module, function),
+                                     [](const auto& a, const auto& b) {
+                                         return std::pair<std::string_view, std::string_view>(a.first, a.second) < b;
+                                     });
+    return at != names.end() && at->first == module && at->second == function;
+}
+
+void LoadBalancer::Impl::adopt_hedging(const HedgingPolicy& policy) {
+    hedging = policy;
+    hedge_budget.configure(hedging.budget_percent, hedging.budget_min_per_second);
+    FunctionNames names;
+    names.reserve(policy.idempotent_functions.size());
+    for (const auto& name : policy.idempotent_functions) {
+        const auto dot = name.rfind('.');  // checked: there is one, inside the name
+        names.emplace_back(name.substr(0, dot), name.substr(dot + 1));
+    }
+    std::sort(names.begin(), names.end());
+    idempotent_functions = std::make_shared<const FunctionNames>(std::move(names));
+}
 
 void LoadBalancer::count_hedge_win() noexcept { impl_->hedge_wins.fetch_add(1, std::memory_order_relaxed); }
 

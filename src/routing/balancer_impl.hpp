@@ -55,6 +55,9 @@ struct LoadBalancer::Impl {
     // Slow start: `since[i]` is when member i joined or returned, when it still ramps up
     // (Clock::time_point{} = it has its full share); `since` is empty when no member
     // ramps, and every ramp is over at `ramp_until`.
+    // HedgingPolicy::idempotent_functions as (module, function), sorted: looked up with no
+    // allocation.
+    using FunctionNames = std::vector<std::pair<std::string, std::string>>;
     struct Route {
         std::shared_ptr<const Engine> engine;
         std::shared_ptr<const MemberSnapshot> members;
@@ -62,6 +65,7 @@ struct LoadBalancer::Impl {
         std::vector<std::chrono::steady_clock::time_point> since;
         std::chrono::steady_clock::time_point ramp_until{};
         std::optional<Hedging> call_hedging;  // HedgingPolicy::calls
+        std::shared_ptr<const FunctionNames> idempotent_functions;  // HedgingPolicy's, never null
     };
     using Clock = std::chrono::steady_clock;
     // What slow start reads the time from: a plain function, so that a test can swap it
@@ -170,6 +174,10 @@ struct LoadBalancer::Impl {
     SlowStart slow_start;
     // The hedging policy new routes and the budget get, the same way. Under publish_mutex.
     HedgingPolicy hedging;
+    std::shared_ptr<const FunctionNames> idempotent_functions;  // hedging's, never null
+    // Sets `hedging`, the budget's rates and `idempotent_functions` (the next route's). Call
+    // under publish_mutex (or in the constructor). Throws std::bad_alloc.
+    void adopt_hedging(const HedgingPolicy& policy);
     HedgingPolicy hedging_policy() {
         std::lock_guard lock(publish_mutex);
         return hedging;

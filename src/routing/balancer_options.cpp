@@ -152,6 +152,17 @@ bool same_slow_start(const SlowStart& a, const SlowStart& b) {
 }
 
 std::optional<OptionProblem> check(const HedgingPolicy& h) {
+    if (h.idempotent_functions.size() > max_idempotent_functions)
+        return OptionProblem{"idempotent_functions", "must list at most " + std::to_string(max_idempotent_functions) +
+                                                         " functions, got " + std::to_string(h.idempotent_functions.size())};
+    for (const auto& name : h.idempotent_functions) {
+        const auto dot = name.rfind('.');
+        if (dot == std::string::npos || dot == 0 || dot + 1 == name.size() || name.size() > 255)
+            return OptionProblem{"idempotent_functions",
+                                 "each must be \"module.function\" (both non-empty, at most 255 bytes), got \"" +
+                                     name.substr(0, 255) + "\""};
+        if (auto p = check_printable("idempotent_functions", name)) return p;
+    }
     if (h.calls) {
         if (auto p = check_duration("delay_ms", h.calls->delay, true)) return p;
         if (h.calls->max_attempts < 2 || h.calls->max_attempts > 5)
@@ -171,6 +182,8 @@ json::object to_json(const HedgingPolicy& h) {
         out["delay_ms"] = h.calls->delay.count();
         out["max_attempts"] = h.calls->max_attempts;
     }
+    if (!h.idempotent_functions.empty())
+        out["idempotent_functions"] = json::array(h.idempotent_functions.begin(), h.idempotent_functions.end());
     return out;
 }
 
@@ -192,9 +205,21 @@ std::optional<OptionProblem> read_hedging(const json::value& v, HedgingPolicy& o
         } else if (key == "budget_percent" || key == "budget_min_per_second") {
             if (!value.is_number()) return OptionProblem{std::string(key), "must be a number" + got(value)};
             (key == "budget_percent" ? policy.budget_percent : policy.budget_min_per_second) = value.to_number<double>();
+        } else if (key == "idempotent_functions") {
+            const auto* names = value.if_array();
+            if (!names) return OptionProblem{std::string(key), "must be an array of \"module.function\" names" + got(value)};
+            if (names->size() > max_idempotent_functions)
+                return OptionProblem{std::string(key), "must list at most " + std::to_string(max_idempotent_functions) +
+                                                           " functions, got " + std::to_string(names->size())};
+            policy.idempotent_functions.clear();
+            for (const auto& name : *names) {
+                if (!name.is_string())
+                    return OptionProblem{std::string(key), "must be an array of \"module.function\" names" + got(name)};
+                policy.idempotent_functions.emplace_back(name.get_string());
+            }
         } else {
-            return OptionProblem{std::string(key),
-                                 "unknown key (known keys: delay_ms, max_attempts, budget_percent, budget_min_per_second)"};
+            return OptionProblem{std::string(key), "unknown key (known keys: delay_ms, max_attempts, budget_percent, "
+                                                   "budget_min_per_second, idempotent_functions)"};
         }
     }
     if (auto p = check(policy)) return p;

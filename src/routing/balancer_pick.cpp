@@ -76,7 +76,7 @@ std::shared_ptr<const LoadBalancer::Impl::Route> LoadBalancer::Impl::make_route(
     }
     if (!ramping) since.clear();
     return std::make_shared<const Route>(Route{std::move(engine), std::move(members), ramp, std::move(since), ramp_until,
-                                                hedging.calls});
+                                                hedging.calls, idempotent_functions});
 }
 
 LoadBalancer::Impl::Clock::time_point LoadBalancer::Impl::coarse_now() noexcept {

@@ -59,8 +59,7 @@ void LoadBalancer::Impl::follow_announcement() {
     {
         std::lock_guard lock(publish_mutex);
         if (!detail::same_hedging(hedging, announced->hedging)) {
-            hedging = announced->hedging;
-            hedge_budget.configure(hedging.budget_percent, hedging.budget_min_per_second);
+            adopt_hedging(announced->hedging);
             republish();
         }
     }

@@ -110,7 +110,8 @@ CallMachine::Actions CallMachine::on_picked(int slot, Picked picked, Clock::time
     // The first attempt of a hedged call: at most one attempt per member of the balancer
     // now (one member: no hedge), and the next attempt goes after the delay (the
     // balancer's recent p95 by default).
-    if (!hedging_ && !config_.hedging && picked.hedging && config_.call && config_.idempotent && s.repickable &&
+    if (picked.idempotent && s.repickable && attempts_ == 0) idempotent_ = true;
+    if (!hedging_ && !config_.hedging && picked.hedging && config_.call && idempotent_ && s.repickable &&
         attempts_ == 0)
         hedging_ = picked.hedging;
     const bool first_hedged = hedging_ && s.repickable && attempts_ == 0;
@@ -202,7 +203,7 @@ CallMachine::Actions CallMachine::on_answer(int slot, RequestOutcome outcome, Cl
     }
     // An idempotent call whose link was lost after its request left may have run there or
     // not: it goes again, to the member the algorithm picks now, if the budget allows.
-    if (config_.call && config_.idempotent && s.repickable && !result && lost_after_sending(outcome.link) &&
+    if (config_.call && idempotent_ && s.repickable && !result && lost_after_sending(outcome.link) &&
         reselections_ < max_reselections && now < deadline_) {
         ++reselections_;
         retry_error_ = result.error();

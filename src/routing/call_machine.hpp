@@ -109,6 +109,9 @@ public:
         bool repickable = false;
         std::size_t members = 1;
         std::optional<Clock::duration> recent_p95{};
+        /// The balancer marks the call's function idempotent (HedgingPolicy::idempotent_functions):
+        /// read at the first attempt's pick, as if Config::idempotent were set.
+        bool idempotent = false;
         /// The balancer's hedging of an idempotent call that sets none (HedgingPolicy::calls).
         std::optional<Hedging> hedging{};
     };
@@ -119,7 +122,7 @@ public:
     /// A hedge's pick that lands on a member already tried is made again at most this often.
     static constexpr int max_hedge_picks = 8;
 
-    explicit CallMachine(Config config) : config_(std::move(config)) {}
+    explicit CallMachine(Config config) : config_(std::move(config)), idempotent_(config_.idempotent) {}
 
     /// The call starts at `now`: bad options complete it with `bad_request`, else the
     /// first pick.
@@ -138,6 +141,9 @@ public:
     Actions cancel();
 
     bool completed() const noexcept { return completed_; }
+    /// Whether the call may run more than once: Config::idempotent, or its balancer marks
+    /// its function so (known once the first attempt is picked).
+    bool idempotent() const noexcept { return idempotent_; }
     /// The call's deadline (time_point::max() for a cast, or before start).
     Clock::time_point deadline() const noexcept { return deadline_; }
     /// The member of pick `slot`, once picked.
@@ -167,6 +173,7 @@ private:
     const Config config_;
     Clock::time_point deadline_ = Clock::time_point::max();
     std::optional<Hedging> hedging_;  // checked, and not run here
+    bool idempotent_ = false;         // Config::idempotent, or Picked::idempotent at the first pick
     Clock::duration hedge_delay_{};
     boost::container::small_vector<Slot, 2> slots_;
     int attempts_ = 0, in_flight_ = 0, reselections_ = 0, hedge_picks_ = 0;

@@ -9,17 +9,23 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include <cstddef>
 #include <optional>
 
 namespace rpclb::detail {
 
+/// Most names HedgingPolicy::idempotent_functions may list.
+inline constexpr std::size_t max_idempotent_functions = 1000;
+
 /// The first range problem of `policy`, or nullopt: delay_ms 0..max_option_duration,
-/// max_attempts 2..5, budget_percent 0..100, budget_min_per_second 0..1000 (both finite).
+/// max_attempts 2..5, budget_percent 0..100, budget_min_per_second 0..1000 (both finite),
+/// idempotent_functions as HedgingPolicy says.
 /// `field` is the key inside the object ("budget_percent"). Thread safety: pure function.
 std::optional<OptionProblem> check(const HedgingPolicy& policy);
 
 /// The JSON object of `policy`: {"budget_percent", "budget_min_per_second"}, with
-/// "delay_ms" and "max_attempts" when calls are hedged. Thread safety: pure function.
+/// "delay_ms" and "max_attempts" when calls are hedged and "idempotent_functions" when it
+/// lists any. Thread safety: pure function.
 boost::json::object to_json(const HedgingPolicy& policy);
 
 /// Reads the object `v` into `out`: a missing budget key keeps `out`'s value; "delay_ms"

@@ -29,8 +29,7 @@ LoadBalancer::Impl::Impl(LoadBalancer& owner, detail::ClusterLink& link, LoadBal
       options(std::move(opts)),
       hosted(is_hosted) {
     slow_start = options.slow_start;
-    hedging = options.hedging;
-    hedge_budget.configure(hedging.budget_percent, hedging.budget_min_per_second);
+    adopt_hedging(options.hedging);
     // A routing-only balancer keeps a detector even with detection off: the options its
     // members announce may turn it on (follow_announcement).
     if (options.outlier_detection.enabled() || !hosted)

@@ -111,12 +111,19 @@ private:
         if (c.call) c.inherited = call_deadline();
         c.load_balancer = o.load_balancer;
         c.balanced = !o.load_balancer.empty() && !spec_.filter;
-        c.idempotent = o.idempotent;
+        // A call's own hedging is checked when it starts: its balancer's marking counts then.
+        c.idempotent = o.idempotent || (o.hedging && c.balanced && marked_idempotent());
         c.call_directly = o.call_directly.value_or(defaults.call_directly);
         c.hedging = o.hedging;
         c.retry = RetryPolicy{o.retry.value_or(defaults.retry), o.retry_count.value_or(defaults.retry_count),
                               o.retry_sleep};
         return c;
+    }
+
+    // The call's balancer marks its function idempotent (HedgingPolicy::idempotent_functions).
+    bool marked_idempotent() const {
+        auto b = router_->balancers().route(spec_.options.load_balancer);
+        return b && (*b)->marks_idempotent(spec_.module, spec_.function);
     }
 
     // Feeds the machine one event (`event(machine, now)`) and does its actions in order.
@@ -135,7 +142,7 @@ private:
                     job.member = machine_.member(send->slot);
                     job.span = new_span_id();
                     job.named_lb = slots_[send->slot].picked;
-                    if (send->attempt == 0 && job.named_lb && spec_.options.idempotent)
+                    if (send->attempt == 0 && job.named_lb && machine_.idempotent())
                         job.budget = slots_[send->slot].balancer;
                     if (spec_.options.peer) *spec_.options.peer = job.member;
                     if (spec_.filter) job.emit_span = open_span(job.member, {});
@@ -229,7 +236,8 @@ private:
         if (!p) return no_route(slot, std::move(p.error()));
         (*b)->track(*p);
         CallMachine::Picked info{.member = p->node(), .repickable = true, .members = p->members->nodes.size()};
-        if (spec_.options.idempotent && !spec_.options.hedging) info.hedging = (*b)->call_hedging();
+        info.idempotent = !spec_.options.idempotent && (*b)->marks_idempotent(spec_.module, spec_.function);
+        if ((spec_.options.idempotent || info.idempotent) && !spec_.options.hedging) info.hedging = (*b)->call_hedging();
         if (spec_.options.hedging || info.hedging) {
             info.recent_p95 = (*b)->recent_p95();
             std::lock_guard lock(mutex_);

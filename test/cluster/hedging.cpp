@@ -2,7 +2,7 @@
 // another, the losing attempt is released as cancelled and its late answer counted, the
 // balancer's budget bounds the extra attempts, and bad hedging options fail at the call's
 // start naming the option; a balancer's HedgingPolicy hedges idempotent calls that set
-// none, and a bad policy fails the balancer's start.
+// none and marks functions idempotent, and a bad policy fails the balancer's start.
 #define BOOST_TEST_MODULE hedging
 #include <rpclb/cluster.hpp>
 #include <rpclb/cluster_async.hpp>
@@ -308,6 +308,43 @@ BOOST_AUTO_TEST_CASE(the_balancers_policy_hedges_idempotent_calls_that_set_none)
     BOOST_TEST(p.stats().hedged_calls == 4u);
 }
 
+// A function the balancer's policy marks idempotent is hedged and may take a hedging of
+// its own with no CallOptions::idempotent, on a node that only routes through the balancer;
+// another function of the same module is not.
+BOOST_AUTO_TEST_CASE(the_functions_the_policy_marks_idempotent_are_hedged_without_the_calls_flag) {
+    Pair p(rpclb::HedgingPolicy{.calls = rpclb::Hedging{.delay = 20ms, .max_attempts = 2},
+                                .idempotent_functions = {"t.work", "other.work"}});
+    const auto balancer = p.client->balancer("h").value();
+    BOOST_TEST(balancer->marks_idempotent("t", "work"));
+    BOOST_TEST(!balancer->marks_idempotent("t", "echo"));
+    BOOST_TEST(!balancer->marks_idempotent("t", "wor"));
+    rpclb::CallOptions o;
+    o.load_balancer = "h";
+    for (int i = 0; i < 4; ++i) {
+        auto r = p.client->call("t", "work", {}, o);
+        BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message);
+        BOOST_TEST(r->as_string() == "fast@127.0.0.1");
+    }
+    BOOST_TEST(p.stats().hedged_calls == 4u);
+    // Its own hedging is accepted: the balancer's marking stands for the flag.
+    o.hedging = rpclb::Hedging{.delay = 20ms, .max_attempts = 2};
+    auto own = p.client->call("t", "work", {}, o);
+    BOOST_REQUIRE_MESSAGE(own.has_value(), own.error().message);
+    BOOST_TEST(p.stats().hedged_calls == 5u);
+    // t.echo is not marked: its own hedging is refused, and without it one attempt.
+    auto refused = p.client->call("t", "echo", {}, o);
+    BOOST_REQUIRE(!refused.has_value());
+    BOOST_TEST(refused.error().code == rpclb::ErrorCode::bad_request);
+    BOOST_TEST(refused.error().message.find("not marked idempotent") != std::string::npos, refused.error().message);
+    o.hedging.reset();
+    o.timeout = 300ms;
+    int timed_out = 0;
+    for (int i = 0; i < 2; ++i)
+        if (auto r = p.client->call("t", "echo", {}, o); !r) timed_out += r.error().code == rpclb::ErrorCode::request_timeout;
+    BOOST_TEST(timed_out == 1);
+    BOOST_TEST(p.stats().hedged_calls == 5u);
+}
+
 BOOST_AUTO_TEST_CASE(a_bad_policy_fails_the_balancers_start_naming_the_option) {
     rpclb::Cluster node(rpclb::test::in_process_node_options("a@127.0.0.1"));
     node.start();
@@ -322,7 +359,13 @@ BOOST_AUTO_TEST_CASE(a_bad_policy_fails_the_balancers_start_naming_the_option) {
                           Case{{.budget_percent = 101}, "hedging.budget_percent"},
                           Case{{.budget_percent = nan}, "hedging.budget_percent"},
                           Case{{.budget_min_per_second = -1}, "hedging.budget_min_per_second"},
-                          Case{{.budget_min_per_second = 1e6}, "hedging.budget_min_per_second"}}) {
+                          Case{{.budget_min_per_second = 1e6}, "hedging.budget_min_per_second"},
+                          Case{{.idempotent_functions = {"work"}}, "hedging.idempotent_functions"},
+                          Case{{.idempotent_functions = {"t."}}, "hedging.idempotent_functions"},
+                          Case{{.idempotent_functions = {".work"}}, "hedging.idempotent_functions"},
+                          Case{{.idempotent_functions = {"t.w\x01"}}, "hedging.idempotent_functions"},
+                          Case{{.idempotent_functions = std::vector<std::string>(1001, "t.work")},
+                               "hedging.idempotent_functions"}}) {
         auto options = rpclb::test::balancer_options("w", "random");
         options.hedging = c.policy;
         try {
@@ -344,5 +387,16 @@ BOOST_AUTO_TEST_CASE(a_bad_policy_fails_the_balancers_start_naming_the_option) {
     BOOST_TEST(good->hedging.calls->delay.count() == 25);
     BOOST_TEST(good->hedging.calls->max_attempts == 2);
     BOOST_TEST(good->hedging.budget_percent == 2.0);
+    const auto named = rpclb::load_balancer_options_from_json(
+        boost::json::parse(R"({"name": "w", "hedging": {"idempotent_functions": ["inventory.count", "a.b.c"]}})"));
+    BOOST_REQUIRE_MESSAGE(named.has_value(), named.error().message);
+    BOOST_TEST(named->hedging.idempotent_functions == (std::vector<std::string>{"inventory.count", "a.b.c"}));
+    for (const char* bad : {R"({"name": "w", "hedging": {"idempotent_functions": "inventory.count"}})",
+                            R"({"name": "w", "hedging": {"idempotent_functions": [1]}})",
+                            R"({"name": "w", "hedging": {"idempotent_functions": ["count"]}})"}) {
+        const auto r = rpclb::load_balancer_options_from_json(boost::json::parse(bad));
+        BOOST_REQUIRE(!r.has_value());
+        BOOST_TEST(r.error().message.find("hedging.idempotent_functions") != std::string::npos, r.error().message);
+    }
     node.stop();
 }

@@ -332,6 +332,32 @@ BOOST_AUTO_TEST_CASE(the_balancers_hedging_applies_to_an_idempotent_call_that_se
     BOOST_TEST((at<CallMachine::Wait>(out, 1).delay == 20ms));
 }
 
+// A function the balancer marks idempotent (Picked::idempotent at the first pick) is
+// treated as a call marked so: hedged as the balancer says, retried after a lost link.
+BOOST_AUTO_TEST_CASE(a_function_the_balancer_marks_idempotent_is_hedged_and_retried_as_one) {
+    auto picked = member("b@h");
+    picked.hedging = rpclb::Hedging{30ms, 2};
+    picked.idempotent = true;
+    CallMachine m(balanced());
+    BOOST_TEST(!m.idempotent());
+    m.start(t0);
+    auto out = m.on_picked(0, picked, t0);
+    BOOST_TEST(m.idempotent());
+    BOOST_TEST(at<CallMachine::Send>(out, 0).hedged);
+    BOOST_TEST((at<CallMachine::Wait>(out, 1).delay == 30ms));
+
+    CallMachine retried(balanced());
+    retried.start(t0);
+    auto marked = member("b@h");
+    marked.idempotent = true;
+    retried.on_picked(0, marked, t0);
+    out = retried.on_answer(0,
+                            RequestOutcome(rpclb::detail::link_failure(rpclb::detail::LinkError::reset, "b@h", "m", "f"),
+                                           rpclb::detail::LinkError::reset),
+                            t0 + 1ms);
+    BOOST_TEST(at<CallMachine::Pick>(out, 1).budgeted);  // sent again, with a token
+}
+
 BOOST_AUTO_TEST_CASE(a_cancelled_call_completes_once_and_still_releases_what_it_picked) {
     CallMachine m(balanced());
     start_and_pick(m, "b@h");
