@@ -55,7 +55,8 @@ Mesh::Mesh(MeshOptions options, const std::string& incarnation, asio::io_context
       accept_retry_timer_(ioc),
       detector_(options_.name, incarnation, DetectorOptions::from_idle_timeout(options_.idle_timeout),
                 std::random_device{}()),
-      probe_timer_(ioc) {
+      probe_timer_(ioc),
+      pause_watch_(DetectorOptions::from_idle_timeout(options_.idle_timeout).probe_interval, options_.idle_timeout) {
     settings_.local = wire::PeerInfo{options_.name, incarnation, "", options_.client};
     settings_.cookie = options_.cookie;
     settings_.max_message_size = options_.max_message_size;

@@ -4,6 +4,7 @@
 
 #include "membership/failure_detector.hpp"
 #include "membership/frame_budget.hpp"
+#include "membership/pause_watch.hpp"
 #include "transport/connection.hpp"
 
 #include <rpclb/groups.hpp>
@@ -427,6 +428,9 @@ private:
     FailureDetector detector_;
     boost::asio::steady_timer probe_timer_;
     std::optional<FailureDetector::Clock::time_point> probe_timer_at_;
+    // When probe_timer_ is due and whether it ran late: a link that times out while this
+    // node was not running is this node's pause, said once (peer_lost). Atomics: no lock.
+    PauseWatch pause_watch_;
     std::optional<FailureDetector::Clock::time_point> next_reconnect_at_;  // detector_mutex_
     FailureDetector::Clock::time_point next_trim_{};
     bool detector_stopped_ = false;  // close_all() is done: the timer is not armed again

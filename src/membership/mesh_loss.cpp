@@ -102,7 +102,18 @@ void Mesh::forget_unless_redialled(const std::string& node) {
 void Mesh::peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool clean) {
     view_changed_ = true;
     ++peers_lost_;
-    if (!stopping_) RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": " << reason.describe();
+    // A link that timed out while this node was not running: its own pause, said once.
+    const auto now = std::chrono::steady_clock::now();
+    const auto paused =
+        !stopping_ && reason.kind == LinkError::timed_out ? pause_watch_.paused(now) : std::nullopt;
+    if (paused && pause_watch_.first_report(now))
+        RPCLB_LOG("mesh", warning) << "this node was not running for " << std::chrono::duration<double>(*paused).count()
+                                   << " s (stopped, or starved of CPU): its links timed out and its members may have "
+                                      "dropped it; relinking them";
+    if (!stopping_)
+        RPCLB_LOG("mesh", info) << "lost " << c->peer().node << ": "
+                                << (paused ? std::string("the link timed out while this node was not running")
+                                           : reason.describe());
     // Call channels live with the pair's mesh link, both ways. One exception: a link that
     // a stopping node closed cleanly after the byes leaves the channels its peer opened to
     // close_all(), which lets their callers close them, so that a request on one is read

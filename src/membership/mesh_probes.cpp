@@ -169,6 +169,7 @@ void Mesh::arm_probe_timer() {
     }
     if (!next || (probe_timer_at_ && *probe_timer_at_ == *next) || detector_stopped_) return;
     probe_timer_at_ = *next;
+    pause_watch_.armed(*next);
     // Cancels the wait for another instant: an earlier one (a probe answered before its
     // timeout) would wake the node for nothing.
     probe_timer_.expires_at(*next);
@@ -191,6 +192,8 @@ void Mesh::on_probe_timer() {
     bool reconnect = false;
     drive([&](auto now) {
         probe_timer_at_.reset();
+        pause_watch_.woke(now);
+        pause_watch_.armed({});  // until arm_probe_timer arms it again
         if (now >= next_trim_) {
             next_trim_ = now + trim_interval;
             trim = true;

@@ -70,6 +70,37 @@ BOOST_AUTO_TEST_CASE(frozen_peer_leaves_after_idle_timeout_and_fails_pending_cal
     b->process().signal(SIGCONT);
 }
 
+// The frozen node, resumed after its members dropped it, says once that it was not
+// running, blames no peer, and links again.
+BOOST_AUTO_TEST_CASE(a_resumed_node_says_once_that_it_was_not_running_and_links_again) {
+    auto a = start_node({.name = "a", .extra_args = {"--idle-timeout", "1000"}});
+    auto b = start_node({.name = "b", .seeds = {a->address()}, .extra_args = {"--idle-timeout", "1000"}});
+    auto c = start_node({.name = "c", .seeds = {a->address()}, .extra_args = {"--idle-timeout", "1000"}});
+    const auto linked = [&](Node& n, std::size_t lines) {
+        return eventually([&] {
+            const auto log = n.process().stderr_text();
+            std::size_t count = 0;
+            for (auto at = log.find("connected to "); at != std::string::npos; at = log.find("connected to ", at + 1))
+                ++count;
+            return count >= lines;
+        }, 10s);
+    };
+    BOOST_REQUIRE(linked(*c, 2));  // a and b
+    BOOST_REQUIRE(c->process().freeze());
+    // a drops c from its view: the pause outlasted the idle timeout.
+    BOOST_REQUIRE(eventually([&] { return a->process().stderr_text().find("lost c@127.0.0.1") != std::string::npos; }, 10s));
+    c->process().signal(SIGCONT);
+    BOOST_REQUIRE(linked(*c, 4));  // both again
+    const auto log = c->process().stderr_text();
+    std::size_t said = 0;
+    for (auto at = log.find("this node was not running for "); at != std::string::npos;
+         at = log.find("this node was not running for ", at + 1))
+        ++said;
+    BOOST_TEST(said == 1u, log);
+    BOOST_TEST(log.find(std::string(keepalive_timeout)) == std::string::npos, log);
+    BOOST_TEST(log.find("the link timed out while this node was not running") != std::string::npos, log);
+}
+
 BOOST_AUTO_TEST_CASE(a_blocking_call_waiting_in_its_callers_socket_fails_when_the_frozen_peer_leaves) {
     // A blocking call on a call channel waits in poll(2) on the caller's own thread
     // (doc/architecture.md, "Call channels"). The frozen peer keeps the channel's socket
