@@ -403,6 +403,9 @@ public:
     /// call's.
     void count_hedge_win() noexcept;
     void count_late_reply() noexcept;
+    /// The router's: a hedged call asked for `max_attempts` with only `members` members to
+    /// send them to, and gets one attempt per member; logged as a warning once per balancer.
+    void attempts_clamped(int max_attempts, std::size_t members) noexcept;
 
     /// Counts a call routed here by this balancer while this node runs it.
     void track_served() noexcept;

@@ -2,6 +2,7 @@
 // attempts).
 #include "routing/balancer_impl.hpp"
 #include <rpclb/load_balancer.hpp>
+#include <rpclb/detail/log.hpp>
 
 #include <algorithm>
 #include <string_view>
@@ -60,6 +61,16 @@ void LoadBalancer::Impl::adopt_hedging(const HedgingPolicy& policy) {
 }
 
 void LoadBalancer::count_hedge_win() noexcept { impl_->hedge_wins.fetch_add(1, std::memory_order_relaxed); }
+
+void LoadBalancer::attempts_clamped(int max_attempts, std::size_t members) noexcept {
+    if (impl_->clamp_warned.exchange(true)) return;
+    try {
+        RPCLB_LOG("balancer", warning) << "balancer " << impl_->options.name << ": hedging.max_attempts " << max_attempts
+                                       << " is more than its " << members
+                                       << " members; such calls get one attempt per member (said once)";
+    } catch (...) {
+    }
+}
 
 void LoadBalancer::count_late_reply() noexcept { impl_->late_replies.fetch_add(1, std::memory_order_relaxed); }
 

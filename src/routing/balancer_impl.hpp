@@ -147,6 +147,7 @@ struct LoadBalancer::Impl {
     std::mutex change_mutex;    // one set_algorithm() or follow_announcement() at a time
     std::mutex announce_mutex;  // orders joins and leaves of the group with re-announcements
     std::atomic<bool> joined{false};
+    std::atomic<bool> clamp_warned{false};  // attempts_clamped() has logged
     std::atomic<std::int64_t> in_flight{0};
     // Counts of members that left, for in_flight_by_member(): alive while a call (its
     // Picked) still holds the route they were in. Expired entries are dropped at each

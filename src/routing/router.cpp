@@ -239,6 +239,8 @@ private:
         info.idempotent = !spec_.options.idempotent && (*b)->marks_idempotent(spec_.module, spec_.function);
         if ((spec_.options.idempotent || info.idempotent) && !spec_.options.hedging) info.hedging = (*b)->call_hedging();
         if (spec_.options.hedging || info.hedging) {
+            const int attempts = (spec_.options.hedging ? spec_.options.hedging : info.hedging)->max_attempts;
+            if (static_cast<std::size_t>(attempts) > info.members) (*b)->attempts_clamped(attempts, info.members);
             info.recent_p95 = (*b)->recent_p95();
             std::lock_guard lock(mutex_);
             if (!hedge_balancer_) hedge_balancer_ = *b;

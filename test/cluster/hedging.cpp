@@ -17,6 +17,7 @@
 #include <boost/json/value.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "support/log_capture.hpp"
 #include "support/node.hpp"
 #include "support/wait.hpp"
 
@@ -234,8 +235,9 @@ BOOST_AUTO_TEST_CASE(a_member_hedges_its_own_calls_with_their_arguments) {
 }
 
 // A balancer with fewer members than max_attempts gets one attempt per member: a call is
-// never refused because members left.
+// never refused because members left, and the balancer says so once.
 BOOST_AUTO_TEST_CASE(more_attempts_than_members_sends_one_to_each) {
+    rpclb::test::LogCapture log;
     Pair p;
     p.release();
     for (int i = 0; i < 4; ++i) {
@@ -243,6 +245,7 @@ BOOST_AUTO_TEST_CASE(more_attempts_than_members_sends_one_to_each) {
         BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message);
     }
     BOOST_TEST(p.stats().hedged_calls == 4u);
+    BOOST_TEST(log.count("balancer h: hedging.max_attempts 3 is more than its 2 members") == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(bad_hedging_options_fail_at_the_start_naming_the_option) {
