@@ -37,7 +37,8 @@ struct CallOptions {
     /// `bad_request` ("timeout must be 1 to 4294967295 ms; got N ms", naming node, module
     /// and function), on every path: nothing is picked, sent or run. Casts ignore it.
     /// Made from a handler, the call ends by that handler's call's deadline if it is
-    /// earlier (rpclb::call_deadline()).
+    /// earlier (rpclb::call_deadline()), and, cancelled, when that call's caller gives up
+    /// on it first (rpclb::call_cancelled()).
     /// Retries and their waits: doc/explanation/draining-and-retries.md.
     std::chrono::milliseconds timeout{10000};
     /// Route through this balancer; empty = call the given node directly.

@@ -303,7 +303,11 @@ public:
     /// once with `request_timeout` "cancelled" (reason Failure::cancelled). A request
     /// already sent on the mesh link is cancelled there too: not started if it still waits
     /// for a worker, else its handler sees call_cancelled(); its answer is dropped. Emit
-    /// the signal from the handler's executor (Asio's rule for cancellation slots).
+    /// the signal from the handler's executor (Asio's rule for cancellation slots). Started
+    /// inside a handler that runs on the worker pool, the call is cancelled in the same way,
+    /// with no slot, when the caller of that handler's call cancels it or its connection
+    /// closes while the handler runs; started after that, it completes so at once, unsent
+    /// (doc/how-to/route-calls.md "Deadlines").
     template <class CompletionToken>
     auto async_call(std::string node, std::string module, std::string function,
                     boost::json::array args, CallOptions options, CompletionToken&& token);

@@ -43,8 +43,12 @@ std::optional<std::chrono::steady_clock::time_point> call_deadline() noexcept;
 /// True when the caller of the call that the handler running on this thread serves has
 /// given up on it: its deadline passed, the connection the request came on closed, or the
 /// caller cancelled it (an explicit cancel, or a hedged call that another attempt answered).
-/// A long handler checks it to stop early; its answer goes nowhere. False outside a
-/// handler. Any thread; no lock.
+/// A long handler checks it to stop early; its answer goes nowhere. The calls the handler
+/// has under way, blocking or asynchronous, need no check: when the caller cancels or
+/// the connection closes while the handler runs, they end at once with `request_timeout`
+/// "cancelled" (Failure::cancelled), and a call made after that fails the same way
+/// unsent (doc/how-to/route-calls.md "Deadlines"). False outside a handler. Any thread;
+/// no lock.
 bool call_cancelled() noexcept;
 
 }  // namespace rpclb

@@ -92,6 +92,9 @@ public:
         (void)connection;
         (void)id;
     }
+    /// `connection`, established, closed: its caller gave up every request it sent there
+    /// that is still served. On the connection's strand, after every serve_request() of it.
+    virtual void connection_closed(const Connection& connection) { (void)connection; }
 };
 
 /// The full mesh of authenticated connections (doc/architecture.md "Nodes and the mesh"):

@@ -14,6 +14,7 @@ namespace rpclb::detail {
 namespace asio = boost::asio;
 
 void Mesh::on_closed(const std::shared_ptr<Connection>& c, const LinkClose& reason, bool established) {
+    if (established) sink_.connection_closed(*c);
     {
         std::lock_guard lock(budget_mutex_);
         link_frames_.erase(c.get());

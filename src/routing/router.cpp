@@ -8,6 +8,7 @@
 #include "routing/balancer_registry.hpp"
 #include "routing/call_machine.hpp"
 #include "transport/call_channels.hpp"
+#include "rpc/abandon_signal.hpp"
 #include "rpc/call_scope.hpp"
 #include "rpc/rpc_server.hpp"
 #include "telemetry/trace_state.hpp"
@@ -68,8 +69,15 @@ public:
         if (!completed_.load()) done_(machine_.stopping_error());
     }
 
+    // A call made by a handler ends, cancelled, when that handler's caller gives up on it
+    // (AbandonSignal); at once, with nothing sent, when it has already.
     void start(bool on_caller_thread) {
+        const auto* parent = spec_.kind == CallSpec::Kind::call ? CallScope::current() : nullptr;
+        if (parent && parent->abandoned()) return cancel();
         feed([](CallMachine& m, Clock::time_point now) { return m.start(now); }, on_caller_thread);
+        if (auto* signal = parent ? parent->signal() : nullptr;
+            signal && !parent_.tie(*signal, [weak = weak_from_this()] { if (auto op = weak.lock()) op->cancel(); }))
+            cancel();
     }
     void cancel() {
         feed([](CallMachine& m, Clock::time_point) { return m.cancel(); }, false);
@@ -183,6 +191,7 @@ private:
         }
         auto& complete = std::get<CallMachine::Complete>(job.action);
         completed_ = true;
+        parent_.untie();
         end_span(complete.result);
         if (exports_spans())
             emit_trace_span("call", span_node_.empty() ? std::string_view(spec_.node) : std::string_view(span_node_),
@@ -403,7 +412,7 @@ private:
         const auto left = [&] { return std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()); };
         auto timeout = left();
         // A call made by a handler serving another node's call goes on the link, where it
-        // can be cancelled when that call's caller gives up (Router::run_blocking).
+        // can be cancelled when that call's caller gives up (start()).
         const auto* parent = on_caller_thread ? CallScope::current() : nullptr;
         if (on_caller_thread && !(parent && parent->abandonable())) {
             if (auto result = router_->channels().call(*c, request, timeout)) return done(std::move(*result));
@@ -577,6 +586,7 @@ private:
     TraceContext trace_;  // the call's span (a call's only); set once, before any action
     Clock::time_point trace_start_{};
     std::chrono::system_clock::time_point trace_wall_start_{};
+    AbandonTie parent_;  // a call made by a handler: its hook on that handler's caller giving up
 };
 
 // ---- Router ----------------------------------------------------------------------------

@@ -2,8 +2,6 @@
 // call over start(), and the timers of waits and hedges (doc/architecture.md "Calls").
 #include "routing/router.hpp"
 
-#include "rpc/call_scope.hpp"
-
 #include <boost/asio/post.hpp>
 
 #include <condition_variable>
@@ -12,11 +10,6 @@
 
 namespace rpclb::detail {
 namespace asio = boost::asio;
-
-namespace {
-// How often a blocking call made from a handler looks whether that handler's caller gave up.
-constexpr std::chrono::milliseconds parent_poll{10};
-}  // namespace
 
 Router::Router(RouterOptions options, asio::io_context& ioc, Mesh& mesh, CallChannels& channels, RpcServer& rpc,
                BalancerRegistry& balancers, TelemetryBus& bus)
@@ -41,8 +34,7 @@ CallResult Router::run_blocking(CallSpec spec, bool on_network_thread) {
         std::condition_variable done;
         std::optional<CallResult> result;
     } wait;
-    const auto* parent = CallScope::current();
-    const auto operation = start(
+    start(
         std::move(spec),
         [&wait](CallResult r) {
             std::lock_guard lock(wait.mutex);
@@ -51,18 +43,9 @@ CallResult Router::run_blocking(CallSpec spec, bool on_network_thread) {
         },
         true);
     const auto answered = [&] { return wait.result.has_value(); };
+    // A call made from a handler ends by that handler's call's deadline, and, cancelled,
+    // when that call's caller gives up on it: the operation sees to both.
     std::unique_lock lock(wait.mutex);
-    // A call made from a handler ends when the handler's own caller gives up on it (its
-    // deadline ends it in the machine already), looked at every parent_poll.
-    if (parent && parent->abandonable()) {
-        while (!wait.done.wait_for(lock, parent_poll, answered)) {
-            if (!parent->abandoned()) continue;
-            lock.unlock();
-            cancel(operation);
-            lock.lock();
-            break;
-        }
-    }
     wait.done.wait(lock, answered);
     return std::move(*wait.result);
 }

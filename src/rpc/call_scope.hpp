@@ -4,11 +4,11 @@
 
 #include <rpclb/trace.hpp>
 
-#include <atomic>
 #include <chrono>
 
 namespace rpclb::detail {
 
+class AbandonSignal;
 class Connection;
 
 /// Opened by RpcServer around every handler run, on the thread running it: while it
@@ -17,16 +17,19 @@ class Connection;
 /// nest (a handler that calls this node runs the inner handler in a scope of its own) and
 /// close in reverse order.
 ///
-/// Thread safety: one thread's; the connection is only asked closed(), which any thread may.
+/// Thread safety: one thread's; the connection is only asked closed(), and the signal
+/// fired() (or given hooks), which any thread may.
 class CallScope {
 public:
     using time_point = std::chrono::steady_clock::time_point;
 
     /// `deadline`: time_point::max() when the call has none (a cast). `connection`: the
-    /// one the request came on, null for a call from this node. `cancel`: set when the
-    /// caller says it gave up (wire::Cancel); null when it cannot. `trace`: the handler
-    /// run's span (null: none).
-    CallScope(time_point deadline, const Connection* connection, const std::atomic<bool>* cancel = nullptr,
+    /// one the request came on, null for a call from this node. `signal`: fired when the
+    /// caller gives up (it cancelled, or `connection` closed), and where the calls the
+    /// handler makes hook themselves; null for a run that cannot be given up while it
+    /// lasts (inline, local, a cast). It outlives the scope. `trace`: the handler run's
+    /// span (null: none).
+    CallScope(time_point deadline, const Connection* connection, AbandonSignal* signal = nullptr,
               const TraceContext* trace = nullptr) noexcept;
     ~CallScope();
     CallScope(const CallScope&) = delete;
@@ -42,12 +45,15 @@ public:
     bool abandoned() const noexcept;
     /// Whether abandoned() can ever become true: the call came from another node or can
     /// be cancelled.
-    bool abandonable() const noexcept { return cancel_ || connection_; }
+    bool abandonable() const noexcept { return signal_ || connection_; }
+    /// Where a call made by the handler hooks itself, to end when abandoned() becomes true
+    /// (null: see the constructor).
+    AbandonSignal* signal() const noexcept { return signal_; }
 
 private:
     time_point deadline_;
     const Connection* connection_;
-    const std::atomic<bool>* cancel_;
+    AbandonSignal* signal_;
     const CallScope* outer_;
     const TraceContext* outer_trace_;
 };

@@ -1,5 +1,6 @@
 #include <rpclb/handler.hpp>
 
+#include "rpc/abandon_signal.hpp"
 #include "rpc/call_scope.hpp"
 #include "telemetry/trace_state.hpp"
 #include "transport/connection.hpp"
@@ -27,9 +28,9 @@ namespace {
 thread_local const CallScope* innermost = nullptr;
 }  // namespace
 
-CallScope::CallScope(time_point deadline, const Connection* connection, const std::atomic<bool>* cancel,
+CallScope::CallScope(time_point deadline, const Connection* connection, AbandonSignal* signal,
                      const TraceContext* trace) noexcept
-    : deadline_(deadline), connection_(connection), cancel_(cancel), outer_(innermost),
+    : deadline_(deadline), connection_(connection), signal_(signal), outer_(innermost),
       outer_trace_(set_innermost_trace(trace)) {
     innermost = this;
 }
@@ -44,7 +45,7 @@ const CallScope* CallScope::current() noexcept { return innermost; }
 bool CallScope::cancelled() const noexcept { return abandoned() || std::chrono::steady_clock::now() >= deadline_; }
 
 bool CallScope::abandoned() const noexcept {
-    return (cancel_ && cancel_->load(std::memory_order_relaxed)) || (connection_ && connection_->closed());
+    return (signal_ && signal_->fired()) || (connection_ && connection_->closed());
 }
 
 std::optional<OptionProblem> check(const HandlerOptions& o) {

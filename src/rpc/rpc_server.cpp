@@ -15,6 +15,7 @@
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
 namespace rpclb::detail {
 namespace asio = boost::asio;
@@ -80,7 +81,7 @@ std::shared_ptr<const RpcServer::Entry> RpcServer::find(std::string_view module,
 
 CallResult RpcServer::run(const Entry* entry, std::string_view module, std::string_view function,
                           const boost::json::array& args, bool* threw, time_point deadline,
-                          const Connection* connection, const std::atomic<bool>* cancel,
+                          const Connection* connection, AbandonSignal* abandon,
                           const TraceContext* trace) const {
     if (!entry)
         return call_error(ErrorCode::not_found,
@@ -91,7 +92,7 @@ CallResult RpcServer::run(const Entry* entry, std::string_view module, std::stri
     const auto began = timed || spanned ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     const auto wall_began = spanned ? std::chrono::system_clock::now() : std::chrono::system_clock::time_point{};
     CallResult result = [&]() -> CallResult {
-        const CallScope scope(deadline, connection, cancel, trace);
+        const CallScope scope(deadline, connection, abandon, trace);
         try {
             return entry->handler(args);
         } catch (const std::exception& e) {
@@ -228,14 +229,14 @@ RpcServer::Served RpcServer::admit(wire::Request&& request, std::shared_ptr<cons
 
 CallResult RpcServer::run_unless_expired(const Served& served, const Connection* connection) {
     const auto& r = served.request;
-    if (served.cancelled && served.cancelled->load()) {
+    if (served.abandon && served.abandon->fired()) {
         expired_requests_.fetch_add(1, std::memory_order_relaxed);
         return call_error(ErrorCode::request_timeout, "not run: the caller cancelled it", options_.node, r.module,
                           r.function);
     }
     if (std::chrono::steady_clock::now() < served.deadline)
         return run(served.entry.get(), r.module, r.function, r.args, nullptr, served.deadline, connection,
-                   served.cancelled.get(), &served.trace);
+                   served.abandon.get(), &served.trace);
     expired_requests_.fetch_add(1, std::memory_order_relaxed);
     return call_error(ErrorCode::request_timeout,
                       "not run: the caller's timeout of " + std::to_string(*r.timeout_ms) +
@@ -262,10 +263,12 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     }
     c->answer_later();
     load_->queued();
-    if (!c->channel() && c->peer_accepts_cancel()) {  // a cancel comes only on a mesh link
-        served.cancelled = std::make_shared<std::atomic<bool>>(false);
+    // Abandoned by a cancel (which comes only on a mesh link whose peer sends them) or by
+    // the connection's close, which connection_closed() reports on this strand after this.
+    served.abandon = std::make_shared<AbandonSignal>();
+    {
         std::lock_guard lock(cancel_mutex_);
-        cancellable_[CancelKey{c.get(), served.request.id}] = served.cancelled;
+        cancellable_[CancelKey{c.get(), served.request.id}] = served.abandon;
     }
     asio::post(workers_, [this, c, served = std::move(served)]() mutable {
         load_->started();
@@ -285,7 +288,7 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
             load_->finished();
             c->forgo_answer();
         }
-        if (served.cancelled) {
+        {
             std::lock_guard lock(cancel_mutex_);
             cancellable_.erase(CancelKey{c.get(), served.request.id});
         }
@@ -293,9 +296,25 @@ void RpcServer::serve_request(const std::shared_ptr<Connection>& c, wire::Reques
     });
 }
 
+// The hooks run with no lock of this server held: they complete calls, whose completions
+// may run user code.
 void RpcServer::cancel_request(const Connection& connection, std::uint64_t id) {
-    std::lock_guard lock(cancel_mutex_);
-    if (auto it = cancellable_.find(CancelKey{&connection, id}); it != cancellable_.end()) it->second->store(true);
+    std::shared_ptr<AbandonSignal> abandon;
+    {
+        std::lock_guard lock(cancel_mutex_);
+        if (auto it = cancellable_.find(CancelKey{&connection, id}); it != cancellable_.end()) abandon = it->second;
+    }
+    if (abandon) abandon->fire();
+}
+
+void RpcServer::connection_closed(const Connection& connection) {
+    std::vector<std::shared_ptr<AbandonSignal>> abandoned;
+    {
+        std::lock_guard lock(cancel_mutex_);
+        for (const auto& [key, abandon] : cancellable_)
+            if (key.connection == &connection) abandoned.push_back(abandon);
+    }
+    for (const auto& abandon : abandoned) abandon->fire();
 }
 
 void RpcServer::serve_cast(wire::Cast&& cast) {

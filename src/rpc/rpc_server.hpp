@@ -3,6 +3,7 @@
 #pragma once
 
 #include "membership/mesh.hpp"
+#include "rpc/abandon_signal.hpp"
 #include "rpc/served_balancers.hpp"
 #include "transport/load_gauge.hpp"
 
@@ -78,8 +79,13 @@ public:
     void serve_cast(wire::Cast&& cast) override;
     /// A request queued for a worker or running there is marked cancelled: not started
     /// (answered `request_timeout` "not run: the caller cancelled it"), or its handler sees
-    /// call_cancelled(). Inline handlers have finished before a cancel can be read.
+    /// call_cancelled() and the calls it made end, cancelled (AbandonSignal). Inline
+    /// handlers have finished before a cancel can be read.
     void cancel_request(const Connection& connection, std::uint64_t id) override;
+    /// The requests that came on `connection` and wait for a worker or run there are
+    /// abandoned as cancel_request() abandons one: the calls their handlers made end,
+    /// cancelled. On the connection's strand.
+    void connection_closed(const Connection& connection) override;
 
     /// Waits until no received request or cast is running or queued, up to `deadline`.
     /// Returns false on timeout.
@@ -134,13 +140,14 @@ private:
         /// When the caller gives up on it (wire::Request::timeout_ms from its arrival;
         /// max(): never); a handler not started by then is not run.
         std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-        /// Set by cancel_request(); null when the caller cannot cancel (its Hello said no).
-        std::shared_ptr<std::atomic<bool>> cancelled{};
+        /// Fired by cancel_request() or connection_closed() (a request run by a worker;
+        /// null for one run inline).
+        std::shared_ptr<AbandonSignal> abandon{};
         /// The handler run's span: a child of the caller's attempt, or the root of a new
         /// (unsampled) trace when the request carried no valid traceparent.
         TraceContext trace{};
     };
-    /// A request a caller may cancel while a worker has it: its connection and id.
+    /// A request its caller may abandon while a worker has it: its connection and id.
     struct CancelKey {
         const Connection* connection;
         std::uint64_t id;
@@ -169,7 +176,7 @@ private:
     /// `trace` (the run's span, emitted as rpc.span when sampled and someone listens).
     CallResult run(const Entry* entry, std::string_view module, std::string_view function,
                    const boost::json::array& args, bool* threw, time_point deadline = time_point::max(),
-                   const Connection* connection = nullptr, const std::atomic<bool>* cancel = nullptr,
+                   const Connection* connection = nullptr, AbandonSignal* abandon = nullptr,
                    const TraceContext* trace = nullptr) const;
     /// rpc.span of a server span `trace` that ran from `start` (steady and system clocks).
     void emit_server_span(const TraceContext& trace, std::string_view module, std::string_view function,
@@ -201,7 +208,7 @@ private:
     std::atomic<bool> abandoned_{false};  // abandon_queued was called
     ZeroWaiter idle_;  // wait_idle and wait_served_before_stop: their counter at 0
     std::mutex cancel_mutex_;
-    std::unordered_map<CancelKey, std::shared_ptr<std::atomic<bool>>, CancelKeyHash> cancellable_;  // under cancel_mutex_
+    std::unordered_map<CancelKey, std::shared_ptr<AbandonSignal>, CancelKeyHash> cancellable_;  // under cancel_mutex_
 };
 
 }  // namespace rpclb::detail

@@ -1,6 +1,7 @@
 // Deadlines travel: a handler reads its call's deadline and whether its caller gave up
-// (call_deadline, call_cancelled), and a call made from a handler ends by the deadline of
-// the call that handler serves.
+// (call_deadline, call_cancelled), and a call made from a handler, blocking or
+// asynchronous, ends by the deadline of the call that handler serves, and, cancelled, when
+// that call's caller gives up on it.
 #define BOOST_TEST_MODULE deadlines
 #include <rpclb/cluster.hpp>
 #include <rpclb/cluster_async.hpp>
@@ -80,6 +81,66 @@ rpclb::CallOptions with_timeout(std::chrono::milliseconds t) {
     o.timeout = t;
     return o;
 }
+
+// What b's handler sees of the asynchronous call it makes: how many times it completed, and
+// how.
+struct Nested {
+    void complete(rpclb::CallResult r) {
+        std::lock_guard lock(mutex);
+        ++completions;
+        result = std::move(r);
+        done.notify_all();
+    }
+    // Waits up to `longest` for the first completion; true when it came.
+    bool wait(std::chrono::milliseconds longest) {
+        std::unique_lock lock(mutex);
+        return done.wait_for(lock, longest, [&] { return completions > 0; });
+    }
+    int count() {
+        std::lock_guard lock(mutex);
+        return completions;
+    }
+    std::mutex mutex;
+    std::condition_variable done;
+    int completions = 0;
+    std::optional<rpclb::CallResult> result;
+};
+
+// c's t.slow (up to 5 s, or until its caller gives up) and b's t.outer, which calls it
+// asynchronously and waits for that call to complete, with no code about cancelling.
+struct AsyncNesting {
+    explicit AsyncNesting(Trio& t) {
+        auto slow = t.slow(5000ms, &c_gave_up);
+        t.c->register_function("t", "slow", [this, slow](const boost::json::array& args) -> rpclb::CallResult {
+            c_started = true;
+            auto r = slow(args);
+            c_returned.set_value(Clock::now());
+            return r;
+        });
+        t.b->register_function("t", "outer", [this, &t](const boost::json::array&) -> rpclb::CallResult {
+            t.b->async_call("c@127.0.0.1", "t", "slow", {}, with_timeout(20000ms),
+                            [this](rpclb::CallResult r) { nested.complete(std::move(r)); });
+            nested.wait(10s);
+            return "outer done";
+        });
+    }
+    // After the caller of t.outer gave up at `gave_up_at`: c's handler saw it soon after,
+    // and b's asynchronous call completed once, cancelled.
+    void check_ended(Clock::time_point gave_up_at) {
+        auto gave_up = c_gave_up.get_future();
+        BOOST_REQUIRE(gave_up.wait_for(5s) == std::future_status::ready);
+        BOOST_TEST(gave_up.get());
+        BOOST_TEST((c_returned.get_future().get() - gave_up_at < 1s));
+        BOOST_REQUIRE(nested.wait(5s));
+        BOOST_REQUIRE(!nested.result->has_value());
+        BOOST_TEST(nested.result->error().is(rpclb::Failure::cancelled), nested.result->error().message);
+        BOOST_TEST(rpclb::test::consistently([&] { return nested.count() == 1; }, 200ms));
+    }
+    std::promise<bool> c_gave_up;
+    std::promise<Clock::time_point> c_returned;
+    std::atomic<bool> c_started{false};
+    Nested nested;
+};
 
 std::int64_t ms_left(Clock::time_point deadline) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -230,4 +291,87 @@ BOOST_AUTO_TEST_CASE(a_call_from_a_handler_past_its_deadline_is_not_sent) {
     auto inner = t.a->call("b@127.0.0.1", "t", "short_inside", {}, with_timeout(5000ms));
     BOOST_REQUIRE(inner.has_value());
     BOOST_TEST((inner->as_int64() > 0 && inner->as_int64() <= 100), *inner);
+}
+
+// An asynchronous call made from a handler ends, cancelled, when that handler's caller
+// cancels: its completion comes at once, and the node serving it is told.
+BOOST_AUTO_TEST_CASE(an_async_nested_call_ends_when_its_parents_caller_cancels) {
+    std::optional<AsyncNesting> n;  // outlives the nodes, whose handlers use it
+    Trio t;
+    n.emplace(t);
+    t.start();
+    boost::asio::io_context user;
+    boost::asio::cancellation_signal signal;
+    std::optional<rpclb::CallResult> result;
+    t.a->async_call("b@127.0.0.1", "t", "outer", {}, with_timeout(30000ms),
+                    boost::asio::bind_cancellation_slot(
+                        signal.slot(), boost::asio::bind_executor(user, [&](rpclb::CallResult r) { result = std::move(r); })));
+    BOOST_REQUIRE(eventually([&] { return n->c_started.load(); }, 5s));
+    const auto cancelled_at = Clock::now();
+    signal.emit(boost::asio::cancellation_type::terminal);
+    user.run();
+    BOOST_REQUIRE(result.has_value());
+    BOOST_TEST(result->error().is(rpclb::Failure::cancelled));
+    n->check_ended(cancelled_at);
+}
+
+// The same when the caller goes away: a stops and closes its connections while its call
+// waits, a blocking one on a call channel or an asynchronous one on the mesh link.
+BOOST_AUTO_TEST_CASE(an_async_nested_call_ends_when_its_parents_caller_goes_away) {
+    for (const bool blocking : {true, false}) {
+        BOOST_TEST_CONTEXT((blocking ? "blocking" : "asynchronous")) {
+            std::optional<AsyncNesting> n;
+            std::promise<rpclb::CallResult> lost;
+            Trio t;
+            n.emplace(t);
+            t.start();
+            std::future<void> waiting;
+            if (blocking) {
+                waiting = std::async(std::launch::async, [&] {
+                    lost.set_value(t.a->call("b@127.0.0.1", "t", "outer", {}, with_timeout(30000ms)));
+                });
+            } else {
+                t.a->async_call("b@127.0.0.1", "t", "outer", {}, with_timeout(30000ms),
+                                [&](rpclb::CallResult r) { lost.set_value(std::move(r)); });
+            }
+            BOOST_REQUIRE(eventually([&] { return n->c_started.load(); }, 5s));
+            BOOST_TEST(t.a->stats().channel_calls == (blocking ? 1u : 0u));
+            const auto gone_at = Clock::now();
+            t.a->stop();
+            auto a_result = lost.get_future();
+            BOOST_REQUIRE(a_result.wait_for(5s) == std::future_status::ready);
+            BOOST_TEST(!a_result.get());
+            n->check_ended(gone_at);
+        }
+    }
+}
+
+// A call a handler makes after its caller cancelled fails at once, cancelled, unsent.
+BOOST_AUTO_TEST_CASE(an_async_call_from_a_handler_whose_caller_cancelled_is_not_sent) {
+    Nested nested;
+    std::atomic<int> c_runs{0};
+    std::atomic<bool> b_started{false};
+    Trio t;
+    t.c->register_function("t", "count", [&](const boost::json::array&) -> rpclb::CallResult { return ++c_runs; });
+    t.b->register_function("t", "after_cancel", [&](const boost::json::array&) -> rpclb::CallResult {
+        b_started = true;
+        if (!eventually([] { return rpclb::call_cancelled(); }, 5s, 1ms)) return "never cancelled";
+        t.b->async_call("c@127.0.0.1", "t", "count", {}, with_timeout(5000ms),
+                        [&](rpclb::CallResult r) { nested.complete(std::move(r)); });
+        return "done";
+    });
+    t.start();
+    boost::asio::io_context user;
+    boost::asio::cancellation_signal signal;
+    t.a->async_call("b@127.0.0.1", "t", "after_cancel", {}, with_timeout(30000ms),
+                    boost::asio::bind_cancellation_slot(signal.slot(),
+                                                        boost::asio::bind_executor(user, [](rpclb::CallResult) {})));
+    BOOST_REQUIRE(eventually([&] { return b_started.load(); }, 5s));
+    signal.emit(boost::asio::cancellation_type::terminal);
+    user.run();
+    BOOST_REQUIRE(nested.wait(5s));
+    BOOST_REQUIRE(!nested.result->has_value());
+    BOOST_TEST(nested.result->error().is(rpclb::Failure::cancelled), nested.result->error().message);
+    BOOST_TEST(c_runs.load() == 0);
+    BOOST_TEST(nested.count() == 1);
 }
