@@ -119,19 +119,16 @@ private:
         if (c.call) c.inherited = call_deadline();
         c.load_balancer = o.load_balancer;
         c.balanced = !o.load_balancer.empty() && !spec_.filter;
+        c.idempotent = o.idempotent;
         // A call's own hedging is checked when it starts: its balancer's marking counts then.
-        c.idempotent = o.idempotent || (o.hedging && c.balanced && marked_idempotent());
+        if (!c.idempotent && o.hedging && c.balanced)
+            if (auto b = router_->balancers().route(o.load_balancer))
+                c.idempotent = (*b)->marks_idempotent(c.module, c.function);
         c.call_directly = o.call_directly.value_or(defaults.call_directly);
         c.hedging = o.hedging;
         c.retry = RetryPolicy{o.retry.value_or(defaults.retry), o.retry_count.value_or(defaults.retry_count),
                               o.retry_sleep};
         return c;
-    }
-
-    // The call's balancer marks its function idempotent (HedgingPolicy::idempotent_functions).
-    bool marked_idempotent() const {
-        auto b = router_->balancers().route(spec_.options.load_balancer);
-        return b && (*b)->marks_idempotent(spec_.module, spec_.function);
     }
 
     // Feeds the machine one event (`event(machine, now)`) and does its actions in order.
