@@ -4,14 +4,24 @@
 
 #include "telemetry/trace_state.hpp"
 
-#include <rpclb/detail/thread_rng.hpp>
-
 #include <cstring>
+#include <random>
 
 namespace rpclb {
 namespace {
 
 constexpr char digits[] = "0123456789abcdef";
+
+// The two lowercase hex digits of each byte value, byte after byte: a write is one copy
+// of two characters per byte.
+constexpr std::array<char, 512> hex_pairs = [] {
+    std::array<char, 512> t{};
+    for (int b = 0; b < 256; ++b) {
+        t[2 * b] = digits[b >> 4];
+        t[2 * b + 1] = digits[b & 0xf];
+    }
+    return t;
+}();
 
 // Each character's value as a lowercase hex digit, or 0xff (uppercase is not valid in a
 // traceparent, §3.2.2). A table: every call's request reads 51 digits.
@@ -35,6 +45,29 @@ bool read_hex(std::string_view text, std::uint8_t* out) noexcept {
 }
 
 thread_local const TraceContext* innermost = nullptr;
+
+// Ids are drawn 64 bits at a time from a generator of their own per thread (a span id is
+// one draw, a trace id two), not from the pick path's 32-bit taus88: every call draws
+// three or more. Only this file uses it, so no plugin's thread keeps a copy.
+std::mt19937_64& id_rng() {
+    thread_local std::mt19937_64 rng = [] {
+        std::random_device device;
+        std::seed_seq seed{device(), device(), device(), device(), device(), device(), device(), device()};
+        return std::mt19937_64(seed);
+    }();
+    return rng;
+}
+
+template <std::size_t N>
+void draw(std::mt19937_64& rng, std::array<std::uint8_t, N>& id) noexcept {
+    static_assert(N % 8 == 0);
+    do {
+        for (std::size_t i = 0; i < N; i += 8) {
+            const std::uint64_t word = rng();
+            std::memcpy(id.data() + i, &word, 8);
+        }
+    } while (detail::all_zero(id));
+}
 
 }  // namespace
 
@@ -88,26 +121,16 @@ TraceContext TraceContext::child_of(const TraceParent& parent, const SpanId& spa
 }
 
 SpanId new_span_id() noexcept {
-    auto& rng = detail::thread_rng();
     SpanId id;
-    do {
-        const std::uint32_t a = rng(), b = rng();
-        std::memcpy(id.data(), &a, 4);
-        std::memcpy(id.data() + 4, &b, 4);
-    } while (detail::all_zero(id));
+    draw(id_rng(), id);
     return id;
 }
 
 TraceContext new_trace(bool sampled) {
     TraceContext c;
-    auto& rng = detail::thread_rng();
-    do {
-        for (std::size_t i = 0; i < c.trace_id.size(); i += 4) {
-            const std::uint32_t word = rng();
-            std::memcpy(c.trace_id.data() + i, &word, 4);
-        }
-    } while (detail::all_zero(c.trace_id));
-    c.span_id = new_span_id();
+    auto& rng = id_rng();
+    draw(rng, c.trace_id);
+    draw(rng, c.span_id);
     c.flags = sampled ? trace_flag_sampled : 0;
     return c;
 }
@@ -153,10 +176,7 @@ const TraceContext* set_innermost_trace(const TraceContext* context) noexcept {
 }
 
 void write_hex(const std::uint8_t* bytes, std::size_t size, char* out) noexcept {
-    for (std::size_t i = 0; i < size; ++i) {
-        out[2 * i] = digits[bytes[i] >> 4];
-        out[2 * i + 1] = digits[bytes[i] & 0xf];
-    }
+    for (std::size_t i = 0; i < size; ++i) std::memcpy(out + 2 * i, &hex_pairs[2 * bytes[i]], 2);
 }
 
 TraceText::TraceText(const TraceId& trace_id, const SpanId& span_id, const SpanId* parent_id) noexcept : set(true) {
