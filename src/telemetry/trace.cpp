@@ -23,25 +23,28 @@ constexpr std::array<char, 512> hex_pairs = [] {
     return t;
 }();
 
-// Each character's value as a lowercase hex digit, or 0xff (uppercase is not valid in a
-// traceparent, §3.2.2). A table: every call's request reads 51 digits.
-constexpr std::array<std::uint8_t, 256> hex_values = [] {
-    std::array<std::uint8_t, 256> t{};
-    for (auto& v : t) v = 0xff;
-    for (int c = '0'; c <= '9'; ++c) t[c] = static_cast<std::uint8_t>(c - '0');
-    for (int c = 'a'; c <= 'f'; ++c) t[c] = static_cast<std::uint8_t>(c - 'a' + 10);
+// Each character's value as the high (`shift` 4) or low (`shift` 0) digit of a byte, or
+// 0x100 when it is not a lowercase hex digit (uppercase is not valid in a traceparent,
+// §3.2.2): a byte is the or of two entries, and any bit above its eight marks a bad digit.
+constexpr std::array<std::uint16_t, 256> hex_table(int shift) {
+    std::array<std::uint16_t, 256> t{};
+    for (auto& v : t) v = 0x100;
+    for (int c = '0'; c <= '9'; ++c) t[c] = static_cast<std::uint16_t>((c - '0') << shift);
+    for (int c = 'a'; c <= 'f'; ++c) t[c] = static_cast<std::uint16_t>((c - 'a' + 10) << shift);
     return t;
-}();
+}
+constexpr auto high_digits = hex_table(4), low_digits = hex_table(0);
 
-bool read_hex(std::string_view text, std::uint8_t* out) noexcept {
-    std::uint8_t bad = 0;
-    for (std::size_t i = 0; i < text.size() / 2; ++i) {
-        const std::uint8_t hi = hex_values[static_cast<unsigned char>(text[2 * i])];
-        const std::uint8_t lo = hex_values[static_cast<unsigned char>(text[2 * i + 1])];
-        bad |= (hi | lo) & 0xf0;
-        out[i] = static_cast<std::uint8_t>(hi << 4 | (lo & 0x0f));
+// The `size` bytes written as 2 × size hex digits at `text`; false when one is not a digit.
+bool read_hex(const char* text, std::size_t size, std::uint8_t* out) noexcept {
+    unsigned bad = 0;
+    for (std::size_t i = 0; i < size; ++i) {
+        const unsigned byte = high_digits[static_cast<unsigned char>(text[2 * i])] |
+                              low_digits[static_cast<unsigned char>(text[2 * i + 1])];
+        bad |= byte;
+        out[i] = static_cast<std::uint8_t>(byte);
     }
-    return bad == 0;
+    return bad < 0x100;
 }
 
 thread_local const TraceContext* innermost = nullptr;
@@ -73,15 +76,16 @@ void draw(std::mt19937_64& rng, std::array<std::uint8_t, N>& id) noexcept {
 
 std::optional<TraceParent> parse_traceparent(std::string_view text) noexcept {
     if (text.size() < traceparent_size) return std::nullopt;
+    const char* s = text.data();
     std::uint8_t version = 0;
-    if (!read_hex(text.substr(0, 2), &version) || version == 0xff) return std::nullopt;
+    if (!read_hex(s, 1, &version) || version == 0xff) return std::nullopt;
     // Version 00 is exactly 55 characters; a later one may append fields after a '-'.
     if (version == 0 ? text.size() != traceparent_size : text.size() > traceparent_size && text[traceparent_size] != '-')
         return std::nullopt;
-    if (text[2] != '-' || text[35] != '-' || text[52] != '-') return std::nullopt;
+    if (s[2] != '-' || s[35] != '-' || s[52] != '-') return std::nullopt;
     TraceParent p;
-    if (!read_hex(text.substr(3, 32), p.trace_id.data()) || !read_hex(text.substr(36, 16), p.parent_id.data()) ||
-        !read_hex(text.substr(53, 2), &p.flags))
+    if (!read_hex(s + 3, p.trace_id.size(), p.trace_id.data()) ||
+        !read_hex(s + 36, p.parent_id.size(), p.parent_id.data()) || !read_hex(s + 53, 1, &p.flags))
         return std::nullopt;
     if (detail::all_zero(p.trace_id) || detail::all_zero(p.parent_id)) return std::nullopt;
     return p;

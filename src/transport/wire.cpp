@@ -253,15 +253,19 @@ void read(Members& m, MemberState& f) {
 }
 
 // "tp" and "ts" of a Request or Cast: never a reason to refuse the frame (the receiver
-// starts a new trace). parse_frame() has read a string "tp"; one left in the document is
-// not a string.
+// starts a new trace). parse_frame() has read a plain string "tp"; any other stays in the
+// document.
 template <class F>
 void read_trace(Members& m, F& f, const ParsedTrace& parsed) {
     if (parsed.read != TraceRead::absent) {
         f.trace_read = parsed.read;
         f.trace = parsed.parent;
-    } else if (m.raw("tp")) {
-        f.trace_read = TraceRead::malformed;
+    } else if (const auto* tp = m.raw("tp")) {
+        const auto* text = tp->if_string();
+        const auto parent =
+            text && text->size() <= max_traceparent_text ? parse_traceparent(*text) : std::optional<TraceParent>();
+        f.trace_read = parent ? TraceRead::valid : TraceRead::malformed;
+        if (parent) f.trace = *parent;
     }
     if (f.trace_read != TraceRead::valid) return;
     if (const auto* ts = m.raw("ts"); ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
@@ -460,11 +464,13 @@ void write(Writer& w, const GroupLeave& f) { w.string("group", f.group); }
 template <class F>  // Request or Cast
 void write_trace(Writer& w, const F& f) {
     if (f.trace_read != TraceRead::valid) return;
-    char text[traceparent_size + 2];  // hex digits and '-' need no escaping: written quoted
-    text[0] = '"';
-    write_traceparent(f.trace, text + 1);
-    text[traceparent_size + 1] = '"';
-    w.raw("tp", std::string_view(text, sizeof text));
+    // Hex digits and '-' need no escaping: the member is written whole, in one copy.
+    constexpr std::string_view key = R"("tp":")";
+    char text[key.size() + traceparent_size + 1];
+    key.copy(text, key.size());
+    write_traceparent(f.trace, text + key.size());
+    text[sizeof text - 1] = '"';
+    w.member(std::string_view(text, sizeof text));
     if (!f.tracestate.empty() && f.tracestate.size() <= max_tracestate_size) w.string("ts", f.tracestate);
 }
 
