@@ -4,8 +4,9 @@
 
 #include "telemetry/trace_state.hpp"
 
+#include <rpclb/detail/thread_rng.hpp>
+
 #include <cstring>
-#include <random>
 
 namespace rpclb {
 namespace {
@@ -48,29 +49,6 @@ bool read_hex(const char* text, std::size_t size, std::uint8_t* out) noexcept {
 }
 
 thread_local const TraceContext* innermost = nullptr;
-
-// Ids are drawn 64 bits at a time from a generator of their own per thread (a span id is
-// one draw, a trace id two), not from the pick path's 32-bit taus88: every call draws
-// three or more. Only this file uses it, so no plugin's thread keeps a copy.
-std::mt19937_64& id_rng() {
-    thread_local std::mt19937_64 rng = [] {
-        std::random_device device;
-        std::seed_seq seed{device(), device(), device(), device(), device(), device(), device(), device()};
-        return std::mt19937_64(seed);
-    }();
-    return rng;
-}
-
-template <std::size_t N>
-void draw(std::mt19937_64& rng, std::array<std::uint8_t, N>& id) noexcept {
-    static_assert(N % 8 == 0);
-    do {
-        for (std::size_t i = 0; i < N; i += 8) {
-            const std::uint64_t word = rng();
-            std::memcpy(id.data() + i, &word, 8);
-        }
-    } while (detail::all_zero(id));
-}
 
 }  // namespace
 
@@ -125,16 +103,26 @@ TraceContext TraceContext::child_of(const TraceParent& parent, const SpanId& spa
 }
 
 SpanId new_span_id() noexcept {
+    auto& rng = detail::thread_rng();
     SpanId id;
-    draw(id_rng(), id);
+    do {
+        const std::uint32_t a = rng(), b = rng();
+        std::memcpy(id.data(), &a, 4);
+        std::memcpy(id.data() + 4, &b, 4);
+    } while (detail::all_zero(id));
     return id;
 }
 
 TraceContext new_trace(bool sampled) {
     TraceContext c;
-    auto& rng = id_rng();
-    draw(rng, c.trace_id);
-    draw(rng, c.span_id);
+    auto& rng = detail::thread_rng();
+    do {
+        for (std::size_t i = 0; i < c.trace_id.size(); i += 4) {
+            const std::uint32_t word = rng();
+            std::memcpy(c.trace_id.data() + i, &word, 4);
+        }
+    } while (detail::all_zero(c.trace_id));
+    c.span_id = new_span_id();
     c.flags = sampled ? trace_flag_sampled : 0;
     return c;
 }
