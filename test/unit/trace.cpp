@@ -256,7 +256,8 @@ BOOST_AUTO_TEST_CASE(traceparent_is_read_in_any_place_and_spelling) {
 
 BOOST_AUTO_TEST_CASE(traceparent_of_another_kind_is_malformed_and_the_rest_is_read) {
     for (const std::string tp : {"null", "true", "1.5", "[]", R"({"tp":"x"})", R"(["00-"])"}) {
-        auto decoded = wire::decode(R"({"t":"req","id":3,"m":"m","tp":)" + tp + R"(,"f":"f","a":[1],"lb":"x","ts":"a=b"})");
+        auto decoded =
+            wire::decode(R"({"t":"req","id":3,"m":"m","tp":)" + tp + R"(,"f":"f","a":[1],"lb":"x","ts":"a=b"})");
         BOOST_REQUIRE_MESSAGE(decoded, tp);
         const auto& r = std::get<wire::Request>(*decoded);
         BOOST_TEST((r.trace_read == wire::TraceRead::malformed), tp);
