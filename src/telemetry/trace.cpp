@@ -42,7 +42,7 @@ constexpr auto high_digits = hex_table(4), low_digits = hex_table(0);
 
 #if defined(__SSE2__)
 // Eight bytes as sixteen digits at a time (SSE2 is part of x86-64): every call writes and
-// reads a traceparent's 24 bytes of ids, which a byte at a time cost about 8 instructions
+// reads a traceparent's 24 bytes of ids, which a byte at a time costs about 8 instructions
 // a byte each way.
 
 // The 8 bytes written as 16 hex digits at `text` into `out`; false when one is not a digit.
