@@ -76,6 +76,13 @@ public:
         need_comma_ = true;
     }
 
+    /// A whole member, `"key":value`, written as it is: it must be valid JSON.
+    void member(std::string_view text) {
+        separate();
+        out_ += text;
+        need_comma_ = true;
+    }
+
     template <class Json>  // json::value, json::array or json::object
     void value(std::string_view key, const Json& v) {
         write_key(key);

@@ -1,18 +1,17 @@
 #include <rpclb/detail/wire.hpp>
 
 #include "json_fields.hpp"
-#include "transport/block_cache.hpp"
+#include "transport/frame_parser.hpp"
 #include "transport/json_text.hpp"
 #include "transport/wire_load.hpp"
 
-#include <boost/json/parse.hpp>
-#include <boost/json/parser.hpp>
 #include <boost/json/value.hpp>
 
 #include <algorithm>
 #include <array>
 #include <exception>
 #include <stdexcept>
+#include <type_traits>
 
 namespace rpclb::detail::wire {
 namespace {
@@ -217,22 +216,6 @@ void read(Members& m, GroupJoin& f) {
 
 void read(Members& m, GroupLeave& f) { m.string("group", f.group); }
 
-// "tp" and "ts" of a Request or Cast: never a reason to refuse the frame (the receiver
-// starts a new trace).
-template <class F>
-void read_trace(Members& m, F& f) {
-    const auto* tp = m.raw("tp");
-    if (!tp) return;
-    const auto* text = tp->if_string();
-    const auto parent =
-        text && text->size() <= max_traceparent_text ? parse_traceparent(*text) : std::optional<TraceParent>();
-    f.trace_read = parent ? TraceRead::valid : TraceRead::malformed;
-    if (!parent) return;
-    f.trace = *parent;
-    if (const auto* ts = m.raw("ts"); ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
-        f.tracestate = ts->get_string();
-}
-
 void read(Members& m, Request& f) {
     m.uint64("id", f.id);
     const bool id_read = !m.failed();
@@ -241,7 +224,6 @@ void read(Members& m, Request& f) {
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
     m.optional_uint64("to", f.timeout_ms);
-    read_trace(m, f);
     // Lets the receiver answer a malformed call with bad_request instead of dropping it.
     if (id_read) m.set_request_id(f.id);
 }
@@ -251,7 +233,6 @@ void read(Members& m, Cast& f) {
     m.string("f", f.function);
     m.array("a", f.args);
     m.optional_string("lb", f.load_balancer);
-    read_trace(m, f);
 }
 
 void read(Members& m, Bye& f) { m.optional_boolean("reply", f.reply); }
@@ -269,6 +250,26 @@ void read(Members& m, MemberState& f) {
     m.string("node", f.node);
     m.string("inc", f.incarnation);
     m.uint64("v", f.version);
+}
+
+// "tp" and "ts" of a Request or Cast: never a reason to refuse the frame (the receiver
+// starts a new trace). parse_frame() has read a plain string "tp"; any other stays in the
+// document.
+template <class F>
+void read_trace(Members& m, F& f, const ParsedTrace& parsed) {
+    if (parsed.read != TraceRead::absent) {
+        f.trace_read = parsed.read;
+        f.trace = parsed.parent;
+    } else if (const auto* tp = m.raw("tp")) {
+        const auto* text = tp->if_string();
+        const auto parent =
+            text && text->size() <= max_traceparent_text ? parse_traceparent(*text) : std::optional<TraceParent>();
+        f.trace_read = parent ? TraceRead::valid : TraceRead::malformed;
+        if (parent) f.trace = *parent;
+    }
+    if (f.trace_read != TraceRead::valid) return;
+    if (const auto* ts = m.raw("ts"); ts && ts->is_string() && ts->get_string().size() <= max_tracestate_size)
+        f.tracestate = ts->get_string();
 }
 
 // What drop_non_finite_load() puts in place of an "ld" holding a non-finite number.
@@ -302,18 +303,19 @@ void read(Members& m, Response& f) {
 }
 
 template <class T>
-Decoded decode_as(json::object& obj) {
+Decoded decode_as(json::object& obj, const ParsedTrace& trace) {
     std::optional<DecodeError> error;
     Members m(obj, frame_name<T>, error);
     T frame;
     read(m, frame);
+    if constexpr (std::is_same_v<T, Request> || std::is_same_v<T, Cast>) read_trace(m, frame, trace);
     if (error) return Decoded(boost::system::in_place_error, std::move(*error));
     return Decoded(boost::system::in_place_value, std::in_place_type<T>, std::move(frame));
 }
 
 struct FrameType {
     std::string_view name;
-    Decoded (*decode)(json::object&);
+    Decoded (*decode)(json::object&, const ParsedTrace&);
 };
 
 // One entry per Frame alternative, in variant order, so `frame_types[frame.index()]`
@@ -329,23 +331,6 @@ constexpr auto frame_types = make_frame_types(std::make_index_sequence<std::vari
 
 DecodeError decode_error(DecodeErrorKind kind, std::string message) {
     return DecodeError{kind, std::move(message), std::nullopt};
-}
-
-// json::parse with a parser kept per thread: a parser gathers a string on its own stack and
-// keeps that memory across reset() (a fresh one mapped and unmapped a 128 KiB stack per
-// 64 KiB string). The stack holds 24 bytes per value, so only texts up to reuse_limit use
-// the thread's parser (at most about 1.2 MiB kept); larger ones get their own. Same options
-// and errors as json::parse. A text of BlockCache::min_block bytes or more is decoded into
-// the process's BlockCache (block_cache.hpp), the only place blocks that large are kept.
-json::value parse(std::string_view text, boost::system::error_code& ec) {
-    constexpr std::size_t reuse_limit = 96 * 1024;
-    json::storage_ptr storage = text.size() >= BlockCache::min_block ? BlockCache::storage() : json::storage_ptr();
-    if (text.size() > reuse_limit) return json::parse(text, ec, std::move(storage));
-    thread_local json::parser parser;
-    parser.reset(std::move(storage));
-    parser.write(text, ec);
-    if (ec) return nullptr;
-    return parser.release();
 }
 
 // The head this codec writes for a frame of type `type`, up to the digits of its id
@@ -395,7 +380,8 @@ Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
                            peek_frame_id(text, "req")};
 
     boost::system::error_code ec;
-    json::value doc = parse(text, ec);
+    ParsedTrace trace;
+    json::value doc = parse_frame(text, trace, ec);
     if (ec) return decode_error(DecodeErrorKind::bad_json, "invalid JSON: " + ec.message());
     if (!json_fields::all_finite(doc) && !drop_non_finite_load(doc))
         return decode_error(DecodeErrorKind::bad_json, "invalid JSON: a number is too large for a double");
@@ -412,7 +398,7 @@ Decoded decode_unchecked(std::string_view text, std::size_t max_size) {
                             "frame member \"t\" must be a string (got " + std::string(describe(*t)) +
                                 ")");
     for (const auto& ft : frame_types)
-        if (ft.name == *type) return ft.decode(*obj);
+        if (ft.name == *type) return ft.decode(*obj, trace);
 
     // A hostile peer controls the name; keep log lines bounded.
     constexpr std::size_t max_shown = 64;
@@ -478,11 +464,13 @@ void write(Writer& w, const GroupLeave& f) { w.string("group", f.group); }
 template <class F>  // Request or Cast
 void write_trace(Writer& w, const F& f) {
     if (f.trace_read != TraceRead::valid) return;
-    char text[traceparent_size + 2];  // hex digits and '-' need no escaping: written quoted
-    text[0] = '"';
-    write_traceparent(f.trace, text + 1);
-    text[traceparent_size + 1] = '"';
-    w.raw("tp", std::string_view(text, sizeof text));
+    // Hex digits and '-' need no escaping: the member is written whole, in one copy.
+    constexpr std::string_view key = R"("tp":")";
+    char text[key.size() + traceparent_size + 1];
+    key.copy(text, key.size());
+    write_traceparent(f.trace, text + key.size());
+    text[sizeof text - 1] = '"';
+    w.member(std::string_view(text, sizeof text));
     if (!f.tracestate.empty() && f.tracestate.size() <= max_tracestate_size) w.string("ts", f.tracestate);
 }
 

@@ -6,6 +6,8 @@
 #include <rpclb/trace.hpp>
 #include <rpclb/detail/wire.hpp>
 
+#include <boost/json/serialize.hpp>
+
 #include <set>
 #include <string>
 #include <vector>
@@ -228,6 +230,76 @@ BOOST_AUTO_TEST_CASE(cast_carries_traceparent_and_tracestate_like_a_request) {
     auto none = wire::decode(R"({"t":"cast","m":"m","f":"f","a":[]})");
     BOOST_REQUIRE(none);
     BOOST_TEST((std::get<wire::Cast>(*none).trace_read == wire::TraceRead::absent));
+}
+
+// The parser reads a top-level string "tp" as it goes (src/transport/frame_parser.hpp):
+// the frame around it must read as if it were in the document.
+BOOST_AUTO_TEST_CASE(traceparent_is_read_in_any_place_and_spelling) {
+    const auto expected = *rpclb::parse_traceparent(example);
+    const std::string escaped_value = "\\u0030" + example.substr(1);  // \u0030 is '0'
+    for (const std::string frame : {
+             R"({"tp":")" + example + R"(","t":"req","id":1,"m":"m","f":"f","a":[],"lb":"x"})",
+             R"({"t":"req","id":1,"tp":")" + example + R"(","m":"m","f":"f","a":[],"lb":"x"})",
+             R"({"t":"req","id":1,"m":"m","f":"f","a":[],"lb":"x","t\u0070":")" + example + "\"}",
+             R"({"t":"req","id":1,"m":"m","f":"f","a":[],"lb":"x","tp":")" + escaped_value + "\"}",
+             R"({"t":"req","id":1,"m":"m","f":"f","tp":"00-zz","a":[],"lb":"x","tp":")" + example + "\"}"}) {
+        auto decoded = wire::decode(frame);
+        BOOST_REQUIRE_MESSAGE(decoded, frame);
+        const auto& r = std::get<wire::Request>(*decoded);
+        BOOST_TEST((r.trace_read == wire::TraceRead::valid), frame);
+        BOOST_TEST((r.trace == expected), frame);
+        BOOST_TEST(r.id == 1u);
+        BOOST_TEST(r.module == "m");
+        BOOST_TEST(r.load_balancer == "x", frame);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(traceparent_of_another_kind_is_malformed_and_the_rest_is_read) {
+    for (const std::string tp : {"null", "true", "1.5", "[]", R"({"tp":"x"})", R"(["00-"])"}) {
+        auto decoded =
+            wire::decode(R"({"t":"req","id":3,"m":"m","tp":)" + tp + R"(,"f":"f","a":[1],"lb":"x","ts":"a=b"})");
+        BOOST_REQUIRE_MESSAGE(decoded, tp);
+        const auto& r = std::get<wire::Request>(*decoded);
+        BOOST_TEST((r.trace_read == wire::TraceRead::malformed), tp);
+        BOOST_TEST(r.tracestate.empty());
+        BOOST_TEST(r.load_balancer == "x");
+        BOOST_TEST(boost::json::serialize(r.args) == "[1]");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(traceparent_inside_the_arguments_stays_an_argument) {
+    const std::string nested = R"([{"tp":")" + example + R"(","n":[{"tp":"x"}]},"tp"])";
+    auto decoded = wire::decode(R"({"t":"req","id":1,"m":"m","f":"f","a":)" + nested + "}");
+    BOOST_REQUIRE(decoded);
+    const auto& r = std::get<wire::Request>(*decoded);
+    BOOST_TEST((r.trace_read == wire::TraceRead::absent));
+    BOOST_TEST(boost::json::serialize(r.args) == nested);
+}
+
+BOOST_AUTO_TEST_CASE(traceparent_of_a_large_frame_is_read_too) {
+    // Over the size up to which each thread keeps its parser: a parser of its own.
+    wire::Request r{9, "m", "f", {boost::json::string(200 * 1024, 'x')}, ""};
+    r.trace = *rpclb::parse_traceparent(example);
+    r.trace_read = wire::TraceRead::valid;
+    auto decoded = wire::decode(wire::encode(r));
+    BOOST_REQUIRE(decoded);
+    const auto& back = std::get<wire::Request>(*decoded);
+    BOOST_TEST((back.trace_read == wire::TraceRead::valid));
+    BOOST_TEST((back.trace == r.trace));
+    BOOST_TEST(back.args.at(0).as_string().size() == 200u * 1024);
+}
+
+BOOST_AUTO_TEST_CASE(frame_after_a_broken_one_reads_its_own_traceparent) {
+    // The thread's parser is reused: nothing of a frame that failed may leak into the next.
+    BOOST_TEST(!wire::decode(R"({"t":"req","id":1,"tp":")" + example + R"(","m":)").has_value());
+    auto decoded = wire::decode(R"({"t":"req","id":2,"m":"m","f":"f","a":[]})");
+    BOOST_REQUIRE(decoded);
+    BOOST_TEST((std::get<wire::Request>(*decoded).trace_read == wire::TraceRead::absent));
+    // Nor of one whose "tp" ended up in an answer, where it means nothing.
+    BOOST_TEST(wire::decode(R"({"t":"res","id":4,"ok":1,"tp":")" + example + "\"}").has_value());
+    decoded = wire::decode(R"({"t":"req","id":5,"m":"m","f":"f","a":[],"tp":17})");
+    BOOST_REQUIRE(decoded);
+    BOOST_TEST((std::get<wire::Request>(*decoded).trace_read == wire::TraceRead::malformed));
 }
 
 BOOST_AUTO_TEST_CASE(oversize_tracestate_is_dropped) {
