@@ -1,6 +1,7 @@
 // Whether this node itself was not running (internal, header-only, sans-I/O).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <optional>
@@ -22,21 +23,24 @@ public:
 
     PauseWatch(Clock::duration threshold, Clock::duration window) : threshold_(threshold), window_(window) {}
 
-    /// The timer is due at `due`.
-    void armed(Clock::time_point due) noexcept { due_.store(due.time_since_epoch().count(), std::memory_order_relaxed); }
+    /// The timer is due at `due`; Clock::time_point{} or earlier (time_point::min(): at
+    /// once) is no instant to be late for.
+    void armed(Clock::time_point due) noexcept {
+        due_.store(std::max(due, Clock::time_point{}).time_since_epoch().count(), std::memory_order_relaxed);
+    }
 
     /// The timer ran at `now`: a pause ends if it was late by `threshold` or more.
     void woke(Clock::time_point now) noexcept {
-        const auto late = now - due();
-        if (due() == Clock::time_point{} || late < threshold_) return;
-        pause_length_.store(late.count(), std::memory_order_relaxed);
+        const auto due = this->due();
+        if (due == Clock::time_point{} || now - due < threshold_) return;
+        pause_length_.store((now - due).count(), std::memory_order_relaxed);
         pause_end_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     }
 
     /// How long this node was not running, when it is overdue now or its pause ended less
     /// than `window` ago; nullopt otherwise.
     std::optional<Clock::duration> paused(Clock::time_point now) const noexcept {
-        if (due() != Clock::time_point{} && now - due() >= threshold_) return now - due();
+        if (const auto due = this->due(); due != Clock::time_point{} && now - due >= threshold_) return now - due;
         const Clock::time_point end{Clock::duration(pause_end_.load(std::memory_order_relaxed))};
         if (end != Clock::time_point{} && now >= end && now - end < window_)
             return Clock::duration(pause_length_.load(std::memory_order_relaxed));

@@ -23,6 +23,9 @@ BOOST_AUTO_TEST_CASE(a_timer_on_time_is_no_pause) {
     BOOST_TEST(!w.paused(t0 + 2100ms).has_value());
     w.armed({});  // not armed (no member to probe): no lateness at all
     BOOST_TEST(!w.paused(t0 + 60s).has_value());
+    w.armed(Clock::time_point::min());  // due at once: no instant to be late for
+    w.woke(t0 + 61s);
+    BOOST_TEST(!w.paused(t0 + 61s).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(an_overdue_timer_is_a_pause_as_long_as_it_is_overdue) {
