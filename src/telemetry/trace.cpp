@@ -8,10 +8,6 @@
 
 #include <cstring>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace rpclb {
 namespace {
 
@@ -40,50 +36,10 @@ constexpr std::array<std::uint16_t, 256> hex_table(int shift) {
 }
 constexpr auto high_digits = hex_table(4), low_digits = hex_table(0);
 
-#if defined(__SSE2__)
-// Eight bytes as sixteen digits at a time (SSE2 is part of x86-64): every call writes and
-// reads a traceparent's 24 bytes of ids, which a byte at a time costs about 8 instructions
-// a byte each way.
-
-// The 8 bytes written as 16 hex digits at `text` into `out`; false when one is not a digit.
-bool read_hex_8(const char* text, std::uint8_t* out) noexcept {
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(text));
-    // Unsigned: a character below '0' or 'a' wraps to 0xc0 or more, outside both ranges.
-    const __m128i digit = _mm_sub_epi8(c, _mm_set1_epi8('0'));
-    const __m128i letter = _mm_sub_epi8(c, _mm_set1_epi8('a'));
-    const __m128i is_digit = _mm_cmpeq_epi8(_mm_min_epu8(digit, _mm_set1_epi8(9)), digit);
-    const __m128i is_letter = _mm_cmpeq_epi8(_mm_min_epu8(letter, _mm_set1_epi8(5)), letter);
-    if (_mm_movemask_epi8(_mm_or_si128(is_digit, is_letter)) != 0xffff) return false;
-    const __m128i value = _mm_or_si128(_mm_and_si128(is_digit, digit),
-                                       _mm_and_si128(is_letter, _mm_add_epi8(letter, _mm_set1_epi8(10))));
-    // Each 16-bit lane holds a byte's high digit in its low half and its low digit above.
-    const __m128i bytes = _mm_or_si128(_mm_and_si128(_mm_slli_epi16(value, 4), _mm_set1_epi16(0x00f0)),
-                                       _mm_srli_epi16(value, 8));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(bytes, bytes));
-    return true;
-}
-
-// The 8 bytes at `bytes` as 16 lowercase hex digits into `out`.
-void write_hex_8(const std::uint8_t* bytes, char* out) noexcept {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes));
-    const __m128i nibble = _mm_set1_epi8(0x0f);
-    const __m128i nibbles = _mm_unpacklo_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), nibble), _mm_and_si128(b, nibble));
-    // '0' + d, and 'a' - '0' - 10 more for d above 9.
-    const __m128i letters = _mm_and_si128(_mm_cmpgt_epi8(nibbles, _mm_set1_epi8(9)), _mm_set1_epi8('a' - '0' - 10));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
-                     _mm_add_epi8(_mm_add_epi8(nibbles, _mm_set1_epi8('0')), letters));
-}
-#endif
-
 // The `size` bytes written as 2 × size hex digits at `text`; false when one is not a digit.
 bool read_hex(const char* text, std::size_t size, std::uint8_t* out) noexcept {
-    std::size_t i = 0;
-#if defined(__SSE2__)
-    for (; i + 8 <= size; i += 8)
-        if (!read_hex_8(text + 2 * i, out + i)) return false;
-#endif
     unsigned bad = 0;
-    for (; i < size; ++i) {
+    for (std::size_t i = 0; i < size; ++i) {
         const unsigned byte = high_digits[static_cast<unsigned char>(text[2 * i])] |
                               low_digits[static_cast<unsigned char>(text[2 * i + 1])];
         bad |= byte;
@@ -212,11 +168,7 @@ const TraceContext* set_innermost_trace(const TraceContext* context) noexcept {
 }
 
 void write_hex(const std::uint8_t* bytes, std::size_t size, char* out) noexcept {
-    std::size_t i = 0;
-#if defined(__SSE2__)
-    for (; i + 8 <= size; i += 8) write_hex_8(bytes + i, out + 2 * i);
-#endif
-    for (; i < size; ++i) std::memcpy(out + 2 * i, &hex_pairs[2 * bytes[i]], 2);
+    for (std::size_t i = 0; i < size; ++i) std::memcpy(out + 2 * i, &hex_pairs[2 * bytes[i]], 2);
 }
 
 TraceText::TraceText(const TraceId& trace_id, const SpanId& span_id, const SpanId* parent_id) noexcept : set(true) {
