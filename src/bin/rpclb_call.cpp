@@ -57,7 +57,7 @@ bool wait_for_cluster(rpclb::Cluster& cluster, const std::string& balancer, mill
         // the same way (a certificate or a TLS setting is wrong), so stop waiting.
         const auto stats = cluster.stats();
         const auto seeds = cluster.options().seeds.size();
-        if (nodes == 0 && (stats.cookie_refusals >= seeds || stats.tls_failures >= seeds)) return false;
+        if (nodes == 0 && seeds > 0 && (stats.cookie_refusals >= seeds || stats.tls_failures >= seeds)) return false;
         const bool members = balancer.empty() || cluster.get_members(balancer).has_value();
         if (nodes != last) {
             last = nodes;
@@ -235,7 +235,7 @@ std::string read_args_file(const std::string& path) {
 
 int main(int argc, char** argv) {
     std::string name, cookie, balancer, key, algorithm, node, log_level, module, function, args_text, args_file;
-    std::string tls_cert, tls_key, tls_ca, tls_min_version, traceparent, tracestate;
+    std::string tls_cert, tls_key, tls_ca, tls_min_version, traceparent, tracestate, discovery;
     std::vector<std::string> seeds, plugin_dirs;
     long count = 1, concurrency = 1, timeout_ms = 10000, wait_ms = 5000, retry_count = 5, retry_sleep_ms = 5000;
     long hedge_delay_ms = 0;
@@ -246,7 +246,8 @@ int main(int argc, char** argv) {
         "Joins a cluster as a client node and makes calls; prints one JSON object");
     desc.add_options()
         ("help,h", "show this help")
-        ("seed", po::value(&seeds)->composing(), "HOST:PORT of a node to join through, or dns:NAME:PORT for every address of NAME (repeatable, required)")
+        ("seed", po::value(&seeds)->composing(), "HOST:PORT of a node to join through, or dns:NAME:PORT for every address of NAME (repeatable; this or --discovery is required)")
+        ("discovery", po::value(&discovery), "etcd://HOST:PORT/PREFIX: meet every node listed there (registers nothing; doc/how-to/discovery.md)")
         ("cookie", po::value(&cookie), "shared cluster secret (default: $RPCLB_COOKIE)")
         ("balancer", po::value(&balancer), "route through this balancer")
         ("key", po::value(&key), "routing key passed to the balancer's algorithm")
@@ -296,7 +297,7 @@ int main(int argc, char** argv) {
         }
         rpclb::log::init(log_level);
         if (module.empty() || function.empty()) throw std::invalid_argument("MODULE and FUNCTION are required");
-        if (seeds.empty()) throw std::invalid_argument("at least one --seed is required");
+        if (seeds.empty() && discovery.empty()) throw std::invalid_argument("give at least one --seed, or --discovery");
         // A node logs a seed it cannot dial and keeps serving; here it is a typo to report.
         for (const auto& seed : seeds)
             if (auto problem = rpclb::detail::dial_problem(seed))
@@ -349,6 +350,7 @@ int main(int argc, char** argv) {
         options.name = name;  // empty: a unique client-<hex>@<host> (with_defaults below)
         options.client = true;
         options.seeds = seeds;
+        options.discovery = discovery;
         options.cookie = cookie;
         options.worker_threads = 1;
         for (const auto& dir : plugin_dirs) options.plugin_path.emplace_back(dir);

@@ -323,6 +323,23 @@ BOOST_FIXTURE_TEST_CASE(stopped_node_revokes_its_lease_and_a_client_node_follows
     BOOST_TEST(wait_for_connected(*client, {a->name()}, 5s));
 }
 
+// rpclb-call given only the URL meets the nodes listed there and calls through them.
+BOOST_FIXTURE_TEST_CASE(rpclb_call_finds_the_cluster_through_etcd, EtcdCluster) {
+    auto a = start("a", {});
+    auto b = start("b", {});
+    BOOST_TEST_REQUIRE(full_mesh({a.get(), b.get()}, 15s));
+    Process call(bin_dir() / "rpclb-call",
+                 {"--discovery", etcd.url(), "--balancer", "w", "--count", "4", "demo", "node"},
+                 {{"RPCLB_COOKIE", test_cookie}}, dir() / "call.log");
+    const auto status = call.wait_exit(20s);
+    BOOST_TEST_REQUIRE(status.has_value(), "rpclb-call still runs");
+    BOOST_TEST(describe_status(*status) == "exited 0", call.stderr_text());
+    const auto summary = call.wait_for_line("{", Process::Clock::now() + 2s);
+    BOOST_TEST_REQUIRE(summary.has_value(), "rpclb-call printed no summary");
+    BOOST_TEST(summary->find("\"ok\":4") != std::string::npos, *summary);
+    BOOST_TEST(etcd.listing().size() == 2u);  // it registered nothing
+}
+
 BOOST_FIXTURE_TEST_CASE(a_key_deleted_under_a_live_lease_is_put_back_within_a_second, EtcdCluster) {
     auto a = start("a", {});
     auto b = start("b", {});
