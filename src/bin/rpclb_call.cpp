@@ -261,7 +261,7 @@ int main(int argc, char** argv) {
          "when a balancer has no members: retries after the first attempt (-1 = unlimited, 0 = none)")
         ("retry-sleep", po::value(&retry_sleep_ms)->default_value(5000), "wait between those retries, milliseconds")
         ("idempotent", po::bool_switch(&idempotent),
-         "the function may run twice for one call: with --balancer, a call may be hedged (--hedge-delay or the balancer's hedging) and is sent again after its link was lost")
+         "the function may run twice for one call: with --balancer, a call may be hedged (--hedge-delay or the balancer's hedging) and is sent again after its link was lost (a function the balancer lists in hedging.idempotent_functions is so without it)")
         ("hedge-delay", po::value(&hedge_delay_ms),
          "hedge each call: another attempt after this many milliseconds without an answer, 0 = the balancer's recent p95 (needs --idempotent and --balancer)")
         ("hedge-attempts", po::value(&hedge_attempts)->default_value(2), "hedge each call (after --hedge-delay, default 0 = the balancer's recent p95) with at most this many attempts in flight, 2..5")
@@ -431,8 +431,9 @@ int main(int argc, char** argv) {
         for (const auto& [n, c] : loop.per_node()) p[n] = c;
         out["errors"] = std::move(e);
         out["per_node"] = std::move(p);
-        if (idempotent && !balancer.empty())
-            if (auto b = cluster.balancer(balancer)) {
+        // Counted when the calls may be hedged: marked by --idempotent or by the balancer.
+        if (!balancer.empty())
+            if (auto b = cluster.balancer(balancer); b && (idempotent || (*b)->marks_idempotent(module, function))) {
                 const auto s = (*b)->hedge_stats();
                 out["hedging"] = boost::json::object{{"hedged_calls", s.hedged_calls}, {"hedges", s.hedges},
                                                      {"hedge_wins", s.hedge_wins}, {"retries", s.retries},

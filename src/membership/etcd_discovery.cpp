@@ -354,7 +354,7 @@ asio::awaitable<void> EtcdDiscovery::watch(std::int64_t start_revision, std::uin
                         << (options_.address.empty() ? "watching " + options_.url.prefix + "/"
                                                      : "registered " + key_ + " = " + options_.address)
                         << " in etcd at " << options_.url.authority() << " (lease TTL " << options_.ttl.count()
-                        << " s); " << list_.nodes().size() << " other nodes listed";
+                        << " s); " << list_.nodes().size() << (list_.nodes().size() == 1 ? " other node listed" : " other nodes listed");
             }
             // This node's own key deleted, or overwritten with another value or without this
             // node's lease, while its lease lives (by hand, a restore, a tool): put it back

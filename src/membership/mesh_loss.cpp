@@ -108,7 +108,8 @@ void Mesh::peer_lost(const std::shared_ptr<Connection>& c, const LinkClose& reas
     const auto paused =
         !stopping_ && reason.kind == LinkError::timed_out ? pause_watch_.paused(now) : std::nullopt;
     if (paused && pause_watch_.first_report(now))
-        RPCLB_LOG("mesh", warning) << "this node was not running for " << std::chrono::duration<double>(*paused).count()
+        RPCLB_LOG("mesh", warning) << "this node was not running for at least "
+                                   << std::chrono::duration<double>(*paused).count()
                                    << " s (stopped, or starved of CPU): its links timed out and its members may have "
                                       "dropped it; relinking them";
     if (!stopping_)

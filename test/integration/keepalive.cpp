@@ -93,8 +93,8 @@ BOOST_AUTO_TEST_CASE(a_resumed_node_says_once_that_it_was_not_running_and_links_
     BOOST_REQUIRE(linked(*c, 4));  // both again
     const auto log = c->process().stderr_text();
     std::size_t said = 0;
-    for (auto at = log.find("this node was not running for "); at != std::string::npos;
-         at = log.find("this node was not running for ", at + 1))
+    for (auto at = log.find("this node was not running for at least "); at != std::string::npos;
+         at = log.find("this node was not running for at least ", at + 1))
         ++said;
     BOOST_TEST(said == 1u, log);
     BOOST_TEST(log.find(std::string(keepalive_timeout)) == std::string::npos, log);
