@@ -37,9 +37,10 @@ bool LoadBalancer::take_budget_token(bool retry) noexcept {
 std::optional<Hedging> LoadBalancer::call_hedging() const noexcept { return impl_->route.load()->call_hedging; }
 
 bool LoadBalancer::marks_idempotent(std::string_view module, std::string_view function) const noexcept {
+    // Most balancers list none: no load of the route on their calls.
+    if (!impl_->lists_idempotent_functions.load(std::memory_order_relaxed)) return false;
     const auto route = impl_->route.load();
     const auto& names = *route->idempotent_functions;
-    if (names.empty()) return false;
     const auto at = std::lower_bound(names.begin(), names.end(), std::pair(module, function),
                                      [](const auto& a, const auto& b) {
                                          return std::pair<std::string_view, std::string_view>(a.first, a.second) < b;
@@ -57,6 +58,7 @@ void LoadBalancer::Impl::adopt_hedging(const HedgingPolicy& policy) {
         names.emplace_back(name.substr(0, dot), name.substr(dot + 1));
     }
     std::sort(names.begin(), names.end());
+    lists_idempotent_functions.store(!names.empty(), std::memory_order_relaxed);
     idempotent_functions = std::make_shared<const FunctionNames>(std::move(names));
 }
 

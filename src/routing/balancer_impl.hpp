@@ -176,6 +176,7 @@ struct LoadBalancer::Impl {
     // The hedging policy new routes and the budget get, the same way. Under publish_mutex.
     HedgingPolicy hedging;
     std::shared_ptr<const FunctionNames> idempotent_functions;  // hedging's, never null
+    std::atomic<bool> lists_idempotent_functions{false};        // it is not empty
     // Sets `hedging`, the budget's rates and `idempotent_functions` (the next route's). Call
     // under publish_mutex (or in the constructor). Throws std::bad_alloc.
     void adopt_hedging(const HedgingPolicy& policy);

@@ -151,10 +151,19 @@ bool same_slow_start(const SlowStart& a, const SlowStart& b) {
     return a.window == b.window && a.aggression == b.aggression && a.min_weight_percent == b.min_weight_percent;
 }
 
+namespace {
+
+// More names than HedgingPolicy::idempotent_functions may list, or nullopt.
+std::optional<OptionProblem> too_many_functions(std::size_t n) {
+    if (n <= max_idempotent_functions) return std::nullopt;
+    return OptionProblem{"idempotent_functions", "must list at most " + std::to_string(max_idempotent_functions) +
+                                                     " functions, got " + std::to_string(n)};
+}
+
+}  // namespace
+
 std::optional<OptionProblem> check(const HedgingPolicy& h) {
-    if (h.idempotent_functions.size() > max_idempotent_functions)
-        return OptionProblem{"idempotent_functions", "must list at most " + std::to_string(max_idempotent_functions) +
-                                                         " functions, got " + std::to_string(h.idempotent_functions.size())};
+    if (auto p = too_many_functions(h.idempotent_functions.size())) return p;
     for (const auto& name : h.idempotent_functions) {
         const auto dot = name.rfind('.');
         if (dot == std::string::npos || dot == 0 || dot + 1 == name.size() || name.size() > 255)
@@ -208,9 +217,7 @@ std::optional<OptionProblem> read_hedging(const json::value& v, HedgingPolicy& o
         } else if (key == "idempotent_functions") {
             const auto* names = value.if_array();
             if (!names) return OptionProblem{std::string(key), "must be an array of \"module.function\" names" + got(value)};
-            if (names->size() > max_idempotent_functions)
-                return OptionProblem{std::string(key), "must list at most " + std::to_string(max_idempotent_functions) +
-                                                           " functions, got " + std::to_string(names->size())};
+            if (auto p = too_many_functions(names->size())) return p;  // before copying them
             policy.idempotent_functions.clear();
             for (const auto& name : *names) {
                 if (!name.is_string())
