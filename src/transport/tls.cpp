@@ -53,10 +53,15 @@ std::string openssl_reason() {
 }
 
 // A file OpenSSL is about to read: refused with strerror when it cannot be opened, so that
-// a typo reads "No such file or directory" rather than an OpenSSL "system lib".
+// a typo reads "No such file or directory" rather than an OpenSSL "system lib". Only a
+// regular file (or a link to one) is opened: a FIFO or a device could hold the reload
+// for ever.
 void readable(const char* field, const std::filesystem::path& file) {
-    if (std::error_code ec; std::filesystem::is_directory(file, ec))
-        refuse(field, quoted(file) + " is a directory, not a PEM file");
+    std::error_code ec;
+    const auto status = std::filesystem::status(file, ec);
+    if (std::filesystem::is_directory(status)) refuse(field, quoted(file) + " is a directory, not a PEM file");
+    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+        refuse(field, quoted(file) + " is not a regular file (a FIFO, a socket or a device), not a PEM file");
     std::FILE* f = std::fopen(file.c_str(), "rb");
     if (!f) refuse(field, quoted(file) + ": cannot read: " + std::generic_category().message(errno));
     std::fclose(f);

@@ -21,6 +21,8 @@
 #include <fstream>
 #include <functional>
 
+#include <sys/stat.h>
+
 using namespace rpclb::test;
 using namespace std::chrono;
 using rpclb::CallOptions;
@@ -258,6 +260,13 @@ BOOST_FIXTURE_TEST_CASE(broken_file_keeps_the_old_credentials_and_the_node_keeps
              fs::create_directory(live_a.ca());
          },
          "tls.ca \"" + live_a.ca().string() + "\" is a directory, not a PEM file"},
+        // A FIFO nobody writes to would hold a reader for ever: refused before it is opened.
+        {[&] {
+             install(live_a, "new", {"old-ca", "new-ca"});
+             fs::remove(live_a.cert());
+             BOOST_TEST_REQUIRE(::mkfifo(live_a.cert().c_str(), 0600) == 0);
+         },
+         "tls.cert \"" + live_a.cert().string() + "\" is not a regular file"},
         // Certificates peers refuse: expired, not valid yet, not from a CA of the bundle.
         {[&] { install(live_a, "expired", {"old-ca", "new-ca"}); },
          "tls.cert \"" + live_a.cert().string() + "\": the certificate expired on "},
