@@ -241,6 +241,7 @@ int main(int argc, char** argv) {
     long hedge_delay_ms = 0;
     int hedge_attempts = 2;
     bool idempotent = false;
+    bool hedged = false;  // --hedge-delay or --hedge-attempts given
     po::options_description desc(
         "rpclb-call [options] MODULE FUNCTION [JSON-ARGS]\n"
         "Joins a cluster as a client node and makes calls; prints one JSON object");
@@ -263,7 +264,7 @@ int main(int argc, char** argv) {
         ("idempotent", po::bool_switch(&idempotent),
          "the function may run twice for one call: with --balancer, a call may be hedged (--hedge-delay or the balancer's hedging) and is sent again after its link was lost (a function the balancer lists in hedging.idempotent_functions is so without it)")
         ("hedge-delay", po::value(&hedge_delay_ms),
-         "hedge each call: another attempt after this many milliseconds without an answer, 0 = the balancer's recent p95 (needs --idempotent and --balancer)")
+         "hedge each call: another attempt after this many milliseconds without an answer, 0 = the balancer's recent p95 (needs --balancer, and --idempotent unless the balancer lists the function in hedging.idempotent_functions)")
         ("hedge-attempts", po::value(&hedge_attempts)->default_value(2), "hedge each call (after --hedge-delay, default 0 = the balancer's recent p95) with at most this many attempts in flight, 2..5")
         ("traceparent", po::value(&traceparent),
          "W3C traceparent (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>): each call is a child span of it; malformed: said on stderr, and each call starts a new trace")
@@ -307,6 +308,7 @@ int main(int argc, char** argv) {
         if (balancer.empty() && node.empty()) throw std::invalid_argument("give --balancer or --node");
         if (!balancer.empty() && !node.empty())
             throw std::invalid_argument("give --balancer or --node, not both (--node calls one node directly)");
+        hedged = vm.count("hedge-delay") || !vm["hedge-attempts"].defaulted();
         if (count < 1 || count > 100'000'000) throw std::invalid_argument("--count must be in 1..100000000");
         if (concurrency < 1 || concurrency > max_concurrency)
             throw std::invalid_argument("--concurrency must be in 1.." + std::to_string(max_concurrency));
@@ -318,8 +320,7 @@ int main(int argc, char** argv) {
             throw std::invalid_argument("--retry-sleep must be in 0..4294967295 milliseconds");
         if (wait_ms < 0 || wait_ms > 4'294'967'295L)
             throw std::invalid_argument("--wait must be in 0..4294967295 milliseconds");
-        if ((vm.count("hedge-delay") || !vm["hedge-attempts"].defaulted()) && !(idempotent && !balancer.empty()))
-            throw std::invalid_argument("--hedge-delay and --hedge-attempts need --idempotent and --balancer");
+        if (hedged && balancer.empty()) throw std::invalid_argument("--hedge-delay and --hedge-attempts need --balancer");
         if (hedge_delay_ms < 0 || hedge_delay_ms > timeout_ms)
             throw std::invalid_argument("--hedge-delay must be in 0..--timeout (" + std::to_string(timeout_ms) + ") milliseconds");
         if (hedge_attempts < 2 || hedge_attempts > 5) throw std::invalid_argument("--hedge-attempts must be in 2..5");
@@ -396,6 +397,17 @@ int main(int argc, char** argv) {
                       << (retry_count < 0 ? std::string("without limit") : std::to_string(retry_count) + " times")
                       << " (--retry-count), within its --timeout (" << timeout_ms << " ms)" << std::endl;
         }
+        // Hedging needs an idempotent call: the flag, or the marking the balancer announces.
+        if (hedged && !idempotent) {
+            const auto b = cluster.balancer(balancer);
+            if (!b || !(*b)->marks_idempotent(module, function)) {
+                std::cerr << "rpclb-call: --hedge-delay and --hedge-attempts need --idempotent, or a function balancer "
+                          << balancer << " lists in hedging.idempotent_functions (it does not list " << module << "."
+                          << function << ")\n(rpclb-call --help lists the options)" << std::endl;
+                cluster.stop();
+                return 2;
+            }
+        }
 
         CallLoop::Spec spec{node, module, function, args, {}, {}, 0, {}};
         spec.options.timeout = milliseconds(timeout_ms);
@@ -406,7 +418,7 @@ int main(int argc, char** argv) {
         spec.retry_sleep = milliseconds(retry_sleep_ms);
         if (vm.count("key")) spec.options.key = key;
         spec.options.idempotent = idempotent;
-        if (vm.count("hedge-delay") || !vm["hedge-attempts"].defaulted())
+        if (hedged)
             spec.options.hedging = rpclb::Hedging{.delay = milliseconds(hedge_delay_ms), .max_attempts = hedge_attempts};
         if (vm.count("traceparent")) {
             const rpclb::TraceScope given(traceparent, tracestate);

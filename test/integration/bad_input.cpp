@@ -315,17 +315,41 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_refuses_a_bad_name_or_wait_and_prints_whole_c
     check_node_serves();
 }
 
-// rpclb-call hedges idempotent calls through a balancer (--idempotent with --hedge-delay,
-// --hedge-attempts or both) and prints the balancer's hedging counts; hedging a call that is not idempotent or not
-// balanced is a command-line error.
+// rpclb-call hedges idempotent calls through a balancer (--idempotent, or a function the
+// balancer marks, with --hedge-delay, --hedge-attempts or both) and prints the balancer's
+// hedging counts; hedging a call that is neither or not balanced is a command-line error.
 BOOST_FIXTURE_TEST_CASE(rpclb_call_hedges_idempotent_calls_and_refuses_other_hedging, RawNode) {
     auto run = run_call(*this, *a, {"--hedge-delay", "5", "demo", "echo"}, "call-hedge-node.log");
     BOOST_TEST(run.status == 2);
-    BOOST_TEST(run.err.find("--hedge-delay and --hedge-attempts need --idempotent and --balancer") != std::string::npos,
-               run.err);
-    auto b = start_node({.name = "b", .seeds = {a->address()}, .balancers = {"w=round_robin"}});
+    BOOST_TEST(run.err.find("--hedge-delay and --hedge-attempts need --balancer") != std::string::npos, run.err);
+    // Balancer m lists demo.sleep in hedging.idempotent_functions, not demo.echo.
+    const auto config = dir() / "marks.json";
+    std::ofstream(config) << R"({"balancers": [{"name": "m", "algorithm": "round_robin",
+                                 "hedging": {"idempotent_functions": ["demo.sleep"]}}]})";
+    auto b = start_node({.name = "b",
+                         .seeds = {a->address()},
+                         .balancers = {"w=round_robin"},
+                         .extra_args = {"--config", config.string()}});
     run = run_call(*this, *b, {"--balancer", "w", "--hedge-attempts", "3", "demo", "echo"}, "call-hedge-plain.log");
     BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("need --idempotent, or a function balancer w lists in hedging.idempotent_functions") !=
+                   std::string::npos,
+               run.err);
+    BOOST_TEST(run.summary.is_null());  // no call was made
+    run = run_call(*this, *b, {"--balancer", "m", "--hedge-delay", "1", "demo", "echo"}, "call-hedge-unmarked.log");
+    BOOST_TEST(run.status == 2);
+    BOOST_TEST(run.err.find("(it does not list demo.echo)") != std::string::npos, run.err);
+    // A function the balancer marks is hedged with no --idempotent, and its counts printed.
+    run = run_call(*this, *b, {"--balancer", "m", "--hedge-delay", "1", "--count", "20", "demo", "sleep", "[3]"},
+                   "call-hedge-marked.log");
+    BOOST_TEST(run.status == 0, run.err);
+    BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
+    BOOST_TEST(run.summary.as_object().at("hedging").at("hedged_calls").to_number<int>() == 20, run.err);
+    // Marked, not hedged by rpclb-call: the balancer's counts are printed all the same.
+    run = run_call(*this, *b, {"--balancer", "m", "--count", "5", "demo", "sleep", "[1]"}, "call-marked.log");
+    BOOST_TEST(run.status == 0, run.err);
+    BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
+    BOOST_TEST(run.summary.as_object().contains("hedging"), run.err);
     run = run_call(*this, *b, {"--balancer", "w", "--idempotent", "--hedge-delay", "1", "--hedge-attempts", "6", "demo", "echo"},
                    "call-hedge-six.log");
     BOOST_TEST(run.status == 2);
