@@ -335,7 +335,11 @@ asio::awaitable<void> EtcdDiscovery::watch(std::int64_t start_revision, std::uin
         try {
             co_await http::async_read_some(stream, buffer, parser, use_awaitable);
         } catch (const boost::system::system_error& e) {
-            throw Failure(bad.empty() ? what + ": " + e.code().message() : bad);
+            if (!bad.empty()) throw Failure(bad);
+            // Beast's "partial message" (or end of stream): etcd closed the stream midway.
+            if (e.code() == http::error::partial_message || e.code() == http::error::end_of_stream)
+                throw Failure(what + ": etcd closed the watch stream (stopped or restarted?)");
+            throw Failure(what + ": " + e.code().message());
         }
         if (generation != generation_) co_return;
         for (const auto& m : messages) {

@@ -420,6 +420,14 @@ BOOST_AUTO_TEST_CASE(node_keeps_serving_while_etcd_is_down_and_registers_once_it
     BOOST_TEST(a->log_count(warning) == 1u);
     auto r = client->call(a->name(), "demo", "node", {}, {});
     BOOST_TEST(r.has_value());
+
+    // etcd killed under the watch: the warning says etcd closed the stream, and a serves on.
+    BOOST_TEST(WIFSIGNALED(etcd.process().kill()));
+    BOOST_TEST(eventually([&] { return a->log_count(warning) == 2u; }, 10s), a->log());
+    BOOST_TEST(a->log_contains("etcd closed the watch stream"), a->log());
+    BOOST_TEST(!a->log_contains("partial message"), a->log());
+    r = client->call(a->name(), "demo", "node", {}, {});
+    BOOST_TEST(r.has_value());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
