@@ -368,8 +368,13 @@ void Mesh::on_established(const std::shared_ptr<Connection>& c) {
         known_[peer.node] = KnownNode{peer, 0};
     }
     view_changed_ = true;
-    RPCLB_LOG("mesh", info) << "connected to " << peer.node << (peer.client ? " (client)" : "")
-                            << " incarnation " << peer.incarnation;
+    // Two nodes that dialled each other at once keep one of the two links: the node was
+    // connected already, and the second link is said once, at debug.
+    if (replaced && !displaced)
+        RPCLB_LOG("mesh", debug) << "kept the other of two crossed links to " << peer.node;
+    else
+        RPCLB_LOG("mesh", info) << "connected to " << peer.node << (peer.client ? " (client)" : "")
+                                << " incarnation " << peer.incarnation;
     if (on_linked_) on_linked_(peer.node);
     // A node heard of already learnt the cluster from whoever heard of it first, and the
     // others were told about it then; a new one (or one lost and linked again) is sent
