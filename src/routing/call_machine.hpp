@@ -144,6 +144,8 @@ public:
     /// Whether the call may run more than once: Config::idempotent, or its balancer marks
     /// its function so (known once the first attempt is picked).
     bool idempotent() const noexcept { return idempotent_; }
+    /// Config::call_directly: the call runs on this node, in one attempt, without a pick.
+    bool call_directly() const noexcept { return config_.call_directly; }
     /// The call's deadline (time_point::max() for a cast, or before start).
     Clock::time_point deadline() const noexcept { return deadline_; }
     /// The member of pick `slot`, once picked.

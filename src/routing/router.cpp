@@ -230,7 +230,7 @@ private:
         const auto here = [&] { picked(slot, {}, {.member = self}, on_caller_thread); };
         if (spec_.filter) return pick_filtered(slot, on_caller_thread);
         if (spec_.options.load_balancer.empty()) return picked(slot, {}, {.member = spec_.node}, on_caller_thread);
-        if (spec_.options.call_directly.value_or(router_->options().call_directly)) return here();
+        if (machine_.call_directly()) return here();
         auto b = router_->balancers().route(spec_.options.load_balancer);
         if (!b) return no_route(slot, std::move(b.error()));
         if ((*b)->local()) return here();
@@ -395,7 +395,7 @@ private:
 
     // A request to another node; `done` gets its outcome (at once when not connected).
     // On a blocking caller's thread it goes on a call channel when one can be had, and
-    // `done` runs here. The request carries the time left to `deadline`.
+    // `done` runs here. The request carries the time left to `deadline` (wire_timeout_ms).
     void send_call(int slot, const std::string& target, boost::json::array args, const std::string& lb,
                    bool on_caller_thread, Clock::time_point deadline, const SpanId& span,
                    std::function<void(RequestOutcome)> done) {
@@ -404,23 +404,18 @@ private:
         auto c = router_->mesh().connection_to(target);
         if (!c) return done(unreachable(target));
         auto request = traced(wire::Request{0, spec_.module, spec_.function, std::move(args), lb}, span);
-        // What is left, rounded up to the millisecond (so the first attempt gets the whole
-        // timeout, and a 1 ms call whose channel dial failed still goes out on the link).
-        const auto left = [&] { return std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()); };
-        auto timeout = left();
         // A call made by a handler serving another node's call goes on the link, where it
         // can be cancelled when that call's caller gives up (start()).
         const auto* parent = on_caller_thread ? CallScope::current() : nullptr;
         if (on_caller_thread && !(parent && parent->abandonable())) {
-            if (auto result = router_->channels().call(*c, request, timeout)) return done(std::move(*result));
-            timeout = left();
-            if (timeout.count() <= 0) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
+            if (auto result = router_->channels().call(*c, request, deadline)) return done(std::move(*result));
+            if (deadline <= Clock::now()) return done(call_failure(Failure::timeout, target, spec_.module, spec_.function));
         }
         // Once the node closes its connections (its channels stop with them, so the channel
         // above gave way), a request could be queued on a connection whose strand no thread
         // runs any more, and never complete.
         if (router_->sending_stopped()) return done(machine_.stopping_error());
-        if (const auto id = c->request(std::move(request), timeout, std::move(done))) sent_on(slot, c, id);
+        if (const auto id = c->request(std::move(request), deadline, std::move(done))) sent_on(slot, c, id);
     }
 
     // A cast to another node: queued, or an error at once. A draining target still runs

@@ -26,17 +26,16 @@ CallChannels::CallChannels(const ConnectionSettings& settings, bool enabled)
 CallChannels::~CallChannels() { stop(); }
 
 std::optional<RequestOutcome> CallChannels::call(const Connection& link, wire::Request& request,
-                                                 std::chrono::milliseconds timeout) {
+                                                 Clock::time_point deadline) {
     if (!enabled_ || !link.peer_accepts_channels() || link.going_away()) return std::nullopt;
     for (const auto& arg : request.args)
         if (!json_fields::all_finite(arg)) return std::nullopt;  // the link refuses it unsent
     const auto now = Clock::now();
-    const auto deadline = deadline_after(now, timeout);
+    if (deadline <= now) return std::nullopt;
     // A channel is only a faster road: dialling one may take a quarter of the call's time
-    // at most (never longer than a handshake may), and the caller sends on the mesh link
-    // with what is left when it fails.
-    const auto dial_limit = std::min<std::chrono::milliseconds>(
-        timeout / 4, std::chrono::duration_cast<std::chrono::milliseconds>(settings_.handshake_timeout));
+    // left at most (never longer than a handshake may), and the caller sends on the mesh
+    // link with what is left when it fails.
+    const auto dial_limit = std::min<Clock::duration>((deadline - now) / 4, settings_.handshake_timeout);
     auto channel = take(link, now + dial_limit);
     if (!channel) return std::nullopt;
     // Once the peer has said bye on the link it may close its channels at any moment: the
@@ -47,8 +46,7 @@ std::optional<RequestOutcome> CallChannels::call(const Connection& link, wire::R
     }
     request.id = next_id_.fetch_add(1, std::memory_order_relaxed);
     // The peer starts no handler for it after this long (RpcServer::run_unless_expired).
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    request.timeout_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(left.count(), 0));
+    request.timeout_ms = wire_timeout_ms(deadline, Clock::now());
     auto frame = wire::encode(request, std::move(channel->frame));
     if (frame.size() > settings_.max_message_size) {  // the link fails it with bad_request
         give_back(std::move(channel));

@@ -25,7 +25,7 @@ namespace rpclb::detail {
 /// blocking call writes its request and reads its answer on the calling thread (no
 /// hand-off to a network thread and back). doc/architecture.md "Threads" gives the rules.
 ///
-/// A channel is dialled on first use (a quarter of the call's timeout at most), used by
+/// A channel is dialled on first use (a quarter of the call's time left at most), used by
 /// one call at a time and pooled for the next; a call that fails on it leaves it broken,
 /// and it is closed. It has no keep-alive of its own: it lives while the pair's mesh link
 /// does (drop()).
@@ -53,11 +53,11 @@ public:
 
     /// Sends `request` to the node at the other end of the mesh link `link` on one of its
     /// channels and waits, on the calling thread, for the outcome (what Connection::request
-    /// would complete with, within `timeout` of now). nullopt when no channel could be had
-    /// (class comment): `request` is then unsent and its arguments untouched. Never call
-    /// it from a network thread.
+    /// would complete with, by `deadline`). nullopt when no channel could be had (class
+    /// comment) or the deadline has passed: `request` is then unsent and its arguments
+    /// untouched. Never call it from a network thread.
     std::optional<RequestOutcome> call(const Connection& link, wire::Request& request,
-                                       std::chrono::milliseconds timeout);
+                                       std::chrono::steady_clock::time_point deadline);
 
     /// Runs on a blocking caller's thread when a channel broke under its call (the peer's
     /// end reset or ended it without a WebSocket close while its link had not said bye):

@@ -359,7 +359,7 @@ Result<void> Connection::cast(wire::Cast cast) {
     return {};
 }
 
-std::uint64_t Connection::request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done) {
+std::uint64_t Connection::request(wire::Request request, Clock::time_point deadline, ResponseHandler done) {
     // Encoding happens on the caller's thread, off the connection's strand.
     if (auto error = not_json("request", request.args, peer().node, request.module, request.function))
         return done(std::move(*error)), 0;
@@ -368,14 +368,11 @@ std::uint64_t Connection::request(wire::Request request, std::chrono::millisecon
     if (closed() || going_away()) return done(unsent(peer().node, request.module, request.function)), 0;
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
     request.id = id;
-    // The peer starts no handler for it after this long (RpcServer::run_unless_expired),
-    // reading it as this side does (deadline_after: a huge timeout is none).
-    request.timeout_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0));
+    // The peer starts no handler for it after this long (RpcServer::run_unless_expired).
+    request.timeout_ms = wire_timeout_ms(deadline, Clock::now());
     auto frame = wire::encode(request, spares_.take());
     if (auto error = admit("request", frame.size(), request.module, request.function))
         return done(std::move(*error)), 0;
-    // The deadline counts from here, before the hop to the strand.
-    const auto deadline = deadline_after(Clock::now(), timeout);
     Call call{std::move(done), deadline, std::move(request.module), std::move(request.function)};
     asio::dispatch(ws_.get_executor(),
                    [self = shared_from_this(), id, frame = std::move(frame), call = std::move(call)]() mutable {

@@ -73,15 +73,16 @@ public:
     /// connected") once the connection has closed.
     Result<void> cast(wire::Cast cast);
 
-    /// Sends a request and completes `done` with its response, `request_timeout` after
-    /// `timeout`, or `service_unavailable` when the connection closes first or, at once,
+    /// Sends a request and completes `done` with its response, `request_timeout` at
+    /// `deadline` (the request carries the time left: wire_timeout_ms), or `service_unavailable` when the connection closes first or, at once,
     /// when the send queue is full (Failure::overloaded). A request refused unsent because
     /// the connection had closed or the peer had said bye fails with Failure::no_connection
     /// and LinkError::not_connected (RequestOutcome::never_sent()); one that was queued and
     /// then lost its connection fails with the close's LinkError. Either way
     /// `details.reason` is that LinkError's text. Any thread. Returns the request's id
     /// (for cancel_request), 0 when it failed at once.
-    std::uint64_t request(wire::Request request, std::chrono::milliseconds timeout, ResponseHandler done);
+    std::uint64_t request(wire::Request request, std::chrono::steady_clock::time_point deadline,
+                          ResponseHandler done);
     /// Tells the peer this node gave up request `id` ("cancel"), when the peer reads
     /// cancels and the link is open; `done` of the request still runs with its answer (the
     /// peer answers one it did not start at once). Any thread.

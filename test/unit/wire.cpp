@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE wire
 #include <boost/test/unit_test.hpp>
 
+#include <rpclb/detail/deadline.hpp>
 #include <rpclb/detail/wire.hpp>
 
 #include <boost/json/parse.hpp>
@@ -547,6 +548,22 @@ BOOST_AUTO_TEST_CASE(load_pong_round_trips_and_refuses_garbage) {
         BOOST_TEST_REQUIRE(r.has_value(), bad);
         BOOST_TEST(!r->has_value(), bad);
     }
+}
+
+// A request carries the time left to its call's deadline, rounded up to the millisecond,
+// and the serving node reads back the same deadline (or none, for a call without one).
+BOOST_AUTO_TEST_CASE(a_deadline_travels_as_the_milliseconds_left_and_is_read_back) {
+    using namespace std::chrono;
+    using rpclb::detail::deadline_after;
+    using rpclb::detail::wire_timeout_ms;
+    const auto now = steady_clock::now();
+    BOOST_TEST(wire_timeout_ms(now - 1ms, now) == 0u);
+    BOOST_TEST(wire_timeout_ms(now, now) == 0u);
+    BOOST_TEST(wire_timeout_ms(now + 1500us, now) == 2u);
+    BOOST_TEST(wire_timeout_ms(now + 250ms, now) == 250u);
+    BOOST_TEST((deadline_after(now, wire_timeout_ms(now + 250ms, now)) == now + 250ms));
+    BOOST_TEST((deadline_after(now, wire_timeout_ms(steady_clock::time_point::max(), now)) ==
+                steady_clock::time_point::max()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
