@@ -17,7 +17,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -370,6 +372,33 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_hedges_idempotent_calls_and_refuses_other_hed
     BOOST_TEST(run.status == 0, run.err);
     BOOST_TEST_REQUIRE(run.summary.is_object(), run.err);
     BOOST_TEST(run.summary.as_object().at("hedging").at("hedged_calls").to_number<int>() == 10);
+    check_node_serves();
+}
+
+// Calls that wait for an empty balancer look again on one timer thread: thousands of
+// retries a second leave rpclb-call's memory map as it was (a thread per retry, kept until
+// exit, ran the process out of mappings after some 32,000).
+BOOST_FIXTURE_TEST_CASE(rpclb_call_retries_for_an_empty_balancer_without_a_thread_each, RawNode) {
+    Process call(bin_dir() / "rpclb-call",
+                 {"--seed", a->address(), "--balancer", "nosuch", "--count", "1000000", "--concurrency", "50",
+                  "--retry-sleep", "5", "--wait", "0", "demo", "node"},
+                 {{"RPCLB_COOKIE", test_cookie}}, dir() / "call-retry-storm.log");
+    const auto mappings = [&] {
+        std::ifstream maps("/proc/" + std::to_string(call.pid()) + "/maps");
+        return std::count(std::istreambuf_iterator<char>(maps), std::istreambuf_iterator<char>(), '\n');
+    };
+    const auto looked_again = [&] { return call.stderr_text().find("looking again") != std::string::npos; };
+    BOOST_TEST_REQUIRE(eventually(looked_again, 10s), call.stderr_text());
+    const auto before = mappings();
+    const auto lines = [&] {
+        const auto text = call.stderr_text();
+        return std::count(text.begin(), text.end(), '\n');
+    };
+    const auto retried = lines();
+    BOOST_TEST_REQUIRE(eventually([&] { return lines() > retried + 3000; }, 20s), "fewer retries than expected");
+    BOOST_TEST(mappings() < before + 100, "mappings grew from " << before << " to " << mappings());
+    BOOST_TEST(call.signal(SIGKILL));
+    BOOST_TEST(call.wait_exit(5s).has_value());
     check_node_serves();
 }
 
