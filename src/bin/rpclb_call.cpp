@@ -194,7 +194,7 @@ private:
         std::lock_guard lock(mutex_);
         std::cerr << "rpclb-call: call " << slot.number << ": balancer " << spec_.options.load_balancer
                   << " has no members; looking again in " << spec_.retry_sleep.count() << " ms (retry "
-                  << slot.retries << (spec_.retry_count < 0 ? std::string() : " of " + std::to_string(spec_.retry_count))
+                  << slot.retries << (spec_.retry_count < 0 ? std::string() : " of at most " + std::to_string(spec_.retry_count))
                   << ")" << std::endl;
         retries_.after(spec_.retry_sleep, [this, &slot] { attempt(slot); });
         return true;

@@ -36,10 +36,22 @@ struct Failure : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-std::string clipped(std::string text) {
+// At most 300 bytes of what etcd sent, for a log line: control bytes and bytes that are
+// not ASCII written as \xNN, so that none cuts the line or hides what came.
+std::string clipped(std::string_view text) {
     constexpr std::size_t most = 300;
-    if (text.size() > most) text = text.substr(0, most) + "...";
-    return text;
+    std::string shown;
+    for (const char c : text.substr(0, most)) {
+        const auto b = static_cast<unsigned char>(c);
+        if (b >= 0x20 && b < 0x7f) {
+            shown += c;
+        } else {
+            static constexpr char hex[] = "0123456789abcdef";
+            shown += {'\\', 'x', hex[b >> 4], hex[b & 15]};
+        }
+    }
+    if (text.size() > most) shown += "...";
+    return shown;
 }
 
 // An answer's JSON, or Failure naming `what` when it is an error answer or not JSON.
@@ -232,7 +244,7 @@ asio::awaitable<void> EtcdDiscovery::keep_alive(std::uint64_t generation) {
             if (generation != generation_) co_return;
             if (parsed("POST /v3/lease/keepalive", answer, etcd::parse_keepalive) <= 0)
                 throw Failure("lease " + std::to_string(lease_) + " expired before it was renewed (etcd was out of "
-                              "reach for longer than its TTL, " + std::to_string(options_.ttl.count()) + " s)");
+                              "reach, or this node was not running, for longer than its TTL, " + std::to_string(options_.ttl.count()) + " s)");
         }
         if (watching_) working();
     }

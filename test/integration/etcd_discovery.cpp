@@ -185,7 +185,10 @@ std::string key_of(const Node& node) { return prefix + "/" + node.name(); }
 // It counts grants and revokes. Its thread is joined with it.
 class MalformedWatchEtcd {
 public:
-    MalformedWatchEtcd() : acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    /// `garbage_grant`: a lease grant is answered with bytes that are not JSON, the first
+    /// two a NUL and 0xff.
+    explicit MalformedWatchEtcd(bool garbage_grant = false)
+        : acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}), garbage_grant_(garbage_grant) {
         port_ = acceptor_.local_endpoint().port();
         thread_ = std::thread([this] { serve(); });
     }
@@ -218,7 +221,9 @@ private:
             if (ec) continue;
             const auto target = std::string(request.target());
             std::string body = R"({"header":{"revision":"5"}})";
-            if (target == "/v3/lease/grant")
+            if (target == "/v3/lease/grant" && garbage_grant_)
+                ++grants_, body = std::string("\0\xffnot json", 10);
+            else if (target == "/v3/lease/grant")
                 body = R"({"header":{"revision":"5"},"ID":")" + std::to_string(1000 + ++grants_) + R"(","TTL":"9"})";
             else if (target == "/v3/lease/revoke")
                 ++revokes_;
@@ -246,6 +251,7 @@ private:
     boost::asio::io_context ioc_;
     boost::asio::ip::tcp::acceptor acceptor_;
     unsigned short port_ = 0;
+    const bool garbage_grant_;
     std::atomic<bool> stop_{false};
     std::atomic<int> grants_{0};
     std::atomic<int> revokes_{0};
@@ -399,6 +405,17 @@ BOOST_AUTO_TEST_CASE(a_malformed_watch_stream_is_an_outage_that_backs_off_and_wa
     BOOST_TEST(a->log_contains("field \"key\" is not base64"));
     BOOST_TEST(a->log_count(warning) == 1u);
     BOOST_TEST(!a->log_contains("answers again"));
+}
+
+// An answer that is not JSON is quoted in the warning with its control bytes and bytes
+// past ASCII as \xNN, so the quote is never empty or cut.
+BOOST_AUTO_TEST_CASE(an_answer_that_is_not_json_is_quoted_with_its_bytes_escaped) {
+    Harness h;
+    MalformedWatchEtcd etcd(true);
+    auto a = h.start_node({.name = "a", .balancers = {"w=round_robin"}, .extra_args = {"--discovery", etcd.url()}});
+    BOOST_TEST(eventually([&] { return a->log_contains("the node keeps serving and dialling the nodes it knows"); }, 10s),
+               a->log());
+    BOOST_TEST(a->log_contains("with an answer that is not JSON: \\x00\\xffnot json"), a->log());
 }
 
 BOOST_AUTO_TEST_CASE(node_keeps_serving_while_etcd_is_down_and_registers_once_it_is_up) {
