@@ -296,9 +296,13 @@ private:
     // its name, or it stops (it cleared its balancers and groups itself).
     void no_route(int slot, ErrorMessage why) {
         if (!why.is(Failure::no_members) && !why.is(Failure::no_matching_node)) return pick_failed(slot, std::move(why), false);
-        if (auto refused_by = router_->mesh().shut_out())
-            return pick_failed(slot, cookie_refused_error(*refused_by, router_->options().name, spec_.module, spec_.function),
-                               false);
+        if (auto refused_by = router_->mesh().shut_out()) {
+            // A balancer's error: it names the balancer (as `why` does), not a node.
+            auto e = cookie_refused_error(*refused_by, {}, spec_.module, spec_.function);
+            e.details.erase("node");
+            if (const auto* lb = why.details.if_contains("load_balancer")) e.details["load_balancer"] = *lb;
+            return pick_failed(slot, std::move(e), false);
+        }
         if (auto lost = router_->mesh().name_lost()) return pick_failed(slot, name_taken_error(*lost), false);
         if (router_->stopping()) return pick_failed(slot, machine_.stopping_error(), false);
         pick_failed(slot, std::move(why), true);

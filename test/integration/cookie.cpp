@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE cookie
 #include <boost/test/unit_test.hpp>
 
+#include <boost/json/serialize.hpp>
+
 #include "support/node.hpp"
 #include "support/port.hpp"
 #include "support/raw_peer.hpp"
@@ -151,6 +153,9 @@ BOOST_FIXTURE_TEST_CASE(client_with_wrong_cookie_is_refused_once_and_fails_fast,
     BOOST_TEST(r.error().is(rpclb::Failure::cookie_refused));
     BOOST_TEST(r.error().message == "cookie refused by " + a->name() + " (the cookies differ)");
     BOOST_TEST(r.error().details.at("refused_by").as_string() == a->name());
+    // A balancer's error: it names the balancer, not the calling node.
+    BOOST_TEST(r.error().details.at("load_balancer").as_string() == "w");
+    BOOST_TEST(!r.error().details.contains("node"), boost::json::serialize(r.error().to_json()));
     const auto direct = stranger->call(a->name(), "demo", "node", {}, {.timeout = 2s});
     BOOST_TEST_REQUIRE(!direct.has_value());
     BOOST_TEST(direct.error().is(rpclb::Failure::cookie_refused));
