@@ -100,7 +100,7 @@ struct HedgingPolicy {
     /// idempotent without CallOptions::idempotent (gRPC's per-method retry and hedging
     /// policy): they are hedged as `calls` says, or as the call's own CallOptions::hedging,
     /// and retried after a lost link, within the budget. Each name has a non-empty module
-    /// and function of printable characters, at most 255 bytes; at most 1,000 names.
+    /// and function of printable characters, at most 255 bytes; at most 1,000 names, none twice.
     /// Default: none.
     std::vector<std::string> idempotent_functions;
 };

@@ -172,6 +172,10 @@ std::optional<OptionProblem> check(const HedgingPolicy& h) {
                                      name.substr(0, 255) + "\""};
         if (auto p = check_printable("idempotent_functions", name)) return p;
     }
+    auto sorted = h.idempotent_functions;
+    std::sort(sorted.begin(), sorted.end());
+    if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
+        return OptionProblem{"idempotent_functions", "lists \"" + *twice + "\" twice"};
     if (h.calls) {
         if (auto p = check_duration("delay_ms", h.calls->delay, true)) return p;
         if (h.calls->max_attempts < 2 || h.calls->max_attempts > 5)

@@ -367,6 +367,8 @@ BOOST_AUTO_TEST_CASE(a_bad_policy_fails_the_balancers_start_naming_the_option) {
                           Case{{.idempotent_functions = {"t."}}, "hedging.idempotent_functions"},
                           Case{{.idempotent_functions = {".work"}}, "hedging.idempotent_functions"},
                           Case{{.idempotent_functions = {"t.w\x01"}}, "hedging.idempotent_functions"},
+                          Case{{.idempotent_functions = {"t.work", "u.run", "t.work"}},
+                               "hedging.idempotent_functions lists \"t.work\" twice"},
                           Case{{.idempotent_functions = std::vector<std::string>(1001, "t.work")},
                                "hedging.idempotent_functions"}}) {
         auto options = rpclb::test::balancer_options("w", "random");
