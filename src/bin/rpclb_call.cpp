@@ -10,8 +10,6 @@
 
 #include "tool_plugin_dirs.hpp"
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -79,34 +77,6 @@ std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
 }
 
 constexpr long max_concurrency = 65536;
-
-/// Runs functions after a delay, all on one thread of its own, however many are waiting.
-/// Destroying it stops the thread: what has not run by then never runs.
-class RetryTimers {
-public:
-    RetryTimers() : work_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
-    ~RetryTimers() {
-        work_.reset();
-        io_.stop();
-        thread_.join();
-    }
-    RetryTimers(const RetryTimers&) = delete;
-    RetryTimers& operator=(const RetryTimers&) = delete;
-
-    /// Runs `f` on the timers' thread once `delay` has passed. Any thread.
-    template <class F>
-    void after(milliseconds delay, F f) {
-        auto timer = std::make_shared<boost::asio::steady_timer>(io_, delay);
-        timer->async_wait([timer, f = std::move(f)](const boost::system::error_code& ec) {
-            if (!ec) f();
-        });
-    }
-
-private:
-    boost::asio::io_context io_;
-    boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
-    std::thread thread_;
-};
 
 /// Keeps up to `concurrency` calls in flight with Cluster::async_call: each of that many
 /// slots issues its next call from the completion of its previous one, so no thread waits
@@ -196,7 +166,11 @@ private:
                   << " has no members; looking again in " << spec_.retry_sleep.count() << " ms (retry "
                   << slot.retries << (spec_.retry_count < 0 ? std::string() : " of at most " + std::to_string(spec_.retry_count))
                   << ")" << std::endl;
-        retries_.after(spec_.retry_sleep, [this, &slot] { attempt(slot); });
+        // A timer on the client's worker pool: no thread waits through the sleep.
+        auto timer = std::make_shared<boost::asio::steady_timer>(cluster_.worker_executor(), spec_.retry_sleep);
+        timer->async_wait([this, &slot, timer](const boost::system::error_code& ec) {
+            if (!ec) attempt(slot);
+        });
         return true;
     }
 
@@ -236,7 +210,6 @@ private:
     std::optional<rpclb::CallResult> first_;
     std::vector<std::int64_t> latencies_;
     steady_clock::time_point last_;
-    RetryTimers retries_;  // last: its thread is joined before the rest goes
 };
 
 /// The text of --args-file: the file `path`, or standard input for "-". Throws
