@@ -375,9 +375,9 @@ BOOST_FIXTURE_TEST_CASE(rpclb_call_hedges_idempotent_calls_and_refuses_other_hed
     check_node_serves();
 }
 
-// Calls that wait for an empty balancer look again on one timer thread: thousands of
-// retries a second leave rpclb-call's memory map as it was (a thread per retry, kept until
-// exit, ran the process out of mappings after some 32,000).
+// Calls that wait for an empty balancer look again on timers, not threads: thousands of
+// retries a second leave rpclb-call's memory map as it was (a thread per retry kept until
+// exit would take two mappings each, and the process runs out after some 32,000).
 BOOST_FIXTURE_TEST_CASE(rpclb_call_retries_for_an_empty_balancer_without_a_thread_each, RawNode) {
     Process call(bin_dir() / "rpclb-call",
                  {"--seed", a->address(), "--balancer", "nosuch", "--count", "1000000", "--concurrency", "50",
